@@ -1,0 +1,306 @@
+//! The voxlake table contract.
+//!
+//! A voxlake table is a standard Delta table with three columns:
+//!
+//! | column   | Arrow type | Parquet                         | meaning                                    |
+//! |----------|------------|---------------------------------|--------------------------------------------|
+//! | `id`     | Utf8       | BYTE_ARRAY, statistics          | source object key relative to the prefix   |
+//! | `label`  | Int64 null | INT64, statistics               | the sample's label                         |
+//! | `tensor` | Binary     | BYTE_ARRAY, PLAIN, no stats     | the values, little-endian, C order         |
+//!
+//! The tensor's shape and element type are recorded in the Delta table configuration
+//! ([`TensorSpec::table_configuration`]) and in the `tensor` field's metadata, so a reader
+//! knows them from the log alone. See `docs/format.md` for the measurements behind the layout.
+//!
+//! ```
+//! use voxlake_format::{DType, TensorSpec};
+//!
+//! let spec = TensorSpec::new(vec![30, 30, 10, 10], DType::F32);
+//! assert_eq!(spec.nbytes(), 360_000);
+//! let config = spec.table_configuration();
+//! assert_eq!(TensorSpec::from_table_configuration(&config)?, spec);
+//! # Ok::<(), voxlake_format::FormatError>(())
+//! ```
+#![warn(missing_docs)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+mod dtype;
+pub mod npy;
+pub mod reader;
+
+pub use dtype::{Casting, DType};
+
+/// Name of the column holding the source object's key.
+pub const ID_COLUMN: &str = "id";
+/// Name of the column holding the label.
+pub const LABEL_COLUMN: &str = "label";
+/// Name of the column holding the tensor bytes.
+pub const TENSOR_COLUMN: &str = "tensor";
+
+/// Version of this table contract, stored under [`FORMAT_VERSION_KEY`].
+pub const FORMAT_VERSION: u32 = 1;
+/// Table configuration / field metadata key: the contract version.
+pub const FORMAT_VERSION_KEY: &str = "voxlake.format.version";
+/// Key: the tensor shape as a JSON array, e.g. `[30,30,10,10]`.
+pub const SHAPE_KEY: &str = "voxlake.tensor.shape";
+/// Key: the element type's short name, e.g. `f32`.
+pub const DTYPE_KEY: &str = "voxlake.tensor.dtype";
+/// Key: the byte order of the stored values; always `little`.
+pub const BYTE_ORDER_KEY: &str = "voxlake.tensor.byteOrder";
+/// Key: the element order of the stored values; always `C`.
+pub const ORDER_KEY: &str = "voxlake.tensor.order";
+
+/// Errors of the table contract and the npy codec.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// The bytes are not a valid `.npy` file; the message says why.
+    #[error("{0}")]
+    Npy(String),
+    /// A dtype name that voxlake does not know.
+    #[error("unknown dtype '{0}' (expected one of bool, i8..i64, u8..u64, f16, f32, f64)")]
+    UnknownDType(String),
+    /// Values of one type cannot be converted to another under the casting rule.
+    #[error("dtype {from} cannot be converted to {to} under {casting:?} casting")]
+    CannotCast {
+        /// Source type.
+        from: DType,
+        /// Target type.
+        to: DType,
+        /// The rule in force.
+        casting: Casting,
+    },
+    /// The table metadata lacks a key or holds a bad value.
+    #[error("table metadata: {0}")]
+    Metadata(String),
+}
+
+/// The shape and element type every tensor of a table has.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorSpec {
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+impl TensorSpec {
+    /// A spec for tensors of `shape` (C order) and `dtype`.
+    pub fn new(shape: Vec<usize>, dtype: DType) -> Self {
+        TensorSpec { shape, dtype }
+    }
+
+    /// The shape of one sample.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Elements per sample.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Bytes per sample.
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+
+    /// The key/value pairs recorded in the Delta table configuration and field metadata.
+    pub fn table_configuration(&self) -> HashMap<String, String> {
+        let shape = serde_json::to_string(&self.shape).expect("a list of integers serializes");
+        HashMap::from([
+            (FORMAT_VERSION_KEY.to_string(), FORMAT_VERSION.to_string()),
+            (SHAPE_KEY.to_string(), shape),
+            (DTYPE_KEY.to_string(), self.dtype.name().to_string()),
+            (BYTE_ORDER_KEY.to_string(), "little".to_string()),
+            (ORDER_KEY.to_string(), "C".to_string()),
+        ])
+    }
+
+    /// Reads a spec back from a table configuration (or the `tensor` field's metadata).
+    pub fn from_table_configuration(config: &HashMap<String, String>) -> Result<Self, FormatError> {
+        let get = |key: &str| {
+            config.get(key).ok_or_else(|| {
+                FormatError::Metadata(format!(
+                    "missing key '{key}': not a voxlake table (or written by an older tool)"
+                ))
+            })
+        };
+        let version = get(FORMAT_VERSION_KEY)?;
+        if version.parse::<u32>().ok() != Some(FORMAT_VERSION) {
+            return Err(FormatError::Metadata(format!(
+                "format version {version} is not supported (this build reads {FORMAT_VERSION})"
+            )));
+        }
+        let shape: Vec<usize> = serde_json::from_str(get(SHAPE_KEY)?).map_err(|e| {
+            FormatError::Metadata(format!("'{SHAPE_KEY}' is not a list of integers: {e}"))
+        })?;
+        let dtype = get(DTYPE_KEY)?.parse()?;
+        for (key, expected) in [(BYTE_ORDER_KEY, "little"), (ORDER_KEY, "C")] {
+            if get(key)? != expected {
+                return Err(FormatError::Metadata(format!(
+                    "'{key}' is '{}', only '{expected}' is supported",
+                    config[key]
+                )));
+            }
+        }
+        Ok(TensorSpec { shape, dtype })
+    }
+
+    /// The Arrow schema of a table of this spec, with the spec in the `tensor` field metadata.
+    pub fn arrow_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new(ID_COLUMN, DataType::Utf8, false),
+            Field::new(LABEL_COLUMN, DataType::Int64, true),
+            Field::new(TENSOR_COLUMN, DataType::Binary, false)
+                .with_metadata(self.table_configuration()),
+        ]))
+    }
+}
+
+impl std::fmt::Display for TensorSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} {}", self.shape, self.dtype)
+    }
+}
+
+/// Compression of the Parquet data pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Codec {
+    /// None: fastest to decode; the default for fast networks and local disks.
+    #[default]
+    None,
+    /// Snappy.
+    Snappy,
+    /// LZ4 (raw).
+    Lz4,
+    /// Zstandard at level 3: for slow networks.
+    Zstd,
+}
+
+impl std::str::FromStr for Codec {
+    type Err = FormatError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" | "uncompressed" => Ok(Codec::None),
+            "snappy" => Ok(Codec::Snappy),
+            "lz4" => Ok(Codec::Lz4),
+            "zstd" => Ok(Codec::Zstd),
+            _ => Err(FormatError::Metadata(format!(
+                "unknown compression '{s}' (none, snappy, lz4, zstd)"
+            ))),
+        }
+    }
+}
+
+/// How the Parquet files of a table are laid out for streaming.
+///
+/// The defaults follow the measurements in `docs/format.md`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    /// Rows per row group: the unit of shuffling and of one streaming read. Default 32.
+    pub row_group_rows: usize,
+    /// A file is closed once it reaches this many bytes. Default 78 MB (~217 reference cubes).
+    pub target_file_bytes: u64,
+    /// Page compression. Default none.
+    pub compression: Codec,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout {
+            row_group_rows: 32,
+            target_file_bytes: 78_000_000,
+            compression: Codec::None,
+        }
+    }
+}
+
+impl Layout {
+    /// Parquet writer properties for this layout.
+    ///
+    /// The tensor column is PLAIN, without dictionary or statistics (min/max of opaque bytes
+    /// helps nobody and costs a pass over them); `id` and `label` keep chunk statistics so Delta
+    /// can skip files.
+    pub fn writer_properties(&self) -> WriterProperties {
+        let compression = match self.compression {
+            Codec::None => Compression::UNCOMPRESSED,
+            Codec::Snappy => Compression::SNAPPY,
+            Codec::Lz4 => Compression::LZ4_RAW,
+            Codec::Zstd => Compression::ZSTD(ZstdLevel::try_new(3).expect("3 is a valid level")),
+        };
+        let tensor = ColumnPath::from(TENSOR_COLUMN);
+        let id = ColumnPath::from(ID_COLUMN);
+        WriterProperties::builder()
+            .set_max_row_group_row_count(Some(self.row_group_rows.max(1)))
+            .set_compression(compression)
+            .set_statistics_enabled(EnabledStatistics::Chunk)
+            .set_column_statistics_enabled(tensor.clone(), EnabledStatistics::None)
+            .set_column_dictionary_enabled(tensor.clone(), false)
+            .set_column_encoding(tensor, parquet::basic::Encoding::PLAIN)
+            // Ids are unique: a dictionary would only grow the file.
+            .set_column_dictionary_enabled(id, false)
+            .set_created_by(format!("voxlake {}", env!("CARGO_PKG_VERSION")))
+            .build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_round_trips_through_configuration() {
+        let spec = TensorSpec::new(vec![30, 30, 10, 10], DType::F32);
+        let config = spec.table_configuration();
+        assert_eq!(config[SHAPE_KEY], "[30,30,10,10]");
+        assert_eq!(config[DTYPE_KEY], "f32");
+        assert_eq!(TensorSpec::from_table_configuration(&config).unwrap(), spec);
+        let schema = spec.arrow_schema();
+        let field = schema.field_with_name(TENSOR_COLUMN).unwrap();
+        assert_eq!(
+            TensorSpec::from_table_configuration(field.metadata()).unwrap(),
+            spec
+        );
+    }
+
+    #[test]
+    fn bad_configuration_is_reported() {
+        let spec = TensorSpec::new(vec![2], DType::U8);
+        let mut config = spec.table_configuration();
+        config.insert(SHAPE_KEY.into(), "[2,".into());
+        let e = TensorSpec::from_table_configuration(&config).unwrap_err();
+        assert!(e.to_string().contains("not a list of integers"), "{e}");
+        config.remove(SHAPE_KEY);
+        let e = TensorSpec::from_table_configuration(&config).unwrap_err();
+        assert!(e.to_string().contains("missing key"), "{e}");
+        let mut config = spec.table_configuration();
+        config.insert(FORMAT_VERSION_KEY.into(), "99".into());
+        assert!(TensorSpec::from_table_configuration(&config).is_err());
+    }
+
+    #[test]
+    fn layout_properties_match_the_contract() {
+        let props = Layout::default().writer_properties();
+        let tensor = ColumnPath::from(TENSOR_COLUMN);
+        assert_eq!(props.max_row_group_row_count(), Some(32));
+        assert!(!props.dictionary_enabled(&tensor));
+        assert_eq!(props.statistics_enabled(&tensor), EnabledStatistics::None);
+        assert_eq!(
+            props.statistics_enabled(&ColumnPath::from(LABEL_COLUMN)),
+            EnabledStatistics::Chunk
+        );
+        assert_eq!(props.compression(&tensor), Compression::UNCOMPRESSED);
+    }
+}
