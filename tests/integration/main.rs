@@ -1,1 +1,5 @@
+//! voxlake's integration tests: one binary, one module per area.
 
+mod cli;
+mod common;
+mod compact;

@@ -1,1 +1,215 @@
+//! Converts a prefix of `.npy` objects into one Delta table of large Parquet files laid out
+//! for streaming, and keeps such tables compact.
+//!
+//! [`Compactor`] is the entry point: it names the table and carries the settings; its
+//! [`convert`](Compactor::convert), [`optimize`](Compactor::optimize) and
+//! [`inspect`](Compactor::inspect) do the work.
+//!
+//! Conversion is exactly-once across re-runs: it reads the ids already in the table and
+//! converts only the rest; each commit is atomic, so a run killed at any point leaves the
+//! table at its last good version (files written but not committed are invisible to readers
+//! and removed by a later `VACUUM`). `--shard I/N` runs split the keys by a stable hash, so N
+//! processes can fill one table at once.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use voxlake_compact::{Compactor, synth};
+//! use voxlake_format::Layout;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let data = synth::generate(dir.path(), 8, 42)?;
+//! let table = dir.path().join("table");
+//! let compactor = Compactor::new(table.to_str().unwrap())
+//!     .with_labels(data.labels.to_str().unwrap())
+//!     .with_layout(Layout { row_group_rows: 4, ..Layout::default() });
+//! let summary = compactor.convert(data.cubes.to_str().unwrap()).await?;
+//! assert_eq!(summary.rows, 8);
+//! let info = compactor.inspect().await?;
+//! assert_eq!((info.rows, info.row_groups), (8, 2));
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs)]
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use voxlake_format::{DType, Layout};
+
+mod convert;
+mod error;
+mod inspect;
+mod labels;
+mod location;
+mod optimize;
+pub mod synth;
+mod table;
+
+pub use convert::{ConvertSummary, Skipped};
+pub use error::CompactError;
+pub use inspect::{FileInfo, TableInfo};
+pub use labels::Labels;
+pub use optimize::{OptimizeSummary, plan_bins};
+
+/// What to do with a source object that cannot be converted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnError {
+    /// Stop; what was committed before stays, nothing half-written is visible.
+    #[default]
+    Fail,
+    /// Go on; every skipped object is listed in the summary with its reason.
+    Skip,
+}
+
+/// Progress of a conversion, reported after every object.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// Objects to convert in this run.
+    pub files_total: usize,
+    /// Objects done (converted or skipped).
+    pub files_done: usize,
+    /// Source bytes read so far.
+    pub bytes_read: u64,
+    /// Objects skipped so far.
+    pub skipped: usize,
+    /// The table version last committed.
+    pub version: u64,
+}
+
+/// A callback that receives [`Progress`].
+pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// Converts, optimizes and inspects one voxlake table.
+#[derive(Clone)]
+pub struct Compactor {
+    table: String,
+    storage_options: HashMap<String, String>,
+    layout: Layout,
+    labels: Option<String>,
+    dtype: Option<DType>,
+    shard: Option<(u32, u32)>,
+    on_error: OnError,
+    concurrency: usize,
+    files_per_commit: usize,
+    progress: Option<ProgressFn>,
+}
+
+impl std::fmt::Debug for Compactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Storage options may hold secrets: list their keys only.
+        let mut keys: Vec<&String> = self.storage_options.keys().collect();
+        keys.sort();
+        f.debug_struct("Compactor")
+            .field("table", &error::redact(&self.table))
+            .field("storage_option_keys", &keys)
+            .field("layout", &self.layout)
+            .field("labels", &self.labels)
+            .field("dtype", &self.dtype)
+            .field("shard", &self.shard)
+            .field("on_error", &self.on_error)
+            .field("concurrency", &self.concurrency)
+            .field("files_per_commit", &self.files_per_commit)
+            .finish()
+    }
+}
+
+impl Compactor {
+    /// A compactor for the table at `table`: a local path or a URL (`az://`, `abfss://`,
+    /// `gs://`, `file://`).
+    pub fn new(table: impl Into<String>) -> Self {
+        Compactor {
+            table: table.into(),
+            storage_options: HashMap::new(),
+            layout: Layout::default(),
+            labels: None,
+            dtype: None,
+            shard: None,
+            on_error: OnError::Fail,
+            concurrency: 16,
+            files_per_commit: 8,
+            progress: None,
+        }
+    }
+
+    /// Storage settings (object_store keys such as `azure_storage_account_key`), on top of
+    /// the standard environment variables. Used for the source, the labels and the table.
+    pub fn with_storage_options(mut self, options: HashMap<String, String>) -> Self {
+        self.storage_options = options;
+        self
+    }
+
+    /// The Parquet layout of new files.
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// A CSV with columns `file,label`; every converted object must have a label.
+    pub fn with_labels(mut self, location: impl Into<String>) -> Self {
+        self.labels = Some(location.into());
+        self
+    }
+
+    /// The element type of the table; sources are converted to it (narrowing allowed within
+    /// a kind, never float → integer). Without it, a new table takes the first object's type
+    /// and only lossless conversions are allowed.
+    pub fn with_dtype(mut self, dtype: DType) -> Self {
+        self.dtype = Some(dtype);
+        self
+    }
+
+    /// Converts only the keys whose stable hash is `index` modulo `count`.
+    ///
+    /// # Panics
+    /// If `index >= count`.
+    pub fn with_shard(mut self, index: u32, count: u32) -> Self {
+        assert!(
+            index < count,
+            "shard index {index} must be below the count {count}"
+        );
+        self.shard = Some((index, count));
+        self
+    }
+
+    /// What to do with objects that cannot be converted.
+    pub fn with_on_error(mut self, on_error: OnError) -> Self {
+        self.on_error = on_error;
+        self
+    }
+
+    /// Source objects read at once (default 16).
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Commit after about this many target-size files (default 8): fewer commits, or less
+    /// work lost to a kill.
+    pub fn with_files_per_commit(mut self, files: usize) -> Self {
+        self.files_per_commit = files.max(1);
+        self
+    }
+
+    /// A callback for progress reports.
+    pub fn with_progress(mut self, progress: ProgressFn) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// Converts the `.npy` objects under `source` (a local folder or a URL prefix) that are
+    /// not in the table yet, creating the table if needed.
+    pub async fn convert(&self, source: &str) -> Result<ConvertSummary, CompactError> {
+        self.run_convert(source).await
+    }
+
+    /// Rewrites small files into files of the target size (Delta OPTIMIZE, bin-packing).
+    pub async fn optimize(&self) -> Result<OptimizeSummary, CompactError> {
+        self.run_optimize().await
+    }
+
+    /// Describes the table: version, files, rows, bytes, row groups, tensor spec, labels.
+    pub async fn inspect(&self) -> Result<TableInfo, CompactError> {
+        self.run_inspect().await
+    }
+}

@@ -1,1 +1,370 @@
-fn main() {}
+//! `compact`: numpy blobs → one Delta table of streaming-friendly Parquet files.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use voxlake_compact::{Compactor, ConvertSummary, OnError, TableInfo, synth};
+use voxlake_format::{Codec, DType, Layout};
+
+#[derive(Parser)]
+#[command(
+    name = "compact",
+    version,
+    about = "Convert .npy blobs into one Delta table laid out for streaming"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Convert the .npy objects under SRC that are not in TABLE yet.
+    Convert {
+        /// Source prefix: a local folder or a URL (az://, abfss://, gs://, s3://, file://).
+        src: String,
+        /// Table: a local path or a URL.
+        table: String,
+        /// CSV with columns `file,label` (file = key relative to SRC).
+        #[arg(long)]
+        labels: Option<String>,
+        /// Element type of the table (f16, f32, f64, i8..i64, u8..u64, bool); converts.
+        #[arg(long)]
+        dtype: Option<DType>,
+        /// Convert only this share of the keys, as I/N (0-based).
+        #[arg(long, value_parser = parse_shard)]
+        shard: Option<(u32, u32)>,
+        /// `fail` stops at the first bad object; `skip` lists it and goes on.
+        #[arg(long, default_value = "fail", value_parser = parse_on_error)]
+        on_error: OnError,
+        /// Source objects read at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// Commit after about this many full files.
+        #[arg(long, default_value_t = 8)]
+        files_per_commit: usize,
+        #[command(flatten)]
+        layout: LayoutArgs,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Bin-pack small files of TABLE into files of the target size (Delta OPTIMIZE).
+    Optimize {
+        /// Table: a local path or a URL.
+        table: String,
+        /// Commit after this many rewritten bins.
+        #[arg(long, default_value_t = 8)]
+        files_per_commit: usize,
+        #[command(flatten)]
+        layout: LayoutArgs,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Show version, files, rows, bytes, row groups, tensor shape/dtype and label counts.
+    Inspect {
+        /// Table: a local path or a URL.
+        table: String,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Write a deterministic synthetic dataset of reference cubes (30×30×10×10 f32) + labels.
+    Generate {
+        /// Output folder (cubes/ and labels.csv are written inside).
+        dir: PathBuf,
+        /// Number of cubes.
+        #[arg(long, default_value_t = 4000)]
+        count: usize,
+        /// Seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// The embedded default job: generate synthetic cubes locally and convert them.
+    Demo {
+        /// Working folder.
+        #[arg(long, default_value = "demo-data")]
+        dir: PathBuf,
+        /// Number of cubes.
+        #[arg(long, default_value_t = 4000)]
+        count: usize,
+        /// Seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Print the summaries as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct LayoutArgs {
+    /// Rows per row group.
+    #[arg(long, default_value_t = Layout::default().row_group_rows)]
+    row_group_rows: usize,
+    /// Target file size in MB (10^6 bytes).
+    #[arg(long, default_value_t = Layout::default().target_file_bytes as f64 / 1e6)]
+    target_file_mb: f64,
+    /// Page compression: none, snappy, lz4, zstd.
+    #[arg(long, default_value = "none")]
+    compression: Codec,
+}
+
+impl LayoutArgs {
+    fn layout(&self) -> Layout {
+        Layout {
+            row_group_rows: self.row_group_rows,
+            target_file_bytes: (self.target_file_mb * 1e6).max(1.0) as u64,
+            compression: self.compression,
+        }
+    }
+}
+
+#[derive(Args)]
+struct CommonArgs {
+    /// Print the result as one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// A storage option KEY=VALUE (object_store keys, e.g. azure_storage_account_name).
+    #[arg(long = "storage-option", value_parser = parse_key_value)]
+    storage_options: Vec<(String, String)>,
+}
+
+fn parse_shard(s: &str) -> Result<(u32, u32), String> {
+    let (i, n) = s.split_once('/').ok_or("expected I/N, e.g. 0/4")?;
+    let (i, n): (u32, u32) = (
+        i.parse().map_err(|_| format!("bad shard index '{i}'"))?,
+        n.parse().map_err(|_| format!("bad shard count '{n}'"))?,
+    );
+    if n == 0 || i >= n {
+        return Err(format!("shard {i}/{n}: the index must be below the count"));
+    }
+    Ok((i, n))
+}
+
+fn parse_on_error(s: &str) -> Result<OnError, String> {
+    match s {
+        "fail" => Ok(OnError::Fail),
+        "skip" => Ok(OnError::Skip),
+        _ => Err(format!("'{s}': expected fail or skip")),
+    }
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| "expected KEY=VALUE".to_string())
+}
+
+fn progress_bar() -> ProgressBar {
+    // indicatif draws only when stderr is a terminal.
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} files  {msg}  ETA {eta}",
+        )
+        .expect("valid template"),
+    );
+    bar
+}
+
+fn with_progress(compactor: Compactor, bar: &ProgressBar) -> Compactor {
+    let bar = bar.clone();
+    let start = std::time::Instant::now();
+    compactor.with_progress(Arc::new(move |p| {
+        bar.set_length(p.files_total as u64);
+        bar.set_position(p.files_done as u64);
+        let mbs = p.bytes_read as f64 / 1e6 / start.elapsed().as_secs_f64().max(1e-3);
+        bar.set_message(format!(
+            "{mbs:.0} MB/s  v{}  skipped {}",
+            p.version, p.skipped
+        ));
+    }))
+}
+
+fn print_convert(summary: &ConvertSummary, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(summary).expect("summary serializes")
+        );
+        return;
+    }
+    println!(
+        "converted {} files ({} rows, tensors {}) in {:.1} s: {:.0} files/s, {:.0} MB/s read, {:.1} MB written in {} Parquet files, table version {}",
+        summary.files,
+        summary.rows,
+        summary.tensor,
+        summary.seconds,
+        summary.files as f64 / summary.seconds.max(1e-9),
+        summary.bytes_read as f64 / 1e6 / summary.seconds.max(1e-9),
+        summary.bytes_written as f64 / 1e6,
+        summary.parquet_files,
+        summary.version
+    );
+    if summary.already_present > 0 {
+        println!(
+            "{} files were already in the table",
+            summary.already_present
+        );
+    }
+    for s in &summary.skipped {
+        println!("skipped {}: {}", s.key, s.reason);
+    }
+}
+
+fn print_inspect(info: &TableInfo, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(info).expect("info serializes"));
+        return;
+    }
+    println!("table     {}", info.location);
+    println!("version   {}", info.version);
+    println!("tensor    {:?} {}", info.shape, info.dtype);
+    println!(
+        "files     {} ({:.1} MB, {} row groups of {}..{} rows)",
+        info.files,
+        info.bytes as f64 / 1e6,
+        info.row_groups,
+        info.row_group_rows.0,
+        info.row_group_rows.1
+    );
+    println!("rows      {}", info.rows);
+    let labels: Vec<String> = info
+        .labels
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    println!("labels    {}", labels.join(", "));
+}
+
+async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    match cli.command {
+        Command::Convert {
+            src,
+            table,
+            labels,
+            dtype,
+            shard,
+            on_error,
+            concurrency,
+            files_per_commit,
+            layout,
+            common,
+        } => {
+            let mut compactor = Compactor::new(table)
+                .with_storage_options(HashMap::from_iter(common.storage_options))
+                .with_layout(layout.layout())
+                .with_on_error(on_error)
+                .with_concurrency(concurrency)
+                .with_files_per_commit(files_per_commit);
+            if let Some(labels) = labels {
+                compactor = compactor.with_labels(labels);
+            }
+            if let Some(dtype) = dtype {
+                compactor = compactor.with_dtype(dtype);
+            }
+            if let Some((i, n)) = shard {
+                compactor = compactor.with_shard(i, n);
+            }
+            let bar = progress_bar();
+            let summary = with_progress(compactor, &bar).convert(&src).await;
+            bar.finish_and_clear();
+            print_convert(&summary?, common.json);
+        }
+        Command::Optimize {
+            table,
+            files_per_commit,
+            layout,
+            common,
+        } => {
+            let summary = Compactor::new(table)
+                .with_storage_options(HashMap::from_iter(common.storage_options))
+                .with_layout(layout.layout())
+                .with_files_per_commit(files_per_commit)
+                .optimize()
+                .await?;
+            if common.json {
+                println!("{}", serde_json::to_string(&summary)?);
+            } else {
+                println!(
+                    "rewrote {} files ({} rows, {:.1} MB) into {} files in {} commits, table version {}",
+                    summary.files_removed,
+                    summary.rows,
+                    summary.bytes_removed as f64 / 1e6,
+                    summary.files_added,
+                    summary.commits,
+                    summary.version
+                );
+            }
+        }
+        Command::Inspect { table, common } => {
+            let info = Compactor::new(table)
+                .with_storage_options(HashMap::from_iter(common.storage_options))
+                .inspect()
+                .await?;
+            print_inspect(&info, common.json);
+        }
+        Command::Generate { dir, count, seed } => {
+            let data = synth::generate(&dir, count, seed)?;
+            println!(
+                "wrote {} cubes ({} labelled 1) to {} and labels to {}",
+                data.count,
+                data.positives,
+                data.cubes.display(),
+                data.labels.display()
+            );
+        }
+        Command::Demo {
+            dir,
+            count,
+            seed,
+            json,
+        } => {
+            let start = std::time::Instant::now();
+            let data = synth::generate(&dir, count, seed)?;
+            eprintln!(
+                "generated {} synthetic cubes ({} positive) in {:.1} s under {}",
+                data.count,
+                data.positives,
+                start.elapsed().as_secs_f64(),
+                dir.display()
+            );
+            let table = dir.join("table");
+            let compactor =
+                Compactor::new(table.to_string_lossy()).with_labels(data.labels.to_string_lossy());
+            let bar = progress_bar();
+            let summary = with_progress(compactor.clone(), &bar)
+                .convert(&data.cubes.to_string_lossy())
+                .await;
+            bar.finish_and_clear();
+            print_convert(&summary?, json);
+            print_inspect(&compactor.inspect().await?, json);
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -386,6 +386,13 @@ fn parse_header_dict(header: &str) -> Result<HeaderDict, FormatError> {
             break;
         }
     }
+    p.skip_ws();
+    if p.i < p.s.len() {
+        return Err(header_err(&format!(
+            "{} unexpected bytes after the header dict (does the header length lie?)",
+            p.s.len() - p.i
+        )));
+    }
     Ok(dict)
 }
 

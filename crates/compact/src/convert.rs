@@ -1,0 +1,543 @@
+//! `.npy` objects → rows of the table.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::builder::{BinaryBuilder, Int64Builder, StringBuilder};
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use bytes::Bytes;
+use deltalake::kernel::Action;
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::writer::DeltaWriter;
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use serde::Serialize;
+use voxlake_format::npy::NpyArray;
+use voxlake_format::{Casting, ID_COLUMN, TensorSpec};
+
+use crate::error::CompactError;
+use crate::labels::Labels;
+use crate::location::{self, stable_hash};
+use crate::table::{Table, writer_for};
+use crate::{Compactor, OnError, Progress};
+
+/// What a conversion did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConvertSummary {
+    /// Source objects converted by this run.
+    pub files: usize,
+    /// Rows added to the table (equals `files`).
+    pub rows: usize,
+    /// Bytes read from the source.
+    pub bytes_read: u64,
+    /// Bytes of Parquet written and committed.
+    pub bytes_written: u64,
+    /// Wall time of the run.
+    pub seconds: f64,
+    /// Table version after the run.
+    pub version: u64,
+    /// Objects skipped with `OnError::Skip`, with the reason.
+    pub skipped: Vec<Skipped>,
+    /// Source objects (of this shard) that were already in the table.
+    pub already_present: usize,
+    /// Parquet files added.
+    pub parquet_files: usize,
+    /// Commits made.
+    pub commits: usize,
+    /// The tensor spec of the table.
+    pub tensor: String,
+}
+
+/// A skipped source object.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Skipped {
+    /// Key relative to the source prefix.
+    pub key: String,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+/// One source object to convert.
+#[derive(Debug, Clone)]
+struct SourceObject {
+    key: String,
+    location: Path,
+    size: u64,
+}
+
+/// A decoded sample ready for the table.
+struct Row {
+    key: String,
+    label: Option<i64>,
+    tensor: Bytes,
+    bytes_read: u64,
+}
+
+impl Compactor {
+    pub(crate) async fn run_convert(&self, source: &str) -> Result<ConvertSummary, CompactError> {
+        let start = Instant::now();
+        let options = location::storage_options(&self.storage_options);
+        let src = location::open_store(source, true, &options)?;
+        let labels = match &self.labels {
+            Some(l) => Some(Arc::new(read_labels(l, &options).await?)),
+            None => None,
+        };
+
+        // The listing, sorted, this shard's share.
+        let mut objects: Vec<SourceObject> = src
+            .store
+            .list(Some(&src.prefix))
+            .map_ok(|meta| {
+                let key = meta
+                    .location
+                    .prefix_match(&src.prefix)
+                    .map(|parts| {
+                        parts
+                            .map(|p| p.as_ref().to_string())
+                            .collect::<Vec<_>>()
+                            .join("/")
+                    })
+                    .unwrap_or_else(|| meta.location.to_string());
+                SourceObject {
+                    key,
+                    location: meta.location,
+                    size: meta.size,
+                }
+            })
+            .try_filter(|o| futures::future::ready(o.key.ends_with(".npy")))
+            .try_collect()
+            .await
+            .map_err(|e| CompactError::Source {
+                location: src.display.clone(),
+                source: e,
+            })?;
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        if let Some((index, count)) = self.shard {
+            objects.retain(|o| stable_hash(&o.key) % u64::from(count) == u64::from(index));
+        }
+
+        let table_url = location::table_url(&self.table)?;
+        let table_display = crate::table::redact_url(&table_url);
+        let existing = Table::open(&table_url, &table_display, &options).await?;
+
+        // Only what the table does not hold yet: this makes re-runs exactly-once.
+        let mut already_present = 0;
+        if let Some(table) = &existing {
+            let present = read_ids(table).await?;
+            let before = objects.len();
+            objects.retain(|o| !present.contains(&o.key));
+            already_present = before - objects.len();
+        }
+        if objects.is_empty() && existing.is_none() {
+            return Err(CompactError::EmptySource {
+                location: src.display.clone(),
+                detail: self
+                    .shard
+                    .map(|(i, n)| format!(" for shard {i}/{n}"))
+                    .unwrap_or_default(),
+            });
+        }
+        tracing::info!(
+            to_convert = objects.len(),
+            already_present,
+            source = %src.display,
+            table = %table_display,
+            "listed source"
+        );
+
+        let mut skipped = Vec::new();
+        let (table, spec) = match existing {
+            Some(table) => {
+                let spec = table.spec()?;
+                if let Some(dtype) = self.dtype {
+                    if dtype != spec.dtype() {
+                        return Err(CompactError::Incompatible {
+                            location: table_display,
+                            reason: format!(
+                                "holds {} tensors, --dtype asks for {dtype}",
+                                spec.dtype()
+                            ),
+                        });
+                    }
+                }
+                (table, spec)
+            }
+            None => {
+                let spec = self.infer_spec(&src, &mut objects, &mut skipped).await?;
+                let table = Table::create(&table_url, &table_display, &options, &spec).await?;
+                (table, spec)
+            }
+        };
+        let mut table = table;
+        let mut summary = ConvertSummary {
+            files: 0,
+            rows: 0,
+            bytes_read: 0,
+            bytes_written: 0,
+            seconds: 0.0,
+            version: table.version(),
+            skipped,
+            already_present,
+            parquet_files: 0,
+            commits: 0,
+            tensor: spec.to_string(),
+        };
+        let total = objects.len();
+        self.report(&summary, total);
+
+        let casting = if self.dtype.is_some() {
+            Casting::SameKind
+        } else {
+            Casting::Safe
+        };
+        let spec = Arc::new(spec);
+        let store = src.store.clone();
+        let src_display: Arc<str> = src.display.trim_end_matches('/').into();
+        let mut rows = futures::stream::iter(objects)
+            .map(|object| {
+                let store = store.clone();
+                let spec = spec.clone();
+                let labels = labels.clone();
+                let src_display = src_display.clone();
+                async move {
+                    let key = object.key.clone();
+                    let bytes = match store.get(&object.location).await {
+                        Ok(r) => r.bytes().await,
+                        Err(e) => Err(e),
+                    }
+                    .map_err(|e| CompactError::Source {
+                        location: format!("{src_display}/{key}"),
+                        source: e,
+                    });
+                    let bytes = match bytes {
+                        Ok(b) => b,
+                        Err(e) => return (key, Err(e)),
+                    };
+                    // Decoding is CPU work: keep it off the I/O threads.
+                    let decoded = tokio::task::spawn_blocking(move || {
+                        decode(object, bytes, &spec, casting, labels.as_deref())
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(CompactError::Internal(e.to_string())));
+                    (key, decoded)
+                }
+            })
+            .buffered(self.concurrency.max(1));
+
+        let mut writer = writer_for(&table, &self.layout)?;
+        let mut batch = BatchBuilder::new(self.layout.row_group_rows, spec.nbytes());
+        let mut window = Window::default();
+        let commit_bytes = self
+            .layout
+            .target_file_bytes
+            .saturating_mul(self.files_per_commit as u64);
+
+        let result: Result<(), CompactError> = async {
+            while let Some((key, decoded)) = rows.next().await {
+                match decoded {
+                    Ok(row) => {
+                        window.bytes_read += row.bytes_read;
+                        window.files += 1;
+                        batch.push(row);
+                    }
+                    Err(e) if self.on_error == OnError::Skip => {
+                        tracing::warn!(%key, error = %e, "skipping");
+                        summary.skipped.push(Skipped {
+                            key,
+                            reason: e.to_string(),
+                        });
+                    }
+                    Err(e) => return Err(e),
+                }
+                if batch.is_full() {
+                    writer
+                        .write(batch.finish(&spec)?)
+                        .await
+                        .map_err(|e| table.error(e))?;
+                }
+                if writer.buffer_len() as u64 >= commit_bytes {
+                    self.commit(&mut writer, &mut table, &mut window, &mut summary)
+                        .await?;
+                }
+                self.report_progress(&summary, &window, total);
+            }
+            if batch.len() > 0 {
+                writer
+                    .write(batch.finish(&spec)?)
+                    .await
+                    .map_err(|e| table.error(e))?;
+            }
+            if window.files > 0 {
+                self.commit(&mut writer, &mut table, &mut window, &mut summary)
+                    .await?;
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            // Nothing of the open window is committed; uploads in progress are aborted.
+            writer.reset();
+            return Err(e);
+        }
+        summary.version = table.version();
+        summary.seconds = start.elapsed().as_secs_f64();
+        self.report(&summary, total);
+        Ok(summary)
+    }
+
+    /// Flushes the writer's files and commits them in one Delta version.
+    async fn commit(
+        &self,
+        writer: &mut deltalake::writer::RecordBatchWriter,
+        table: &mut Table,
+        window: &mut Window,
+        summary: &mut ConvertSummary,
+    ) -> Result<(), CompactError> {
+        let adds = writer.flush().await.map_err(|e| table.error(e))?;
+        summary.parquet_files += adds.len();
+        summary.bytes_written += adds.iter().map(|a| a.size as u64).sum::<u64>();
+        let actions = adds.into_iter().map(Action::Add).collect();
+        let operation = DeltaOperation::Write {
+            mode: SaveMode::Append,
+            partition_by: None,
+            predicate: None,
+        };
+        let version = table.commit(actions, operation, "convert", true).await?;
+        summary.files += window.files;
+        summary.rows += window.files;
+        summary.bytes_read += window.bytes_read;
+        summary.commits += 1;
+        summary.version = version;
+        tracing::info!(version, files = window.files, "committed");
+        *window = Window::default();
+        Ok(())
+    }
+
+    /// Reads objects from the front of the list until one decodes, and takes its shape and
+    /// dtype (or `--dtype`) as the new table's spec.
+    async fn infer_spec(
+        &self,
+        src: &location::Location,
+        objects: &mut Vec<SourceObject>,
+        skipped: &mut Vec<Skipped>,
+    ) -> Result<TensorSpec, CompactError> {
+        while !objects.is_empty() {
+            let object = &objects[0];
+            let bytes = src
+                .store
+                .get(&object.location)
+                .await
+                .map_err(|e| CompactError::Source {
+                    location: format!("{}/{}", src.display.trim_end_matches('/'), object.key),
+                    source: e,
+                })?
+                .bytes()
+                .await
+                .map_err(|e| CompactError::Source {
+                    location: format!("{}/{}", src.display.trim_end_matches('/'), object.key),
+                    source: e,
+                })?;
+            match NpyArray::parse(&bytes) {
+                Ok(array) => {
+                    let dtype = self.dtype.unwrap_or(array.dtype());
+                    return Ok(TensorSpec::new(array.shape().to_vec(), dtype));
+                }
+                Err(e) if self.on_error == OnError::Skip => {
+                    // It is skipped here and not converted later.
+                    skipped.push(Skipped {
+                        key: object.key.clone(),
+                        reason: e.to_string(),
+                    });
+                    objects.remove(0);
+                }
+                Err(e) => {
+                    return Err(CompactError::Npy {
+                        key: object.key.clone(),
+                        source: e,
+                    });
+                }
+            }
+        }
+        Err(CompactError::EmptySource {
+            location: src.display.clone(),
+            detail: " that decode".into(),
+        })
+    }
+
+    fn report_progress(&self, summary: &ConvertSummary, window: &Window, total: usize) {
+        if let Some(progress) = &self.progress {
+            progress(&Progress {
+                files_total: total,
+                files_done: summary.files + window.files + summary.skipped.len(),
+                bytes_read: summary.bytes_read + window.bytes_read,
+                skipped: summary.skipped.len(),
+                version: summary.version,
+            });
+        }
+    }
+
+    fn report(&self, summary: &ConvertSummary, total: usize) {
+        self.report_progress(summary, &Window::default(), total);
+    }
+}
+
+/// Files and rows flushed but not yet committed.
+#[derive(Default)]
+struct Window {
+    files: usize,
+    bytes_read: u64,
+}
+
+fn decode(
+    object: SourceObject,
+    bytes: Bytes,
+    spec: &TensorSpec,
+    casting: Casting,
+    labels: Option<&Labels>,
+) -> Result<Row, CompactError> {
+    let key = object.key;
+    let npy_err = |source| CompactError::Npy {
+        key: key.clone(),
+        source,
+    };
+    let array = NpyArray::parse(&bytes).map_err(npy_err)?;
+    if array.shape() != spec.shape() {
+        return Err(CompactError::ShapeMismatch {
+            key,
+            expected: spec.shape().to_vec(),
+            found: array.shape().to_vec(),
+        });
+    }
+    if !array.dtype().can_cast(spec.dtype(), casting) {
+        return Err(CompactError::DTypeMismatch {
+            key,
+            expected: spec.dtype(),
+            found: array.dtype(),
+            hint: if casting == Casting::Safe {
+                " without loss (pass --dtype to allow narrowing)"
+            } else {
+                ""
+            },
+        });
+    }
+    let label = match labels {
+        Some(labels) => Some(labels.get(&key).ok_or_else(|| CompactError::MissingLabel {
+            key: key.clone(),
+            labels: labels.location().to_string(),
+        })?),
+        None => None,
+    };
+    let tensor = if array.is_le_c(spec.dtype()) {
+        // Already in table layout: share the downloaded buffer.
+        let offset = bytes.len() - array.data().len();
+        bytes.slice(offset..)
+    } else {
+        let mut out = Vec::with_capacity(spec.nbytes());
+        array
+            .write_le_c(spec.dtype(), casting, &mut out)
+            .map_err(npy_err)?;
+        Bytes::from(out)
+    };
+    Ok(Row {
+        key,
+        label,
+        tensor,
+        bytes_read: object.size,
+    })
+}
+
+/// Accumulates one row group's worth of rows.
+struct BatchBuilder {
+    rows: usize,
+    ids: StringBuilder,
+    labels: Int64Builder,
+    tensors: BinaryBuilder,
+    len: usize,
+    sample_bytes: usize,
+}
+
+impl BatchBuilder {
+    fn new(rows: usize, sample_bytes: usize) -> Self {
+        let rows = rows.max(1);
+        BatchBuilder {
+            rows,
+            ids: StringBuilder::new(),
+            labels: Int64Builder::with_capacity(rows),
+            tensors: BinaryBuilder::with_capacity(rows, rows * sample_bytes),
+            len: 0,
+            sample_bytes,
+        }
+    }
+    fn push(&mut self, row: Row) {
+        self.ids.append_value(&row.key);
+        self.labels.append_option(row.label);
+        self.tensors.append_value(&row.tensor);
+        self.len += 1;
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn is_full(&self) -> bool {
+        self.len >= self.rows
+    }
+    fn finish(&mut self, spec: &TensorSpec) -> Result<RecordBatch, CompactError> {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.ids.finish()),
+            Arc::new(self.labels.finish()),
+            Arc::new(self.tensors.finish()),
+        ];
+        self.tensors = BinaryBuilder::with_capacity(self.rows, self.rows * self.sample_bytes);
+        self.len = 0;
+        RecordBatch::try_new(spec.arrow_schema(), columns)
+            .map_err(|e| CompactError::Internal(e.to_string()))
+    }
+}
+
+/// The ids of every row in the table.
+pub(crate) async fn read_ids(table: &Table) -> Result<HashSet<String>, CompactError> {
+    let files = table.files().await?;
+    let mut ids = HashSet::new();
+    table
+        .scan_column(&files, ID_COLUMN, |file, batches| {
+            for batch in batches {
+                let column = batch
+                    .column_by_name(ID_COLUMN)
+                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                    .ok_or_else(|| CompactError::Incompatible {
+                        location: table.display.clone(),
+                        reason: format!("file {}: no Utf8 'id' column", file.path),
+                    })?;
+                ids.extend(column.iter().flatten().map(str::to_string));
+            }
+            Ok(())
+        })
+        .await?;
+    Ok(ids)
+}
+
+async fn read_labels(
+    location: &str,
+    options: &std::collections::HashMap<String, String>,
+) -> Result<Labels, CompactError> {
+    let err = |reason: String| CompactError::Labels {
+        location: crate::error::redact(location),
+        reason,
+    };
+    let bytes = if location.contains("://") {
+        let loc = location::open_store(location, false, options)?;
+        loc.store
+            .get(&loc.prefix)
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .bytes()
+            .await
+            .map_err(|e| err(e.to_string()))?
+            .to_vec()
+    } else {
+        std::fs::read(location).map_err(|e| err(e.to_string()))?
+    };
+    let text = String::from_utf8(bytes).map_err(|_| err("not UTF-8 text".into()))?;
+    Labels::parse(&text, &crate::error::redact(location))
+}

@@ -1,0 +1,151 @@
+//! Turning the locations users type (local paths, `az://`, `abfss://`, `s3://`, `gs://`,
+//! `file://` URLs) into object stores and Delta table URLs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Once};
+
+use object_store::ObjectStore;
+use object_store::path::Path;
+use url::Url;
+
+use crate::error::{CompactError, redact};
+
+/// Prefixes of the environment variables object_store and deltalake read their settings from.
+const ENV_PREFIXES: [&str; 4] = ["AZURE_", "AWS_", "GOOGLE_", "OBJECT_STORE_"];
+
+/// Registers deltalake's Azure and GCS handlers once, so `az://`, `abfss://` and `gs://`
+/// tables open.
+pub(crate) fn register_handlers() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        deltalake::azure::register_handlers(None);
+        deltalake::gcp::register_handlers(None);
+    });
+}
+
+/// Storage settings: the standard environment variables, overridden by explicit options.
+pub(crate) fn storage_options(explicit: &HashMap<String, String>) -> HashMap<String, String> {
+    let mut options: HashMap<String, String> = std::env::vars()
+        .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect();
+    options.extend(explicit.iter().map(|(k, v)| (k.clone(), v.clone())));
+    options
+}
+
+/// Parses a location into a URL; a path without a scheme is a local path (made absolute).
+pub(crate) fn to_url(location: &str, is_dir: bool) -> Result<Url, CompactError> {
+    let invalid = |reason: String| CompactError::InvalidLocation {
+        location: redact(location),
+        reason,
+    };
+    if location.contains("://") {
+        let url = Url::parse(location).map_err(|e| invalid(e.to_string()))?;
+        return match url.scheme() {
+            "file" | "az" | "azure" | "abfs" | "abfss" | "adl" | "s3" | "s3a" | "gs" | "http"
+            | "https" | "memory" => Ok(url),
+            other => Err(invalid(format!("unsupported scheme '{other}'"))),
+        };
+    }
+    let path = std::path::absolute(location).map_err(|e| invalid(e.to_string()))?;
+    let url = if is_dir {
+        Url::from_directory_path(&path)
+    } else {
+        Url::from_file_path(&path)
+    };
+    url.map_err(|_| invalid("not an absolute path".into()))
+}
+
+/// An object store and the prefix inside it.
+pub(crate) struct Location {
+    pub store: Arc<dyn ObjectStore>,
+    pub prefix: Path,
+    /// For messages: the location without its query string.
+    pub display: String,
+}
+
+/// Opens the object store behind a source prefix or a single object.
+pub(crate) fn open_store(
+    location: &str,
+    is_dir: bool,
+    options: &HashMap<String, String>,
+) -> Result<Location, CompactError> {
+    let url = to_url(location, is_dir)?;
+    let display = redact(location);
+    if url.scheme() == "file" {
+        let path = url
+            .to_file_path()
+            .map_err(|_| CompactError::InvalidLocation {
+                location: display.clone(),
+                reason: "not a local path".into(),
+            })?;
+        let meta = std::fs::metadata(&path).map_err(|e| CompactError::InvalidLocation {
+            location: display.clone(),
+            reason: e.to_string(),
+        })?;
+        if is_dir && !meta.is_dir() {
+            return Err(CompactError::InvalidLocation {
+                location: display,
+                reason: "not a directory".into(),
+            });
+        }
+    }
+    let (store, prefix) = object_store::parse_url_opts(&url, options.iter()).map_err(|e| {
+        CompactError::InvalidLocation {
+            location: display.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+    Ok(Location {
+        store: Arc::from(store),
+        prefix,
+        display,
+    })
+}
+
+/// The URL of a Delta table; a local directory is created if missing.
+pub(crate) fn table_url(location: &str) -> Result<Url, CompactError> {
+    let url = to_url(location, true)?;
+    if url.scheme() == "file" {
+        if let Ok(path) = url.to_file_path() {
+            std::fs::create_dir_all(&path).map_err(|e| CompactError::InvalidLocation {
+                location: redact(location),
+                reason: format!("cannot create the table directory: {e}"),
+            })?;
+        }
+    }
+    Ok(url)
+}
+
+/// FNV-1a: a hash that is the same on every machine and Rust version, for `--shard`.
+pub(crate) fn stable_hash(key: &str) -> u64 {
+    key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_parse() {
+        assert_eq!(to_url("/data/x", true).unwrap().as_str(), "file:///data/x/");
+        assert_eq!(
+            to_url("az://cubes/train", true).unwrap().as_str(),
+            "az://cubes/train"
+        );
+        let e = to_url("ftp://host/x", true).unwrap_err().to_string();
+        assert!(e.contains("unsupported scheme 'ftp'"), "{e}");
+        let e = to_url("az://c/x?sig=SECRET&x=1 %", true)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("SECRET"), "{e}");
+    }
+
+    #[test]
+    fn stable_hash_is_fnv1a() {
+        assert_eq!(stable_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(stable_hash("a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

@@ -1,0 +1,330 @@
+//! Opening, creating, reading and committing to the Delta table.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use deltalake::kernel::Action;
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
+use deltalake::kernel::{StructType, engine::arrow_conversion::TryIntoKernel};
+use deltalake::operations::create::CreateBuilder;
+use deltalake::protocol::DeltaOperation;
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use parquet::file::metadata::ParquetMetaData;
+use url::Url;
+use voxlake_format::reader::ObjectFileReader;
+use voxlake_format::{Layout, TensorSpec};
+
+use crate::error::{CompactError, redact};
+
+/// Delta's own settings voxlake puts on every table it creates: statistics only for the
+/// small columns (min/max of tensor bytes would be useless and large).
+const DELTA_CONFIGURATION: [(&str, &str); 1] = [("delta.dataSkippingStatsColumns", "id,label")];
+
+/// Reads of footers and small columns in flight at once.
+pub(crate) const READ_CONCURRENCY: usize = 16;
+
+/// A table handle and the location used in messages.
+pub(crate) struct Table {
+    pub table: DeltaTable,
+    pub display: String,
+}
+
+/// One active data file, as the log records it.
+#[derive(Debug, Clone)]
+pub(crate) struct DataFile {
+    /// Path relative to the table root (the add action's path).
+    pub path: String,
+    pub object_path: Path,
+    pub size: u64,
+}
+
+impl Table {
+    pub fn error(&self, source: DeltaTableError) -> CompactError {
+        CompactError::Table {
+            location: self.display.clone(),
+            source,
+        }
+    }
+
+    /// Opens the table at `url`; `Ok(None)` if there is no Delta table there yet.
+    pub async fn open(
+        url: &Url,
+        display: &str,
+        options: &HashMap<String, String>,
+    ) -> Result<Option<Table>, CompactError> {
+        crate::location::register_handlers();
+        let err = |source| CompactError::Table {
+            location: display.to_string(),
+            source,
+        };
+        let mut table = DeltaTableBuilder::from_url(url.clone())
+            .map_err(err)?
+            .with_storage_options(options.clone())
+            .build()
+            .map_err(err)?;
+        // Ask first: loading a missing table makes the kernel log an error.
+        if !table.verify_deltatable_existence().await.map_err(err)? {
+            return Ok(None);
+        }
+        match table.load().await {
+            Ok(()) => Ok(Some(Table {
+                table,
+                display: display.to_string(),
+            })),
+            Err(DeltaTableError::NotATable(_)) => Ok(None),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// Creates the table for `spec` (version 0); if another writer created it first, opens
+    /// theirs and checks it holds the same spec.
+    pub async fn create(
+        url: &Url,
+        display: &str,
+        options: &HashMap<String, String>,
+        spec: &TensorSpec,
+    ) -> Result<Table, CompactError> {
+        crate::location::register_handlers();
+        let err = |source| CompactError::Table {
+            location: display.to_string(),
+            source,
+        };
+        let schema: StructType = spec
+            .arrow_schema()
+            .as_ref()
+            .try_into_kernel()
+            .map_err(|e: arrow_schema::ArrowError| err(e.into()))?;
+        let mut configuration: HashMap<String, Option<String>> = spec
+            .table_configuration()
+            .into_iter()
+            .map(|(k, v)| (k, Some(v)))
+            .collect();
+        for (k, v) in DELTA_CONFIGURATION {
+            configuration.insert(k.to_string(), Some(v.to_string()));
+        }
+        let created = CreateBuilder::new()
+            .with_location(url.as_str())
+            .with_storage_options(options.clone())
+            .with_columns(schema.fields().cloned())
+            .with_configuration(configuration)
+            // The voxlake.* keys are not Delta properties; readers ignore them.
+            .with_raise_if_key_not_exists(false)
+            // A lost race must fail, not re-commit the metadata as the next version.
+            .with_commit_properties(commit_properties("create").with_max_retries(0))
+            .await;
+        match created {
+            Ok(table) => Ok(Table {
+                table,
+                display: display.to_string(),
+            }),
+            Err(e) => {
+                // A concurrent `--shard` run may have created it: use theirs if it fits.
+                match Table::open(url, display, options).await? {
+                    Some(table) if table.spec()? == *spec => Ok(table),
+                    Some(table) => Err(CompactError::Incompatible {
+                        location: display.to_string(),
+                        reason: format!(
+                            "created concurrently with tensors {}, this run has {spec}",
+                            table.spec()?
+                        ),
+                    }),
+                    None => Err(err(e)),
+                }
+            }
+        }
+    }
+
+    /// The tensor spec recorded in the table configuration.
+    pub fn spec(&self) -> Result<TensorSpec, CompactError> {
+        let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
+        TensorSpec::from_table_configuration(snapshot.metadata().configuration()).map_err(|e| {
+            CompactError::Incompatible {
+                location: self.display.clone(),
+                reason: e.to_string(),
+            }
+        })
+    }
+
+    pub fn version(&self) -> u64 {
+        self.table.version().unwrap_or(0)
+    }
+
+    /// The active data files of the loaded snapshot, from the log (no listing).
+    pub async fn files(&self) -> Result<Vec<DataFile>, CompactError> {
+        let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
+        let log_store = self.table.log_store();
+        let views: Vec<_> = snapshot
+            .snapshot()
+            .file_views(log_store.as_ref(), None)
+            .try_collect()
+            .await
+            .map_err(|e| self.error(e))?;
+        let mut files: Vec<DataFile> = views
+            .iter()
+            .map(|f| DataFile {
+                path: f.path().to_string(),
+                object_path: f.object_store_path(),
+                size: f.size() as u64,
+            })
+            .collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(files)
+    }
+
+    fn reader(&self, file: &DataFile) -> ObjectFileReader {
+        ObjectFileReader::new(
+            self.table.object_store(),
+            file.object_path.clone(),
+            file.size,
+        )
+    }
+
+    fn parquet_error(
+        &self,
+        file: &DataFile,
+        source: parquet::errors::ParquetError,
+    ) -> CompactError {
+        CompactError::Parquet {
+            location: self.display.clone(),
+            file: file.path.clone(),
+            source,
+        }
+    }
+
+    /// Reads a file's footer.
+    pub async fn footer(&self, file: &DataFile) -> Result<Arc<ParquetMetaData>, CompactError> {
+        use parquet::arrow::async_reader::AsyncFileReader;
+        self.reader(file)
+            .get_metadata(None)
+            .await
+            .map_err(|e| self.parquet_error(file, e))
+    }
+
+    /// Streams the record batches of one file, only `columns` (all if `None`), `batch_rows`
+    /// rows at a time.
+    pub async fn read_file(
+        &self,
+        file: &DataFile,
+        columns: Option<&[&str]>,
+        batch_rows: usize,
+    ) -> Result<Vec<RecordBatch>, CompactError> {
+        let perr = |e| self.parquet_error(file, e);
+        let builder = ParquetRecordBatchStreamBuilder::new(self.reader(file))
+            .await
+            .map_err(perr)?;
+        let builder = match columns {
+            Some(columns) => {
+                let mask =
+                    ProjectionMask::columns(builder.parquet_schema(), columns.iter().copied());
+                builder.with_projection(mask)
+            }
+            None => builder,
+        };
+        let stream = builder.with_batch_size(batch_rows).build().map_err(perr)?;
+        stream.try_collect().await.map_err(perr)
+    }
+
+    /// Reads one column of every file, `READ_CONCURRENCY` files at a time, and hands each
+    /// file's batches to `f` in file order.
+    pub async fn scan_column(
+        &self,
+        files: &[DataFile],
+        column: &str,
+        mut f: impl FnMut(&DataFile, Vec<RecordBatch>) -> Result<(), CompactError>,
+    ) -> Result<(), CompactError> {
+        let mut reads = futures::stream::iter(files)
+            .map(|file| async move {
+                let batches = self.read_file(file, Some(&[column]), 8192).await?;
+                Ok::<_, CompactError>((file, batches))
+            })
+            .buffered(READ_CONCURRENCY);
+        while let Some(result) = reads.next().await {
+            let (file, batches) = result?;
+            f(file, batches)?;
+        }
+        Ok(())
+    }
+}
+
+impl Table {
+    /// Commits `actions` as one new version (all or nothing) and moves the handle to it.
+    ///
+    /// With `blind_append`, a conflict with a concurrent metadata commit (another `--shard`
+    /// run creating the table) is retried on the new snapshot once the spec is checked
+    /// unchanged: appended files cannot clash with anything. Other commits (optimize) are
+    /// never retried that way, since their removes were planned on the old snapshot.
+    pub async fn commit(
+        &mut self,
+        actions: Vec<Action>,
+        operation: DeltaOperation,
+        voxlake_operation: &str,
+        blind_append: bool,
+    ) -> Result<u64, CompactError> {
+        let spec = self.spec()?;
+        let mut attempts = 0;
+        loop {
+            let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
+            let result = CommitBuilder::from(commit_properties(voxlake_operation))
+                .with_actions(actions.clone())
+                .build(Some(snapshot), self.table.log_store(), operation.clone())
+                .await;
+            match result {
+                Ok(finalized) => {
+                    self.table.state = Some(finalized.snapshot());
+                    return Ok(finalized.version());
+                }
+                Err(DeltaTableError::Transaction {
+                    source: TransactionError::CommitConflict(conflict),
+                }) if blind_append && attempts < 5 => {
+                    attempts += 1;
+                    tracing::debug!(%conflict, attempts, "append conflicted, retrying on a fresh snapshot");
+                    self.table.update_state().await.map_err(|e| self.error(e))?;
+                    if self.spec()? != spec {
+                        return Err(CompactError::Incompatible {
+                            location: self.display.clone(),
+                            reason: "the tensor spec changed during the run".into(),
+                        });
+                    }
+                }
+                Err(e) => return Err(self.error(e)),
+            }
+        }
+    }
+}
+
+/// Commit properties that record which voxlake operation wrote a version.
+pub(crate) fn commit_properties(operation: &str) -> CommitProperties {
+    CommitProperties::default().with_metadata([
+        (
+            "voxlake.operation".to_string(),
+            serde_json::json!(operation),
+        ),
+        (
+            "voxlake.version".to_string(),
+            serde_json::json!(env!("CARGO_PKG_VERSION")),
+        ),
+    ])
+}
+
+/// Writer properties and target size for new files.
+pub(crate) fn writer_for(
+    table: &Table,
+    layout: &Layout,
+) -> Result<deltalake::writer::RecordBatchWriter, CompactError> {
+    Ok(
+        deltalake::writer::RecordBatchWriter::for_table(&table.table)
+            .map_err(|e| table.error(e))?
+            .with_writer_properties(layout.writer_properties())
+            .with_target_file_size(layout.target_file_bytes),
+    )
+}
+
+/// `Path`s are shown relative to the table in messages.
+pub(crate) fn redact_url(url: &Url) -> String {
+    redact(url.as_str())
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite. Installs what the tests need (the Python interop environment), then
+# runs every Rust test: unit, integration, doc tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Builds live outside the clone so CI runs on this machine reuse them.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
+
+# Python interop: the real deltalake and pyarrow from PyPI, pinned, in a project-local venv.
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+export VOXLAKE_PYTHON="$PWD/.venv/bin/python"
+
+cargo fmt --all -- --check
+cargo test --workspace --all-features "$@"

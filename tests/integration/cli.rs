@@ -1,0 +1,180 @@
+//! The `compact` binary: JSON summary, error lines and exit codes, kill and re-run.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use voxlake::compact::synth;
+
+use crate::common::{assert_table_holds_cubes, commits, compact_bin, python};
+
+#[tokio::test]
+async fn json_summary_has_the_documented_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 10, 1).unwrap();
+    let table = dir.path().join("table");
+    let out = Command::new(compact_bin())
+        .args([
+            "convert",
+            data.cubes.to_str().unwrap(),
+            table.to_str().unwrap(),
+        ])
+        .args([
+            "--labels",
+            data.labels.to_str().unwrap(),
+            "--json",
+            "--row-group-rows",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "files",
+        "rows",
+        "bytes_read",
+        "bytes_written",
+        "seconds",
+        "version",
+        "skipped",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    assert_eq!(v["files"], 10);
+    assert_eq!(v["version"], 1);
+    assert_eq!(v["skipped"], serde_json::json!([]));
+
+    let out = Command::new(compact_bin())
+        .args(["inspect", table.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["rows"], 10);
+    assert_eq!(v["row_groups"], 3);
+    assert_eq!(v["shape"], serde_json::json!([30, 30, 10, 10]));
+}
+
+#[tokio::test]
+async fn bad_input_is_one_error_line_and_a_failure_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("broken.npy"), b"\x93NUMPY\x01\x00\xff").unwrap();
+    let table = dir.path().join("table");
+    let out = Command::new(compact_bin())
+        .args(["convert", src.to_str().unwrap(), table.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("error: broken.npy: truncated"),
+        "{stderr}"
+    );
+    assert_eq!(commits(&table), 0, "nothing may be committed");
+
+    let out = Command::new(compact_bin())
+        .args(["convert", "az://x/y", "/dev/null/table", "--shard", "3/2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the index must be below the count"));
+}
+
+#[tokio::test]
+async fn killed_runs_resume_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let count = 120;
+    let data = synth::generate(dir.path(), count, 21).unwrap();
+    let table = dir.path().join("table");
+    let convert = || {
+        let mut cmd = Command::new(compact_bin());
+        cmd.args([
+            "convert",
+            data.cubes.to_str().unwrap(),
+            table.to_str().unwrap(),
+        ])
+        .args(["--labels", data.labels.to_str().unwrap()])
+        // One ~2 MB file per commit and a slow pace: many commits to land between.
+        .args([
+            "--row-group-rows",
+            "2",
+            "--target-file-mb",
+            "1.5",
+            "--files-per-commit",
+            "1",
+        ])
+        .args(["--concurrency", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        cmd
+    };
+    // Kill three times at growing depths: before the table exists, after a few commits, later.
+    for target_commits in [0, 3, 8] {
+        let mut child = convert().spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while commits(&table) < target_commits && Instant::now() < deadline {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().ok();
+        child.wait().unwrap();
+    }
+    let partial = crate::common::read_table(&table).await.len();
+    assert!(
+        partial > 0 && partial < count,
+        "the runs were meant to be cut short: {partial} rows"
+    );
+    let status = convert().status().unwrap();
+    assert!(status.success());
+    assert_table_holds_cubes(&table, 21, count).await;
+}
+
+#[tokio::test]
+async fn python_deltalake_and_pyarrow_read_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 50, 13).unwrap();
+    let table = dir.path().join("table");
+    let out = Command::new(compact_bin())
+        .args([
+            "convert",
+            data.cubes.to_str().unwrap(),
+            table.to_str().unwrap(),
+        ])
+        .args([
+            "--labels",
+            data.labels.to_str().unwrap(),
+            "--target-file-mb",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/check_table.py");
+    let out = Command::new(python())
+        .arg(script)
+        .args([&table, &data.cubes, &data.labels])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python check failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.trim(), "ok 50");
+}

@@ -1,0 +1,128 @@
+//! Helpers shared by the integration tests.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use arrow::array::{Array, BinaryArray, Int64Array, StringArray};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use voxlake::compact::synth;
+
+/// One row of a table as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub label: Option<i64>,
+    pub tensor: Vec<u8>,
+}
+
+/// Reads every row of the table at its latest version: id → row. Panics on a duplicate id.
+pub async fn read_table(table: &Path) -> HashMap<String, Row> {
+    let url = url_of(table);
+    let t = deltalake::open_table(url).await.expect("table opens");
+    let mut rows = HashMap::new();
+    for uri in t.get_file_uris().expect("file uris") {
+        let path = uri.strip_prefix("file://").unwrap_or(&uri).to_string();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let ids = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap();
+            let labels = batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            let tensors = batch
+                .column(2)
+                .as_any()
+                .downcast_ref::<BinaryArray>()
+                .unwrap();
+            for i in 0..batch.num_rows() {
+                let row = Row {
+                    label: (!labels.is_null(i)).then(|| labels.value(i)),
+                    tensor: tensors.value(i).to_vec(),
+                };
+                let previous = rows.insert(ids.value(i).to_string(), row);
+                assert!(previous.is_none(), "id {} appears twice", ids.value(i));
+            }
+        }
+    }
+    rows
+}
+
+pub fn url_of(dir: &Path) -> url::Url {
+    url::Url::from_directory_path(dir).unwrap()
+}
+
+/// The f32 little-endian bytes of synthetic cube `index`.
+pub fn cube_bytes(seed: u64, index: usize) -> (i64, Vec<u8>) {
+    let (label, values) = synth::cube(seed, index as u64);
+    (label, values.iter().flat_map(|v| v.to_le_bytes()).collect())
+}
+
+/// Asserts that the table holds exactly synthetic cubes `0..count` of `seed`, value for value.
+pub async fn assert_table_holds_cubes(table: &Path, seed: u64, count: usize) {
+    let rows = read_table(table).await;
+    assert_eq!(rows.len(), count, "row count");
+    for i in 0..count {
+        let name = synth::cube_name(i);
+        let row = rows.get(&name).unwrap_or_else(|| panic!("{name} missing"));
+        let (label, bytes) = cube_bytes(seed, i);
+        assert_eq!(row.label, Some(label), "{name} label");
+        assert!(row.tensor == bytes, "{name} values differ");
+    }
+}
+
+/// The number of committed versions in a local table's log.
+pub fn commits(table: &Path) -> usize {
+    std::fs::read_dir(table.join("_delta_log"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// The `compact` binary, built once if the test run did not build it.
+pub fn compact_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        // target/<profile>/deps/integration-… → target/<profile>/compact
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "voxlake-compact", "--bin", "compact"]);
+        if profile_dir.ends_with("release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
+        assert!(status.success(), "building the compact binary failed");
+        let bin = profile_dir.join("compact");
+        assert!(bin.exists(), "{} missing", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// The project's Python with deltalake and pyarrow (scripts/test.sh installs it).
+pub fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("VOXLAKE_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    assert!(
+        local.exists(),
+        "no Python test environment: run scripts/test.sh (it installs .venv) or set VOXLAKE_PYTHON"
+    );
+    local
+}
