@@ -193,12 +193,17 @@ impl Compactor {
             Casting::Safe
         };
         let spec = Arc::new(spec);
+        let spec_for_reads = spec.clone();
         let store = src.store.clone();
         let src_display: Arc<str> = src.display.trim_end_matches('/').into();
-        let mut rows = futures::stream::iter(objects)
-            .map(|object| {
+        // Reading and decoding run in their own task, so they go on while the writer waits
+        // on the store; the channel bounds what is read ahead.
+        let concurrency = self.concurrency.max(1);
+        let (tx, mut rows) = tokio::sync::mpsc::channel(concurrency);
+        let reads = futures::stream::iter(objects)
+            .map(move |object| {
                 let store = store.clone();
-                let spec = spec.clone();
+                let spec = spec_for_reads.clone();
                 let labels = labels.clone();
                 let src_display = src_display.clone();
                 async move {
@@ -215,16 +220,30 @@ impl Compactor {
                         Ok(b) => b,
                         Err(e) => return (key, Err(e)),
                     };
-                    // Decoding is CPU work: keep it off the I/O threads.
-                    let decoded = tokio::task::spawn_blocking(move || {
+                    let ready = NpyArray::parse(&bytes).is_ok_and(|a| a.is_le_c(spec.dtype()));
+                    let decoded = if ready {
+                        // Nothing to convert: a slice of the download.
                         decode(object, bytes, &spec, casting, labels.as_deref())
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(CompactError::Internal(e.to_string())));
+                    } else {
+                        // Conversion is CPU work: keep it off the I/O threads.
+                        tokio::task::spawn_blocking(move || {
+                            decode(object, bytes, &spec, casting, labels.as_deref())
+                        })
+                        .await
+                        .unwrap_or_else(|e| Err(CompactError::Internal(e.to_string())))
+                    };
                     (key, decoded)
                 }
             })
-            .buffered(self.concurrency.max(1));
+            .buffered(concurrency);
+        let producer = AbortOnDrop(tokio::spawn(async move {
+            let mut reads = std::pin::pin!(reads);
+            while let Some(item) = reads.next().await {
+                if tx.send(item).await.is_err() {
+                    break; // the writer stopped
+                }
+            }
+        }));
 
         let mut writer = writer_for(&table, &self.layout)?;
         let mut batch = BatchBuilder::new(self.layout.row_group_rows, spec.nbytes());
@@ -235,7 +254,7 @@ impl Compactor {
             .saturating_mul(self.files_per_commit as u64);
 
         let result: Result<(), CompactError> = async {
-            while let Some((key, decoded)) = rows.next().await {
+            while let Some((key, decoded)) = rows.recv().await {
                 match decoded {
                     Ok(row) => {
                         window.bytes_read += row.bytes_read;
@@ -276,6 +295,7 @@ impl Compactor {
             Ok(())
         }
         .await;
+        drop(producer);
         if let Err(e) = result {
             // Nothing of the open window is committed; uploads in progress are aborted.
             writer.reset();
@@ -380,6 +400,15 @@ impl Compactor {
 
     fn report(&self, summary: &ConvertSummary, total: usize) {
         self.report_progress(summary, &Window::default(), total);
+    }
+}
+
+/// Aborts a spawned task when dropped (an error or a dropped future ends the reads too).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
