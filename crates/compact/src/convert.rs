@@ -19,9 +19,9 @@ use voxlake_format::{Casting, ID_COLUMN, TensorSpec};
 
 use crate::error::CompactError;
 use crate::labels::Labels;
-use crate::location::{self, stable_hash};
 use crate::table::{Table, writer_for};
 use crate::{Compactor, OnError, Progress};
+use voxlake_stream::location::{self, stable_hash};
 
 /// What a conversion did.
 #[derive(Debug, Clone, Serialize)]
@@ -526,10 +526,10 @@ impl BatchBuilder {
 
 /// The ids of every row in the table.
 pub(crate) async fn read_ids(table: &Table) -> Result<HashSet<String>, CompactError> {
-    let files = table.files().await?;
+    let snapshot = table.snapshot().await?;
     let mut ids = HashSet::new();
-    table
-        .scan_column(&files, ID_COLUMN, |file, batches| {
+    snapshot
+        .scan_column(ID_COLUMN, |file, batches| {
             for batch in batches {
                 let column = batch
                     .column_by_name(ID_COLUMN)
@@ -540,7 +540,7 @@ pub(crate) async fn read_ids(table: &Table) -> Result<HashSet<String>, CompactEr
                     })?;
                 ids.extend(column.iter().flatten().map(str::to_string));
             }
-            Ok(())
+            Ok::<_, CompactError>(())
         })
         .await?;
     Ok(ids)
@@ -551,7 +551,7 @@ async fn read_labels(
     options: &std::collections::HashMap<String, String>,
 ) -> Result<Labels, CompactError> {
     let err = |reason: String| CompactError::Labels {
-        location: crate::error::redact(location),
+        location: voxlake_stream::redact(location),
         reason,
     };
     let bytes = if location.contains("://") {
@@ -568,5 +568,5 @@ async fn read_labels(
         std::fs::read(location).map_err(|e| err(e.to_string()))?
     };
     let text = String::from_utf8(bytes).map_err(|_| err("not UTF-8 text".into()))?;
-    Labels::parse(&text, &crate::error::redact(location))
+    Labels::parse(&text, &voxlake_stream::redact(location))
 }

@@ -2,6 +2,7 @@
 
 use deltalake::DeltaTableError;
 use voxlake_format::{DType, FormatError};
+use voxlake_stream::{StreamError, store_error_is_transient};
 
 /// Everything that can go wrong while converting, optimizing or inspecting a table.
 ///
@@ -10,14 +11,6 @@ use voxlake_format::{DType, FormatError};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CompactError {
-    /// A source, table or labels location that cannot be used.
-    #[error("invalid location '{location}': {reason}")]
-    InvalidLocation {
-        /// The location as given (query string removed).
-        location: String,
-        /// What is wrong with it.
-        reason: String,
-    },
     /// A source object that is not a valid `.npy` file.
     #[error("{key}: {source}")]
     Npy {
@@ -88,16 +81,9 @@ pub enum CompactError {
         /// deltalake's error.
         source: DeltaTableError,
     },
-    /// A data file of the table could not be read.
-    #[error("table {location}, file {file}: {source}")]
-    Parquet {
-        /// The table location.
-        location: String,
-        /// The file's path relative to the table.
-        file: String,
-        /// parquet's error.
-        source: parquet::errors::ParquetError,
-    },
+    /// Opening a location or reading the table failed (see [`StreamError`]).
+    #[error(transparent)]
+    Read(#[from] StreamError),
     /// The table exists but does not fit the request (not a voxlake table, other dtype).
     #[error("table {location}: {reason}")]
     Incompatible {
@@ -124,38 +110,8 @@ impl CompactError {
                 }
                 _ => false,
             },
-            CompactError::Parquet { source, .. } => match source {
-                parquet::errors::ParquetError::External(e) => e
-                    .downcast_ref::<object_store::Error>()
-                    .is_some_and(store_error_is_transient),
-                _ => false,
-            },
+            CompactError::Read(e) => e.is_transient(),
             _ => false,
         }
-    }
-}
-
-/// object_store already retried the request; what is left is transient only if it is not a
-/// definite answer from the service.
-fn store_error_is_transient(e: &object_store::Error) -> bool {
-    !matches!(
-        e,
-        object_store::Error::NotFound { .. }
-            | object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. }
-            | object_store::Error::InvalidPath { .. }
-            | object_store::Error::NotSupported { .. }
-            | object_store::Error::NotImplemented { .. }
-            | object_store::Error::UnknownConfigurationKey { .. }
-            | object_store::Error::AlreadyExists { .. }
-            | object_store::Error::Precondition { .. }
-    )
-}
-
-/// A location for messages: the query string (which may hold a SAS token) removed.
-pub(crate) fn redact(location: &str) -> String {
-    match location.split_once('?') {
-        Some((head, _)) => format!("{head}?<redacted>"),
-        None => location.to_string(),
     }
 }

@@ -9,8 +9,7 @@ use voxlake_format::LABEL_COLUMN;
 
 use crate::Compactor;
 use crate::error::CompactError;
-use crate::location;
-use crate::table::READ_CONCURRENCY;
+use voxlake_stream::{READ_CONCURRENCY, location};
 
 /// One data file of a table.
 #[derive(Debug, Clone, Serialize)]
@@ -57,12 +56,13 @@ impl Compactor {
         let options = location::storage_options(&self.storage_options);
         let table = self.open_existing(&options).await?;
         let spec = table.spec()?;
-        let files = table.files().await?;
+        let snapshot = table.snapshot().await?;
+        let files = snapshot.files();
 
-        let mut footers = futures::stream::iter(&files)
-            .map(|file| {
-                let table = &table;
-                async move { table.footer(file).await.map(|m| (file, m)) }
+        let mut footers = futures::stream::iter(0..files.len())
+            .map(|index| {
+                let snapshot = &snapshot;
+                async move { snapshot.footer(index).await.map(|m| (&files[index], m)) }
             })
             .buffered(READ_CONCURRENCY);
         let mut file_list = Vec::with_capacity(files.len());
@@ -85,8 +85,8 @@ impl Compactor {
         }
 
         let mut labels = BTreeMap::new();
-        table
-            .scan_column(&files, LABEL_COLUMN, |file, batches| {
+        snapshot
+            .scan_column(LABEL_COLUMN, |file, batches| {
                 for batch in batches {
                     let column = batch
                         .column(0)
@@ -101,7 +101,7 @@ impl Compactor {
                         *labels.entry(key).or_insert(0) += 1;
                     }
                 }
-                Ok(())
+                Ok::<_, CompactError>(())
             })
             .await?;
 

@@ -41,7 +41,6 @@ mod convert;
 mod error;
 mod inspect;
 mod labels;
-mod location;
 mod optimize;
 pub mod synth;
 mod table;
@@ -101,7 +100,7 @@ impl std::fmt::Debug for Compactor {
         let mut keys: Vec<&String> = self.storage_options.keys().collect();
         keys.sort();
         f.debug_struct("Compactor")
-            .field("table", &error::redact(&self.table))
+            .field("table", &voxlake_stream::redact(&self.table))
             .field("storage_option_keys", &keys)
             .field("layout", &self.layout)
             .field("labels", &self.labels)

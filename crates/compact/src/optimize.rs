@@ -15,8 +15,9 @@ use serde::Serialize;
 
 use crate::Compactor;
 use crate::error::CompactError;
-use crate::location;
-use crate::table::{DataFile, Table, writer_for};
+use voxlake_stream::location;
+
+use crate::table::{Table, writer_for};
 
 /// What an optimize run did.
 #[derive(Debug, Clone, Serialize)]
@@ -71,7 +72,8 @@ impl Compactor {
         let mut table = self.open_existing(&options).await?;
         // Only voxlake tables: the rewrite uses their schema and layout.
         table.spec()?;
-        let files = table.files().await?;
+        let snapshot = table.snapshot().await?;
+        let files = snapshot.files();
         let sizes: Vec<u64> = files.iter().map(|f| f.size).collect();
         let target = self.layout.target_file_bytes;
         let bins = plan_bins(&sizes, target);
@@ -87,7 +89,7 @@ impl Compactor {
         };
         tracing::info!(files = files.len(), bins = bins.len(), "optimize plan");
         for chunk in bins.chunks(self.files_per_commit.max(1)) {
-            let members: Vec<&DataFile> = chunk.iter().flatten().map(|&i| &files[i]).collect();
+            let members: Vec<_> = chunk.iter().flatten().map(|&i| &files[i]).collect();
             // One writer per bin: each bin becomes one file, and first-fit-decreasing bins
             // never fit together, so a second optimize finds nothing to do.
             let mut adds = Vec::new();
@@ -95,11 +97,11 @@ impl Compactor {
             for bin in chunk {
                 let mut writer = writer_for(&table, &self.layout)?;
                 let written: Result<(), CompactError> = async {
-                    for file in bin.iter().map(|&i| &files[i]) {
-                        for batch in table
+                    for &file in bin {
+                        let batches = snapshot
                             .read_file(file, None, self.layout.row_group_rows)
-                            .await?
-                        {
+                            .await?;
+                        for batch in batches {
                             rows += batch.num_rows();
                             writer.write(batch).await.map_err(|e| table.error(e))?;
                         }

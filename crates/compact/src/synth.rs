@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use voxlake_format::DType;
 use voxlake_format::npy::{EncodeOptions, encode};
+use voxlake_stream::plan::SeededRng as Rng;
 
 /// The reference cube shape: 30 × 30 × 10 voxels × 10 channels.
 pub const REFERENCE_SHAPE: [usize; 4] = [30, 30, 10, 10];
@@ -27,29 +28,10 @@ pub struct SynthDataset {
     pub positives: usize,
 }
 
-/// A small, fast, portable generator (SplitMix64).
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub(crate) fn uniform(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    /// Approximately standard normal (sum of four uniforms; cheap and smooth enough for noise).
-    pub(crate) fn normal(&mut self) -> f32 {
-        let s: f32 = (0..4).map(|_| self.uniform()).sum();
-        (s - 2.0) * 1.732_050_8
-    }
+/// Approximately standard normal (sum of four uniforms: cheap and smooth enough for noise).
+fn normal(rng: &mut Rng) -> f32 {
+    let s: f32 = (0..4).map(|_| rng.uniform()).sum();
+    (s - 2.0) * 1.732_050_8
 }
 
 /// The label and values (C order, f32) of cube `index` of the dataset `seed`, shape
@@ -66,10 +48,10 @@ pub fn cube(seed: u64, index: u64) -> (i64, Vec<f32>) {
     };
     let mut values = vec![0f32; nx * ny * nz * nc];
     for _ in 0..3 {
-        let amplitude = rng.normal();
+        let amplitude = normal(&mut rng);
         let (u, v, w) = (wave(&mut rng, nx), wave(&mut rng, ny), wave(&mut rng, nz));
         let mix: Vec<f32> = (0..nc)
-            .map(|_| amplitude * (0.6 + 0.4 * rng.normal()))
+            .map(|_| amplitude * (0.6 + 0.4 * normal(&mut rng)))
             .collect();
         add_separable(&mut values, &u, &v, &w, &mix);
     }
@@ -93,7 +75,7 @@ pub fn cube(seed: u64, index: u64) -> (i64, Vec<f32>) {
         add_separable(&mut values, &u, &v, &w, &mix);
     }
     for v in &mut values {
-        *v += 0.3 * rng.normal();
+        *v += 0.3 * normal(&mut rng);
     }
     (label, values)
 }

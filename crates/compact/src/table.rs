@@ -1,46 +1,27 @@
 //! Opening, creating, reading and committing to the Delta table.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use deltalake::kernel::Action;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
 use deltalake::kernel::{StructType, engine::arrow_conversion::TryIntoKernel};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::protocol::DeltaOperation;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
-use futures::{StreamExt, TryStreamExt};
-use object_store::path::Path;
-use parquet::arrow::ProjectionMask;
-use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
-use parquet::file::metadata::ParquetMetaData;
 use url::Url;
-use voxlake_format::reader::ObjectFileReader;
 use voxlake_format::{Layout, TensorSpec};
+use voxlake_stream::{Snapshot, location, redact};
 
-use crate::error::{CompactError, redact};
+use crate::error::CompactError;
 
 /// Delta's own settings voxlake puts on every table it creates: statistics only for the
 /// small columns (min/max of tensor bytes would be useless and large).
 const DELTA_CONFIGURATION: [(&str, &str); 1] = [("delta.dataSkippingStatsColumns", "id,label")];
 
-/// Reads of footers and small columns in flight at once.
-pub(crate) const READ_CONCURRENCY: usize = 16;
-
 /// A table handle and the location used in messages.
 pub(crate) struct Table {
     pub table: DeltaTable,
     pub display: String,
-}
-
-/// One active data file, as the log records it.
-#[derive(Debug, Clone)]
-pub(crate) struct DataFile {
-    /// Path relative to the table root (the add action's path).
-    pub path: String,
-    pub object_path: Path,
-    pub size: u64,
 }
 
 impl Table {
@@ -57,7 +38,7 @@ impl Table {
         display: &str,
         options: &HashMap<String, String>,
     ) -> Result<Option<Table>, CompactError> {
-        crate::location::register_handlers();
+        location::register_handlers();
         let err = |source| CompactError::Table {
             location: display.to_string(),
             source,
@@ -89,7 +70,7 @@ impl Table {
         options: &HashMap<String, String>,
         spec: &TensorSpec,
     ) -> Result<Table, CompactError> {
-        crate::location::register_handlers();
+        location::register_handlers();
         let err = |source| CompactError::Table {
             location: display.to_string(),
             source,
@@ -154,100 +135,9 @@ impl Table {
         self.table.version().unwrap_or(0)
     }
 
-    /// The active data files of the loaded snapshot, from the log (no listing).
-    pub async fn files(&self) -> Result<Vec<DataFile>, CompactError> {
-        let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
-        let log_store = self.table.log_store();
-        let views: Vec<_> = snapshot
-            .snapshot()
-            .file_views(log_store.as_ref(), None)
-            .try_collect()
-            .await
-            .map_err(|e| self.error(e))?;
-        let mut files: Vec<DataFile> = views
-            .iter()
-            .map(|f| DataFile {
-                path: f.path().to_string(),
-                object_path: f.object_store_path(),
-                size: f.size() as u64,
-            })
-            .collect();
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(files)
-    }
-
-    fn reader(&self, file: &DataFile) -> ObjectFileReader {
-        ObjectFileReader::new(
-            self.table.object_store(),
-            file.object_path.clone(),
-            file.size,
-        )
-    }
-
-    fn parquet_error(
-        &self,
-        file: &DataFile,
-        source: parquet::errors::ParquetError,
-    ) -> CompactError {
-        CompactError::Parquet {
-            location: self.display.clone(),
-            file: file.path.clone(),
-            source,
-        }
-    }
-
-    /// Reads a file's footer.
-    pub async fn footer(&self, file: &DataFile) -> Result<Arc<ParquetMetaData>, CompactError> {
-        use parquet::arrow::async_reader::AsyncFileReader;
-        self.reader(file)
-            .get_metadata(None)
-            .await
-            .map_err(|e| self.parquet_error(file, e))
-    }
-
-    /// Streams the record batches of one file, only `columns` (all if `None`), `batch_rows`
-    /// rows at a time.
-    pub async fn read_file(
-        &self,
-        file: &DataFile,
-        columns: Option<&[&str]>,
-        batch_rows: usize,
-    ) -> Result<Vec<RecordBatch>, CompactError> {
-        let perr = |e| self.parquet_error(file, e);
-        let builder = ParquetRecordBatchStreamBuilder::new(self.reader(file))
-            .await
-            .map_err(perr)?;
-        let builder = match columns {
-            Some(columns) => {
-                let mask =
-                    ProjectionMask::columns(builder.parquet_schema(), columns.iter().copied());
-                builder.with_projection(mask)
-            }
-            None => builder,
-        };
-        let stream = builder.with_batch_size(batch_rows).build().map_err(perr)?;
-        stream.try_collect().await.map_err(perr)
-    }
-
-    /// Reads one column of every file, `READ_CONCURRENCY` files at a time, and hands each
-    /// file's batches to `f` in file order.
-    pub async fn scan_column(
-        &self,
-        files: &[DataFile],
-        column: &str,
-        mut f: impl FnMut(&DataFile, Vec<RecordBatch>) -> Result<(), CompactError>,
-    ) -> Result<(), CompactError> {
-        let mut reads = futures::stream::iter(files)
-            .map(|file| async move {
-                let batches = self.read_file(file, Some(&[column]), 8192).await?;
-                Ok::<_, CompactError>((file, batches))
-            })
-            .buffered(READ_CONCURRENCY);
-        while let Some(result) = reads.next().await {
-            let (file, batches) = result?;
-            f(file, batches)?;
-        }
-        Ok(())
+    /// The loaded version as a read-only snapshot: files from the log, cached footers, reads.
+    pub async fn snapshot(&self) -> Result<Snapshot, CompactError> {
+        Ok(Snapshot::from_table(&self.table, self.display.clone()).await?)
     }
 }
 

@@ -8,14 +8,14 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use url::Url;
 
-use crate::error::{CompactError, redact};
+use crate::error::{StreamError, redact};
 
 /// Prefixes of the environment variables object_store and deltalake read their settings from.
 const ENV_PREFIXES: [&str; 4] = ["AZURE_", "AWS_", "GOOGLE_", "OBJECT_STORE_"];
 
 /// Registers deltalake's Azure and GCS handlers once, so `az://`, `abfss://` and `gs://`
 /// tables open.
-pub(crate) fn register_handlers() {
+pub fn register_handlers() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         deltalake::azure::register_handlers(None);
@@ -24,7 +24,7 @@ pub(crate) fn register_handlers() {
 }
 
 /// Storage settings: the standard environment variables, overridden by explicit options.
-pub(crate) fn storage_options(explicit: &HashMap<String, String>) -> HashMap<String, String> {
+pub fn storage_options(explicit: &HashMap<String, String>) -> HashMap<String, String> {
     let mut options: HashMap<String, String> = std::env::vars()
         .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
         .map(|(k, v)| (k.to_ascii_lowercase(), v))
@@ -34,8 +34,8 @@ pub(crate) fn storage_options(explicit: &HashMap<String, String>) -> HashMap<Str
 }
 
 /// Parses a location into a URL; a path without a scheme is a local path (made absolute).
-pub(crate) fn to_url(location: &str, is_dir: bool) -> Result<Url, CompactError> {
-    let invalid = |reason: String| CompactError::InvalidLocation {
+pub fn to_url(location: &str, is_dir: bool) -> Result<Url, StreamError> {
+    let invalid = |reason: String| StreamError::InvalidLocation {
         location: redact(location),
         reason,
     };
@@ -57,41 +57,43 @@ pub(crate) fn to_url(location: &str, is_dir: bool) -> Result<Url, CompactError> 
 }
 
 /// An object store and the prefix inside it.
-pub(crate) struct Location {
+pub struct Location {
+    /// The store.
     pub store: Arc<dyn ObjectStore>,
+    /// The path inside the store.
     pub prefix: Path,
     /// For messages: the location without its query string.
     pub display: String,
 }
 
 /// Opens the object store behind a source prefix or a single object.
-pub(crate) fn open_store(
+pub fn open_store(
     location: &str,
     is_dir: bool,
     options: &HashMap<String, String>,
-) -> Result<Location, CompactError> {
+) -> Result<Location, StreamError> {
     let url = to_url(location, is_dir)?;
     let display = redact(location);
     if url.scheme() == "file" {
         let path = url
             .to_file_path()
-            .map_err(|_| CompactError::InvalidLocation {
+            .map_err(|_| StreamError::InvalidLocation {
                 location: display.clone(),
                 reason: "not a local path".into(),
             })?;
-        let meta = std::fs::metadata(&path).map_err(|e| CompactError::InvalidLocation {
+        let meta = std::fs::metadata(&path).map_err(|e| StreamError::InvalidLocation {
             location: display.clone(),
             reason: e.to_string(),
         })?;
         if is_dir && !meta.is_dir() {
-            return Err(CompactError::InvalidLocation {
+            return Err(StreamError::InvalidLocation {
                 location: display,
                 reason: "not a directory".into(),
             });
         }
     }
     let (store, prefix) = object_store::parse_url_opts(&url, options.iter()).map_err(|e| {
-        CompactError::InvalidLocation {
+        StreamError::InvalidLocation {
             location: display.clone(),
             reason: e.to_string(),
         }
@@ -103,12 +105,12 @@ pub(crate) fn open_store(
     })
 }
 
-/// The URL of a Delta table; a local directory is created if missing.
-pub(crate) fn table_url(location: &str) -> Result<Url, CompactError> {
+/// The URL of a Delta table to write to; a local directory is created if missing.
+pub fn table_url(location: &str) -> Result<Url, StreamError> {
     let url = to_url(location, true)?;
     if url.scheme() == "file" {
         if let Ok(path) = url.to_file_path() {
-            std::fs::create_dir_all(&path).map_err(|e| CompactError::InvalidLocation {
+            std::fs::create_dir_all(&path).map_err(|e| StreamError::InvalidLocation {
                 location: redact(location),
                 reason: format!("cannot create the table directory: {e}"),
             })?;
@@ -117,8 +119,8 @@ pub(crate) fn table_url(location: &str) -> Result<Url, CompactError> {
     Ok(url)
 }
 
-/// FNV-1a: a hash that is the same on every machine and Rust version, for `--shard`.
-pub(crate) fn stable_hash(key: &str) -> u64 {
+/// FNV-1a: a hash that is the same on every machine and Rust version (`--shard`, planning).
+pub fn stable_hash(key: &str) -> u64 {
     key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })

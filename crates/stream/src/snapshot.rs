@@ -1,0 +1,373 @@
+//! A pinned Delta snapshot of a voxlake table: its data files (from the log, no listing), its
+//! tensor spec, cached footers, and reads of files, columns and row groups.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use arrow_select::concat::concat_batches;
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStore;
+use object_store::path::Path;
+use parquet::DecodeResult;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::ParquetMetaData;
+use tokio::sync::OnceCell;
+use voxlake_format::TensorSpec;
+use voxlake_format::reader::ObjectFileReader;
+
+use crate::error::{StreamError, redact};
+use crate::location;
+
+/// Footers and small-column reads in flight at once.
+pub const READ_CONCURRENCY: usize = 16;
+
+/// One active data file, as the Delta log records it.
+#[derive(Debug, Clone)]
+pub struct DataFile {
+    /// Path relative to the table root (the add action's path).
+    pub path: String,
+    /// The path in the table's object store.
+    pub object_path: Path,
+    /// Size in bytes.
+    pub size: u64,
+    /// Rows, from the add action's statistics (`None` if the writer recorded none).
+    pub rows: Option<u64>,
+}
+
+/// A pinned snapshot of a voxlake table.
+#[derive(Debug)]
+pub struct Snapshot {
+    location: String,
+    version: u64,
+    spec: TensorSpec,
+    files: Vec<DataFile>,
+    store: Arc<dyn ObjectStore>,
+    footers: Vec<OnceCell<ArrowReaderMetadata>>,
+}
+
+impl Snapshot {
+    /// Opens the table at `location` (a local path or URL) at `version`, or the latest.
+    pub async fn open(
+        location: &str,
+        options: &HashMap<String, String>,
+        version: Option<u64>,
+    ) -> Result<Snapshot, StreamError> {
+        location::register_handlers();
+        let url = location::to_url(location, true)?;
+        let display = redact(url.as_str());
+        let err = |source| StreamError::Table {
+            location: display.clone(),
+            source,
+        };
+        let options = location::storage_options(options);
+        let mut builder = DeltaTableBuilder::from_url(url)
+            .map_err(err)?
+            .with_storage_options(options);
+        if let Some(v) = version {
+            builder = builder.with_version(v);
+        }
+        let mut table = builder.build().map_err(err)?;
+        // Ask first: loading a missing table makes the kernel log an error.
+        if !table.verify_deltatable_existence().await.map_err(err)? {
+            return Err(err(DeltaTableError::NotATable(
+                "no _delta_log at this location".into(),
+            )));
+        }
+        match version {
+            Some(v) => table.load_version(v).await.map_err(err)?,
+            None => table.load().await.map_err(err)?,
+        }
+        Snapshot::from_table(&table, display).await
+    }
+
+    /// The snapshot of an already loaded table; `location` is used in messages.
+    pub async fn from_table(table: &DeltaTable, location: String) -> Result<Snapshot, StreamError> {
+        let err = |source| StreamError::Table {
+            location: location.clone(),
+            source,
+        };
+        let state = table.snapshot().map_err(err)?;
+        let spec = TensorSpec::from_table_configuration(state.metadata().configuration()).map_err(
+            |e| StreamError::Incompatible {
+                location: location.clone(),
+                reason: e.to_string(),
+            },
+        )?;
+        let log_store = table.log_store();
+        let views: Vec<_> = state
+            .snapshot()
+            .file_views(log_store.as_ref(), None)
+            .try_collect()
+            .await
+            .map_err(err)?;
+        let mut files: Vec<DataFile> = views
+            .iter()
+            .map(|f| DataFile {
+                path: f.path().to_string(),
+                object_path: f.object_store_path(),
+                size: f.size() as u64,
+                rows: f.num_records().map(|n| n as u64),
+            })
+            .collect();
+        // The log's order is not stable across checkpoints: sort so plans are reproducible.
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let footers = files.iter().map(|_| OnceCell::new()).collect();
+        Ok(Snapshot {
+            version: state.version(),
+            spec,
+            files,
+            store: table.object_store(),
+            footers,
+            location,
+        })
+    }
+
+    /// The table location, for messages (query string removed).
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The pinned version.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The tensor spec from the table configuration.
+    pub fn spec(&self) -> &TensorSpec {
+        &self.spec
+    }
+
+    /// The active data files, sorted by path.
+    pub fn files(&self) -> &[DataFile] {
+        &self.files
+    }
+
+    /// The table's object store (paths relative to the table root).
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// Total rows, if every add action recorded its row count.
+    pub fn num_rows(&self) -> Option<u64> {
+        self.files.iter().map(|f| f.rows).sum()
+    }
+
+    /// The error for a failed read of file `index`: a vanished file is named as such.
+    pub fn file_error(&self, index: usize, source: ParquetError) -> StreamError {
+        let file = self.files[index].path.clone();
+        if let ParquetError::External(e) = &source {
+            if let Some(object_store::Error::NotFound { .. }) =
+                e.downcast_ref::<object_store::Error>()
+            {
+                return StreamError::MissingFile {
+                    location: self.location.clone(),
+                    file,
+                };
+            }
+        }
+        StreamError::Parquet {
+            location: self.location.clone(),
+            file,
+            source,
+        }
+    }
+
+    fn reader(&self, index: usize) -> ObjectFileReader {
+        let file = &self.files[index];
+        ObjectFileReader::new(self.store.clone(), file.object_path.clone(), file.size)
+    }
+
+    /// The footer of file `index`, read once (one ranged GET of the tail) and cached.
+    pub async fn reader_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, StreamError> {
+        self.footers[index]
+            .get_or_try_init(|| async {
+                let metadata = self
+                    .reader(index)
+                    .get_metadata(None)
+                    .await
+                    .map_err(|e| self.file_error(index, e))?;
+                ArrowReaderMetadata::try_new(metadata, ArrowReaderOptions::default())
+                    .map_err(|e| self.file_error(index, e))
+            })
+            .await
+            .cloned()
+    }
+
+    /// The Parquet metadata of file `index` (cached).
+    pub async fn footer(&self, index: usize) -> Result<Arc<ParquetMetaData>, StreamError> {
+        Ok(self.reader_metadata(index).await?.metadata().clone())
+    }
+
+    /// A projection of `columns` for file `index`'s schema; unknown columns are an error.
+    pub fn projection(
+        &self,
+        metadata: &ArrowReaderMetadata,
+        columns: &[String],
+    ) -> Result<ProjectionMask, StreamError> {
+        let schema = metadata.schema();
+        let mut roots = Vec::with_capacity(columns.len());
+        for name in columns {
+            let index = schema
+                .index_of(name)
+                .map_err(|_| StreamError::Incompatible {
+                    location: self.location.clone(),
+                    reason: format!(
+                        "no column '{name}' (the table has {:?})",
+                        schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+                    ),
+                })?;
+            roots.push(index);
+        }
+        Ok(ProjectionMask::roots(
+            metadata.metadata().file_metadata().schema_descr(),
+            roots,
+        ))
+    }
+
+    /// Reads one row group of file `index`: the projected column chunks are fetched with one
+    /// coalesced `get_ranges`, and decoded on the blocking pool.
+    pub async fn read_row_group(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+    ) -> Result<RecordBatch, StreamError> {
+        Ok(self
+            .read_row_group_timed(index, row_group, projection)
+            .await?
+            .0)
+    }
+
+    /// [`read_row_group`](Self::read_row_group), also returning where the time went.
+    pub async fn read_row_group_timed(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+    ) -> Result<(RecordBatch, ReadTimings), StreamError> {
+        let metadata = self.reader_metadata(index).await?;
+        let rows = metadata.metadata().row_group(row_group).num_rows().max(1) as usize;
+        let mut decoder = ParquetPushDecoderBuilder::new_with_metadata(metadata)
+            .with_row_groups(vec![row_group])
+            .with_projection(projection)
+            .with_batch_size(rows)
+            .build()
+            .map_err(|e| self.file_error(index, e))?;
+        let mut timings = ReadTimings::default();
+        let mut batches = Vec::new();
+        loop {
+            let (back, step) = tokio::task::spawn_blocking(move || {
+                let start = Instant::now();
+                let step = decode_until_data_needed(&mut decoder);
+                (decoder, step.map(|s| (s, start.elapsed())))
+            })
+            .await
+            .map_err(|e| StreamError::Internal(e.to_string()))?;
+            decoder = back;
+            let ((decoded, needs), took) = step.map_err(|e| self.file_error(index, e))?;
+            timings.decode += took;
+            batches.extend(decoded);
+            let Some(ranges) = needs else { break };
+            let start = Instant::now();
+            let data = self
+                .store
+                .get_ranges(&self.files[index].object_path, &ranges)
+                .await
+                .map_err(|e| self.file_error(index, ParquetError::External(Box::new(e))))?;
+            timings.fetch += start.elapsed();
+            timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
+            decoder
+                .push_ranges(ranges, data)
+                .map_err(|e| self.file_error(index, e))?;
+        }
+        let batch = match batches.len() {
+            0 => Err(StreamError::Internal(format!(
+                "file {}: row group {row_group} decoded to nothing",
+                self.files[index].path
+            ))),
+            1 => Ok(batches.pop().expect("one batch")),
+            _ => concat_batches(&batches[0].schema(), &batches)
+                .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string()))),
+        }?;
+        Ok((batch, timings))
+    }
+
+    /// Streams every record batch of file `index`: only `columns` (all if `None`),
+    /// `batch_rows` rows at a time.
+    pub async fn read_file(
+        &self,
+        index: usize,
+        columns: Option<&[&str]>,
+        batch_rows: usize,
+    ) -> Result<Vec<RecordBatch>, StreamError> {
+        let perr = |e| self.file_error(index, e);
+        let metadata = self.reader_metadata(index).await?;
+        let reader = self
+            .reader(index)
+            .with_metadata(metadata.metadata().clone());
+        let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata);
+        let builder = match columns {
+            Some(columns) => {
+                let mask =
+                    ProjectionMask::columns(builder.parquet_schema(), columns.iter().copied());
+                builder.with_projection(mask)
+            }
+            None => builder,
+        };
+        let stream = builder.with_batch_size(batch_rows).build().map_err(perr)?;
+        stream.try_collect().await.map_err(perr)
+    }
+
+    /// Reads one column of every file, [`READ_CONCURRENCY`] files at a time, and hands each
+    /// file's batches to `f` in file order.
+    pub async fn scan_column<E: From<StreamError>>(
+        &self,
+        column: &str,
+        mut f: impl FnMut(&DataFile, Vec<RecordBatch>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut reads = futures::stream::iter(0..self.files.len())
+            .map(|index| async move {
+                let batches = self.read_file(index, Some(&[column]), 8192).await?;
+                Ok::<_, StreamError>((index, batches))
+            })
+            .buffered(READ_CONCURRENCY);
+        while let Some(result) = reads.next().await {
+            let (index, batches) = result?;
+            f(&self.files[index], batches)?;
+        }
+        Ok(())
+    }
+}
+
+/// Where the time of one row-group read went.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadTimings {
+    /// Waiting for the store.
+    pub fetch: Duration,
+    /// Decoding on the blocking pool.
+    pub decode: Duration,
+    /// Bytes fetched.
+    pub bytes: u64,
+}
+
+type Decoded = (Vec<RecordBatch>, Option<Vec<Range<u64>>>);
+
+/// Decodes what the pushed data allows; returns the batches and the ranges still needed.
+fn decode_until_data_needed(decoder: &mut ParquetPushDecoder) -> Result<Decoded, ParquetError> {
+    let mut batches = Vec::new();
+    loop {
+        match decoder.try_decode()? {
+            DecodeResult::Data(batch) => batches.push(batch),
+            DecodeResult::NeedsData(ranges) => return Ok((batches, Some(ranges))),
+            DecodeResult::Finished => return Ok((batches, None)),
+        }
+    }
+}
