@@ -1,3 +1,16 @@
-//! voxlake
+//! voxlake: stream numpy volumes from a Delta table on cloud storage into Rust training loops.
+//!
+//! This facade re-exports the member crates:
+//!
+//! - [`format`]: the table contract (tensor spec, schema, metadata keys, npy codec);
+//! - [`compact`]: `.npy` blobs → one Delta table laid out for streaming;
+//! - [`stream`]: planning, sharding, shuffling and prefetching row groups;
+//! - [`loader`]: the batching iterator a training loop calls.
+#![warn(missing_docs)]
+
 pub use voxlake_compact as compact;
 pub use voxlake_format as format;
+pub use voxlake_loader as loader;
+pub use voxlake_stream as stream;
+
+pub use voxlake_loader::{Batch, Loader, LoaderBuilder, Tensors};

@@ -197,9 +197,8 @@ impl Compactor {
         let store = src.store.clone();
         let src_display: Arc<str> = src.display.trim_end_matches('/').into();
         // Reading and decoding run in their own task, so they go on while the writer waits
-        // on the store; the channel bounds what is read ahead.
+        // on the store.
         let concurrency = self.concurrency.max(1);
-        let (tx, mut rows) = tokio::sync::mpsc::channel(concurrency);
         let reads = futures::stream::iter(objects)
             .map(move |object| {
                 let store = store.clone();
@@ -236,14 +235,7 @@ impl Compactor {
                 }
             })
             .buffered(concurrency);
-        let producer = AbortOnDrop(tokio::spawn(async move {
-            let mut reads = std::pin::pin!(reads);
-            while let Some(item) = reads.next().await {
-                if tx.send(item).await.is_err() {
-                    break; // the writer stopped
-                }
-            }
-        }));
+        let mut rows = voxlake_stream::spawn_ahead(reads.map(Ok::<_, ()>).boxed(), concurrency);
 
         let mut writer = writer_for(&table, &self.layout)?;
         let mut batch = BatchBuilder::new(self.layout.row_group_rows, spec.nbytes());
@@ -254,7 +246,7 @@ impl Compactor {
             .saturating_mul(self.files_per_commit as u64);
 
         let result: Result<(), CompactError> = async {
-            while let Some((key, decoded)) = rows.recv().await {
+            while let Some(Ok((key, decoded))) = rows.next().await {
                 match decoded {
                     Ok(row) => {
                         window.bytes_read += row.bytes_read;
@@ -295,7 +287,7 @@ impl Compactor {
             Ok(())
         }
         .await;
-        drop(producer);
+        drop(rows);
         if let Err(e) = result {
             // Nothing of the open window is committed; uploads in progress are aborted.
             writer.reset();
@@ -400,15 +392,6 @@ impl Compactor {
 
     fn report(&self, summary: &ConvertSummary, total: usize) {
         self.report_progress(summary, &Window::default(), total);
-    }
-}
-
-/// Aborts a spawned task when dropped (an error or a dropped future ends the reads too).
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

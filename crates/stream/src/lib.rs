@@ -15,6 +15,8 @@ pub mod plan;
 mod snapshot;
 
 pub use error::{StreamError, redact, store_error_is_transient};
-pub use pipeline::{RowGroupBatch, StreamBuilder, StreamStats, TableStream};
+pub use pipeline::{
+    AbortOnDrop, RowGroupBatch, StreamBuilder, StreamStats, TableStream, spawn_ahead,
+};
 pub use plan::{Cursor, Shard};
 pub use snapshot::{DataFile, READ_CONCURRENCY, ReadTimings, Snapshot};

@@ -251,7 +251,17 @@ impl TableStream {
 
     /// The rest of an epoch from `cursor`: the first `cursor.position` row groups of the plan
     /// are skipped without being fetched.
+    ///
+    /// The pipeline runs in a task of its own, so it keeps prefetching while the consumer is
+    /// busy; it must be called inside a tokio runtime. Dropping the stream stops the task.
     pub fn resume(&self, cursor: Cursor) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
+        spawn_ahead(self.plan_stream(cursor), self.inner.prefetch)
+    }
+
+    fn plan_stream(
+        &self,
+        cursor: Cursor,
+    ) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
         let inner = self.inner.clone();
         let snapshot = &inner.snapshot;
         let weights: Vec<u64> = snapshot
@@ -314,7 +324,12 @@ impl TableStream {
             .map_ok(move |(position, unit, permit)| {
                 let inner = inner.clone();
                 async move {
-                    let batch = inner.read(&unit).await?;
+                    let mut permit = permit;
+                    let (batch, fetched) = inner.read(&unit).await?;
+                    // The fetched bytes are gone once decoded: give their share back.
+                    let fetched_kib = fetched.div_ceil(1024) as usize;
+                    let keep = permit.num_permits().saturating_sub(fetched_kib).max(1);
+                    drop(permit.split(permit.num_permits() - keep));
                     Ok(RowGroupBatch {
                         batch,
                         file: unit.file,
@@ -361,7 +376,8 @@ impl Inner {
         Ok(permit)
     }
 
-    async fn read(&self, unit: &Unit) -> Result<RecordBatch, StreamError> {
+    /// Fetches and decodes a row group; returns it and the bytes fetched.
+    async fn read(&self, unit: &Unit) -> Result<(RecordBatch, u64), StreamError> {
         let meta = self.snapshot.reader_metadata(unit.file).await?;
         let projection = self.snapshot.projection(&meta, &self.columns)?;
         let (batch, timings) = self
@@ -376,6 +392,39 @@ impl Inner {
         c.bytes.fetch_add(timings.bytes, Ordering::Relaxed);
         c.row_groups.fetch_add(1, Ordering::Relaxed);
         c.rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-        Ok(batch)
+        Ok((batch, timings.bytes))
     }
+}
+
+/// Aborts a spawned task when dropped.
+#[derive(Debug)]
+pub struct AbortOnDrop<T>(pub tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Drives `stream` in a task of its own, up to `ahead` items ahead of the consumer, and stops
+/// after the first error. Dropping the returned stream aborts the task. Must be called inside a
+/// tokio runtime.
+pub fn spawn_ahead<T: Send + 'static, E: Send + 'static>(
+    stream: BoxStream<'static, Result<T, E>>,
+    ahead: usize,
+) -> BoxStream<'static, Result<T, E>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(ahead.max(1));
+    let task = tokio::spawn(async move {
+        let mut stream = stream;
+        while let Some(item) = stream.next().await {
+            let failed = item.is_err();
+            if tx.send(item).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    futures::stream::unfold((rx, AbortOnDrop(task)), |(mut rx, task)| async move {
+        rx.recv().await.map(|item| (item, (rx, task)))
+    })
+    .boxed()
 }

@@ -1,0 +1,269 @@
+//! Batches as the training loop sees them: `ndarray` tensors of the table's element type.
+
+use half::f16;
+use ndarray::{ArrayD, IxDyn};
+use voxlake_format::DType;
+
+/// A batch of samples.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// The tensors, shape `[B, …shape]` (or `[B, C, …spatial]` with channels first).
+    pub tensors: Tensors,
+    /// The labels (`None` where the table has none).
+    pub labels: Vec<Option<i64>>,
+    /// The ids (source keys) of the samples, in batch order.
+    pub ids: Vec<String>,
+    /// The epoch the batch belongs to.
+    pub epoch: u64,
+    /// The batch's index inside its epoch.
+    pub index: u64,
+}
+
+impl Batch {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether the batch is empty (never true for a batch the loader hands out).
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The labels as one array, if every sample has one.
+    pub fn label_array(&self) -> Option<ndarray::Array1<i64>> {
+        self.labels
+            .iter()
+            .copied()
+            .collect::<Option<Vec<_>>>()
+            .map(ndarray::Array1::from)
+    }
+}
+
+/// The tensor batch, in the table's element type.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub enum Tensors {
+    Bool(ArrayD<bool>),
+    I8(ArrayD<i8>),
+    I16(ArrayD<i16>),
+    I32(ArrayD<i32>),
+    I64(ArrayD<i64>),
+    U8(ArrayD<u8>),
+    U16(ArrayD<u16>),
+    U32(ArrayD<u32>),
+    U64(ArrayD<u64>),
+    F16(ArrayD<f16>),
+    F32(ArrayD<f32>),
+    F64(ArrayD<f64>),
+}
+
+macro_rules! each_tensor {
+    ($value:expr, $a:ident => $body:expr) => {
+        match $value {
+            Tensors::Bool($a) => $body,
+            Tensors::I8($a) => $body,
+            Tensors::I16($a) => $body,
+            Tensors::I32($a) => $body,
+            Tensors::I64($a) => $body,
+            Tensors::U8($a) => $body,
+            Tensors::U16($a) => $body,
+            Tensors::U32($a) => $body,
+            Tensors::U64($a) => $body,
+            Tensors::F16($a) => $body,
+            Tensors::F32($a) => $body,
+            Tensors::F64($a) => $body,
+        }
+    };
+}
+
+impl Tensors {
+    /// The shape `[B, …]`.
+    pub fn shape(&self) -> &[usize] {
+        each_tensor!(self, a => a.shape())
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Tensors::Bool(_) => DType::Bool,
+            Tensors::I8(_) => DType::I8,
+            Tensors::I16(_) => DType::I16,
+            Tensors::I32(_) => DType::I32,
+            Tensors::I64(_) => DType::I64,
+            Tensors::U8(_) => DType::U8,
+            Tensors::U16(_) => DType::U16,
+            Tensors::U32(_) => DType::U32,
+            Tensors::U64(_) => DType::U64,
+            Tensors::F16(_) => DType::F16,
+            Tensors::F32(_) => DType::F32,
+            Tensors::F64(_) => DType::F64,
+        }
+    }
+
+    /// The values as `f32`, if that is the element type.
+    pub fn as_f32(&self) -> Option<&ArrayD<f32>> {
+        match self {
+            Tensors::F32(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The values as `f64`, if that is the element type.
+    pub fn as_f64(&self) -> Option<&ArrayD<f64>> {
+        match self {
+            Tensors::F64(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The raw values, native byte order, C order (as a training framework copies them).
+    pub fn as_bytes(&self) -> &[u8] {
+        fn bytes<T>(a: &ArrayD<T>) -> &[u8] {
+            let s = a.as_slice().expect("batches are contiguous");
+            // SAFETY: any initialized value is readable as bytes; the length is exact.
+            unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
+        }
+        each_tensor!(self, a => bytes(a))
+    }
+}
+
+/// An element type the loader can fill from little-endian bytes.
+pub(crate) trait Element: Copy + Default + 'static {
+    /// Whether every bit pattern is a valid value (so bytes may be copied as they are).
+    const ANY_BITS: bool;
+    fn from_le(bytes: &[u8]) -> Self;
+}
+
+macro_rules! element {
+    ($($t:ty),*) => {$(
+        impl Element for $t {
+            const ANY_BITS: bool = true;
+            fn from_le(bytes: &[u8]) -> Self {
+                <$t>::from_le_bytes(bytes.try_into().expect("item size"))
+            }
+        }
+    )*};
+}
+element!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+
+impl Element for f16 {
+    const ANY_BITS: bool = true;
+    fn from_le(bytes: &[u8]) -> Self {
+        f16::from_le_bytes([bytes[0], bytes[1]])
+    }
+}
+
+impl Element for bool {
+    // Only 0 and 1 are valid bools: convert, never copy.
+    const ANY_BITS: bool = false;
+    fn from_le(bytes: &[u8]) -> Self {
+        bytes[0] != 0
+    }
+}
+
+/// Copies one sample (`src`: little-endian, C order, shape `[…, C]`) into `dst`, moving the
+/// last axis first when `channels` is `Some(C)`.
+pub(crate) fn fill_sample<T: Element>(dst: &mut [T], src: &[u8], channels: Option<usize>) {
+    let size = std::mem::size_of::<T>();
+    debug_assert_eq!(src.len(), dst.len() * size);
+    match channels {
+        None if T::ANY_BITS && cfg!(target_endian = "little") => {
+            // SAFETY: T accepts any bit pattern and the host is little-endian, so the stored
+            // bytes are the values; lengths are equal (checked by the caller).
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(
+                    dst.as_mut_ptr().cast::<u8>(),
+                    std::mem::size_of_val(dst),
+                )
+            };
+            out.copy_from_slice(src);
+        }
+        None => {
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(size)) {
+                *d = T::from_le(s);
+            }
+        }
+        Some(c) => {
+            // [spatial, C] → [C, spatial]
+            let spatial = dst.len() / c;
+            for (s, chunk) in src.chunks_exact(size * c).enumerate() {
+                for (ch, value) in chunk.chunks_exact(size).enumerate() {
+                    dst[ch * spatial + s] = T::from_le(value);
+                }
+            }
+        }
+    }
+}
+
+/// Builds the tensor batch of `rows` samples of `sample_shape` from per-sample byte slices.
+pub(crate) fn build_tensors(
+    dtype: DType,
+    shape: &[usize],
+    samples: &[&[u8]],
+    channels: Option<usize>,
+) -> Tensors {
+    fn build<T: Element>(shape: &[usize], samples: &[&[u8]], channels: Option<usize>) -> ArrayD<T> {
+        let numel: usize = shape[1..].iter().product();
+        let mut values = vec![T::default(); numel * samples.len()];
+        if numel > 0 {
+            for (dst, src) in values.chunks_exact_mut(numel).zip(samples) {
+                fill_sample(dst, src, channels);
+            }
+        }
+        ArrayD::from_shape_vec(IxDyn(shape), values).expect("shape matches the values")
+    }
+    match dtype {
+        DType::Bool => Tensors::Bool(build(shape, samples, channels)),
+        DType::I8 => Tensors::I8(build(shape, samples, channels)),
+        DType::I16 => Tensors::I16(build(shape, samples, channels)),
+        DType::I32 => Tensors::I32(build(shape, samples, channels)),
+        DType::I64 => Tensors::I64(build(shape, samples, channels)),
+        DType::U8 => Tensors::U8(build(shape, samples, channels)),
+        DType::U16 => Tensors::U16(build(shape, samples, channels)),
+        DType::U32 => Tensors::U32(build(shape, samples, channels)),
+        DType::U64 => Tensors::U64(build(shape, samples, channels)),
+        DType::F16 => Tensors::F16(build(shape, samples, channels)),
+        DType::F32 => Tensors::F32(build(shape, samples, channels)),
+        DType::F64 => Tensors::F64(build(shape, samples, channels)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_first_moves_the_last_axis() {
+        // One sample of shape [2, 3] (spatial 2, channels 3): values 0..6.
+        let src: Vec<u8> = (0..6).flat_map(|v: i32| v.to_le_bytes()).collect();
+        let t = build_tensors(DType::I32, &[1, 3, 2], &[&src], Some(3));
+        let Tensors::I32(a) = t else { panic!() };
+        assert_eq!(a.as_slice().unwrap(), &[0, 3, 1, 4, 2, 5]);
+        let t = build_tensors(DType::I32, &[1, 2, 3], &[&src], None);
+        assert_eq!(t.as_bytes(), src.as_slice());
+    }
+
+    #[test]
+    fn every_dtype_fills_from_little_endian() {
+        let bools = build_tensors(DType::Bool, &[2, 2], &[&[0, 1], &[2, 0]], None);
+        assert_eq!(
+            bools,
+            Tensors::Bool(
+                ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![false, true, true, false]).unwrap()
+            )
+        );
+        let halfs: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+            .collect();
+        let Tensors::F16(a) = build_tensors(DType::F16, &[1, 2], &[&halfs], None) else {
+            panic!()
+        };
+        assert_eq!(a[[0, 1]], f16::from_f32(-2.0));
+        let f64s: Vec<u8> = [0.25f64].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let t = build_tensors(DType::F64, &[1, 1], &[&f64s], None);
+        assert_eq!(t.as_f64().unwrap()[[0, 0]], 0.25);
+        assert_eq!(t.dtype(), DType::F64);
+    }
+}
