@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: synthetic reference cubes on the local filesystem,
-# converted into a Delta table. No cloud, no GPU, no libtorch.
+# converted into a Delta table, then streamed for one shuffled epoch with the bench report.
+# No cloud, no GPU, no libtorch.  Options go to `compact demo` (--dir, --count, --seed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
-cargo run --release --quiet -p voxlake-compact --bin compact -- demo "$@"
+cargo build --release --quiet -p voxlake-compact --bin compact -p voxlake --bin voxlake
+dir=demo-data
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  [ "${args[$i]}" = "--dir" ] && dir="${args[$((i + 1))]}"
+done
+"$CARGO_TARGET_DIR/release/compact" demo "$@"
+echo
+echo "streaming one shuffled epoch of $dir/table:"
+"$CARGO_TARGET_DIR/release/voxlake" bench "$dir/table" --shuffle --seed 1

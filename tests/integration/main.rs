@@ -3,3 +3,4 @@
 mod cli;
 mod common;
 mod compact;
+mod loader;

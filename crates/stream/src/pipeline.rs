@@ -144,7 +144,7 @@ impl StreamBuilder {
         self
     }
 
-    /// Files whose row groups are read round-robin (default 4).
+    /// Files whose row groups are read round-robin when shuffling (default 4).
     pub fn with_interleave(mut self, files: usize) -> Self {
         self.interleave = files;
         self
@@ -184,7 +184,12 @@ impl StreamBuilder {
         TableStream {
             inner: Arc::new(Inner {
                 snapshot,
-                planner: Planner::new(self.seed, self.shuffle).with_interleave(self.interleave),
+                // Unshuffled means table order: read files one after the other.
+                planner: Planner::new(self.seed, self.shuffle).with_interleave(if self.shuffle {
+                    self.interleave
+                } else {
+                    1
+                }),
                 shard: self.shard,
                 columns: self.columns,
                 budget: Arc::new(Semaphore::new(kib)),

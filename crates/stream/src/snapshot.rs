@@ -108,17 +108,22 @@ impl Snapshot {
             .try_collect()
             .await
             .map_err(err)?;
-        let mut files: Vec<DataFile> = views
+        let mut files: Vec<(i64, DataFile)> = views
             .iter()
-            .map(|f| DataFile {
-                path: f.path().to_string(),
-                object_path: f.object_store_path(),
-                size: f.size() as u64,
-                rows: f.num_records().map(|n| n as u64),
+            .map(|f| {
+                let file = DataFile {
+                    path: f.path().to_string(),
+                    object_path: f.object_store_path(),
+                    size: f.size() as u64,
+                    rows: f.num_records().map(|n| n as u64),
+                };
+                (f.modification_time(), file)
             })
             .collect();
-        // The log's order is not stable across checkpoints: sort so plans are reproducible.
-        files.sort_by(|a, b| a.path.cmp(&b.path));
+        // The log's order is not stable across checkpoints: sort so plans are reproducible,
+        // by write time first so that "table order" is the order the rows were written in.
+        files.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| a.path.cmp(&b.path)));
+        let files: Vec<DataFile> = files.into_iter().map(|(_, f)| f).collect();
         let footers = files.iter().map(|_| OnceCell::new()).collect();
         Ok(Snapshot {
             version: state.version(),
@@ -145,7 +150,7 @@ impl Snapshot {
         &self.spec
     }
 
-    /// The active data files, sorted by path.
+    /// The active data files, in write order (modification time, then path).
     pub fn files(&self) -> &[DataFile] {
         &self.files
     }

@@ -1,0 +1,330 @@
+//! The stream and the loader: exactly-once epochs over ranks, determinism, mixing, batch
+//! shapes and values, pinned versions, early drop, missing files.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use voxlake::compact::{Compactor, synth};
+use voxlake::format::Layout;
+use voxlake::loader::{Batch, Loader, LoaderError};
+
+use crate::common::cube_bytes;
+
+/// `count` synthetic cubes in a table of small files (≈4 rows each) and row groups of 2 rows.
+async fn table(dir: &Path, count: usize, seed: u64) -> PathBuf {
+    let data = synth::generate(dir, count, seed).unwrap();
+    let table = dir.join("table");
+    Compactor::new(table.to_str().unwrap())
+        .with_labels(data.labels.to_str().unwrap())
+        .with_layout(Layout {
+            row_group_rows: 2,
+            target_file_bytes: 1_200_000,
+            ..Layout::default()
+        })
+        .convert(data.cubes.to_str().unwrap())
+        .await
+        .unwrap();
+    table
+}
+
+/// Runs a loader to the end on a plain thread (it owns its runtime) and returns its batches.
+fn collect(builder: voxlake::LoaderBuilder) -> Vec<Batch> {
+    std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).collect())
+        .join()
+        .unwrap()
+}
+
+fn ids(batches: &[Batch]) -> Vec<String> {
+    batches.iter().flat_map(|b| b.ids.clone()).collect()
+}
+
+fn index_of(id: &str) -> usize {
+    id.trim_start_matches("cube_")
+        .trim_end_matches(".npy")
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn every_row_once_per_epoch_across_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 60, 1).await;
+    let world = 3;
+    for shuffle in [false, true] {
+        let mut union = HashSet::new();
+        let mut per_rank = Vec::new();
+        for rank in 0..world {
+            let mut b = Loader::builder(table.to_str().unwrap())
+                .with_batch_size(5)
+                .with_epochs(2)
+                .with_rank(rank, world);
+            if shuffle {
+                b = b.with_shuffle(9, 16);
+            }
+            let batches = collect(b);
+            for epoch in 0..2 {
+                let epoch_ids: Vec<String> = batches
+                    .iter()
+                    .filter(|b| b.epoch == epoch)
+                    .flat_map(|b| b.ids.clone())
+                    .collect();
+                let unique: HashSet<_> = epoch_ids.iter().cloned().collect();
+                assert_eq!(
+                    unique.len(),
+                    epoch_ids.len(),
+                    "rank {rank} epoch {epoch} repeats a row"
+                );
+                if epoch == 0 {
+                    per_rank.push(unique.len());
+                    for id in unique {
+                        assert!(union.insert(id), "two ranks got the same row");
+                    }
+                }
+            }
+        }
+        assert_eq!(union.len(), 60, "the ranks together cover the table");
+        let (min, max) = (
+            per_rank.iter().min().unwrap(),
+            per_rank.iter().max().unwrap(),
+        );
+        assert!(max - min <= 8, "ranks unbalanced: {per_rank:?}");
+    }
+}
+
+/// Spearman correlation between delivery order and table order.
+fn rank_correlation(order: &[usize]) -> f64 {
+    let n = order.len() as f64;
+    let mut sorted: Vec<usize> = order.to_vec();
+    sorted.sort();
+    let rank: HashMap<usize, usize> = sorted.iter().enumerate().map(|(r, &v)| (v, r)).collect();
+    let mean = (n - 1.0) / 2.0;
+    let (mut cov, mut var) = (0.0, 0.0);
+    for (pos, v) in order.iter().enumerate() {
+        cov += (pos as f64 - mean) * (rank[v] as f64 - mean);
+        var += (pos as f64 - mean).powi(2);
+    }
+    cov / var
+}
+
+#[tokio::test]
+async fn shuffle_is_deterministic_per_epoch_and_well_mixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 120, 2).await;
+    let run = |seed: u64| {
+        let b = Loader::builder(table.to_str().unwrap())
+            .with_batch_size(8)
+            .with_epochs(2)
+            .with_shuffle(seed, 24);
+        let batches = collect(b);
+        let epoch = |e: u64| {
+            ids(&batches
+                .iter()
+                .filter(|b| b.epoch == e)
+                .cloned()
+                .collect::<Vec<_>>())
+        };
+        (epoch(0), epoch(1))
+    };
+    let (a0, a1) = run(5);
+    let (b0, b1) = run(5);
+    assert_eq!((&a0, &a1), (&b0, &b1), "same seed, same order");
+    assert_ne!(a0, a1, "another epoch, another order");
+    assert_ne!(a0, run(6).0, "another seed, another order");
+
+    // Mixing, measured two ways: the delivery order barely correlates with the table order,
+    // and consecutive samples rarely come from the same row group (2 rows each here).
+    let order: Vec<usize> = a0.iter().map(|id| index_of(id)).collect();
+    let rho = rank_correlation(&order);
+    assert!(rho.abs() < 0.35, "rank correlation with table order {rho}");
+    let same_group = order.windows(2).filter(|w| w[0] / 2 == w[1] / 2).count();
+    assert!(
+        same_group < 12,
+        "{same_group} of 119 neighbours share a row group"
+    );
+    // Unshuffled, the order is the table order: the cubes in the order they were written.
+    let plain = ids(&collect(
+        Loader::builder(table.to_str().unwrap()).with_batch_size(8),
+    ));
+    let plain: Vec<usize> = plain.iter().map(|id| index_of(id)).collect();
+    assert_eq!(plain, (0..120).collect::<Vec<_>>());
+    assert!(rank_correlation(&plain) > 0.999);
+}
+
+#[tokio::test]
+async fn batches_hold_the_right_values_shapes_and_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 21, 3).await;
+    let batches = collect(
+        Loader::builder(table.to_str().unwrap())
+            .with_batch_size(8)
+            .with_shuffle(1, 8),
+    );
+    assert_eq!(
+        batches.iter().map(|b| b.len()).collect::<Vec<_>>(),
+        vec![8, 8, 5]
+    );
+    for batch in &batches {
+        let t = batch.tensors.as_f32().expect("f32 table");
+        assert_eq!(t.shape(), &[batch.len(), 30, 30, 10, 10]);
+        for (i, id) in batch.ids.iter().enumerate() {
+            let (label, bytes) = cube_bytes(3, index_of(id));
+            assert_eq!(batch.labels[i], Some(label));
+            let row = t.index_axis(ndarray::Axis(0), i);
+            let got: Vec<u8> = row.iter().flat_map(|v| v.to_le_bytes()).collect();
+            assert!(got == bytes, "{id}: values differ");
+        }
+    }
+    // Channels first: [B, C, X, Y, Z], element (c, x, y, z) = stored (x, y, z, c).
+    let cf = collect(
+        Loader::builder(table.to_str().unwrap())
+            .with_batch_size(4)
+            .with_channels_first(true),
+    );
+    let first = &cf[0];
+    let t = first.tensors.as_f32().unwrap();
+    assert_eq!(t.shape(), &[4, 10, 30, 30, 10]);
+    let (_, bytes) = cube_bytes(3, index_of(&first.ids[1]));
+    let stored = |x: usize, y: usize, z: usize, c: usize| {
+        let i = ((x * 30 + y) * 10 + z) * 10 + c;
+        f32::from_le_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap())
+    };
+    for (x, y, z, c) in [(0, 0, 0, 0), (29, 1, 7, 9), (3, 29, 9, 4)] {
+        assert_eq!(t[[1, c, x, y, z]], stored(x, y, z, c));
+    }
+}
+
+#[tokio::test]
+async fn partial_last_batch_and_drop_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 19, 4).await;
+    let keep = collect(
+        Loader::builder(table.to_str().unwrap())
+            .with_batch_size(6)
+            .with_epochs(2),
+    );
+    let sizes: Vec<(u64, usize)> = keep.iter().map(|b| (b.epoch, b.len())).collect();
+    assert_eq!(
+        sizes,
+        vec![
+            (0, 6),
+            (0, 6),
+            (0, 6),
+            (0, 1),
+            (1, 6),
+            (1, 6),
+            (1, 6),
+            (1, 1)
+        ]
+    );
+    let dropped = collect(
+        Loader::builder(table.to_str().unwrap())
+            .with_batch_size(6)
+            .with_shuffle(2, 12)
+            .with_drop_last(true),
+    );
+    assert_eq!(
+        dropped.iter().map(|b| b.len()).collect::<Vec<_>>(),
+        vec![6, 6, 6]
+    );
+    assert_eq!(
+        dropped.iter().map(|b| b.index).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+}
+
+#[tokio::test]
+async fn a_pinned_version_reads_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 12, 5).unwrap();
+    let table = dir.path().join("table");
+    let c = Compactor::new(table.to_str().unwrap()).with_shard(0, 2);
+    let first = c.convert(data.cubes.to_str().unwrap()).await.unwrap();
+    let c = Compactor::new(table.to_str().unwrap());
+    let second = c.convert(data.cubes.to_str().unwrap()).await.unwrap();
+    assert!(second.version > first.version);
+    let old = ids(&collect(
+        Loader::builder(table.to_str().unwrap()).with_version(first.version),
+    ));
+    assert_eq!(old.len(), first.rows);
+    let new = ids(&collect(Loader::builder(table.to_str().unwrap())));
+    assert_eq!(new.len(), 12);
+    assert!(old.iter().all(|id| new.contains(id)));
+}
+
+#[tokio::test]
+async fn dropping_early_stops_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 40, 6).await;
+    let path = table.to_str().unwrap().to_string();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut loader = Loader::builder(path)
+            .with_batch_size(2)
+            .with_infinite_epochs()
+            .with_shuffle(0, 8)
+            .build()
+            .unwrap();
+        let first = loader.next().unwrap().unwrap();
+        assert_eq!(first.len(), 2);
+        drop(loader); // must stop the producer, the runtime and the prefetch tasks
+        done_tx.send(()).unwrap();
+    });
+    // A liveness check, not a performance one: a hang would never send.
+    done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("dropping the loader hung");
+}
+
+#[tokio::test]
+async fn a_file_deleted_under_a_pinned_version_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 16, 7).await;
+    let victim = std::fs::read_dir(&table)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .unwrap();
+    std::fs::remove_file(&victim).unwrap();
+    let path = table.to_str().unwrap().to_string();
+    let results: Vec<Result<Batch, LoaderError>> = std::thread::spawn(move || {
+        Loader::builder(path)
+            .with_batch_size(4)
+            .build()
+            .unwrap()
+            .collect()
+    })
+    .join()
+    .unwrap();
+    let err = results
+        .into_iter()
+        .find_map(Result::err)
+        .expect("reading a deleted file must fail")
+        .to_string();
+    let name = victim.file_name().unwrap().to_str().unwrap();
+    assert!(err.contains("missing") && err.contains(name), "{err}");
+}
+
+#[tokio::test]
+async fn bad_settings_and_locations_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 4, 8).await;
+    let path = table.to_str().unwrap().to_string();
+    let e = std::thread::spawn(move || {
+        Loader::builder(path)
+            .with_batch_size(8)
+            .with_memory_budget(1 << 20)
+            .build()
+            .unwrap_err()
+    })
+    .join()
+    .unwrap();
+    assert!(matches!(e, LoaderError::Config(_)), "{e}");
+    let missing = dir.path().join("nope").to_str().unwrap().to_string();
+    let e = std::thread::spawn(move || Loader::builder(missing).build().unwrap_err())
+        .join()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("nope") && e.contains("Not a Delta table"), "{e}");
+}
