@@ -204,6 +204,9 @@ impl std::str::FromStr for Codec {
     }
 }
 
+/// Upper bound of a tensor data page; a row group's tensor chunk is one page below it.
+const TENSOR_PAGE_LIMIT: usize = 512 << 20;
+
 /// How the Parquet files of a table are laid out for streaming.
 ///
 /// The defaults follow the measurements in `docs/format.md`.
@@ -248,7 +251,10 @@ impl Layout {
             .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_column_statistics_enabled(tensor.clone(), EnabledStatistics::None)
             .set_column_dictionary_enabled(tensor.clone(), false)
-            .set_column_encoding(tensor, parquet::basic::Encoding::PLAIN)
+            .set_column_encoding(tensor.clone(), parquet::basic::Encoding::PLAIN)
+            // One data page per tensor chunk: the reader then sizes its buffer once instead of
+            // growing (and copying) it page by page (see docs/format.md).
+            .set_column_data_page_size_limit(tensor, TENSOR_PAGE_LIMIT)
             // Ids are unique: a dictionary would only grow the file.
             .set_column_dictionary_enabled(id, false)
             .set_created_by(format!("voxlake {}", env!("CARGO_PKG_VERSION")))

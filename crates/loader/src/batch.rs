@@ -1,5 +1,7 @@
 //! Batches as the training loop sees them: `ndarray` tensors of the table's element type.
 
+use std::mem::MaybeUninit;
+
 use half::f16;
 use ndarray::{ArrayD, IxDyn};
 use voxlake_format::DType;
@@ -129,7 +131,7 @@ impl Tensors {
 }
 
 /// An element type the loader can fill from little-endian bytes.
-pub(crate) trait Element: Copy + Default + 'static {
+pub(crate) trait Element: Copy + 'static {
     /// Whether every bit pattern is a valid value (so bytes may be copied as they are).
     const ANY_BITS: bool;
     fn from_le(bytes: &[u8]) -> Self;
@@ -162,26 +164,30 @@ impl Element for bool {
     }
 }
 
-/// Copies one sample (`src`: little-endian, C order, shape `[…, C]`) into `dst`, moving the
-/// last axis first when `channels` is `Some(C)`.
-pub(crate) fn fill_sample<T: Element>(dst: &mut [T], src: &[u8], channels: Option<usize>) {
+/// Writes one sample (`src`: little-endian, C order, shape `[…, C]`) into `dst`, moving the
+/// last axis first when `channels` is `Some(C)`. Every element of `dst` is written.
+pub(crate) fn fill_sample<T: Element>(
+    dst: &mut [MaybeUninit<T>],
+    src: &[u8],
+    channels: Option<usize>,
+) {
     let size = std::mem::size_of::<T>();
-    debug_assert_eq!(src.len(), dst.len() * size);
+    assert_eq!(src.len(), dst.len() * size, "sample size");
     match channels {
         None if T::ANY_BITS && cfg!(target_endian = "little") => {
             // SAFETY: T accepts any bit pattern and the host is little-endian, so the stored
-            // bytes are the values; lengths are equal (checked by the caller).
-            let out = unsafe {
-                std::slice::from_raw_parts_mut(
+            // bytes are the values; the lengths are equal (asserted above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr(),
                     dst.as_mut_ptr().cast::<u8>(),
-                    std::mem::size_of_val(dst),
-                )
-            };
-            out.copy_from_slice(src);
+                    src.len(),
+                );
+            }
         }
         None => {
             for (d, s) in dst.iter_mut().zip(src.chunks_exact(size)) {
-                *d = T::from_le(s);
+                d.write(T::from_le(s));
             }
         }
         Some(c) => {
@@ -189,14 +195,15 @@ pub(crate) fn fill_sample<T: Element>(dst: &mut [T], src: &[u8], channels: Optio
             let spatial = dst.len() / c;
             for (s, chunk) in src.chunks_exact(size * c).enumerate() {
                 for (ch, value) in chunk.chunks_exact(size).enumerate() {
-                    dst[ch * spatial + s] = T::from_le(value);
+                    dst[ch * spatial + s].write(T::from_le(value));
                 }
             }
         }
     }
 }
 
-/// Builds the tensor batch of `rows` samples of `sample_shape` from per-sample byte slices.
+/// Builds the tensor batch of `samples.len()` samples of shape `shape[1..]` from per-sample
+/// byte slices (each exactly one sample; checked by the caller).
 pub(crate) fn build_tensors(
     dtype: DType,
     shape: &[usize],
@@ -205,12 +212,17 @@ pub(crate) fn build_tensors(
 ) -> Tensors {
     fn build<T: Element>(shape: &[usize], samples: &[&[u8]], channels: Option<usize>) -> ArrayD<T> {
         let numel: usize = shape[1..].iter().product();
-        let mut values = vec![T::default(); numel * samples.len()];
+        let total = numel * samples.len();
+        // No zero fill: every element is written below (fresh memory is the costly part).
+        let mut values: Vec<T> = Vec::with_capacity(total);
         if numel > 0 {
-            for (dst, src) in values.chunks_exact_mut(numel).zip(samples) {
+            let spare = &mut values.spare_capacity_mut()[..total];
+            for (dst, src) in spare.chunks_exact_mut(numel).zip(samples) {
                 fill_sample(dst, src, channels);
             }
         }
+        // SAFETY: `fill_sample` wrote all `numel` elements of each of the `samples.len()` chunks.
+        unsafe { values.set_len(total) };
         ArrayD::from_shape_vec(IxDyn(shape), values).expect("shape matches the values")
     }
     match dtype {

@@ -494,6 +494,9 @@ struct Producer {
     tx: Sender<Result<Batch, LoaderError>>,
 }
 
+/// Row groups in the shuffle buffer before the first batch; one more per batch after it.
+const WARM_UP_GROUPS: usize = 4;
+
 /// A salt keeping the row shuffle apart from the planner's streams.
 const ROWS: u64 = 3;
 
@@ -529,7 +532,10 @@ impl Producer {
         // rows left. This keeps memory at `max_groups` row groups and the order deterministic.
         let mut buffer: VecDeque<Row> = VecDeque::with_capacity(self.buffer_rows);
         let mut remaining: HashMap<u64, usize> = HashMap::new();
+        // Shuffling starts from a few row groups and grows by one per batch up to the full
+        // buffer, so the first batch does not wait for the whole buffer to fill.
         let mut max_groups = if rng.is_some() { None } else { Some(1) };
+        let mut full_groups = 1;
         let mut sequence = 0u64;
         let mut exhausted = false;
         let mut index = 0;
@@ -557,7 +563,10 @@ impl Producer {
                         if rows == 0 {
                             continue;
                         }
-                        max_groups.get_or_insert(self.buffer_rows.div_ceil(rows).max(1));
+                        if max_groups.is_none() {
+                            full_groups = self.buffer_rows.div_ceil(rows).max(1);
+                            max_groups = Some(full_groups.min(WARM_UP_GROUPS));
+                        }
                         remaining.insert(group.sequence, rows);
                         buffer.extend((0..rows).map(|index| Row {
                             group: group.clone(),
@@ -582,6 +591,9 @@ impl Producer {
                     None => buffer.pop_front().expect("buffer is not empty"),
                 })
                 .collect();
+            if rng.is_some() {
+                max_groups = max_groups.map(|m| (m + 1).min(full_groups));
+            }
             for row in &rows {
                 let left = remaining
                     .get_mut(&row.group.sequence)
