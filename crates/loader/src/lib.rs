@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use arrow_array::{Array, BinaryArray, Int64Array, StringArray};
+use arrow_array::{Array, BinaryViewArray, Int64Array, StringArray};
 use crossbeam_channel::{Receiver, Sender};
 use futures::StreamExt;
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec};
@@ -475,7 +475,7 @@ struct Group {
     sequence: u64,
     ids: Option<StringArray>,
     labels: Option<Int64Array>,
-    tensors: Option<BinaryArray>,
+    tensors: Option<BinaryViewArray>,
 }
 
 struct Producer {
@@ -620,8 +620,8 @@ impl Producer {
         let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
         let labels =
             column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
-        let tensors =
-            column(TENSOR_COLUMN).and_then(|c| c.as_any().downcast_ref::<BinaryArray>().cloned());
+        let tensors = column(TENSOR_COLUMN)
+            .and_then(|c| c.as_any().downcast_ref::<BinaryViewArray>().cloned());
         let group = Group {
             sequence,
             ids,
@@ -632,7 +632,7 @@ impl Producer {
         if let Some(tensors) = &group.tensors {
             let expected = self.spec.nbytes();
             for i in 0..tensors.len() {
-                let found = tensors.value_length(i) as usize;
+                let found = tensors.value(i).len();
                 if found != expected || tensors.is_null(i) {
                     let snapshot = self.stream.snapshot();
                     return Err(LoaderError::BadRow {

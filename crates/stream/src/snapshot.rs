@@ -51,6 +51,7 @@ pub struct Snapshot {
     files: Vec<DataFile>,
     store: Arc<dyn ObjectStore>,
     footers: Vec<OnceCell<ArrowReaderMetadata>>,
+    view_footers: Vec<OnceCell<ArrowReaderMetadata>>,
 }
 
 impl Snapshot {
@@ -125,12 +126,14 @@ impl Snapshot {
         files.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| a.path.cmp(&b.path)));
         let files: Vec<DataFile> = files.into_iter().map(|(_, f)| f).collect();
         let footers = files.iter().map(|_| OnceCell::new()).collect();
+        let view_footers = files.iter().map(|_| OnceCell::new()).collect();
         Ok(Snapshot {
             version: state.version(),
             spec,
             files,
             store: table.object_store(),
             footers,
+            view_footers,
             location,
         })
     }
@@ -206,6 +209,41 @@ impl Snapshot {
             .cloned()
     }
 
+    /// The footer of file `index` with its binary columns read as `BinaryView`: parquet then
+    /// decodes PLAIN values as views into the fetched page instead of copying them out.
+    pub async fn view_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, StreamError> {
+        let plain = self.reader_metadata(index).await?;
+        self.view_footers[index]
+            .get_or_try_init(|| async {
+                let fields: Vec<arrow_schema::FieldRef> = plain
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| match f.data_type() {
+                        arrow_schema::DataType::Binary | arrow_schema::DataType::LargeBinary => {
+                            Arc::new(
+                                f.as_ref()
+                                    .clone()
+                                    .with_data_type(arrow_schema::DataType::BinaryView),
+                            )
+                        }
+                        _ => f.clone(),
+                    })
+                    .collect();
+                let schema = Arc::new(arrow_schema::Schema::new_with_metadata(
+                    fields,
+                    plain.schema().metadata().clone(),
+                ));
+                ArrowReaderMetadata::try_new(
+                    plain.metadata().clone(),
+                    ArrowReaderOptions::new().with_schema(schema),
+                )
+                .map_err(|e| self.file_error(index, e))
+            })
+            .await
+            .cloned()
+    }
+
     /// The Parquet metadata of file `index` (cached).
     pub async fn footer(&self, index: usize) -> Result<Arc<ParquetMetaData>, StreamError> {
         Ok(self.reader_metadata(index).await?.metadata().clone())
@@ -238,7 +276,8 @@ impl Snapshot {
     }
 
     /// Reads one row group of file `index`: the projected column chunks are fetched with one
-    /// coalesced `get_ranges`, and decoded on the blocking pool.
+    /// coalesced `get_ranges`, and decoded on the blocking pool. Binary columns come back as
+    /// `BinaryView` arrays that point into the fetched pages (no copy of the tensors).
     pub async fn read_row_group(
         &self,
         index: usize,
@@ -258,7 +297,7 @@ impl Snapshot {
         row_group: usize,
         projection: ProjectionMask,
     ) -> Result<(RecordBatch, ReadTimings), StreamError> {
-        let metadata = self.reader_metadata(index).await?;
+        let metadata = self.view_metadata(index).await?;
         let rows = metadata.metadata().row_group(row_group).num_rows().max(1) as usize;
         let mut decoder = ParquetPushDecoderBuilder::new_with_metadata(metadata)
             .with_row_groups(vec![row_group])
