@@ -101,7 +101,9 @@ pub fn compact_bin() -> PathBuf {
         let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut build = Command::new(cargo);
-        build.args(["build", "-p", "voxlake-compact", "--bin", "compact"]);
+        // The same selection as scripts/test.sh's build, so the features (and artifacts) match
+        // and this is a no-op there.
+        build.args(["build", "--workspace", "--bins"]);
         if profile_dir.ends_with("release") {
             build.arg("--release");
         }

@@ -1,5 +1,6 @@
 //! voxlake's integration tests: one binary, one module per area.
 
+mod azure;
 mod cli;
 mod common;
 mod compact;
