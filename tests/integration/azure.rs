@@ -11,6 +11,7 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectStoreExt, PutPayload};
 use voxlake::Loader;
 use voxlake::compact::{Compactor, synth};
+use voxlake::fault::{FaultPlan, FaultProxy};
 use voxlake::format::Layout;
 
 use crate::common::{compact_bin, cube_bytes};
@@ -216,4 +217,138 @@ async fn permanent_azure_errors_are_named_and_fast() {
         e.contains("nothing") && e.contains("Not a Delta table"),
         "{e}"
     );
+}
+
+/// The documented Azurite development key (public, emulator only).
+const EMULATOR_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// Storage options that reach Azurite through `proxy` (an explicit endpoint, not the emulator
+/// switch, so each test can have its own).
+fn through(proxy: &FaultProxy) -> HashMap<String, String> {
+    HashMap::from([
+        (
+            "azure_storage_account_name".to_string(),
+            "devstoreaccount1".to_string(),
+        ),
+        (
+            "azure_storage_account_key".to_string(),
+            EMULATOR_KEY.to_string(),
+        ),
+        (
+            "azure_storage_endpoint".to_string(),
+            format!("http://{}/devstoreaccount1", proxy.addr()),
+        ),
+        ("allow_http".to_string(), "true".to_string()),
+    ])
+}
+
+fn azurite_addr() -> std::net::SocketAddr {
+    let url = std::env::var("AZURITE_BLOB_STORAGE_URL").expect("run scripts/test.sh");
+    url.trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap()
+}
+
+/// A table of `count` cubes in Azurite: 4-row row groups, ~3 MB files.
+async fn azure_table(prefix: &str, count: usize, seed: u64) -> String {
+    let container = container();
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), count, seed).unwrap();
+    upload_dir(&data.cubes, &container, &format!("{prefix}/src")).await;
+    let table = format!("az://{container}/{prefix}/table");
+    Compactor::new(&table)
+        .with_storage_options(options())
+        .with_layout(Layout {
+            row_group_rows: 4,
+            target_file_bytes: 3_000_000,
+            ..Layout::default()
+        })
+        .convert(&format!("az://{container}/{prefix}/src"))
+        .await
+        .unwrap();
+    table
+}
+
+fn epoch_ids(table: &str, options: HashMap<String, String>, epochs: u64) -> Vec<String> {
+    let builder = Loader::builder(table.to_string())
+        .with_storage_options(options)
+        .with_batch_size(4)
+        .with_epochs(epochs)
+        .with_shuffle(11, 8);
+    std::thread::spawn(move || {
+        builder
+            .build()
+            .unwrap()
+            .map(|b| b.unwrap().ids)
+            .collect::<Vec<_>>()
+            .concat()
+    })
+    .join()
+    .unwrap()
+}
+
+// Multi-threaded: the proxy's tasks must run while this thread waits for the loader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_epoch_survives_resets_503s_and_truncated_bodies() {
+    let table = azure_table(&unique_prefix("faults"), 40, 23).await;
+    let proxy = FaultProxy::start(
+        azurite_addr(),
+        FaultPlan {
+            error_503_every: Some(3),
+            reset_every: Some(5),
+            truncate_every: Some(7),
+            stall_every: Some((11, Duration::from_millis(300))),
+            ..FaultPlan::default()
+        },
+    )
+    .await
+    .unwrap();
+    let ids = epoch_ids(&table, through(&proxy), 1);
+    assert!(
+        proxy.faults() >= 5,
+        "only {} faults injected",
+        proxy.faults()
+    );
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(
+        (ids.len(), unique.len()),
+        (40, 40),
+        "every id exactly once despite the faults"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_are_ranged_coalesced_and_footers_read_once() {
+    let table = azure_table(&unique_prefix("accounting"), 32, 29).await;
+    let proxy = FaultProxy::start(azurite_addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let opts = through(&proxy);
+    let snapshot = voxlake::stream::Snapshot::open(&table, &opts, None)
+        .await
+        .unwrap();
+    let files = snapshot.files().len() as u64;
+    let row_groups: u64 = 32 / 4;
+    drop(snapshot);
+    let before = proxy.requests().len();
+    let ids = epoch_ids(&table, opts, 2);
+    assert_eq!(ids.len(), 64);
+    let data: Vec<_> = proxy.requests()[before..]
+        .iter()
+        .filter(|r| r.target.contains(".parquet"))
+        .cloned()
+        .collect();
+    assert!(
+        data.iter().all(|r| r.method == "GET"),
+        "only GETs on data files: {data:?}"
+    );
+    assert!(
+        data.iter()
+            .all(|r| r.range.as_deref().is_some_and(|g| !g.contains("=-"))),
+        "every data read is a bounded range (no whole-object GET, no suffix range): {data:?}"
+    );
+    // One footer read per file for both epochs, one coalesced read per row group per epoch.
+    assert_eq!(data.len() as u64, files + 2 * row_groups, "{data:#?}");
 }

@@ -4,8 +4,10 @@
 //! request: no HEAD and no suffix range (Azure Blob has no suffix ranges). Column chunks are
 //! fetched with [`ObjectStore::get_ranges`], which coalesces nearby ranges.
 
+use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
@@ -57,21 +59,48 @@ fn external(e: object_store::Error) -> ParquetError {
     ParquetError::External(Box::new(e))
 }
 
+/// Attempts of a read that fails transiently (object_store has already retried the request
+/// itself; this also covers bodies cut off mid-stream).
+const READ_ATTEMPTS: u32 = 4;
+/// First backoff; doubled after each failed attempt.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Runs `read` again, with exponential backoff, while it fails transiently.
+pub async fn with_retries<T, F, Fut>(path: &Path, mut read: F) -> object_store::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = object_store::Result<T>>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 1;
+    loop {
+        match read().await {
+            Err(e) if attempt < READ_ATTEMPTS && store_error_is_transient(&e) => {
+                tracing::debug!(%path, attempt, error = %e, "transient read error, retrying");
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 impl AsyncFileReader for ObjectFileReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
         async move {
-            self.store
-                .get_range(&self.path, range)
-                .await
-                .map_err(external)
+            with_retries(&self.path, || {
+                self.store.get_range(&self.path, range.clone())
+            })
+            .await
+            .map_err(external)
         }
         .boxed()
     }
 
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
         async move {
-            self.store
-                .get_ranges(&self.path, &ranges)
+            with_retries(&self.path, || self.store.get_ranges(&self.path, &ranges))
                 .await
                 .map_err(external)
         }
@@ -97,5 +126,91 @@ impl AsyncFileReader for ObjectFileReader {
             Ok(metadata)
         }
         .boxed()
+    }
+}
+
+/// object_store already retried the request; what is left is transient only if it is not a
+/// definite answer from the service.
+pub fn store_error_is_transient(e: &object_store::Error) -> bool {
+    if let object_store::Error::Generic { source, .. } = e {
+        // object_store keeps the HTTP status private (its RetryError is not exported) and
+        // reports e.g. Azure's ContainerNotFound as Generic; its message carries the status.
+        if let Some(status) = http_status(source.as_ref()) {
+            return !(400..500).contains(&status) || status == 408 || status == 429;
+        }
+    }
+    !matches!(
+        e,
+        object_store::Error::NotFound { .. }
+            | object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. }
+            | object_store::Error::InvalidPath { .. }
+            | object_store::Error::NotSupported { .. }
+            | object_store::Error::NotImplemented { .. }
+            | object_store::Error::UnknownConfigurationKey { .. }
+            | object_store::Error::AlreadyExists { .. }
+            | object_store::Error::Precondition { .. }
+    )
+}
+
+/// The HTTP status named in an error chain's messages ("…status code: 404 Not Found…").
+fn http_status(error: &(dyn std::error::Error + 'static)) -> Option<u16> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let text = e.to_string();
+        if let Some(at) = text.find("status code: ") {
+            let digits: String = text[at + 13..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            if let Ok(status) = digits.parse() {
+                return Some(status);
+            }
+        }
+        next = e.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Http(&'static str);
+    impl std::fmt::Display for Http {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Http {}
+
+    fn generic(message: &'static str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "MicrosoftAzure",
+            source: Box::new(Http(message)),
+        }
+    }
+
+    #[test]
+    fn http_status_decides_transience() {
+        let not_found = generic("Server returned non-2xx status code: 404 Not Found: <Error>");
+        assert!(!store_error_is_transient(&not_found));
+        assert!(!store_error_is_transient(&generic(
+            "status code: 403 Forbidden"
+        )));
+        assert!(store_error_is_transient(&generic(
+            "status code: 503 Service Unavailable"
+        )));
+        assert!(store_error_is_transient(&generic(
+            "status code: 429 Too Many Requests"
+        )));
+        assert!(store_error_is_transient(&generic(
+            "connection reset by peer"
+        )));
+        assert!(!store_error_is_transient(&object_store::Error::NotFound {
+            path: "x".into(),
+            source: Box::new(Http("gone")),
+        }));
     }
 }

@@ -322,10 +322,10 @@ impl Snapshot {
             let Some(ranges) = needs else { break };
             let start = Instant::now();
             let data = self
-                .store
-                .get_ranges(&self.files[index].object_path, &ranges)
+                .reader(index)
+                .get_byte_ranges(ranges.clone())
                 .await
-                .map_err(|e| self.file_error(index, ParquetError::External(Box::new(e))))?;
+                .map_err(|e| self.file_error(index, e))?;
             timings.fetch += start.elapsed();
             timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
             decoder

@@ -1,0 +1,333 @@
+//! A fault and latency injector for tests and benches: an HTTP/1.1 proxy on 127.0.0.1 in front
+//! of an object store emulator (Azurite), with real network delay, HTTP 503 bursts, connections
+//! reset in the middle of a body, truncated bodies and stalled responses, and a log of every
+//! request (method, path, `Range` header) for request accounting.
+//!
+//! Faults hit data reads only (GETs with a `Range` header), on a deterministic schedule: the
+//! n-th such request gets the fault whose period divides n. Listing, log and footer handling
+//! stay untouched unless a period says otherwise.
+//!
+//! ```no_run
+//! # async fn f() -> std::io::Result<()> {
+//! use std::time::Duration;
+//! use voxlake::fault::{FaultPlan, FaultProxy};
+//!
+//! let proxy = FaultProxy::start(
+//!     "127.0.0.1:10000".parse().unwrap(),
+//!     FaultPlan { latency: Duration::from_millis(20), ..FaultPlan::default() },
+//! )
+//! .await?;
+//! // Point AZURITE_BLOB_STORAGE_URL at format!("http://{}", proxy.addr()).
+//! # Ok(()) }
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Which faults to inject, and the added latency.
+#[derive(Debug, Clone, Default)]
+pub struct FaultPlan {
+    /// Delay before each request is forwarded (every request, not only data reads).
+    pub latency: Duration,
+    /// Every n-th data read is answered `503 Service Unavailable` without reaching the store.
+    pub error_503_every: Option<u64>,
+    /// Every n-th data read: the connection is reset after half of the body.
+    pub reset_every: Option<u64>,
+    /// Every n-th data read: the body is cut short (the `Content-Length` promises more).
+    pub truncate_every: Option<u64>,
+    /// Every n-th data read stalls this long before its response.
+    pub stall_every: Option<(u64, Duration)>,
+}
+
+/// One request that passed through the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// HTTP method.
+    pub method: String,
+    /// Path and query.
+    pub target: String,
+    /// The `Range` header, if any.
+    pub range: Option<String>,
+}
+
+/// Counts of what the proxy did.
+#[derive(Debug, Default)]
+struct Counters {
+    data_reads: AtomicU64,
+    faults: AtomicU64,
+}
+
+/// A running proxy; it stops when dropped.
+#[derive(Debug)]
+pub struct FaultProxy {
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<Request>>>,
+    counters: Arc<Counters>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+enum Fault {
+    None,
+    Status503,
+    Reset,
+    Truncate,
+    Stall(Duration),
+}
+
+impl FaultPlan {
+    fn fault_for(&self, n: u64) -> Fault {
+        let hits = |every: Option<u64>| every.is_some_and(|e| e > 0 && n % e == 0);
+        if hits(self.error_503_every) {
+            Fault::Status503
+        } else if hits(self.reset_every) {
+            Fault::Reset
+        } else if hits(self.truncate_every) {
+            Fault::Truncate
+        } else if let Some((every, d)) = self.stall_every.filter(|(e, _)| *e > 0 && n % e == 0) {
+            let _ = every;
+            Fault::Stall(d)
+        } else {
+            Fault::None
+        }
+    }
+}
+
+impl FaultProxy {
+    /// Listens on an ephemeral port of 127.0.0.1 and forwards to `upstream`.
+    pub async fn start(upstream: SocketAddr, plan: FaultPlan) -> std::io::Result<FaultProxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let counters = Arc::new(Counters::default());
+        let plan = Arc::new(plan);
+        let task = {
+            let log = log.clone();
+            let counters = counters.clone();
+            tokio::spawn(async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let (log, counters, plan) = (log.clone(), counters.clone(), plan.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = serve(client, upstream, &plan, &log, &counters).await {
+                            tracing::debug!(error = %e, "proxy connection ended");
+                        }
+                    });
+                }
+            })
+        };
+        Ok(FaultProxy {
+            addr,
+            log,
+            counters,
+            task,
+        })
+    }
+
+    /// The address to point clients at.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request seen so far.
+    pub fn requests(&self) -> Vec<Request> {
+        self.log.lock().expect("log lock").clone()
+    }
+
+    /// Data reads (GETs with a `Range`) seen so far.
+    pub fn data_reads(&self) -> u64 {
+        self.counters.data_reads.load(Ordering::Relaxed)
+    }
+
+    /// Faults injected so far.
+    pub fn faults(&self) -> u64 {
+        self.counters.faults.load(Ordering::Relaxed)
+    }
+}
+
+/// An HTTP/1.1 message head: start line and headers.
+struct Head {
+    start: String,
+    headers: Vec<(String, String)>,
+}
+
+impl Head {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut out = format!("{}\r\n", self.start);
+        for (k, v) in &self.headers {
+            out.push_str(&format!("{k}: {v}\r\n"));
+        }
+        out.push_str("\r\n");
+        out.into_bytes()
+    }
+}
+
+async fn read_head<R: AsyncBufReadExt + Unpin>(r: &mut R) -> std::io::Result<Option<Head>> {
+    let mut start = String::new();
+    if r.read_line(&mut start).await? == 0 {
+        return Ok(None);
+    }
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    Ok(Some(Head {
+        start: start.trim_end().to_string(),
+        headers,
+    }))
+}
+
+/// Reads a message body as framed by its head (`Content-Length` or chunked), raw.
+async fn read_body<R: AsyncBufReadExt + Unpin>(
+    r: &mut R,
+    head: &Head,
+    no_body: bool,
+) -> std::io::Result<Vec<u8>> {
+    if no_body {
+        return Ok(Vec::new());
+    }
+    if head
+        .header("transfer-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+    {
+        let mut raw = Vec::new();
+        loop {
+            let mut size_line = String::new();
+            r.read_line(&mut size_line).await?;
+            raw.extend_from_slice(size_line.as_bytes());
+            let size = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16)
+                .map_err(|_| std::io::Error::other("bad chunk size"))?;
+            let mut chunk = vec![0; size + 2];
+            r.read_exact(&mut chunk).await?;
+            raw.extend_from_slice(&chunk);
+            if size == 0 {
+                return Ok(raw);
+            }
+        }
+    }
+    let len: usize = head
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).await?;
+    Ok(body)
+}
+
+async fn serve(
+    client: TcpStream,
+    upstream: SocketAddr,
+    plan: &FaultPlan,
+    log: &Mutex<Vec<Request>>,
+    counters: &Counters,
+) -> std::io::Result<()> {
+    let (client_read, mut client_write) = client.into_split();
+    let mut client_read = BufReader::new(client_read);
+    let server = TcpStream::connect(upstream).await?;
+    let (server_read, mut server_write) = server.into_split();
+    let mut server_read = BufReader::new(server_read);
+    while let Some(request) = read_head(&mut client_read).await? {
+        let body = read_body(&mut client_read, &request, false).await?;
+        let mut parts = request.start.split_whitespace();
+        let method = parts.next().unwrap_or("").to_string();
+        let target = parts.next().unwrap_or("").to_string();
+        let range = request
+            .header("range")
+            .or(request.header("x-ms-range"))
+            .map(str::to_string);
+        let is_data_read = method == "GET" && range.is_some();
+        log.lock().expect("log lock").push(Request {
+            method: method.clone(),
+            target,
+            range,
+        });
+        let fault = if is_data_read {
+            let n = counters.data_reads.fetch_add(1, Ordering::Relaxed) + 1;
+            plan.fault_for(n)
+        } else {
+            Fault::None
+        };
+        if !plan.latency.is_zero() {
+            tokio::time::sleep(plan.latency).await;
+        }
+        if let Fault::Status503 = fault {
+            counters.faults.fetch_add(1, Ordering::Relaxed);
+            client_write
+                .write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+                .await?;
+            continue;
+        }
+        server_write.write_all(&request.bytes()).await?;
+        server_write.write_all(&body).await?;
+        let response = read_head(&mut server_read)
+            .await?
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        let status: u16 = response
+            .start
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let no_body = method == "HEAD" || status == 204 || status == 304;
+        let response_body = read_body(&mut server_read, &response, no_body).await?;
+        match fault {
+            Fault::Reset | Fault::Truncate if !response_body.is_empty() => {
+                counters.faults.fetch_add(1, Ordering::Relaxed);
+                let keep = if matches!(fault, Fault::Reset) {
+                    response_body.len() / 2
+                } else {
+                    response_body
+                        .len()
+                        .saturating_sub(response_body.len().min(1000))
+                };
+                client_write.write_all(&response.bytes()).await?;
+                client_write.write_all(&response_body[..keep]).await?;
+                if matches!(fault, Fault::Reset) {
+                    // An abortive close (RST, not FIN): the client sees a reset mid-body.
+                    let stream = client_write
+                        .reunite(client_read.into_inner())
+                        .map_err(std::io::Error::other)?;
+                    socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO))?;
+                    drop(stream);
+                } else {
+                    client_write.shutdown().await?;
+                }
+                return Ok(());
+            }
+            Fault::Stall(d) => {
+                counters.faults.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(d).await;
+            }
+            _ => {}
+        }
+        client_write.write_all(&response.bytes()).await?;
+        client_write.write_all(&response_body).await?;
+    }
+    Ok(())
+}
