@@ -295,6 +295,20 @@ async fn serve(
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         let no_body = method == "HEAD" || status == 204 || status == 304;
+        let length: Option<u64> = response
+            .header("content-length")
+            .and_then(|v| v.parse().ok());
+        if let (Fault::None, Some(length), false) = (&fault, length, no_body) {
+            // No fault to apply: stream the body through (store-and-forward would add a whole
+            // transfer time to every request, not just the latency).
+            client_write.write_all(&response.bytes()).await?;
+            let copied =
+                tokio::io::copy(&mut (&mut server_read).take(length), &mut client_write).await?;
+            if copied != length {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            continue;
+        }
         let response_body = read_body(&mut server_read, &response, no_body).await?;
         match fault {
             Fault::Reset | Fault::Truncate if !response_body.is_empty() => {

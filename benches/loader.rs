@@ -1,0 +1,166 @@
+//! criterion benches with throughput set: npy decode/convert, one row group → Arrow batch,
+//! the loader end to end on a local table, and `compact convert`.
+//!
+//! `cargo bench --bench loader` (release). Data is generated in a temporary folder first.
+
+use std::path::PathBuf;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use voxlake::Loader;
+use voxlake::compact::{Compactor, synth};
+use voxlake::format::npy::{EncodeOptions, NpyArray, encode};
+use voxlake::format::{Casting, DType};
+use voxlake::stream::Snapshot;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    cubes: PathBuf,
+    labels: PathBuf,
+    table: String,
+    count: usize,
+}
+
+fn fixture(runtime: &tokio::runtime::Runtime) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let count = 256;
+    let data = synth::generate(dir.path(), count, 7).unwrap();
+    let table = dir.path().join("table").to_string_lossy().into_owned();
+    runtime
+        .block_on(
+            Compactor::new(&table)
+                .with_labels(data.labels.to_string_lossy())
+                .convert(&data.cubes.to_string_lossy()),
+        )
+        .unwrap();
+    Fixture {
+        cubes: data.cubes,
+        labels: data.labels,
+        table,
+        count,
+        _dir: dir,
+    }
+}
+
+fn npy(c: &mut Criterion) {
+    let (_, values) = synth::cube(1, 0);
+    let le: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let f64s: Vec<u8> = values
+        .iter()
+        .flat_map(|v| f64::from(*v).to_le_bytes())
+        .collect();
+    let shape = synth::REFERENCE_SHAPE;
+    let cases = [
+        (
+            "f32 le C (copy)",
+            encode(DType::F32, &shape, &le, EncodeOptions::default()),
+            Casting::Safe,
+        ),
+        (
+            "f32 be Fortran",
+            encode(
+                DType::F32,
+                &shape,
+                &le,
+                EncodeOptions {
+                    big_endian: true,
+                    fortran_order: true,
+                    version: 1,
+                },
+            ),
+            Casting::Safe,
+        ),
+        (
+            "f64 → f32",
+            encode(DType::F64, &shape, &f64s, EncodeOptions::default()),
+            Casting::SameKind,
+        ),
+    ];
+    let mut group = c.benchmark_group("npy decode to f32");
+    group.throughput(Throughput::Bytes(le.len() as u64));
+    for (name, file, casting) in cases {
+        let mut out = Vec::with_capacity(le.len());
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                out.clear();
+                NpyArray::parse(&file)
+                    .unwrap()
+                    .write_le_c(DType::F32, casting, &mut out)
+                    .unwrap();
+                std::hint::black_box(&out);
+            })
+        });
+    }
+    group.finish();
+}
+
+fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) {
+    let snapshot = runtime
+        .block_on(Snapshot::open(&f.table, &Default::default(), None))
+        .unwrap();
+    let meta = runtime.block_on(snapshot.view_metadata(0)).unwrap();
+    let rows = meta.metadata().row_group(0).num_rows() as u64;
+    let columns = ["id", "label", "tensor"].map(String::from).to_vec();
+    let projection = snapshot.projection(&meta, &columns).unwrap();
+    let mut group = c.benchmark_group("row group → Arrow (fetch + decode)");
+    group.throughput(Throughput::Bytes(rows * 360_000));
+    group.bench_function(BenchmarkId::new("local", format!("{rows} rows")), |b| {
+        b.iter(|| {
+            runtime
+                .block_on(snapshot.read_row_group(0, 0, projection.clone()))
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
+fn loader(c: &mut Criterion, f: &Fixture) {
+    let mut group = c.benchmark_group("loader epoch, local, batches of 32");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(f.count as u64));
+    for shuffle in [false, true] {
+        group.bench_function(if shuffle { "shuffled" } else { "table order" }, |b| {
+            b.iter(|| {
+                let mut builder = Loader::builder(f.table.clone()).with_batch_size(32);
+                if shuffle {
+                    builder = builder.with_shuffle(1, 256);
+                }
+                let n: usize = builder.build().unwrap().map(|b| b.unwrap().len()).sum();
+                assert_eq!(n, f.count);
+            })
+        });
+    }
+    group.finish();
+}
+
+fn convert(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) {
+    let mut group = c.benchmark_group("compact convert, local");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(f.count as u64));
+    group.bench_function(format!("{} cubes", f.count), |b| {
+        b.iter(|| {
+            let out = tempfile::tempdir().unwrap();
+            let table = out.path().join("t").to_string_lossy().into_owned();
+            let s = runtime
+                .block_on(
+                    Compactor::new(&table)
+                        .with_labels(f.labels.to_string_lossy())
+                        .convert(&f.cubes.to_string_lossy()),
+                )
+                .unwrap();
+            assert_eq!(s.rows, f.count);
+        })
+    });
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let f = fixture(&runtime);
+    npy(c);
+    row_group(c, &runtime, &f);
+    loader(c, &f);
+    convert(c, &runtime, &f);
+}
+
+criterion_group!(loader_benches, benches);
+criterion_main!(loader_benches);
