@@ -132,6 +132,59 @@ fn loader(c: &mut Criterion, f: &Fixture) {
     group.finish();
 }
 
+fn loader_latency(c: &mut Criterion, f: &Fixture) {
+    use object_store::throttle::{ThrottleConfig, ThrottledStore};
+    use object_store::{ObjectStoreExt, memory::InMemory};
+    // ThrottledStore cannot wrap the local store (its file payloads are unimplemented there):
+    // serve a copy of the table from memory, at its absolute path.
+    let memory = InMemory::new();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for entry in walk(std::path::Path::new(&f.table)) {
+        let key = object_store::path::Path::from(entry.to_str().unwrap().trim_start_matches('/'));
+        runtime
+            .block_on(memory.put(&key, std::fs::read(&entry).unwrap().into()))
+            .unwrap();
+    }
+    let mut group =
+        c.benchmark_group("loader epoch, in-memory store through ThrottledStore +20 ms per GET");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(f.count as u64));
+    group.bench_function("shuffled", |b| {
+        b.iter(|| {
+            let slow = ThrottledStore::new(
+                memory.clone(),
+                ThrottleConfig {
+                    wait_get_per_call: std::time::Duration::from_millis(20),
+                    ..ThrottleConfig::default()
+                },
+            );
+            let n: usize = Loader::builder(f.table.clone())
+                .with_object_store(std::sync::Arc::new(slow))
+                .with_batch_size(32)
+                .with_shuffle(1, 256)
+                .build()
+                .unwrap()
+                .map(|b| b.unwrap().len())
+                .sum();
+            assert_eq!(n, f.count);
+        })
+    });
+    group.finish();
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
 fn convert(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) {
     let mut group = c.benchmark_group("compact convert, local");
     group.sample_size(10);
@@ -159,6 +212,7 @@ fn benches(c: &mut Criterion) {
     npy(c);
     row_group(c, &runtime, &f);
     loader(c, &f);
+    loader_latency(c, &f);
     convert(c, &runtime, &f);
 }
 

@@ -328,3 +328,52 @@ async fn bad_settings_and_locations_are_errors() {
         .to_string();
     assert!(e.contains("nope") && e.contains("Not a Delta table"), "{e}");
 }
+
+/// The table copied into an in-memory store at its absolute path (ThrottledStore cannot wrap
+/// the local store: object_store leaves its file payloads unimplemented there).
+pub async fn in_memory_copy(table: &Path) -> object_store::memory::InMemory {
+    use object_store::ObjectStoreExt;
+    let store = object_store::memory::InMemory::new();
+    let mut dirs = vec![table.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let key =
+                    object_store::path::Path::from(path.to_str().unwrap().trim_start_matches('/'));
+                store
+                    .put(&key, std::fs::read(&path).unwrap().into())
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    store
+}
+
+#[tokio::test]
+async fn reads_through_a_callers_store_with_latency() {
+    use object_store::throttle::{ThrottleConfig, ThrottledStore};
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 12, 10).await;
+    let slow = ThrottledStore::new(
+        in_memory_copy(&table).await,
+        ThrottleConfig {
+            wait_get_per_call: Duration::from_millis(5),
+            ..ThrottleConfig::default()
+        },
+    );
+    // Every read must go to the caller's store: the local files are gone (the kernel only
+    // checks that a file:// table's folder exists).
+    std::fs::remove_dir_all(&table).unwrap();
+    std::fs::create_dir(&table).unwrap();
+    let builder = Loader::builder(table.to_str().unwrap())
+        .with_object_store(std::sync::Arc::new(slow))
+        .with_batch_size(5);
+    let got = ids(&collect(builder));
+    let mut sorted: Vec<usize> = got.iter().map(|id| index_of(id)).collect();
+    sorted.sort();
+    assert_eq!(sorted, (0..12).collect::<Vec<_>>());
+}

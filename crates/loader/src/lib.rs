@@ -98,7 +98,7 @@ pub enum Epochs {
 }
 
 /// Configures a [`Loader`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LoaderBuilder {
     table: String,
     storage_options: HashMap<String, String>,
@@ -115,9 +115,41 @@ pub struct LoaderBuilder {
     prefetch: usize,
     row_group_prefetch: usize,
     runtime_threads: usize,
+    root_store: Option<std::sync::Arc<dyn voxlake_stream::ObjectStore>>,
+}
+
+impl std::fmt::Debug for LoaderBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Storage options may hold secrets: their keys only.
+        f.debug_struct("LoaderBuilder")
+            .field("table", &voxlake_stream::redact(&self.table))
+            .field(
+                "storage_option_keys",
+                &self.storage_options.keys().collect::<Vec<_>>(),
+            )
+            .field("version", &self.version)
+            .field("batch_size", &self.batch_size)
+            .field("epochs", &self.epochs)
+            .field("shuffle", &self.shuffle)
+            .field("shard", &self.shard)
+            .field("memory_budget", &self.memory_budget)
+            .field("custom_store", &self.root_store.is_some())
+            .finish()
+    }
 }
 
 impl LoaderBuilder {
+    /// Reads through this store (with `/` at the root of the store the table's location
+    /// names) instead of one built from the location and options: custom clients, object
+    /// store's `ThrottledStore` for latency experiments, …
+    pub fn with_object_store(
+        mut self,
+        store: std::sync::Arc<dyn voxlake_stream::ObjectStore>,
+    ) -> Self {
+        self.root_store = Some(store);
+        self
+    }
+
     /// Storage settings on top of the standard environment variables.
     pub fn with_storage_options(mut self, options: HashMap<String, String>) -> Self {
         self.storage_options = options;
@@ -234,6 +266,7 @@ impl LoaderBuilder {
                 .with_memory_budget(stream_budget)
                 .with_prefetch(self.row_group_prefetch)
                 .with_version_opt(self.version)
+                .with_store_opt(self.root_store.clone())
                 .build(),
         )?;
         let spec = stream.snapshot().spec().clone();
@@ -309,14 +342,26 @@ impl LoaderBuilder {
     }
 }
 
-trait VersionOpt {
+/// Optional settings passed on to the stream builder.
+trait OptionalSettings {
     fn with_version_opt(self, version: Option<u64>) -> Self;
+    fn with_store_opt(self, store: Option<std::sync::Arc<dyn voxlake_stream::ObjectStore>>)
+    -> Self;
 }
 
-impl VersionOpt for voxlake_stream::StreamBuilder {
+impl OptionalSettings for voxlake_stream::StreamBuilder {
     fn with_version_opt(self, version: Option<u64>) -> Self {
         match version {
             Some(v) => self.with_version(v),
+            None => self,
+        }
+    }
+    fn with_store_opt(
+        self,
+        store: Option<std::sync::Arc<dyn voxlake_stream::ObjectStore>>,
+    ) -> Self {
+        match store {
+            Some(s) => self.with_object_store(s),
             None => self,
         }
     }
@@ -390,6 +435,7 @@ impl Loader {
             prefetch: 2,
             row_group_prefetch: 8,
             runtime_threads: 2,
+            root_store: None,
         }
     }
 

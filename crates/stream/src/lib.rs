@@ -15,6 +15,7 @@ pub mod plan;
 mod snapshot;
 
 pub use error::{StreamError, redact, store_error_is_transient};
+pub use object_store::ObjectStore;
 pub use pipeline::{
     AbortOnDrop, RowGroupBatch, StreamBuilder, StreamStats, TableStream, spawn_ahead,
 };

@@ -99,7 +99,7 @@ struct Inner {
 }
 
 /// Configures and opens a [`TableStream`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct StreamBuilder {
     location: String,
     storage_options: HashMap<String, String>,
@@ -111,9 +111,17 @@ pub struct StreamBuilder {
     columns: Vec<String>,
     memory_budget: u64,
     prefetch: usize,
+    root_store: Option<Arc<dyn object_store::ObjectStore>>,
 }
 
 impl StreamBuilder {
+    /// Reads through this store instead of one built from the location and options: `/` of
+    /// `store` is the root of the store the location names (see [`Snapshot::open_with_store`]).
+    pub fn with_object_store(mut self, store: Arc<dyn object_store::ObjectStore>) -> Self {
+        self.root_store = Some(store);
+        self
+    }
+
     /// Storage settings on top of the standard environment variables.
     pub fn with_storage_options(mut self, options: HashMap<String, String>) -> Self {
         self.storage_options = options;
@@ -170,7 +178,13 @@ impl StreamBuilder {
 
     /// Opens the snapshot (the log only: no listing, no footer yet).
     pub async fn build(self) -> Result<TableStream, StreamError> {
-        let snapshot = Snapshot::open(&self.location, &self.storage_options, self.version).await?;
+        let snapshot = Snapshot::open_with_store(
+            &self.location,
+            &self.storage_options,
+            self.version,
+            self.root_store.clone(),
+        )
+        .await?;
         Ok(self.build_on(Arc::new(snapshot)))
     }
 
@@ -201,6 +215,27 @@ impl StreamBuilder {
     }
 }
 
+impl std::fmt::Debug for StreamBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Storage options may hold secrets: their keys only.
+        f.debug_struct("StreamBuilder")
+            .field("location", &crate::redact(&self.location))
+            .field(
+                "storage_option_keys",
+                &self.storage_options.keys().collect::<Vec<_>>(),
+            )
+            .field("version", &self.version)
+            .field("shard", &self.shard)
+            .field("seed", &self.seed)
+            .field("shuffle", &self.shuffle)
+            .field("columns", &self.columns)
+            .field("memory_budget", &self.memory_budget)
+            .field("prefetch", &self.prefetch)
+            .field("custom_store", &self.root_store.is_some())
+            .finish()
+    }
+}
+
 impl TableStream {
     /// A builder for the table at `location` (a local path or URL).
     pub fn builder(location: impl Into<String>) -> StreamBuilder {
@@ -217,6 +252,7 @@ impl TableStream {
                 .to_vec(),
             memory_budget: 512 << 20,
             prefetch: 8,
+            root_store: None,
         }
     }
 

@@ -61,6 +61,18 @@ impl Snapshot {
         options: &HashMap<String, String>,
         version: Option<u64>,
     ) -> Result<Snapshot, StreamError> {
+        Snapshot::open_with_store(location, options, version, None).await
+    }
+
+    /// [`open`](Self::open) through a store of the caller's: `root_store` has `/` at the root
+    /// of the store that `location` names (e.g. a `LocalFileSystem::new()` wrapped in object
+    /// store's `ThrottledStore`, or a store with a custom client).
+    pub async fn open_with_store(
+        location: &str,
+        options: &HashMap<String, String>,
+        version: Option<u64>,
+        root_store: Option<Arc<dyn ObjectStore>>,
+    ) -> Result<Snapshot, StreamError> {
         location::register_handlers();
         let url = location::to_url(location, true)?;
         let display = redact(url.as_str());
@@ -69,9 +81,12 @@ impl Snapshot {
             source,
         };
         let options = location::storage_options(options);
-        let mut builder = DeltaTableBuilder::from_url(url)
+        let mut builder = DeltaTableBuilder::from_url(url.clone())
             .map_err(err)?
             .with_storage_options(options);
+        if let Some(store) = root_store {
+            builder = builder.with_storage_backend(store, url);
+        }
         if let Some(v) = version {
             builder = builder.with_version(v);
         }
