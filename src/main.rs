@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
+use voxlake::compact::cli::{self, parse_key_value};
 use voxlake::{Loader, Tensors};
 
 #[derive(Parser)]
@@ -75,12 +76,6 @@ struct BenchArgs {
     /// Write the delivered ids, in order, one per line.
     #[arg(long)]
     ids_out: Option<PathBuf>,
-}
-
-fn parse_key_value(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .ok_or_else(|| "expected KEY=VALUE".to_string())
 }
 
 /// Peak resident set size of this process (Linux: VmHWM), in bytes.
@@ -203,13 +198,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    cli::init_tracing();
     let result = match Cli::parse().command {
         Command::Bench(args) => bench(args),
     };

@@ -37,6 +37,7 @@ use std::sync::Arc;
 
 use voxlake_format::{DType, Layout};
 
+pub mod cli;
 mod convert;
 mod error;
 mod inspect;

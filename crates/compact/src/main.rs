@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use voxlake_compact::cli::{self, parse_key_value};
 use voxlake_compact::{Compactor, ConvertSummary, OnError, TableInfo, synth};
 use voxlake_format::{Codec, DType, Layout};
 
@@ -150,12 +151,6 @@ fn parse_on_error(s: &str) -> Result<OnError, String> {
         "skip" => Ok(OnError::Skip),
         _ => Err(format!("'{s}': expected fail or skip")),
     }
-}
-
-fn parse_key_value(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .ok_or_else(|| "expected KEY=VALUE".to_string())
 }
 
 fn progress_bar() -> ProgressBar {
@@ -348,13 +343,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    cli::init_tracing();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
