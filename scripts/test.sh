@@ -13,6 +13,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
 export VOXLAKE_PYTHON="$PWD/.venv/bin/python"
+# libtorch for the `tch` feature: the PyPI torch wheel matching tch 0.26, found by tch's build
+# script through the active venv.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
+export VIRTUAL_ENV="$PWD/.venv" LIBTORCH_USE_PYTORCH=1 PATH="$PWD/.venv/bin:$PATH"
 
 # Azurite on 127.0.0.1 with a fresh container, for the Azure tests.
 source scripts/azurite.sh

@@ -32,6 +32,13 @@ impl Batch {
         self.ids.is_empty()
     }
 
+    /// The labels as an Int64 tensor on `device`, if every sample has one (feature `tch`).
+    #[cfg(feature = "tch")]
+    pub fn label_tensor(&self, device: tch::Device) -> Option<tch::Tensor> {
+        let labels: Vec<i64> = self.labels.iter().copied().collect::<Option<_>>()?;
+        Some(tch::Tensor::from_slice(&labels).to_device(device))
+    }
+
     /// The labels as one array, if every sample has one.
     pub fn label_array(&self) -> Option<ndarray::Array1<i64>> {
         self.labels
@@ -58,6 +65,9 @@ pub enum Tensors {
     F16(ArrayD<f16>),
     F32(ArrayD<f32>),
     F64(ArrayD<f64>),
+    /// A libtorch tensor (feature `tch`), on the loader's device.
+    #[cfg(feature = "tch")]
+    Tch(crate::torch::TchTensor),
 }
 
 macro_rules! each_tensor {
@@ -75,19 +85,32 @@ macro_rules! each_tensor {
             Tensors::F16($a) => $body,
             Tensors::F32($a) => $body,
             Tensors::F64($a) => $body,
+            #[cfg(feature = "tch")]
+            Tensors::Tch(_) => unreachable!("handled before"),
         }
     };
 }
 
 impl Tensors {
     /// The shape `[B, …]`.
-    pub fn shape(&self) -> &[usize] {
-        each_tensor!(self, a => a.shape())
+    pub fn shape(&self) -> Vec<usize> {
+        #[cfg(feature = "tch")]
+        if let Tensors::Tch(t) = self {
+            return t.0.size().iter().map(|&d| d as usize).collect();
+        }
+        each_tensor!(self, a => a.shape().to_vec())
+    }
+
+    /// Bytes of tensor data.
+    pub fn nbytes(&self) -> usize {
+        self.shape().iter().product::<usize>() * self.dtype().size()
     }
 
     /// The element type.
     pub fn dtype(&self) -> DType {
         match self {
+            #[cfg(feature = "tch")]
+            Tensors::Tch(t) => crate::torch::dtype_of(t.0.kind()),
             Tensors::Bool(_) => DType::Bool,
             Tensors::I8(_) => DType::I8,
             Tensors::I16(_) => DType::I16,
@@ -120,7 +143,14 @@ impl Tensors {
     }
 
     /// The raw values, native byte order, C order (as a training framework copies them).
+    ///
+    /// # Panics
+    /// For a libtorch tensor that is not a contiguous CPU tensor.
     pub fn as_bytes(&self) -> &[u8] {
+        #[cfg(feature = "tch")]
+        if let Tensors::Tch(t) = self {
+            return t.cpu_bytes();
+        }
         fn bytes<T>(a: &ArrayD<T>) -> &[u8] {
             let s = a.as_slice().expect("batches are contiguous");
             // SAFETY: any initialized value is readable as bytes; the length is exact.
@@ -202,6 +232,21 @@ pub(crate) fn fill_sample<T: Element>(
     }
 }
 
+/// Writes `samples` (each one sample of `numel` elements) into `dst`, one after the other.
+pub(crate) fn fill_batch<T: Element>(
+    dst: &mut [MaybeUninit<T>],
+    numel: usize,
+    samples: &[&[u8]],
+    channels: Option<usize>,
+) {
+    assert_eq!(dst.len(), numel * samples.len(), "batch size");
+    if numel > 0 {
+        for (dst, src) in dst.chunks_exact_mut(numel).zip(samples) {
+            fill_sample(dst, src, channels);
+        }
+    }
+}
+
 /// Builds the tensor batch of `samples.len()` samples of shape `shape[1..]` from per-sample
 /// byte slices (each exactly one sample; checked by the caller).
 pub(crate) fn build_tensors(
@@ -215,13 +260,13 @@ pub(crate) fn build_tensors(
         let total = numel * samples.len();
         // No zero fill: every element is written below (fresh memory is the costly part).
         let mut values: Vec<T> = Vec::with_capacity(total);
-        if numel > 0 {
-            let spare = &mut values.spare_capacity_mut()[..total];
-            for (dst, src) in spare.chunks_exact_mut(numel).zip(samples) {
-                fill_sample(dst, src, channels);
-            }
-        }
-        // SAFETY: `fill_sample` wrote all `numel` elements of each of the `samples.len()` chunks.
+        fill_batch(
+            &mut values.spare_capacity_mut()[..total],
+            numel,
+            samples,
+            channels,
+        );
+        // SAFETY: `fill_batch` wrote all `numel` elements of each of the `samples.len()` chunks.
         unsafe { values.set_len(total) };
         ArrayD::from_shape_vec(IxDyn(shape), values).expect("shape matches the values")
     }

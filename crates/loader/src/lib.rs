@@ -45,8 +45,12 @@ use voxlake_stream::plan::SeededRng;
 use voxlake_stream::{RowGroupBatch, Shard, StreamError, StreamStats, TableStream};
 
 mod batch;
+#[cfg(feature = "tch")]
+pub mod torch;
 
 pub use batch::{Batch, Tensors};
+#[cfg(feature = "tch")]
+pub use tch;
 
 /// Errors of the loader.
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +120,8 @@ pub struct LoaderBuilder {
     row_group_prefetch: usize,
     runtime_threads: usize,
     root_store: Option<std::sync::Arc<dyn voxlake_stream::ObjectStore>>,
+    #[cfg(feature = "tch")]
+    device: Option<tch::Device>,
 }
 
 impl std::fmt::Debug for LoaderBuilder {
@@ -139,6 +145,15 @@ impl std::fmt::Debug for LoaderBuilder {
 }
 
 impl LoaderBuilder {
+    /// Hand out the tensors as libtorch tensors on `device` (feature `tch`): assembled in
+    /// one copy from the Arrow buffers; for CUDA, into pinned memory and copied asynchronously,
+    /// with the channel axis moved on the device. Without it, batches are `ndarray`s.
+    #[cfg(feature = "tch")]
+    pub fn with_device(mut self, device: tch::Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+
     /// Reads through this store (with `/` at the root of the store the table's location
     /// names) instead of one built from the location and options: custom clients, object
     /// store's `ThrottledStore` for latency experiments, …
@@ -302,6 +317,10 @@ impl LoaderBuilder {
             }
             (false, _) => None,
         };
+        #[cfg(feature = "tch")]
+        if self.device.is_some() {
+            torch::kind_of(spec.dtype())?;
+        }
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
         let shutdown = Arc::new(tokio::sync::Notify::new());
@@ -319,6 +338,8 @@ impl LoaderBuilder {
             counters: counters.clone(),
             stop: stop.clone(),
             shutdown: shutdown.clone(),
+            #[cfg(feature = "tch")]
+            device: self.device,
             tx,
         };
         let thread = std::thread::Builder::new()
@@ -436,6 +457,8 @@ impl Loader {
             row_group_prefetch: 8,
             runtime_threads: 2,
             root_store: None,
+            #[cfg(feature = "tch")]
+            device: None,
         }
     }
 
@@ -488,7 +511,7 @@ impl Iterator for Loader {
             }
             c.samples.fetch_add(batch.len() as u64, Ordering::Relaxed);
             c.tensor_bytes
-                .fetch_add(batch.tensors.as_bytes().len() as u64, Ordering::Relaxed);
+                .fetch_add(batch.tensors.nbytes() as u64, Ordering::Relaxed);
         }
         item
     }
@@ -537,6 +560,8 @@ struct Producer {
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
     shutdown: Arc<tokio::sync::Notify>,
+    #[cfg(feature = "tch")]
+    device: Option<tch::Device>,
     tx: Sender<Result<Batch, LoaderError>>,
 }
 
@@ -717,6 +742,15 @@ impl Producer {
                     .map_or(&[][..], |t| t.value(r.index))
             })
             .collect();
+        #[cfg(feature = "tch")]
+        if let (Some(device), true) = (
+            self.device,
+            rows.first().is_some_and(|r| r.group.tensors.is_some()),
+        ) {
+            let tensors =
+                torch::assemble(self.spec.dtype(), shape, &samples, self.channels, device)?;
+            return Ok(self.batch_of(rows, tensors, epoch, index));
+        }
         let tensors = if rows.first().is_some_and(|r| r.group.tensors.is_some()) {
             batch::build_tensors(self.spec.dtype(), &batch_shape, &samples, self.channels)
         } else {
@@ -724,7 +758,11 @@ impl Producer {
             batch_shape.push(0);
             batch::build_tensors(self.spec.dtype(), &batch_shape, &[], None)
         };
-        Ok(Batch {
+        Ok(self.batch_of(rows, tensors, epoch, index))
+    }
+
+    fn batch_of(&self, rows: &[Row], tensors: Tensors, epoch: u64, index: u64) -> Batch {
+        Batch {
             tensors,
             labels: rows
                 .iter()
@@ -746,6 +784,6 @@ impl Producer {
                 .collect(),
             epoch,
             index,
-        })
+        }
     }
 }

@@ -1,0 +1,3 @@
+// The facade's tests and binaries link libtorch when the `tch` feature is on: the same
+// linker settings as the loader's.
+include!("crates/loader/build.rs");

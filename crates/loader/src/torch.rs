@@ -1,0 +1,202 @@
+//! Batches as libtorch tensors (feature `tch`).
+//!
+//! The batch is assembled straight into the tensor's memory: one copy from the Arrow buffers.
+//! On CPU that tensor is the batch (channels moved first during the copy). For a CUDA device
+//! — the only code here that needs a GPU, kept small — the host tensor is pinned (libtorch's
+//! caching host allocator reuses pinned blocks, and keeps a block out of reuse until the copy
+//! that reads it has finished, so dropping it early is safe), copied with `non_blocking`, and
+//! the channel axis is moved on the device. The producer thread runs ahead by the loader's
+//! prefetch, so that many batches are already on the device when the training loop asks.
+
+use std::mem::MaybeUninit;
+
+use half::f16;
+use tch::{Device, Kind, Tensor};
+use voxlake_format::DType;
+
+use crate::LoaderError;
+use crate::batch::{Element, Tensors, fill_batch};
+
+/// A libtorch tensor in a batch (a newtype so batches stay `Clone` and comparable).
+#[derive(Debug)]
+pub struct TchTensor(pub Tensor);
+
+impl Clone for TchTensor {
+    fn clone(&self) -> Self {
+        TchTensor(self.0.shallow_clone())
+    }
+}
+
+impl PartialEq for TchTensor {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.size() == other.0.size() && self.0.kind() == other.0.kind() && self.0.equal(&other.0)
+    }
+}
+
+impl TchTensor {
+    /// The bytes of a contiguous CPU tensor.
+    pub(crate) fn cpu_bytes(&self) -> &[u8] {
+        assert!(
+            self.0.device() == Device::Cpu && self.0.is_contiguous(),
+            "as_bytes needs a contiguous CPU tensor; copy it to the CPU first"
+        );
+        let len = self.0.numel() * self.0.kind().elt_size_in_bytes();
+        // SAFETY: a contiguous CPU tensor owns `len` initialized bytes at data_ptr, alive as
+        // long as `self`.
+        unsafe { std::slice::from_raw_parts(self.0.data_ptr().cast::<u8>(), len) }
+    }
+}
+
+/// libtorch's kind for a table element type; unsigned 16/32/64-bit have none.
+pub fn kind_of(dtype: DType) -> Result<Kind, LoaderError> {
+    Ok(match dtype {
+        DType::Bool => Kind::Bool,
+        DType::I8 => Kind::Int8,
+        DType::I16 => Kind::Int16,
+        DType::I32 => Kind::Int,
+        DType::I64 => Kind::Int64,
+        DType::U8 => Kind::Uint8,
+        DType::F16 => Kind::Half,
+        DType::F32 => Kind::Float,
+        DType::F64 => Kind::Double,
+        DType::U16 | DType::U32 | DType::U64 => {
+            return Err(LoaderError::Config(format!(
+                "libtorch has no {dtype} tensors: convert the table with --dtype"
+            )));
+        }
+    })
+}
+
+pub(crate) fn dtype_of(kind: Kind) -> DType {
+    match kind {
+        Kind::Bool => DType::Bool,
+        Kind::Int8 => DType::I8,
+        Kind::Int16 => DType::I16,
+        Kind::Int => DType::I32,
+        Kind::Int64 => DType::I64,
+        Kind::Uint8 => DType::U8,
+        Kind::Half => DType::F16,
+        Kind::Double => DType::F64,
+        _ => DType::F32,
+    }
+}
+
+/// Assembles `samples` (stored shape `sample_shape`) into a tensor on `device`, channels first
+/// when `channels` is `Some(C)`.
+pub(crate) fn assemble(
+    dtype: DType,
+    sample_shape: &[usize],
+    samples: &[&[u8]],
+    channels: Option<usize>,
+    device: Device,
+) -> Result<Tensors, LoaderError> {
+    let kind = kind_of(dtype)?;
+    let numel: usize = sample_shape.iter().product();
+    let b = samples.len();
+    let cuda = device.is_cuda();
+    // On CPU the channel axis moves during the copy; for a GPU it moves there.
+    let host_channels = if cuda { None } else { channels };
+    let mut host_shape: Vec<i64> = vec![b as i64];
+    match host_channels {
+        Some(c) => {
+            host_shape.push(c as i64);
+            host_shape.extend(
+                sample_shape[..sample_shape.len() - 1]
+                    .iter()
+                    .map(|&d| d as i64),
+            );
+        }
+        None => host_shape.extend(sample_shape.iter().map(|&d| d as i64)),
+    }
+    let host = Tensor::empty(host_shape.as_slice(), (kind, Device::Cpu));
+    // Pinned memory makes the copy asynchronous; without a GPU pinning fails: stay pageable.
+    let host = if cuda {
+        host.f_pin_memory(device).unwrap_or(host)
+    } else {
+        host
+    };
+    fill(&host, dtype, numel, samples, host_channels);
+    if !cuda {
+        return Ok(Tensors::Tch(TchTensor(host)));
+    }
+    // CUDA only from here: an asynchronous copy, then the permutation on the device.
+    let on_device = host.to_device_(device, kind, true, false);
+    let on_device = match channels {
+        Some(_) => {
+            let rank = on_device.dim() as i64;
+            let mut order = vec![0, rank - 1];
+            order.extend(1..rank - 1);
+            on_device.permute(order.as_slice()).contiguous()
+        }
+        None => on_device,
+    };
+    Ok(Tensors::Tch(TchTensor(on_device)))
+}
+
+/// Writes the samples into a fresh contiguous CPU tensor's memory.
+fn fill(host: &Tensor, dtype: DType, numel: usize, samples: &[&[u8]], channels: Option<usize>) {
+    fn typed<T: Element>(host: &Tensor, numel: usize, samples: &[&[u8]], channels: Option<usize>) {
+        let len = numel * samples.len();
+        assert_eq!(host.numel(), len, "tensor size");
+        // SAFETY: `host` is a contiguous CPU tensor of `len` elements of T (its kind matches
+        // `dtype`), owned here; `fill_batch` writes every element.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(host.data_ptr().cast::<MaybeUninit<T>>(), len)
+        };
+        fill_batch(dst, numel, samples, channels);
+    }
+    match dtype {
+        DType::Bool => typed::<bool>(host, numel, samples, channels),
+        DType::I8 => typed::<i8>(host, numel, samples, channels),
+        DType::I16 => typed::<i16>(host, numel, samples, channels),
+        DType::I32 => typed::<i32>(host, numel, samples, channels),
+        DType::I64 => typed::<i64>(host, numel, samples, channels),
+        DType::U8 => typed::<u8>(host, numel, samples, channels),
+        DType::F16 => typed::<f16>(host, numel, samples, channels),
+        DType::F32 => typed::<f32>(host, numel, samples, channels),
+        DType::F64 => typed::<f64>(host, numel, samples, channels),
+        DType::U16 | DType::U32 | DType::U64 => unreachable!("refused by kind_of"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Vec<u8>> {
+        (0..3)
+            .map(|s| {
+                (0..24)
+                    .flat_map(|v| (s as f32 * 100.0 + v as f32).to_le_bytes())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cpu_tensors_equal_the_ndarray_path() {
+        let owned = samples();
+        let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let shape = [2, 3, 4];
+        for channels in [None, Some(4)] {
+            let t = assemble(DType::F32, &shape, &refs, channels, Device::Cpu).unwrap();
+            let batch_shape: Vec<usize> = match channels {
+                Some(c) => vec![3, c, 2, 3],
+                None => vec![3, 2, 3, 4],
+            };
+            let nd = crate::batch::build_tensors(DType::F32, &batch_shape, &refs, channels);
+            assert_eq!(t.shape(), batch_shape);
+            assert_eq!(t.dtype(), DType::F32);
+            assert_eq!(t.as_bytes(), nd.as_bytes(), "channels {channels:?}");
+        }
+    }
+
+    #[test]
+    fn pinning_without_a_gpu_falls_back() {
+        // No GPU here: pin_memory fails and the batch stays in pageable memory.
+        let host = Tensor::empty([4], (Kind::Float, Device::Cpu));
+        assert!(host.f_pin_memory(Device::Cuda(0)).is_err() || tch::Cuda::is_available());
+        assert!(kind_of(DType::U32).is_err());
+        assert_eq!(dtype_of(kind_of(DType::F16).unwrap()), DType::F16);
+    }
+}
