@@ -76,6 +76,10 @@ struct BenchArgs {
     /// Write the delivered ids, in order, one per line.
     #[arg(long)]
     ids_out: Option<PathBuf>,
+    /// Hand out libtorch tensors on this device (`cpu`, `cuda`, `cuda:N`; feature `tch`).
+    #[cfg(feature = "tch")]
+    #[arg(long)]
+    device: Option<String>,
 }
 
 /// Peak resident set size of this process (Linux: VmHWM), in bytes.
@@ -89,6 +93,11 @@ fn peak_rss_bytes() -> Option<u64> {
 /// Reads every value, so nothing can be skipped; returns a checksum.
 fn touch(tensors: &Tensors) -> f64 {
     match tensors {
+        #[cfg(feature = "tch")]
+        Tensors::Tch(t) => {
+            t.0.sum(voxlake::loader::tch::Kind::Double)
+                .double_value(&[])
+        }
         Tensors::F32(a) => sum_f32(a.as_slice().expect("batches are contiguous")),
         Tensors::F64(a) => a.iter().sum(),
         other => other.as_bytes().iter().map(|&b| f64::from(b)).sum(),
@@ -124,6 +133,19 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(v) = args.version {
         builder = builder.with_version(v);
+    }
+    #[cfg(feature = "tch")]
+    if let Some(device) = &args.device {
+        use voxlake::loader::tch::Device;
+        let device = match device.as_str() {
+            "cpu" => Device::Cpu,
+            "cuda" => Device::Cuda(0),
+            other => match other.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
+                Some(n) => Device::Cuda(n),
+                None => return Err(format!("unknown device '{other}' (cpu, cuda, cuda:N)").into()),
+            },
+        };
+        builder = builder.with_device(device);
     }
     let loader = builder.build()?;
     let mut ids_out = match &args.ids_out {
