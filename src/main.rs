@@ -191,6 +191,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "fetch_s": stats.stream.fetch.as_secs_f64(),
         "decode_s": stats.stream.decode.as_secs_f64(),
         "budget_wait_s": stats.stream.budget_wait.as_secs_f64(),
+        "input_bound_fraction": loader.stall_meter().input_bound_fraction(),
         "bytes_fetched": stats.stream.bytes,
         "row_groups": stats.stream.row_groups,
         "checksum": checksum,

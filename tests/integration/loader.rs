@@ -377,3 +377,48 @@ async fn reads_through_a_callers_store_with_latency() {
     sorted.sort();
     assert_eq!(sorted, (0..12).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn the_stall_meter_times_waits_and_compute_and_forecasts() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 24, 11).await;
+    let path = table.to_str().unwrap().to_string();
+    let (meter, per_epoch, forecast) = std::thread::spawn(move || {
+        let mut loader = Loader::builder(path)
+            .with_batch_size(4)
+            .with_epochs(2)
+            .build()
+            .unwrap();
+        let per_epoch = loader.iterations_per_epoch();
+        assert!(
+            loader
+                .forecast(per_epoch, 2, Duration::ZERO, None)
+                .is_none(),
+            "no forecast before 3 steps"
+        );
+        let mut steps = 0;
+        while let Some(batch) = loader.next() {
+            batch.unwrap();
+            steps += 1;
+            // The "training step": the meter must see this as compute, not as waiting.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(steps, 12);
+        let forecast = loader
+            .forecast(per_epoch, 2, Duration::ZERO, Some(3.6))
+            .unwrap();
+        (loader.stall_meter(), per_epoch, forecast)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(per_epoch, 6);
+    assert_eq!((meter.steps, meter.samples), (12, 48));
+    // 11 pauses of 20 ms between the 12 calls.
+    assert!(meter.computed >= Duration::from_millis(220), "{meter:?}");
+    assert!(meter.input_bound_fraction() < 1.0);
+    let steady = meter.steady_iteration().unwrap();
+    assert!(steady >= Duration::from_millis(20));
+    let expected = meter.init + meter.first_iteration + steady * 5 + steady * 6;
+    assert!((forecast.total.as_secs_f64() - expected.as_secs_f64()).abs() < 1e-6);
+    assert!((forecast.cost.unwrap() - forecast.total.as_secs_f64() / 1000.0).abs() < 1e-9);
+}

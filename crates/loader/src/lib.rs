@@ -45,6 +45,7 @@ use voxlake_stream::plan::SeededRng;
 use voxlake_stream::{RowGroupBatch, Shard, StreamError, StreamStats, TableStream};
 
 mod batch;
+pub mod stall;
 #[cfg(feature = "tch")]
 pub mod torch;
 
@@ -359,6 +360,10 @@ impl LoaderBuilder {
             stream,
             spec,
             started,
+            batch_size: self.batch_size,
+            drop_last: self.drop_last,
+            meter: stall::StallMeter::default(),
+            last_return: None,
         })
     }
 }
@@ -433,6 +438,11 @@ pub struct Loader {
     stream: TableStream,
     spec: TensorSpec,
     started: Instant,
+    batch_size: usize,
+    drop_last: bool,
+    meter: stall::StallMeter,
+    /// When the last batch was handed out (the training loop computes from then on).
+    last_return: Option<Instant>,
 }
 
 impl Loader {
@@ -472,9 +482,46 @@ impl Loader {
         self.stream.snapshot().version()
     }
 
-    /// Rows this loader delivers per epoch (its shard), if the log records row counts.
+    /// Rows of the whole table, if the log records row counts.
     pub fn table_rows(&self) -> Option<u64> {
         self.stream.snapshot().num_rows()
+    }
+
+    /// Batches per epoch for this rank (from the epoch-0 plan; shares differ by at most one
+    /// file between epochs when shuffling).
+    pub fn iterations_per_epoch(&self) -> u64 {
+        let (rows, batch) = (self.stream.rows_per_epoch(), self.batch_size as u64);
+        if self.drop_last {
+            rows / batch
+        } else {
+            rows.div_ceil(batch)
+        }
+    }
+
+    /// The stall meter: per-step waits and compute times of the training loop.
+    pub fn stall_meter(&self) -> stall::StallMeter {
+        self.meter
+    }
+
+    /// Forecasts an epoch of `iterations_per_epoch` steps and a run of `epochs`, from the
+    /// timings so far (`None` before the third batch). See [`stall`].
+    pub fn forecast(
+        &self,
+        iterations_per_epoch: u64,
+        epochs: u64,
+        validation_per_epoch: Duration,
+        price_per_hour: Option<f64>,
+    ) -> Option<stall::Forecast> {
+        let m = &self.meter;
+        Some(stall::Forecast::compute(
+            m.init,
+            m.first_iteration,
+            m.steady_iteration()?,
+            iterations_per_epoch,
+            epochs,
+            validation_per_epoch,
+            price_per_hour,
+        ))
     }
 
     /// What the loader has done so far.
@@ -501,9 +548,40 @@ impl Iterator for Loader {
     fn next(&mut self) -> Option<Self::Item> {
         let start = Instant::now();
         let item = self.rx.recv().ok();
+        let now = Instant::now();
+        let waited = now - start;
         let c = &self.counters;
         c.consumer_wait_ns
-            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        if let Some(Ok(batch)) = &item {
+            let m = &mut self.meter;
+            m.waited += waited;
+            m.samples += batch.len() as u64;
+            match self.last_return {
+                None => m.init = now - self.started,
+                Some(last) => {
+                    m.computed += start - last;
+                    if m.steps == 1 {
+                        m.first_iteration = now - last;
+                    } else {
+                        m.steady_total += now - last;
+                    }
+                }
+            }
+            m.steps += 1;
+            self.last_return = Some(now);
+            if m.steps == STALL_LOG_AFTER {
+                if let Some(f) = self.forecast(self.iterations_per_epoch(), 1, Duration::ZERO, None)
+                {
+                    tracing::info!(
+                        input_bound = format!("{:.0}%", 100.0 * self.meter.input_bound_fraction()),
+                        samples_per_s = format!("{:.0}", self.meter.samples_per_s(self.batch_size)),
+                        epoch_s = format!("{:.1}", f.epoch.as_secs_f64()),
+                        "stall meter"
+                    );
+                }
+            }
+        }
         if let Some(Ok(batch)) = &item {
             if c.batches.fetch_add(1, Ordering::Relaxed) == 0 {
                 c.first_batch_ns
@@ -564,6 +642,9 @@ struct Producer {
     device: Option<tch::Device>,
     tx: Sender<Result<Batch, LoaderError>>,
 }
+
+/// Steps after which the stall meter logs its first reading.
+const STALL_LOG_AFTER: u64 = 20;
 
 /// Row groups in the shuffle buffer before the first batch; one more per batch after it.
 const WARM_UP_GROUPS: usize = 4;

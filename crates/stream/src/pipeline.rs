@@ -271,6 +271,22 @@ impl TableStream {
         self.inner.shard
     }
 
+    /// Rows this shard reads in epoch 0 (from the log's row counts, or sizes if missing).
+    pub fn rows_per_epoch(&self) -> u64 {
+        let snapshot = &self.inner.snapshot;
+        let weights: Vec<u64> = snapshot
+            .files()
+            .iter()
+            .map(|f| f.rows.unwrap_or(f.size))
+            .collect();
+        self.inner
+            .planner
+            .files(&weights, self.inner.shard, 0)
+            .iter()
+            .map(|&f| weights[f])
+            .sum()
+    }
+
     /// What the pipeline has done so far.
     pub fn stats(&self) -> StreamStats {
         let c = &self.inner.counters;
