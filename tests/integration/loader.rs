@@ -418,6 +418,10 @@ async fn the_stall_meter_times_waits_and_compute_and_forecasts() {
     assert!(meter.input_bound_fraction() < 1.0);
     let steady = meter.steady_iteration().unwrap();
     assert!(steady >= Duration::from_millis(20));
+    assert!(
+        steady <= meter.steady_total,
+        "the median is one of the iterations"
+    );
     let expected = meter.init + meter.first_iteration + steady * 5 + steady * 6;
     assert!((forecast.total.as_secs_f64() - expected.as_secs_f64()).abs() < 1e-6);
     assert!((forecast.cost.unwrap() - forecast.total.as_secs_f64() / 1000.0).abs() < 1e-9);

@@ -564,7 +564,7 @@ impl Iterator for Loader {
                     if m.steps == 1 {
                         m.first_iteration = now - last;
                     } else {
-                        m.steady_total += now - last;
+                        m.record_steady(now - last);
                     }
                 }
             }

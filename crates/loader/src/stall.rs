@@ -41,12 +41,32 @@ pub struct StallMeter {
     pub computed: Duration,
     /// Samples handed out.
     pub samples: u64,
+    /// The most recent steady iteration times (a ring).
+    recent: [Duration; RECENT],
+    recent_len: usize,
 }
 
+/// Steady iterations the median is taken over.
+const RECENT: usize = 32;
+
 impl StallMeter {
-    /// The mean iteration time after the first, if there has been one.
+    /// Records one steady iteration (batch to batch, after the first).
+    pub(crate) fn record_steady(&mut self, iteration: Duration) {
+        self.steady_total += iteration;
+        self.recent[self.recent_len % RECENT] = iteration;
+        self.recent_len += 1;
+    }
+
+    /// The steady iteration time: the median of the last 32 iterations after the first (robust
+    /// to the odd slow step: a GC pause, a thread pool warming up), if there has been one.
     pub fn steady_iteration(&self) -> Option<Duration> {
-        (self.steps > 2).then(|| self.steady_total / (self.steps - 2) as u32)
+        let n = self.recent_len.min(RECENT);
+        if n == 0 {
+            return None;
+        }
+        let mut recent = self.recent[..n].to_vec();
+        recent.sort();
+        Some(recent[n / 2])
     }
 
     /// The fraction of the training loop's time spent waiting for input.
