@@ -93,6 +93,21 @@ fn peak_rss_bytes() -> Option<u64> {
 /// Reads every value, so nothing can be skipped; returns a checksum.
 fn touch(tensors: &Tensors) -> f64 {
     match tensors {
+        // CPU float tensors: the same summing loop as the ndarray path, for a fair comparison.
+        #[cfg(feature = "tch")]
+        Tensors::Tch(t)
+            if t.0.device() == voxlake::loader::tch::Device::Cpu
+                && t.0.kind() == voxlake::loader::tch::Kind::Float =>
+        {
+            // SAFETY: the bytes of a float tensor are f32 values; align_to leaves out nothing
+            // here (asserted), as tensor memory is aligned.
+            let (head, floats, tail) = unsafe { tensors.as_bytes().align_to::<f32>() };
+            assert!(
+                head.is_empty() && tail.is_empty(),
+                "tensor memory is aligned"
+            );
+            sum_f32(floats)
+        }
         #[cfg(feature = "tch")]
         Tensors::Tch(t) => {
             t.0.sum(voxlake::loader::tch::Kind::Double)
