@@ -33,6 +33,65 @@ pub fn storage_options(explicit: &HashMap<String, String>) -> HashMap<String, St
     options
 }
 
+/// Which credential method the settings select, by key names only (never values), for a debug
+/// line: the first match in object_store's own order of precedence.
+pub fn credential_method(url: &Url, options: &HashMap<String, String>) -> &'static str {
+    let has = |keys: &[&str]| keys.iter().any(|k| options.contains_key(*k));
+    match url.scheme() {
+        "az" | "azure" | "abfs" | "abfss" | "adl" => {
+            if options
+                .get("azure_storage_use_emulator")
+                .is_some_and(|v| v == "true")
+            {
+                "Azure emulator (well-known development account)"
+            } else if has(&[
+                "azure_storage_account_key",
+                "azure_storage_access_key",
+                "account_key",
+                "access_key",
+            ]) {
+                "Azure account key"
+            } else if has(&[
+                "azure_storage_sas_key",
+                "azure_storage_sas_token",
+                "sas_key",
+                "sas_token",
+            ]) {
+                "Azure SAS token"
+            } else if has(&["azure_storage_token", "bearer_token"]) {
+                "Azure bearer token"
+            } else if has(&["azure_client_secret", "client_secret"]) {
+                "Azure service principal (client secret)"
+            } else if has(&["azure_federated_token_file", "federated_token_file"]) {
+                "Azure workload identity"
+            } else {
+                "Azure managed identity or Azure CLI (no explicit credential)"
+            }
+        }
+        "s3" | "s3a" => {
+            if has(&["aws_access_key_id", "access_key_id"]) {
+                "AWS access key"
+            } else {
+                "AWS default chain (web identity, instance profile, …)"
+            }
+        }
+        "gs" => {
+            if has(&[
+                "google_service_account",
+                "google_service_account_path",
+                "google_application_credentials",
+                "google_service_account_key",
+            ]) {
+                "GCS service account"
+            } else {
+                "GCS application default credentials"
+            }
+        }
+        "file" => "local filesystem (no credentials)",
+        _ => "store defaults",
+    }
+}
+
 /// Parses a location into a URL; a path without a scheme is a local path (made absolute).
 pub fn to_url(location: &str, is_dir: bool) -> Result<Url, StreamError> {
     let invalid = |reason: String| StreamError::InvalidLocation {
@@ -92,6 +151,12 @@ pub fn open_store(
             });
         }
     }
+    let shown: &str = &display;
+    tracing::debug!(
+        location = shown,
+        credentials = credential_method(&url, options),
+        "opening store"
+    );
     let (store, prefix) = object_store::parse_url_opts(&url, options.iter()).map_err(|e| {
         StreamError::InvalidLocation {
             location: display.clone(),
@@ -145,6 +210,40 @@ mod tests {
         assert!(
             e.contains("az://[bad/x?<redacted>") && !e.contains("SECRET"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn credential_methods_are_named_by_key_only() {
+        let az = Url::parse("az://c/p").unwrap();
+        let opts = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<HashMap<_, _>>()
+        };
+        assert_eq!(
+            credential_method(&az, &opts(&[("azure_storage_account_key", "SECRET")])),
+            "Azure account key"
+        );
+        assert_eq!(
+            credential_method(&az, &opts(&[("azure_storage_sas_key", "sig=SECRET")])),
+            "Azure SAS token"
+        );
+        assert_eq!(
+            credential_method(&az, &opts(&[("azure_storage_use_emulator", "true")]))
+                .split(' ')
+                .nth(1),
+            Some("emulator")
+        );
+        assert!(credential_method(&az, &opts(&[])).contains("managed identity"));
+        assert!(
+            !credential_method(&az, &opts(&[("azure_client_secret", "SECRET")])).contains("SECRET")
+        );
+        let s3 = Url::parse("s3://b/p").unwrap();
+        assert_eq!(
+            credential_method(&s3, &opts(&[("aws_access_key_id", "AKIA")])),
+            "AWS access key"
         );
     }
 

@@ -81,6 +81,12 @@ impl Snapshot {
             source,
         };
         let options = location::storage_options(options);
+        let shown: &str = &display;
+        tracing::debug!(
+            location = shown,
+            credentials = location::credential_method(&url, &options),
+            "opening table"
+        );
         let mut builder = DeltaTableBuilder::from_url(url.clone())
             .map_err(err)?
             .with_storage_options(options);
