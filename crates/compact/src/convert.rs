@@ -15,7 +15,6 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use serde::Serialize;
 use voxlake_format::npy::NpyArray;
-use voxlake_format::reader::with_retries;
 use voxlake_format::{Casting, ID_COLUMN, TensorSpec};
 
 use crate::error::CompactError;
@@ -208,10 +207,10 @@ impl Compactor {
                 let src_display = src_display.clone();
                 async move {
                     let key = object.key.clone();
-                    let bytes = with_retries(&object.location, || async {
-                        store.get(&object.location).await?.bytes().await
-                    })
-                    .await
+                    let bytes = match store.get(&object.location).await {
+                        Ok(r) => r.bytes().await,
+                        Err(e) => Err(e),
+                    }
                     .map_err(|e| CompactError::Source {
                         location: format!("{src_display}/{key}"),
                         source: e,

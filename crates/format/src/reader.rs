@@ -4,10 +4,8 @@
 //! request: no HEAD and no suffix range (Azure Blob has no suffix ranges). Column chunks are
 //! fetched with [`ObjectStore::get_ranges`], which coalesces nearby ranges.
 
-use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
@@ -59,48 +57,21 @@ fn external(e: object_store::Error) -> ParquetError {
     ParquetError::External(Box::new(e))
 }
 
-/// Attempts of a read that fails transiently (object_store has already retried the request
-/// itself; this also covers bodies cut off mid-stream).
-const READ_ATTEMPTS: u32 = 4;
-/// First backoff; doubled after each failed attempt.
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-
-/// Runs `read` again, with exponential backoff, while it fails transiently.
-pub async fn with_retries<T, F, Fut>(path: &Path, mut read: F) -> object_store::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = object_store::Result<T>>,
-{
-    let mut backoff = FIRST_BACKOFF;
-    let mut attempt = 1;
-    loop {
-        match read().await {
-            Err(e) if attempt < READ_ATTEMPTS && store_error_is_transient(&e) => {
-                tracing::debug!(%path, attempt, error = %e, "transient read error, retrying");
-                tokio::time::sleep(backoff).await;
-                backoff *= 2;
-                attempt += 1;
-            }
-            result => return result,
-        }
-    }
-}
-
 impl AsyncFileReader for ObjectFileReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
         async move {
-            with_retries(&self.path, || {
-                self.store.get_range(&self.path, range.clone())
-            })
-            .await
-            .map_err(external)
+            self.store
+                .get_range(&self.path, range)
+                .await
+                .map_err(external)
         }
         .boxed()
     }
 
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
         async move {
-            with_retries(&self.path, || self.store.get_ranges(&self.path, &ranges))
+            self.store
+                .get_ranges(&self.path, &ranges)
                 .await
                 .map_err(external)
         }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
+use parquet::arrow::ProjectionMask;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 
@@ -273,12 +274,7 @@ impl TableStream {
 
     /// Rows this shard reads in epoch 0 (from the log's row counts, or sizes if missing).
     pub fn rows_per_epoch(&self) -> u64 {
-        let snapshot = &self.inner.snapshot;
-        let weights: Vec<u64> = snapshot
-            .files()
-            .iter()
-            .map(|f| f.rows.unwrap_or(f.size))
-            .collect();
+        let weights = self.inner.snapshot.plan_weights();
         self.inner
             .planner
             .files(&weights, self.inner.shard, 0)
@@ -307,7 +303,8 @@ impl TableStream {
     }
 
     /// The rest of an epoch from `cursor`: the first `cursor.position` row groups of the plan
-    /// are skipped without being fetched.
+    /// are skipped without being fetched (their files' footers are read: the plan of an epoch
+    /// is made of row groups, which only the footers tell).
     ///
     /// The pipeline runs in a task of its own, so it keeps prefetching while the consumer is
     /// busy; it must be called inside a tokio runtime. Dropping the stream stops the task.
@@ -320,12 +317,7 @@ impl TableStream {
         cursor: Cursor,
     ) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
         let inner = self.inner.clone();
-        let snapshot = &inner.snapshot;
-        let weights: Vec<u64> = snapshot
-            .files()
-            .iter()
-            .map(|f| f.rows.unwrap_or(f.size))
-            .collect();
+        let weights = inner.snapshot.plan_weights();
         let files = inner.planner.files(&weights, inner.shard, cursor.epoch);
         let epoch = cursor.epoch;
 
@@ -371,18 +363,18 @@ impl TableStream {
             units.and_then(move |(position, unit)| {
                 let inner = inner.clone();
                 async move {
-                    let permit = inner.reserve(&unit).await?;
-                    Ok((position, unit, permit))
+                    let (permit, projection) = inner.reserve(&unit).await?;
+                    Ok((position, unit, permit, projection))
                 }
             })
         };
         let prefetch = inner.prefetch;
         reserve
-            .map_ok(move |(position, unit, permit)| {
+            .map_ok(move |(position, unit, permit, projection)| {
                 let inner = inner.clone();
                 async move {
                     let mut permit = permit;
-                    let (batch, fetched) = inner.read(&unit).await?;
+                    let (batch, fetched) = inner.read(&unit, projection).await?;
                     // The fetched bytes are gone once decoded: give their share back.
                     let fetched_kib = fetched.div_ceil(1024) as usize;
                     let keep = permit.num_permits().saturating_sub(fetched_kib).max(1);
@@ -406,8 +398,12 @@ impl TableStream {
 
 impl Inner {
     /// Takes this row group's share of the budget: its projected chunks as fetched plus as
-    /// decoded, capped at the whole budget so one large row group cannot wait forever.
-    async fn reserve(&self, unit: &Unit) -> Result<OwnedSemaphorePermit, StreamError> {
+    /// decoded, capped at the whole budget so one large row group cannot wait forever. Returns
+    /// the permit and the projection, which the read reuses.
+    async fn reserve(
+        &self,
+        unit: &Unit,
+    ) -> Result<(OwnedSemaphorePermit, ProjectionMask), StreamError> {
         let meta = self.snapshot.reader_metadata(unit.file).await?;
         let projection = self.snapshot.projection(&meta, &self.columns)?;
         let rg = meta.metadata().row_group(unit.row_group);
@@ -430,13 +426,15 @@ impl Inner {
         self.counters
             .budget_wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(permit)
+        Ok((permit, projection))
     }
 
     /// Fetches and decodes a row group; returns it and the bytes fetched.
-    async fn read(&self, unit: &Unit) -> Result<(RecordBatch, u64), StreamError> {
-        let meta = self.snapshot.reader_metadata(unit.file).await?;
-        let projection = self.snapshot.projection(&meta, &self.columns)?;
+    async fn read(
+        &self,
+        unit: &Unit,
+        projection: ProjectionMask,
+    ) -> Result<(RecordBatch, u64), StreamError> {
         let (batch, timings) = self
             .snapshot
             .read_row_group_timed(unit.file, unit.row_group, projection)

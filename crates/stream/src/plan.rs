@@ -321,14 +321,12 @@ mod tests {
         let mut rng = SeededRng::new(0);
         assert_eq!(rng.next_u64(), 0xe220_a839_7b1d_cdaf);
         let planner = Planner::new(42, true);
-        let files = planner.files(&[1; 8], Shard::new(0, 1), 0);
-        let mut sorted = files.clone();
-        sorted.sort();
-        assert_eq!(sorted, (0..8).collect::<Vec<_>>());
         assert_eq!(
-            files,
-            Planner::new(42, true).files(&[1; 8], Shard::new(0, 1), 0)
+            planner.files(&[1; 8], Shard::new(0, 1), 0),
+            vec![4, 3, 2, 7, 1, 5, 6, 0]
         );
+        let rows = [217, 217, 217, 100, 217];
+        assert_eq!(planner.files(&rows, Shard::new(1, 2), 3), vec![2, 4]);
     }
 
     #[test]

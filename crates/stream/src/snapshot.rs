@@ -184,6 +184,14 @@ impl Snapshot {
         &self.store
     }
 
+    /// Per-file weights for planning: the row count, or the size where the log has none.
+    pub fn plan_weights(&self) -> Vec<u64> {
+        self.files
+            .iter()
+            .map(|f| f.rows.unwrap_or(f.size))
+            .collect()
+    }
+
     /// Total rows, if every add action recorded its row count.
     pub fn num_rows(&self) -> Option<u64> {
         self.files.iter().map(|f| f.rows).sum()
