@@ -18,8 +18,10 @@ export VOXLAKE_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 export VIRTUAL_ENV="$PWD/.venv" LIBTORCH_USE_PYTORCH=1 PATH="$PWD/.venv/bin:$PATH"
 
-# Azurite on 127.0.0.1 with a fresh container, for the Azure tests.
+# Azurite and moto's S3 server on 127.0.0.1, each with a fresh container/bucket, for the
+# object store suite.
 source scripts/azurite.sh
+source scripts/s3.sh
 
 cargo fmt --all -- --check
 # The binaries the CLI tests run, built with the same feature selection as the tests.

@@ -1,7 +1,11 @@
 //! A fault and latency injector for tests and benches: an HTTP/1.1 proxy on 127.0.0.1 in front
-//! of an object store emulator (Azurite), with real network delay, HTTP 503 bursts, connections
-//! reset in the middle of a body, truncated bodies and stalled responses, and a log of every
-//! request (method, path, `Range` header) for request accounting.
+//! of an object store emulator (Azurite, moto's S3 server), with real network delay, a bandwidth
+//! limit per connection, HTTP 503 bursts, connections reset in the middle of a body, truncated
+//! bodies and stalled responses, and a log of every request (method, path, `Range` header) for
+//! request accounting.
+//!
+//! In process, object_store's `ThrottledStore` adds latency and a per-byte wait without a
+//! network (it cannot wrap `LocalFileSystem`; wrap an `InMemory` copy).
 //!
 //! Faults hit data reads only (GETs with a `Range` header), on a deterministic schedule: the
 //! n-th such request gets the fault whose period divides n. Listing, log and footer handling
@@ -34,6 +38,9 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct FaultPlan {
     /// Delay before each request is forwarded (every request, not only data reads).
     pub latency: Duration,
+    /// Response bodies are paced to this many bytes per second on each connection (a link of
+    /// this speed per TCP connection, like a per-blob or per-flow limit).
+    pub bytes_per_second: Option<u64>,
     /// Every n-th data read is answered `503 Service Unavailable` without reaching the store.
     pub error_503_every: Option<u64>,
     /// Every n-th data read: the connection is reset after half of the body.
@@ -240,6 +247,41 @@ async fn read_body<R: AsyncBufReadExt + Unpin>(
     Ok(body)
 }
 
+const COPY_BUFFER: usize = 1 << 20;
+
+/// Copies `length` body bytes from the store to the client, paced to `bytes_per_second`.
+async fn forward<R, W>(
+    from: &mut R,
+    to: &mut W,
+    length: u64,
+    bytes_per_second: Option<u64>,
+) -> std::io::Result<()>
+where
+    R: AsyncBufReadExt + Unpin,
+    W: AsyncWriteExt + Unpin,
+{
+    let start = tokio::time::Instant::now();
+    // Paced bodies go out in slices of about 10 ms of the link, each once the link would have
+    // finished carrying it.
+    let slice = bytes_per_second.map_or(usize::MAX, |rate| (rate as usize / 100).max(16 << 10));
+    let mut sent = 0u64;
+    while sent < length {
+        let chunk = from.fill_buf().await?;
+        if chunk.is_empty() {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let n = chunk.len().min((length - sent) as usize).min(slice);
+        if let Some(rate) = bytes_per_second.filter(|r| *r > 0) {
+            let due = start + Duration::from_secs_f64((sent + n as u64) as f64 / rate as f64);
+            tokio::time::sleep_until(due).await;
+        }
+        to.write_all(&chunk[..n]).await?;
+        from.consume(n);
+        sent += n as u64;
+    }
+    Ok(())
+}
+
 async fn serve(
     client: TcpStream,
     upstream: SocketAddr,
@@ -251,7 +293,9 @@ async fn serve(
     let mut client_read = BufReader::new(client_read);
     let server = TcpStream::connect(upstream).await?;
     let (server_read, mut server_write) = server.into_split();
-    let mut server_read = BufReader::new(server_read);
+    // Large buffers: the proxy shares the cores with the store and the loader under test, and
+    // its copying cost should stay far below theirs (real latency costs no CPU).
+    let mut server_read = BufReader::with_capacity(COPY_BUFFER, server_read);
     while let Some(request) = read_head(&mut client_read).await? {
         let body = read_body(&mut client_read, &request, false).await?;
         let mut parts = request.start.split_whitespace();
@@ -302,11 +346,13 @@ async fn serve(
             // No fault to apply: stream the body through (store-and-forward would add a whole
             // transfer time to every request, not just the latency).
             client_write.write_all(&response.bytes()).await?;
-            let copied =
-                tokio::io::copy(&mut (&mut server_read).take(length), &mut client_write).await?;
-            if copied != length {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
+            forward(
+                &mut server_read,
+                &mut client_write,
+                length,
+                plan.bytes_per_second,
+            )
+            .await?;
             continue;
         }
         let response_body = read_body(&mut server_read, &response, no_body).await?;

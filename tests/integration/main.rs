@@ -1,7 +1,7 @@
 //! voxlake's integration tests: one binary, one module per area.
 
-mod azure;
 mod cli;
 mod common;
 mod compact;
 mod loader;
+mod stores;

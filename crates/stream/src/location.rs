@@ -13,13 +13,15 @@ use crate::error::{StreamError, redact};
 /// Prefixes of the environment variables object_store and deltalake read their settings from.
 const ENV_PREFIXES: [&str; 4] = ["AZURE_", "AWS_", "GOOGLE_", "OBJECT_STORE_"];
 
-/// Registers deltalake's Azure and GCS handlers once, so `az://`, `abfss://` and `gs://`
-/// tables open.
+/// Registers deltalake's Azure, GCS and S3 handlers once, so `az://`, `abfss://`, `gs://` and
+/// `s3://` tables open. S3 commits use conditional writes (`If-None-Match`), which AWS S3 and
+/// most S3-compatible stores support: no locking provider is needed.
 pub fn register_handlers() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         deltalake::azure::register_handlers(None);
         deltalake::gcp::register_handlers(None);
+        deltalake::aws::register_handlers(None);
     });
 }
 

@@ -1,0 +1,26 @@
+# Sourced by the service scripts (azurite.sh, s3.sh): a free port of 127.0.0.1, waiting for a
+# port to accept connections, and stopping every started service when the sourcing shell exits.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_port PORT NAME: up to 30 s.
+wait_port() {
+  python3 - "$1" "$2" <<'PY'
+import socket, sys, time
+deadline = time.time() + 30
+while time.time() < deadline:
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()
+        sys.exit(0)
+    except OSError:
+        time.sleep(0.2)
+sys.exit(f"{sys.argv[2]} did not start")
+PY
+}
+
+# track_service PID: stopped when the sourcing shell exits.
+track_service() {
+  voxlake_service_pids="${voxlake_service_pids:-} $1"
+  trap 'kill $voxlake_service_pids 2>/dev/null || true' EXIT
+}

@@ -1,0 +1,509 @@
+//! The object store suite: the same conversion, streaming, fault and request-accounting tests
+//! on every remote backend, each a real server on 127.0.0.1 started by scripts/test.sh (never
+//! a mock): Azurite for Azure Blob, moto's S3 server for S3.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use voxlake::Loader;
+use voxlake::compact::{Compactor, synth};
+use voxlake::fault::{FaultPlan, FaultProxy};
+use voxlake::format::Layout;
+
+use crate::common::{compact_bin, cube_bytes};
+
+/// The documented Azurite development key (public, emulator only).
+const EMULATOR_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+/// The keys scripts/s3.sh created the bucket with (moto accepts any).
+const S3_KEY_ID: &str = "voxlake";
+const S3_SECRET: &str = "voxlake-secret";
+
+/// A remote backend the suite runs on.
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Azurite,
+    S3,
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run scripts/test.sh (it starts Azurite and moto on 127.0.0.1)")
+    })
+}
+
+impl Backend {
+    /// The container or bucket scripts/test.sh created.
+    fn bucket(self) -> String {
+        match self {
+            Backend::Azurite => env("VOXLAKE_AZURITE_CONTAINER"),
+            Backend::S3 => env("VOXLAKE_S3_BUCKET"),
+        }
+    }
+
+    fn scheme(self) -> &'static str {
+        match self {
+            Backend::Azurite => "az",
+            Backend::S3 => "s3",
+        }
+    }
+
+    /// The URL of `key` in the test bucket.
+    fn url(self, key: &str) -> String {
+        format!("{}://{}/{key}", self.scheme(), self.bucket())
+    }
+
+    /// The server's address.
+    fn addr(self) -> SocketAddr {
+        let url = match self {
+            Backend::Azurite => env("AZURITE_BLOB_STORAGE_URL"),
+            Backend::S3 => env("VOXLAKE_S3_ENDPOINT"),
+        };
+        url.trim_start_matches("http://")
+            .trim_end_matches('/')
+            .parse()
+            .unwrap()
+    }
+
+    /// Storage options that reach the server at `addr` (the server itself or a proxy).
+    fn options_at(self, addr: SocketAddr) -> HashMap<String, String> {
+        let pairs: Vec<(&str, String)> = match self {
+            Backend::Azurite => vec![
+                ("azure_storage_account_name", "devstoreaccount1".into()),
+                ("azure_storage_account_key", EMULATOR_KEY.into()),
+                (
+                    "azure_storage_endpoint",
+                    format!("http://{addr}/devstoreaccount1"),
+                ),
+                ("allow_http", "true".into()),
+            ],
+            Backend::S3 => vec![
+                ("aws_endpoint", format!("http://{addr}")),
+                ("aws_allow_http", "true".into()),
+                ("aws_access_key_id", S3_KEY_ID.into()),
+                ("aws_secret_access_key", S3_SECRET.into()),
+                ("aws_region", "us-east-1".into()),
+            ],
+        };
+        pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
+    /// Storage options that reach the server directly.
+    fn options(self) -> HashMap<String, String> {
+        match self {
+            // The emulator switch, as users of Azurite set it.
+            Backend::Azurite => {
+                HashMap::from([("azure_storage_use_emulator".to_string(), "true".to_string())])
+            }
+            Backend::S3 => self.options_at(self.addr()),
+        }
+    }
+
+    /// Storage options that reach the server through `proxy`.
+    fn through(self, proxy: &FaultProxy) -> HashMap<String, String> {
+        self.options_at(proxy.addr())
+    }
+
+    /// The standard object_store environment variables that reach the server, for the CLI.
+    fn standard_env(self) -> Vec<(&'static str, String)> {
+        match self {
+            Backend::Azurite => vec![("AZURE_STORAGE_USE_EMULATOR", "true".into())],
+            Backend::S3 => vec![
+                ("AWS_ENDPOINT_URL", format!("http://{}", self.addr())),
+                ("AWS_ALLOW_HTTP", "true".into()),
+                ("AWS_ACCESS_KEY_ID", S3_KEY_ID.into()),
+                ("AWS_SECRET_ACCESS_KEY", S3_SECRET.into()),
+                ("AWS_REGION", "us-east-1".into()),
+            ],
+        }
+    }
+
+    /// The raw bucket, for uploads.
+    fn store(self) -> Arc<dyn ObjectStore> {
+        let url = url::Url::parse(&self.url("")).unwrap();
+        let (store, _) = object_store::parse_url_opts(&url, self.options()).unwrap();
+        Arc::from(store)
+    }
+}
+
+/// A prefix of its own for each test, so tests share the bucket without clashing.
+fn unique_prefix(name: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{name}-{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Uploads every file of `dir` under `prefix`.
+async fn upload_dir(backend: Backend, dir: &Path, prefix: &str) {
+    let store = backend.store();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let key = format!("{prefix}/{}", path.file_name().unwrap().to_str().unwrap());
+        upload(store.as_ref(), &path, &key).await;
+    }
+}
+
+async fn upload(store: &dyn ObjectStore, file: &Path, key: &str) {
+    store
+        .put(
+            &StorePath::from(key),
+            PutPayload::from(std::fs::read(file).unwrap()),
+        )
+        .await
+        .unwrap();
+}
+
+/// Small row groups and files, so a few dozen cubes make several of each.
+fn small_layout() -> Layout {
+    Layout {
+        row_group_rows: 4,
+        target_file_bytes: 3_000_000,
+        ..Layout::default()
+    }
+}
+
+/// Convert from the store into a table in the store, re-run (a no-op), inspect, stream it back
+/// over two ranks, and inspect through the CLI with the standard environment variables.
+async fn convert_and_stream(backend: Backend) {
+    let prefix = unique_prefix("roundtrip");
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 30, 17).unwrap();
+    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
+    upload(
+        backend.store().as_ref(),
+        &data.labels,
+        &format!("{prefix}/labels.csv"),
+    )
+    .await;
+
+    let table = backend.url(&format!("{prefix}/table"));
+    let c = Compactor::new(&table)
+        .with_storage_options(backend.options())
+        .with_labels(backend.url(&format!("{prefix}/labels.csv")))
+        .with_layout(small_layout());
+    let src = backend.url(&format!("{prefix}/src"));
+    let s = c.convert(&src).await.unwrap();
+    assert_eq!((s.rows, s.skipped.len()), (30, 0));
+    assert!(s.parquet_files >= 3, "{s:?}");
+    // Re-running is a no-op: the ids are read back from the table.
+    let again = c.convert(&src).await.unwrap();
+    assert_eq!(
+        (again.rows, again.already_present, again.version),
+        (0, 30, s.version)
+    );
+    let info = c.inspect().await.unwrap();
+    assert_eq!((info.rows, info.files), (30, s.parquet_files));
+
+    // Stream it back, shuffled, over two ranks: every row once, values exact.
+    let mut seen = HashSet::new();
+    for rank in 0..2 {
+        let builder = Loader::builder(table.clone())
+            .with_storage_options(backend.options())
+            .with_batch_size(4)
+            .with_shuffle(3, 8)
+            .with_rank(rank, 2);
+        let batches: Vec<_> = std::thread::spawn(move || {
+            builder
+                .build()
+                .unwrap()
+                .map(Result::unwrap)
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+        for batch in batches {
+            let t = batch.tensors.as_f32().unwrap();
+            for (i, id) in batch.ids.iter().enumerate() {
+                assert!(seen.insert(id.clone()), "{id} twice");
+                let index: usize = id
+                    .trim_start_matches("cube_")
+                    .trim_end_matches(".npy")
+                    .parse()
+                    .unwrap();
+                let (label, bytes) = cube_bytes(17, index);
+                assert_eq!(batch.labels[i], Some(label));
+                let got: Vec<u8> = t
+                    .index_axis(ndarray::Axis(0), i)
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect();
+                assert!(got == bytes, "{id}: values differ");
+            }
+        }
+    }
+    assert_eq!(seen.len(), 30);
+
+    // The standard object_store variables work unchanged through the CLI.
+    let out = Command::new(compact_bin())
+        .args(["inspect", &table, "--json"])
+        .envs(backend.standard_env())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["rows"], 30);
+}
+
+#[tokio::test]
+async fn azurite_convert_and_stream() {
+    convert_and_stream(Backend::Azurite).await;
+}
+
+#[tokio::test]
+async fn s3_convert_and_stream() {
+    convert_and_stream(Backend::S3).await;
+}
+
+/// A bucket that does not exist: one clear, permanent error naming the URL, after exactly one
+/// request (no retry storm); a table that is not there: named as such.
+async fn permanent_errors(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 2, 1).unwrap();
+    let prefix = unique_prefix("errors");
+    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
+
+    // Through the proxy, to count the requests.
+    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let missing_bucket = format!("{}://no-such-bucket", backend.scheme());
+    let e = Compactor::new(format!("{missing_bucket}/{prefix}/table"))
+        .with_storage_options(backend.through(&proxy))
+        .convert(&format!("{missing_bucket}/{prefix}/src"))
+        .await
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains(&missing_bucket), "{msg}");
+    assert!(!e.is_transient(), "a missing bucket is permanent: {msg}");
+    let requests = proxy.requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "no retry storm on a permanent error: {requests:?}"
+    );
+
+    // A table that is not there, for the loader.
+    let missing = backend.url(&format!("{prefix}/nothing"));
+    let options = backend.options();
+    let e = std::thread::spawn(move || {
+        Loader::builder(missing)
+            .with_storage_options(options)
+            .build()
+            .unwrap_err()
+    })
+    .join()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("nothing") && e.contains("Not a Delta table"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azurite_permanent_errors_are_named_and_fast() {
+    permanent_errors(Backend::Azurite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_permanent_errors_are_named_and_fast() {
+    permanent_errors(Backend::S3).await;
+}
+
+/// Bad credentials (Azurite checks the account key; moto accepts any key, so this one is
+/// Azure only): the error names the location, never the key, and is permanent.
+#[tokio::test]
+async fn azurite_bad_credentials_are_named_without_the_secret() {
+    let backend = Backend::Azurite;
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 2, 1).unwrap();
+    let prefix = unique_prefix("credentials");
+    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
+    let mut bad = backend.options();
+    let wrong_key = "d3Jvbmcga2V5IGZvciB0aGUgdGVzdA==";
+    bad.insert("azure_storage_account_key".into(), wrong_key.into());
+    let src = backend.url(&format!("{prefix}/src"));
+    let e = Compactor::new(backend.url(&format!("{prefix}/table")))
+        .with_storage_options(bad)
+        .convert(&src)
+        .await
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains(&src), "{msg}");
+    assert!(
+        !msg.contains(wrong_key),
+        "the key leaked into the error: {msg}"
+    );
+    assert!(!e.is_transient(), "{msg}");
+}
+
+/// A table of `count` cubes in the store: 4-row row groups, ~3 MB files.
+async fn remote_table(backend: Backend, prefix: &str, count: usize, seed: u64) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), count, seed).unwrap();
+    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
+    let table = backend.url(&format!("{prefix}/table"));
+    Compactor::new(&table)
+        .with_storage_options(backend.options())
+        .with_layout(small_layout())
+        .convert(&backend.url(&format!("{prefix}/src")))
+        .await
+        .unwrap();
+    table
+}
+
+fn epoch_ids(table: &str, options: HashMap<String, String>, epochs: u64) -> Vec<String> {
+    let builder = Loader::builder(table.to_string())
+        .with_storage_options(options)
+        .with_batch_size(4)
+        .with_epochs(epochs)
+        .with_shuffle(11, 8);
+    std::thread::spawn(move || {
+        builder
+            .build()
+            .unwrap()
+            .map(|b| b.unwrap().ids)
+            .collect::<Vec<_>>()
+            .concat()
+    })
+    .join()
+    .unwrap()
+}
+
+/// Under resets mid-body, 503 bursts, truncated bodies and stalls, an epoch still delivers
+/// every id exactly once.
+async fn faults_are_survived(backend: Backend) {
+    let table = remote_table(backend, &unique_prefix("faults"), 40, 23).await;
+    let proxy = FaultProxy::start(
+        backend.addr(),
+        FaultPlan {
+            error_503_every: Some(3),
+            reset_every: Some(5),
+            truncate_every: Some(7),
+            stall_every: Some((11, Duration::from_millis(300))),
+            ..FaultPlan::default()
+        },
+    )
+    .await
+    .unwrap();
+    let ids = epoch_ids(&table, backend.through(&proxy), 1);
+    assert!(
+        proxy.faults() >= 5,
+        "only {} faults injected",
+        proxy.faults()
+    );
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(
+        (ids.len(), unique.len()),
+        (40, 40),
+        "every id exactly once despite the faults"
+    );
+}
+
+// Multi-threaded: the proxy's tasks must run while this thread waits for the loader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azurite_epoch_survives_resets_503s_and_truncated_bodies() {
+    faults_are_survived(Backend::Azurite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_epoch_survives_resets_503s_and_truncated_bodies() {
+    faults_are_survived(Backend::S3).await;
+}
+
+/// Over two epochs: only bounded range GETs on data files (no HEAD, no whole-object GET, no
+/// suffix range), one footer read per file, one coalesced read per row group per epoch.
+async fn reads_are_accounted(backend: Backend) {
+    let table = remote_table(backend, &unique_prefix("accounting"), 32, 29).await;
+    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let opts = backend.through(&proxy);
+    let snapshot = voxlake::stream::Snapshot::open(&table, &opts, None)
+        .await
+        .unwrap();
+    let files = snapshot.files().len() as u64;
+    let row_groups: u64 = 32 / 4;
+    drop(snapshot);
+    let before = proxy.requests().len();
+    let ids = epoch_ids(&table, opts, 2);
+    assert_eq!(ids.len(), 64);
+    let data: Vec<_> = proxy.requests()[before..]
+        .iter()
+        .filter(|r| r.target.contains(".parquet"))
+        .cloned()
+        .collect();
+    assert!(
+        data.iter().all(|r| r.method == "GET"),
+        "only GETs on data files: {data:?}"
+    );
+    assert!(
+        data.iter()
+            .all(|r| r.range.as_deref().is_some_and(|g| !g.contains("=-"))),
+        "every data read is a bounded range (no whole-object GET, no suffix range): {data:?}"
+    );
+    assert_eq!(data.len() as u64, files + 2 * row_groups, "{data:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azurite_reads_are_ranged_coalesced_and_footers_read_once() {
+    reads_are_accounted(Backend::Azurite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_reads_are_ranged_coalesced_and_footers_read_once() {
+    reads_are_accounted(Backend::S3).await;
+}
+
+/// The proxy's bandwidth limit paces bodies: 2 MB at 8 MB/s cannot arrive in under 0.25 s (a
+/// lower bound the pacing guarantees, not a speed target).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_bandwidth_limit_paces_bodies() {
+    let backend = Backend::Azurite;
+    let key = format!("{}/blob", unique_prefix("bandwidth"));
+    let body: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+    backend
+        .store()
+        .put(
+            &StorePath::from(key.as_str()),
+            PutPayload::from(body.clone()),
+        )
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(
+        backend.addr(),
+        FaultPlan {
+            bytes_per_second: Some(8_000_000),
+            ..FaultPlan::default()
+        },
+    )
+    .await
+    .unwrap();
+    let url = url::Url::parse(&backend.url("")).unwrap();
+    let (store, _) = object_store::parse_url_opts(&url, backend.through(&proxy)).unwrap();
+    let start = std::time::Instant::now();
+    let got = store
+        .get_range(&StorePath::from(key.as_str()), 0..2_000_000)
+        .await
+        .unwrap();
+    let elapsed = start.elapsed();
+    assert!(got.as_ref() == body.as_slice(), "the body arrives intact");
+    assert!(
+        elapsed >= Duration::from_millis(250),
+        "2 MB at 8 MB/s took {elapsed:?}"
+    );
+}
