@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 # Builds live outside the clone so CI runs on this machine reuse them.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
+source scripts/prune_target.sh
 
 # Python interop: the real deltalake and pyarrow from PyPI, pinned, in a project-local venv.
 if [ ! -x .venv/bin/python ]; then

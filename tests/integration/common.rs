@@ -104,6 +104,16 @@ pub fn compact_bin() -> PathBuf {
         // The same selection as scripts/test.sh's build, so the features (and artifacts) match
         // and this is a no-op there.
         build.args(["build", "--workspace", "--bins"]);
+        // Not the variables cargo set for this test (CARGO_MANIFEST_DIR, CARGO_PKG_*, …): build
+        // scripts that watch them (ring's does) would rerun, and the next outer build again.
+        for (key, _) in std::env::vars() {
+            if key.starts_with("CARGO_")
+                && !matches!(key.as_str(), "CARGO_HOME" | "CARGO_TARGET_DIR")
+            {
+                build.env_remove(key);
+            }
+        }
+        build.env_remove("OUT_DIR");
         if profile_dir.ends_with("release") {
             build.arg("--release");
         }

@@ -507,3 +507,62 @@ async fn proxy_bandwidth_limit_paces_bodies() {
         "2 MB at 8 MB/s took {elapsed:?}"
     );
 }
+
+/// The retry settings (deltalake's `max_retries`, `retry_timeout`, `backoff_config.*`) reach the
+/// reads: with every data read answered 503 and two retries allowed, the loader gives up after
+/// exactly three attempts, with a transient error naming the table.
+async fn retry_settings_apply(backend: Backend) {
+    let table = remote_table(backend, &unique_prefix("retries"), 8, 31).await;
+    let proxy = FaultProxy::start(
+        backend.addr(),
+        FaultPlan {
+            error_503_every: Some(1),
+            ..FaultPlan::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut options = backend.through(&proxy);
+    for (k, v) in [
+        ("max_retries", "2"),
+        ("retry_timeout", "30s"),
+        ("backoff_config.init_backoff", "10ms"),
+        ("backoff_config.max_backoff", "20ms"),
+    ] {
+        options.insert(k.into(), v.into());
+    }
+    let t = table.clone();
+    let error = std::thread::spawn(move || {
+        match Loader::builder(t).with_storage_options(options).build() {
+            Err(e) => e,
+            Ok(mut loader) => loader.find_map(Result::err).expect("no read can succeed"),
+        }
+    })
+    .join()
+    .unwrap();
+    let msg = error.to_string();
+    assert!(error.is_transient(), "{msg}");
+    assert!(msg.contains(&table) || msg.contains(".parquet"), "{msg}");
+    assert_eq!(proxy.data_reads(), 3, "one read and two retries: {msg}");
+
+    // A setting that does not parse is named.
+    let mut bad = backend.options();
+    bad.insert("max_retries".into(), "lots".into());
+    let e = Compactor::new(&table)
+        .with_storage_options(bad)
+        .convert(&backend.url("nowhere"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("max_retries") || e.contains("lots"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azurite_retry_settings_apply() {
+    retry_settings_apply(Backend::Azurite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_retry_settings_apply() {
+    retry_settings_apply(Backend::S3).await;
+}

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Once};
 
+use deltalake::logstore::{StorageConfig, object_store_factories};
 use object_store::ObjectStore;
 use object_store::path::Path;
 use url::Url;
@@ -159,14 +160,32 @@ pub fn open_store(
         credentials = credential_method(&url, options),
         "opening store"
     );
-    let (store, prefix) = object_store::parse_url_opts(&url, options.iter()).map_err(|e| {
-        StreamError::InvalidLocation {
-            location: display.clone(),
-            reason: e.to_string(),
+    // deltalake's store factories, so sources get exactly the settings tables get: its retry
+    // (`max_retries`, `retry_timeout`, `backoff_config.*`) and client options, and for S3 its
+    // credential chain. Other schemes (http, memory) go straight to object_store.
+    let invalid = |reason: String| StreamError::InvalidLocation {
+        location: display.clone(),
+        reason,
+    };
+    register_handlers();
+    let config = StorageConfig::parse_options(options.iter())
+        .map_err(|e| invalid(format!("bad storage option: {e}")))?;
+    let scheme = Url::parse(&format!("{}://", url.scheme())).map_err(|e| invalid(e.to_string()))?;
+    let factory = object_store_factories()
+        .get(&scheme)
+        .map(|f| f.value().clone());
+    let (store, prefix) = match factory {
+        Some(factory) => factory
+            .parse_url_opts(&url, &config)
+            .map_err(|e| invalid(e.to_string()))?,
+        None => {
+            let (store, prefix) = object_store::parse_url_opts(&url, options.iter())
+                .map_err(|e| invalid(e.to_string()))?;
+            (Arc::from(store), prefix)
         }
-    })?;
+    };
     Ok(Location {
-        store: Arc::from(store),
+        store,
         prefix,
         display,
     })
