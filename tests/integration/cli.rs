@@ -5,34 +5,28 @@ use std::time::{Duration, Instant};
 
 use voxlake::compact::synth;
 
-use crate::common::{assert_table_holds_cubes, commits, compact_bin, python};
+use crate::common::{assert_table_holds_cubes, commits, compact_bin, json_output, python};
 
 #[tokio::test]
 async fn json_summary_has_the_documented_keys() {
     let dir = tempfile::tempdir().unwrap();
     let data = synth::generate(dir.path(), 10, 1).unwrap();
     let table = dir.path().join("table");
-    let out = Command::new(compact_bin())
-        .args([
-            "convert",
-            data.cubes.to_str().unwrap(),
-            table.to_str().unwrap(),
-        ])
-        .args([
-            "--labels",
-            data.labels.to_str().unwrap(),
-            "--json",
-            "--row-group-rows",
-            "4",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = json_output(
+        Command::new(compact_bin())
+            .args([
+                "convert",
+                data.cubes.to_str().unwrap(),
+                table.to_str().unwrap(),
+            ])
+            .args([
+                "--labels",
+                data.labels.to_str().unwrap(),
+                "--json",
+                "--row-group-rows",
+                "4",
+            ]),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for key in [
         "files",
         "rows",
@@ -48,12 +42,11 @@ async fn json_summary_has_the_documented_keys() {
     assert_eq!(v["version"], 1);
     assert_eq!(v["skipped"], serde_json::json!([]));
 
-    let out = Command::new(compact_bin())
-        .args(["inspect", table.to_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_output(Command::new(compact_bin()).args([
+        "inspect",
+        table.to_str().unwrap(),
+        "--json",
+    ]));
     assert_eq!(v["rows"], 10);
     assert_eq!(v["row_groups"], 3);
     assert_eq!(v["shape"], serde_json::json!([30, 30, 10, 10]));

@@ -138,3 +138,14 @@ pub fn python() -> PathBuf {
     );
     local
 }
+
+/// Runs a command that must succeed and print one JSON document; stderr is shown on failure.
+pub fn json_output(command: &mut Command) -> serde_json::Value {
+    let out = command.output().expect("the command runs");
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
