@@ -60,6 +60,8 @@ pub struct Request {
     pub target: String,
     /// The `Range` header, if any.
     pub range: Option<String>,
+    /// When it arrived, since the proxy started (for request timelines).
+    pub at: Duration,
 }
 
 /// Counts of what the proxy did.
@@ -117,6 +119,7 @@ impl FaultProxy {
         let addr = listener.local_addr()?;
         let log = Arc::new(Mutex::new(Vec::new()));
         let counters = Arc::new(Counters::default());
+        let started = std::time::Instant::now();
         let plan = Arc::new(plan);
         let task = {
             let log = log.clone();
@@ -125,7 +128,9 @@ impl FaultProxy {
                 while let Ok((client, _)) = listener.accept().await {
                     let (log, counters, plan) = (log.clone(), counters.clone(), plan.clone());
                     tokio::spawn(async move {
-                        if let Err(e) = serve(client, upstream, &plan, &log, &counters).await {
+                        if let Err(e) =
+                            serve(client, upstream, &plan, &log, &counters, started).await
+                        {
                             tracing::debug!(error = %e, "proxy connection ended");
                         }
                     });
@@ -288,10 +293,15 @@ async fn serve(
     plan: &FaultPlan,
     log: &Mutex<Vec<Request>>,
     counters: &Counters,
+    started: std::time::Instant,
 ) -> std::io::Result<()> {
+    // No Nagle: heads and bodies go out as separate writes, and Nagle's wait for the ACK of the
+    // first (which the peer delays up to 40 ms) would add latency nobody asked for.
+    client.set_nodelay(true)?;
     let (client_read, mut client_write) = client.into_split();
     let mut client_read = BufReader::new(client_read);
     let server = TcpStream::connect(upstream).await?;
+    server.set_nodelay(true)?;
     let (server_read, mut server_write) = server.into_split();
     // Large buffers: the proxy shares the cores with the store and the loader under test, and
     // its copying cost should stay far below theirs (real latency costs no CPU).
@@ -310,6 +320,7 @@ async fn serve(
             method: method.clone(),
             target,
             range,
+            at: started.elapsed(),
         });
         let fault = if is_data_read {
             let n = counters.data_reads.fetch_add(1, Ordering::Relaxed) + 1;
