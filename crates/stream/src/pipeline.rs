@@ -19,6 +19,9 @@ use crate::snapshot::Snapshot;
 
 /// Footers read ahead of the row groups that need them.
 const FOOTERS_AHEAD: usize = 16;
+/// Reads in flight at the start of a stream, before the slow start grows them to the prefetch
+/// depth (the loader's shuffle buffer waits for 4 row groups before its first batch).
+const RAMP_START: usize = 4;
 
 /// A decoded row group, with its share of the memory budget: the budget is given back when
 /// the last clone of this value is dropped.
@@ -171,7 +174,9 @@ impl StreamBuilder {
         self
     }
 
-    /// Row groups fetched and decoded at once (default 8).
+    /// Row groups fetched and decoded at once (default 16, reached by a slow start from 4). Each
+    /// request pays the store's latency: enough in flight keep the store busy meanwhile; the
+    /// memory budget bounds them whatever the depth.
     pub fn with_prefetch(mut self, row_groups: usize) -> Self {
         self.prefetch = row_groups.max(1);
         self
@@ -252,7 +257,7 @@ impl TableStream {
                 .map(String::from)
                 .to_vec(),
             memory_budget: 512 << 20,
-            prefetch: 8,
+            prefetch: 16,
             root_store: None,
         }
     }
@@ -321,7 +326,10 @@ impl TableStream {
         let files = inner.planner.files(&weights, inner.shard, cursor.epoch);
         let epoch = cursor.epoch;
 
-        // Footers, in plan order, a few files ahead.
+        // Footers, in plan order, a few files ahead, in a task of their own: the windows below
+        // stop polling them while a window's row groups are read, and a footer fetched only then
+        // would stall the pipeline at every window boundary (a round trip queued behind the
+        // row-group reads in flight).
         let footers = {
             let inner = inner.clone();
             futures::stream::iter(files)
@@ -339,7 +347,9 @@ impl TableStream {
                     }
                 })
                 .buffered(FOOTERS_AHEAD)
+                .boxed()
         };
+        let footers = spawn_ahead(footers, FOOTERS_AHEAD);
         // Windows of files → their row groups interleaved → numbered units.
         let width = inner.planner.interleave_width();
         let planner = inner.planner.clone();
@@ -369,12 +379,20 @@ impl TableStream {
             })
         };
         let prefetch = inner.prefetch;
+        // Slow start: RAMP_START reads at once, one more after each completed read, up to
+        // `prefetch`. Reads share the store's bandwidth, so the first row groups (the ones the
+        // first batch waits for) arrive sooner than with `prefetch` reads all started at once.
+        let ramp = Arc::new(Ramp::new(prefetch));
         reserve
             .map_ok(move |(position, unit, permit, projection)| {
                 let inner = inner.clone();
+                let ramp = ramp.clone();
                 async move {
                     let mut permit = permit;
+                    let slot = ramp.slot().await?;
                     let (batch, fetched) = inner.read(&unit, projection).await?;
+                    drop(slot);
+                    ramp.grow();
                     // The fetched bytes are gone once decoded: give their share back.
                     let fetched_kib = fetched.div_ceil(1024) as usize;
                     let keep = permit.num_permits().saturating_sub(fetched_kib).max(1);
@@ -393,6 +411,46 @@ impl TableStream {
             })
             .try_buffered(prefetch)
             .boxed()
+    }
+}
+
+/// Reads in flight: a slow start from [`RAMP_START`] up to the prefetch depth.
+#[derive(Debug)]
+struct Ramp {
+    slots: Arc<Semaphore>,
+    granted: std::sync::atomic::AtomicUsize,
+    max: usize,
+}
+
+impl Ramp {
+    fn new(max: usize) -> Self {
+        let start = RAMP_START.min(max);
+        Ramp {
+            slots: Arc::new(Semaphore::new(start)),
+            granted: start.into(),
+            max,
+        }
+    }
+
+    async fn slot(&self) -> Result<OwnedSemaphorePermit, StreamError> {
+        self.slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| StreamError::Internal(e.to_string()))
+    }
+
+    /// One more read may run at once, until `max`.
+    fn grow(&self) {
+        let more = self
+            .granted
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |g| {
+                (g < self.max).then_some(g + 1)
+            })
+            .is_ok();
+        if more {
+            self.slots.add_permits(1);
+        }
     }
 }
 
