@@ -9,10 +9,10 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tch::nn::{self, ModuleT, OptimizerConfig};
-use tch::{Device, Kind, Tensor};
 use voxlake::Loader;
 use voxlake::loader::Tensors;
+use voxlake::loader::tch::nn::{self, ModuleT, OptimizerConfig};
+use voxlake::loader::tch::{self, Device, Kind, Tensor};
 
 #[derive(Parser)]
 struct Args {
