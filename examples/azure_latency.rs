@@ -1,16 +1,20 @@
 //! Azure benchmark against Azurite (run by `benches/compare/azure.sh`, which starts it):
-//! `compact convert` from Azurite to Azurite, then the loader on that table straight to
-//! Azurite and through 20 ms of added latency per request (a real TCP proxy), alternating, and
-//! the time to first batch on a table of 3,000 files through the same latency.
+//! `compact convert` from Azurite to Azurite; the loader on that table straight to Azurite,
+//! through a TCP proxy adding latency to every request (20 ms unless told), and through
+//! object_store's `ThrottledStore` adding the same latency in process, alternating; the time to
+//! first batch on a table of 3,000 files through the proxy.
 //!
-//! usage: cargo run --release --example azure_latency -- [COUNT=4000] [RUNS=3]
+//! usage: cargo run --release --example azure_latency -- [COUNT=4000] [RUNS=3] [LATENCY_MS=20]
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::path::Path;
+use object_store::throttle::{ThrottleConfig, ThrottledStore};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use voxlake::Loader;
 use voxlake::compact::{Compactor, synth};
@@ -54,10 +58,17 @@ async fn upload(store: &dyn ObjectStore, files: Vec<(String, Vec<u8>)>) {
 }
 
 /// One epoch, shuffled, batches of 32, every value read: (samples/s, first batch s).
-fn epoch(table: &str, options: HashMap<String, String>) -> (f64, f64, u64) {
+fn epoch(
+    table: &str,
+    options: HashMap<String, String>,
+    store: Option<Arc<dyn ObjectStore>>,
+) -> (f64, f64, u64) {
     let start = Instant::now();
-    let loader = Loader::builder(table.to_string())
-        .with_storage_options(options)
+    let mut builder = Loader::builder(table.to_string()).with_storage_options(options);
+    if let Some(store) = store {
+        builder = builder.with_object_store(store);
+    }
+    let loader = builder
         .with_batch_size(32)
         .with_shuffle(1, 1024)
         .build()
@@ -95,6 +106,7 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let count: usize = args.get(1).map_or(4000, |a| a.parse().expect("COUNT"));
     let runs: usize = args.get(2).map_or(3, |a| a.parse().expect("RUNS"));
+    let latency_ms: u64 = args.get(3).map_or(20, |a| a.parse().expect("LATENCY_MS"));
     let container = std::env::var("VOXLAKE_AZURITE_CONTAINER").unwrap_or("voxlake-test".into());
     let azurite: std::net::SocketAddr = std::env::var("AZURITE_BLOB_STORAGE_URL")
         .expect("AZURITE_BLOB_STORAGE_URL (benches/compare/azure.sh sets it)")
@@ -146,40 +158,60 @@ async fn main() {
         summary.bytes_read as f64 / 1e6 / convert_s
     );
 
-    // 2. The loader, direct and through 20 ms per request, alternating.
+    // 2. The loader, direct and through the added latency per request, alternating.
     let proxy = FaultProxy::start(
         azurite,
         FaultPlan {
-            latency: Duration::from_millis(20),
+            latency: Duration::from_millis(latency_ms),
             ..FaultPlan::default()
         },
     )
     .await
     .expect("proxy");
-    let (mut direct, mut slow, mut slow_first) = (Vec::new(), Vec::new(), Vec::new());
+    // The same latency in process, without a network hop: object_store's ThrottledStore in
+    // front of the Azurite container (no proxy copying every byte on the shared cores).
+    let throttled: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(
+        MicrosoftAzureBuilder::new()
+            .with_container_name(&container)
+            .with_use_emulator(true)
+            .build()
+            .expect("store"),
+        ThrottleConfig {
+            wait_get_per_call: Duration::from_millis(latency_ms),
+            wait_list_per_call: Duration::from_millis(latency_ms),
+            ..ThrottleConfig::default()
+        },
+    ));
+    let (mut direct, mut slow, mut slow_first, mut inproc) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
-        let t = table.clone();
-        let (sps, _, n) = tokio::task::spawn_blocking(move || epoch(&t, emulator()))
-            .await
-            .unwrap();
-        assert_eq!(n as usize, count);
-        direct.push(sps);
-        let (t, opts) = (table.clone(), through(&proxy));
-        let (sps, first, n) = tokio::task::spawn_blocking(move || epoch(&t, opts))
-            .await
-            .unwrap();
-        assert_eq!(n as usize, count);
+        let run = |options: HashMap<String, String>, store: Option<Arc<dyn ObjectStore>>| {
+            let t = table.clone();
+            tokio::task::spawn_blocking(move || {
+                let (sps, first, n) = epoch(&t, options, store);
+                assert_eq!(n as usize, count);
+                (sps, first)
+            })
+        };
+        direct.push(run(emulator(), None).await.unwrap().0);
+        let (sps, first) = run(through(&proxy), None).await.unwrap();
         slow.push(sps);
         slow_first.push(first);
+        inproc.push(run(emulator(), Some(throttled.clone())).await.unwrap().0);
     }
-    let (d, s) = (median(direct.clone()), median(slow.clone()));
+    let (d, s, t) = (
+        median(direct.clone()),
+        median(slow.clone()),
+        median(inproc.clone()),
+    );
     println!(
-        "loader, {count} cubes, shuffled, median of {runs}: direct {d:.0} samples/s, through +20 ms/request {s:.0} samples/s ({:.0} %), first batch {:.2} s  (runs: {direct:.0?} / {slow:.0?})",
+        "loader, {count} cubes, shuffled, median of {runs}: direct {d:.0} samples/s; through a proxy adding {latency_ms} ms/request {s:.0} samples/s ({:.0} %), first batch {:.2} s; ThrottledStore +{latency_ms} ms/request {t:.0} samples/s ({:.0} %)  (runs: {direct:.0?} / {slow:.0?} / {inproc:.0?})",
         100.0 * s / d,
-        median(slow_first.clone())
+        median(slow_first.clone()),
+        100.0 * t / d,
     );
 
-    // 3. Time to first batch on a table of 3,000 files, through 20 ms per request.
+    // 3. Time to first batch on a table of 3,000 files, through the same latency.
     let tiny: Vec<u8> = (0..16u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
     let npy = encode(DType::F32, &[16], &tiny, EncodeOptions::default());
     let files = (0..3000)
@@ -218,15 +250,16 @@ async fn main() {
         firsts.push(first);
     }
     println!(
-        "first batch, 3,000-file table, +20 ms/request: {:.2} s (median of {runs}: {firsts:.2?})",
+        "first batch, 3,000-file table, +{latency_ms} ms/request: {:.2} s (median of {runs}: {firsts:.2?})",
         median(firsts.clone())
     );
     println!(
         "{}",
         serde_json::json!({
             "count": count, "convert_s": convert_s, "convert_files_per_s": summary.files as f64 / convert_s,
-            "direct_samples_per_s": d, "latency20_samples_per_s": s, "ratio": s / d,
-            "latency20_first_batch_s": median(slow_first), "first_batch_3000_files_s": median(firsts),
+            "direct_samples_per_s": d, "latency_ms": latency_ms, "latency_samples_per_s": s, "ratio": s / d,
+            "throttled_samples_per_s": t, "throttled_ratio": t / d,
+            "latency_first_batch_s": median(slow_first), "first_batch_3000_files_s": median(firsts),
         })
     );
 }
