@@ -56,7 +56,7 @@ struct BenchArgs {
     #[arg(long, default_value_t = 1024)]
     memory_budget_mb: u64,
     /// Row groups fetched and decoded at once.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 16)]
     row_group_prefetch: usize,
     /// Move the channel axis first.
     #[arg(long)]
