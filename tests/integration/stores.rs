@@ -283,10 +283,15 @@ async fn permanent_errors(backend: Backend) {
     let msg = e.to_string();
     assert!(msg.contains(&missing_bucket), "{msg}");
     assert!(!e.is_transient(), "a missing bucket is permanent: {msg}");
-    let requests = proxy.requests();
-    assert_eq!(
-        requests.len(),
-        1,
+    // The reachability probe's listing, then the source listing: each once, no retry.
+    let requests: Vec<(String, String)> = proxy
+        .requests()
+        .into_iter()
+        .map(|r| (r.method, r.target))
+        .collect();
+    let distinct: HashSet<&(String, String)> = requests.iter().collect();
+    assert!(
+        requests.len() <= 2 && distinct.len() == requests.len(),
         "no retry storm on a permanent error: {requests:?}"
     );
 
@@ -559,4 +564,62 @@ async fn azurite_retry_settings_apply() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_retry_settings_apply() {
     retry_settings_apply(Backend::S3).await;
+}
+
+/// An endpoint that does not answer ends in one clear error naming the location, after a few
+/// quick attempts (not object_store's full retry budget): a closed port, and a server that
+/// accepts connections and closes them without a word (its connections are counted).
+async fn unreachable_endpoints_fail_fast(backend: Backend) {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let table = backend.url(&format!("{}/table", unique_prefix("unreachable")));
+    let (t, options) = (table.clone(), backend.options_at(closed));
+    let e = std::thread::spawn(move || {
+        Loader::builder(t)
+            .with_storage_options(options)
+            .build()
+            .unwrap_err()
+            .to_string()
+    })
+    .join()
+    .unwrap();
+    assert!(e.contains("cannot reach") && e.contains(&table), "{e}");
+
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let server = tokio::spawn(async move {
+        while let Ok((socket, _)) = silent.accept().await {
+            counter.fetch_add(1, Ordering::Relaxed);
+            drop(socket);
+        }
+    });
+    let src = backend.url("src");
+    let e = Compactor::new(&table)
+        .with_storage_options(backend.options_at(silent_addr))
+        .convert(&src)
+        .await
+        .unwrap_err();
+    server.abort();
+    let msg = e.to_string();
+    assert!(msg.contains("cannot reach") && msg.contains(&src), "{msg}");
+    assert!(!e.is_transient(), "{msg}");
+    let n = accepted.load(Ordering::Relaxed);
+    assert!(
+        (1..=3).contains(&n),
+        "{n} connections: one try and two retries at most"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azurite_unreachable_endpoints_fail_fast() {
+    unreachable_endpoints_fail_fast(Backend::Azurite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_unreachable_endpoints_fail_fast() {
+    unreachable_endpoints_fail_fast(Backend::S3).await;
 }

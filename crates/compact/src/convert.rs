@@ -80,6 +80,7 @@ impl Compactor {
         let start = Instant::now();
         let options = location::storage_options(&self.storage_options);
         let src = location::open_store(source, true, &options)?;
+        location::ensure_reachable(source, &options).await?;
         let labels = match &self.labels {
             Some(l) => Some(Arc::new(read_labels(l, &options).await?)),
             None => None,

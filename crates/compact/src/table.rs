@@ -39,6 +39,7 @@ impl Table {
         options: &HashMap<String, String>,
     ) -> Result<Option<Table>, CompactError> {
         location::register_handlers();
+        location::ensure_reachable(url.as_str(), options).await?;
         let err = |source| CompactError::Table {
             location: display.to_string(),
             source,

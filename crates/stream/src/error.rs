@@ -54,6 +54,16 @@ pub enum StreamError {
         /// parquet's error (store errors arrive wrapped as `External`).
         source: parquet::errors::ParquetError,
     },
+    /// The store's endpoint did not answer at all (refused, reset, timed out, no such host)
+    /// when the location was first used: a configuration error, reported after a few quick
+    /// attempts instead of object_store's full retry budget (minutes).
+    #[error("cannot reach the store of {location}: {reason}")]
+    Unreachable {
+        /// The location.
+        location: String,
+        /// The last connection error.
+        reason: String,
+    },
     /// A worker task panicked or was cancelled.
     #[error("internal error: {0}")]
     Internal(String),

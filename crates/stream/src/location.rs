@@ -191,6 +191,58 @@ pub fn open_store(
     })
 }
 
+/// Retry settings of the first request to a remote location (unless the caller set them): a
+/// few quick attempts, so an endpoint that does not answer is reported in about a second.
+const PROBE_SETTINGS: [(&str, &str); 4] = [
+    ("max_retries", "2"),
+    ("retry_timeout", "10s"),
+    ("backoff_config.init_backoff", "100ms"),
+    ("connect_timeout", "5s"),
+];
+
+/// Checks that a remote location's endpoint answers, with one listing request: an endpoint
+/// that refuses, resets, times out or does not resolve is [`StreamError::Unreachable`], at
+/// once. Any HTTP answer (even 403 or 404) passes: the caller's own request reports those with
+/// their context. Local and in-memory locations pass without a request.
+pub async fn ensure_reachable(
+    location: &str,
+    options: &HashMap<String, String>,
+) -> Result<(), StreamError> {
+    let url = to_url(location, true)?;
+    if matches!(url.scheme(), "file" | "memory") {
+        return Ok(());
+    }
+    let mut quick = options.clone();
+    for (key, value) in PROBE_SETTINGS {
+        quick
+            .entry(key.to_string())
+            .or_insert_with(|| value.to_string());
+    }
+    let probe = open_store(location, true, &quick)?;
+    match probe.store.list_with_delimiter(Some(&probe.prefix)).await {
+        Err(e) if no_answer(&e) => Err(StreamError::Unreachable {
+            location: probe.display,
+            reason: e.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a store error means no HTTP answer came back at all (object_store's `HttpError`
+/// somewhere in the chain; an answer with a status carries none).
+fn no_answer(e: &object_store::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<object_store::client::HttpError>()
+            .is_some()
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// The URL of a Delta table to write to; a local directory is created if missing.
 pub fn table_url(location: &str) -> Result<Url, StreamError> {
     let url = to_url(location, true)?;

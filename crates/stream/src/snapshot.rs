@@ -87,6 +87,9 @@ impl Snapshot {
             credentials = location::credential_method(&url, &options),
             "opening table"
         );
+        if root_store.is_none() {
+            location::ensure_reachable(location, &options).await?;
+        }
         let mut builder = DeltaTableBuilder::from_url(url.clone())
             .map_err(err)?
             .with_storage_options(options);
