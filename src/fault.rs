@@ -41,8 +41,14 @@ pub struct FaultPlan {
     /// Response bodies are paced to this many bytes per second on each connection (a link of
     /// this speed per TCP connection, like a per-blob or per-flow limit).
     pub bytes_per_second: Option<u64>,
-    /// Every n-th data read is answered `503 Service Unavailable` without reaching the store.
+    /// Every n-th data read starts a burst of `error_burst` data reads answered
+    /// `503 Service Unavailable` without reaching the store.
     pub error_503_every: Option<u64>,
+    /// The same with `500 Internal Server Error`.
+    pub error_500_every: Option<u64>,
+    /// Consecutive data reads each error burst answers (0 counts as 1). A burst longer than the
+    /// client's retries fails the read.
+    pub error_burst: u64,
     /// Every n-th data read: the connection is reset after half of the body.
     pub reset_every: Option<u64>,
     /// Every n-th data read: the body is cut short (the `Content-Length` promises more).
@@ -88,7 +94,7 @@ impl Drop for FaultProxy {
 
 enum Fault {
     None,
-    Status503,
+    Status(&'static str),
     Reset,
     Truncate,
     Stall(Duration),
@@ -97,8 +103,16 @@ enum Fault {
 impl FaultPlan {
     fn fault_for(&self, n: u64) -> Fault {
         let hits = |every: Option<u64>| every.is_some_and(|e| e > 0 && n % e == 0);
-        if hits(self.error_503_every) {
-            Fault::Status503
+        // Within a burst: one of the last `error_burst` reads started it.
+        let in_burst = |every: Option<u64>| {
+            every.is_some_and(|e| {
+                e > 0 && (0..self.error_burst.max(1)).any(|k| n > k && (n - k) % e == 0)
+            })
+        };
+        if in_burst(self.error_503_every) {
+            Fault::Status("503 Service Unavailable")
+        } else if in_burst(self.error_500_every) {
+            Fault::Status("500 Internal Server Error")
         } else if hits(self.reset_every) {
             Fault::Reset
         } else if hits(self.truncate_every) {
@@ -331,10 +345,10 @@ async fn serve(
         if !plan.latency.is_zero() {
             tokio::time::sleep(plan.latency).await;
         }
-        if let Fault::Status503 = fault {
+        if let Fault::Status(status) = fault {
             counters.faults.fetch_add(1, Ordering::Relaxed);
             client_write
-                .write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+                .write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes())
                 .await?;
             continue;
         }
@@ -401,4 +415,32 @@ async fn serve(
         client_write.write_all(&response_body).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_bursts_follow_the_schedule() {
+        let plan = FaultPlan {
+            error_503_every: Some(5),
+            error_500_every: Some(4),
+            error_burst: 3,
+            ..FaultPlan::default()
+        };
+        let schedule: Vec<&str> = (1..=12)
+            .map(|n| match plan.fault_for(n) {
+                Fault::Status(s) => &s[..3],
+                _ => "-",
+            })
+            .collect();
+        // 503 bursts start at 5 and 10 and win over the 500 bursts starting at 4 and 8.
+        assert_eq!(
+            schedule,
+            [
+                "-", "-", "-", "500", "503", "503", "503", "500", "500", "503", "503", "503"
+            ]
+        );
+    }
 }

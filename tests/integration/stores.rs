@@ -383,17 +383,20 @@ fn epoch_ids(table: &str, options: HashMap<String, String>, epochs: u64) -> Vec<
     .unwrap()
 }
 
-/// Under resets mid-body, 503 bursts, truncated bodies and stalls, an epoch still delivers
+/// Under resets mid-body, 503 and 500 bursts, truncated bodies and stalls, an epoch still delivers
 /// every id exactly once.
 async fn faults_are_survived(backend: Backend) {
     let table = remote_table(backend, &unique_prefix("faults"), 40, 23).await;
     let proxy = FaultProxy::start(
         backend.addr(),
         FaultPlan {
-            error_503_every: Some(3),
+            // Bursts of two: 503s from every 6th data read, 500s from every 11th.
+            error_503_every: Some(6),
+            error_500_every: Some(11),
+            error_burst: 2,
             reset_every: Some(5),
             truncate_every: Some(7),
-            stall_every: Some((11, Duration::from_millis(300))),
+            stall_every: Some((9, Duration::from_millis(300))),
             ..FaultPlan::default()
         },
     )
