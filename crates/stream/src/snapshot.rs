@@ -87,29 +87,38 @@ impl Snapshot {
             credentials = location::credential_method(&url, &options),
             "opening table"
         );
-        if root_store.is_none() {
-            location::ensure_reachable(location, &options).await?;
-        }
-        let mut builder = DeltaTableBuilder::from_url(url.clone())
-            .map_err(err)?
-            .with_storage_options(options);
-        if let Some(store) = root_store {
-            builder = builder.with_storage_backend(store, url);
-        }
-        if let Some(v) = version {
-            builder = builder.with_version(v);
-        }
-        let mut table = builder.build().map_err(err)?;
-        // Ask first: loading a missing table makes the kernel log an error.
-        if !table.verify_deltatable_existence().await.map_err(err)? {
-            return Err(err(DeltaTableError::NotATable(
-                "no _delta_log at this location".into(),
-            )));
-        }
-        match version {
-            Some(v) => table.load_version(v).await.map_err(err)?,
-            None => table.load().await.map_err(err)?,
-        }
+        // The reachability probe runs beside the open, not before it: it costs no round trip,
+        // and when nothing answers its error comes first and ends the open.
+        let probe = async {
+            match root_store {
+                None => location::ensure_reachable(location, &options).await,
+                Some(_) => Ok(()),
+            }
+        };
+        let open = async {
+            let mut builder = DeltaTableBuilder::from_url(url.clone())
+                .map_err(err)?
+                .with_storage_options(options.clone());
+            if let Some(store) = root_store.clone() {
+                builder = builder.with_storage_backend(store, url.clone());
+            }
+            if let Some(v) = version {
+                builder = builder.with_version(v);
+            }
+            let mut table = builder.build().map_err(err)?;
+            // Ask first: loading a missing table makes the kernel log an error.
+            if !table.verify_deltatable_existence().await.map_err(err)? {
+                return Err(err(DeltaTableError::NotATable(
+                    "no _delta_log at this location".into(),
+                )));
+            }
+            match version {
+                Some(v) => table.load_version(v).await.map_err(err)?,
+                None => table.load().await.map_err(err)?,
+            }
+            Ok(table)
+        };
+        let (table, ()) = futures::try_join!(open, probe)?;
         Snapshot::from_table(&table, display).await
     }
 
