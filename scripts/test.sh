@@ -25,6 +25,7 @@ source scripts/azurite.sh
 source scripts/s3.sh
 
 cargo fmt --all -- --check
+cargo clippy --workspace --all-features --all-targets --quiet -- -D warnings
 # The binaries the CLI tests run, built with the same feature selection as the tests.
 cargo build --workspace --bins
 cargo test --workspace --all-features "$@"

@@ -102,11 +102,11 @@ enum Fault {
 
 impl FaultPlan {
     fn fault_for(&self, n: u64) -> Fault {
-        let hits = |every: Option<u64>| every.is_some_and(|e| e > 0 && n % e == 0);
+        let hits = |every: Option<u64>| every.is_some_and(|e| e > 0 && n.is_multiple_of(e));
         // Within a burst: one of the last `error_burst` reads started it.
         let in_burst = |every: Option<u64>| {
             every.is_some_and(|e| {
-                e > 0 && (0..self.error_burst.max(1)).any(|k| n > k && (n - k) % e == 0)
+                e > 0 && (0..self.error_burst.max(1)).any(|k| n > k && (n - k).is_multiple_of(e))
             })
         };
         if in_burst(self.error_503_every) {
@@ -117,8 +117,10 @@ impl FaultPlan {
             Fault::Reset
         } else if hits(self.truncate_every) {
             Fault::Truncate
-        } else if let Some((every, d)) = self.stall_every.filter(|(e, _)| *e > 0 && n % e == 0) {
-            let _ = every;
+        } else if let Some((_, d)) = self
+            .stall_every
+            .filter(|(e, _)| *e > 0 && n.is_multiple_of(*e))
+        {
             Fault::Stall(d)
         } else {
             Fault::None

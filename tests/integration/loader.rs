@@ -397,7 +397,7 @@ async fn the_stall_meter_times_waits_and_compute_and_forecasts() {
             "no forecast before 3 steps"
         );
         let mut steps = 0;
-        while let Some(batch) = loader.next() {
+        for batch in loader.by_ref() {
             batch.unwrap();
             steps += 1;
             // The "training step": the meter must see this as compute, not as waiting.

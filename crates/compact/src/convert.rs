@@ -152,16 +152,13 @@ impl Compactor {
         let (table, spec) = match existing {
             Some(table) => {
                 let spec = table.spec()?;
-                if let Some(dtype) = self.dtype {
-                    if dtype != spec.dtype() {
-                        return Err(CompactError::Incompatible {
-                            location: table_display,
-                            reason: format!(
-                                "holds {} tensors, --dtype asks for {dtype}",
-                                spec.dtype()
-                            ),
-                        });
-                    }
+                if let Some(dtype) = self.dtype
+                    && dtype != spec.dtype()
+                {
+                    return Err(CompactError::Incompatible {
+                        location: table_display,
+                        reason: format!("holds {} tensors, --dtype asks for {dtype}", spec.dtype()),
+                    });
                 }
                 (table, spec)
             }

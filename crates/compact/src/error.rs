@@ -79,7 +79,7 @@ pub enum CompactError {
         /// The table location.
         location: String,
         /// deltalake's error.
-        source: DeltaTableError,
+        source: Box<DeltaTableError>,
     },
     /// Opening a location or reading the table failed (see [`StreamError`]).
     #[error(transparent)]
@@ -103,7 +103,7 @@ impl CompactError {
     pub fn is_transient(&self) -> bool {
         match self {
             CompactError::Source { source, .. } => store_error_is_transient(source),
-            CompactError::Table { source, .. } => match source {
+            CompactError::Table { source, .. } => match source.as_ref() {
                 DeltaTableError::ObjectStore { source } => store_error_is_transient(source),
                 DeltaTableError::Transaction { .. } | DeltaTableError::VersionAlreadyExists(_) => {
                     true

@@ -46,13 +46,13 @@ impl Labels {
             let label: i64 = raw
                 .parse()
                 .map_err(|_| err(format!("line {}: label '{raw}' is not an integer", n + 1)))?;
-            if let Some(previous) = by_key.insert(key.clone(), label) {
-                if previous != label {
-                    return Err(err(format!(
-                        "line {}: '{key}' has two labels, {previous} and {label}",
-                        n + 1
-                    )));
-                }
+            if let Some(previous) = by_key.insert(key.clone(), label)
+                && previous != label
+            {
+                return Err(err(format!(
+                    "line {}: '{key}' has two labels, {previous} and {label}",
+                    n + 1
+                )));
             }
         }
         Ok(Labels {

@@ -28,7 +28,7 @@ impl Table {
     pub fn error(&self, source: DeltaTableError) -> CompactError {
         CompactError::Table {
             location: self.display.clone(),
-            source,
+            source: Box::new(source),
         }
     }
 
@@ -42,7 +42,7 @@ impl Table {
         location::ensure_reachable(url.as_str(), options).await?;
         let err = |source| CompactError::Table {
             location: display.to_string(),
-            source,
+            source: Box::new(source),
         };
         let mut table = DeltaTableBuilder::from_url(url.clone())
             .map_err(err)?
@@ -74,7 +74,7 @@ impl Table {
         location::register_handlers();
         let err = |source| CompactError::Table {
             location: display.to_string(),
-            source,
+            source: Box::new(source),
         };
         let schema: StructType = spec
             .arrow_schema()

@@ -202,10 +202,10 @@ impl FromStr for DType {
         }
         let code = t.trim_start_matches(['<', '>', '|', '=']);
         let mut chars = code.chars();
-        if let (Some(kind), Ok(size)) = (chars.next(), chars.as_str().parse::<usize>()) {
-            if let Some(d) = DType::from_numpy(kind, size) {
-                return Ok(d);
-            }
+        if let (Some(kind), Ok(size)) = (chars.next(), chars.as_str().parse::<usize>())
+            && let Some(d) = DType::from_numpy(kind, size)
+        {
+            return Ok(d);
         }
         Err(FormatError::UnknownDType(s.to_string()))
     }

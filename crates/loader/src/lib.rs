@@ -570,16 +570,15 @@ impl Iterator for Loader {
             }
             m.steps += 1;
             self.last_return = Some(now);
-            if m.steps == STALL_LOG_AFTER {
-                if let Some(f) = self.forecast(self.iterations_per_epoch(), 1, Duration::ZERO, None)
-                {
-                    tracing::info!(
-                        input_bound = format!("{:.0}%", 100.0 * self.meter.input_bound_fraction()),
-                        samples_per_s = format!("{:.0}", self.meter.samples_per_s(self.batch_size)),
-                        epoch_s = format!("{:.1}", f.epoch.as_secs_f64()),
-                        "stall meter"
-                    );
-                }
+            if m.steps == STALL_LOG_AFTER
+                && let Some(f) = self.forecast(self.iterations_per_epoch(), 1, Duration::ZERO, None)
+            {
+                tracing::info!(
+                    input_bound = format!("{:.0}%", 100.0 * self.meter.input_bound_fraction()),
+                    samples_per_s = format!("{:.0}", self.meter.samples_per_s(self.batch_size)),
+                    epoch_s = format!("{:.1}", f.epoch.as_secs_f64()),
+                    "stall meter"
+                );
             }
         }
         if let Some(Ok(batch)) = &item {
@@ -656,10 +655,10 @@ impl Producer {
     async fn run(self) {
         let mut epoch = self.start_epoch;
         loop {
-            if let Epochs::Count(n) = self.epochs {
-                if epoch >= self.start_epoch + n {
-                    return;
-                }
+            if let Epochs::Count(n) = self.epochs
+                && epoch >= self.start_epoch + n
+            {
+                return;
             }
             match self.run_epoch(epoch).await {
                 Ok(true) => epoch += 1,

@@ -23,8 +23,8 @@ pub enum StreamError {
     Table {
         /// The table location.
         location: String,
-        /// deltalake's error.
-        source: DeltaTableError,
+        /// deltalake's error (boxed: it is large, and every `Result` would carry its size).
+        source: Box<DeltaTableError>,
     },
     /// The table is not a voxlake table, or lacks a requested column.
     #[error("table {location}: {reason}")]
@@ -74,16 +74,16 @@ impl StreamError {
     /// answer (not found, forbidden, bad input).
     pub fn is_transient(&self) -> bool {
         match self {
-            StreamError::Table { source, .. } => match source {
+            StreamError::Table { source, .. } => match source.as_ref() {
                 DeltaTableError::ObjectStore { source } => store_error_is_transient(source),
                 _ => false,
             },
-            StreamError::Parquet { source, .. } => match source {
-                parquet::errors::ParquetError::External(e) => e
-                    .downcast_ref::<object_store::Error>()
-                    .is_some_and(store_error_is_transient),
-                _ => false,
-            },
+            StreamError::Parquet {
+                source: parquet::errors::ParquetError::External(e),
+                ..
+            } => e
+                .downcast_ref::<object_store::Error>()
+                .is_some_and(store_error_is_transient),
             _ => false,
         }
     }

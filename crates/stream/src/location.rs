@@ -246,13 +246,13 @@ fn no_answer(e: &object_store::Error) -> bool {
 /// The URL of a Delta table to write to; a local directory is created if missing.
 pub fn table_url(location: &str) -> Result<Url, StreamError> {
     let url = to_url(location, true)?;
-    if url.scheme() == "file" {
-        if let Ok(path) = url.to_file_path() {
-            std::fs::create_dir_all(&path).map_err(|e| StreamError::InvalidLocation {
-                location: redact(location),
-                reason: format!("cannot create the table directory: {e}"),
-            })?;
-        }
+    if url.scheme() == "file"
+        && let Ok(path) = url.to_file_path()
+    {
+        std::fs::create_dir_all(&path).map_err(|e| StreamError::InvalidLocation {
+            location: redact(location),
+            reason: format!("cannot create the table directory: {e}"),
+        })?;
     }
     Ok(url)
 }

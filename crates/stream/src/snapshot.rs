@@ -78,7 +78,7 @@ impl Snapshot {
         let display = redact(url.as_str());
         let err = |source| StreamError::Table {
             location: display.clone(),
-            source,
+            source: Box::new(source),
         };
         let options = location::storage_options(options);
         let shown: &str = &display;
@@ -126,7 +126,7 @@ impl Snapshot {
     pub async fn from_table(table: &DeltaTable, location: String) -> Result<Snapshot, StreamError> {
         let err = |source| StreamError::Table {
             location: location.clone(),
-            source,
+            source: Box::new(source),
         };
         let state = table.snapshot().map_err(err)?;
         let spec = TensorSpec::from_table_configuration(state.metadata().configuration()).map_err(
@@ -212,15 +212,14 @@ impl Snapshot {
     /// The error for a failed read of file `index`: a vanished file is named as such.
     pub fn file_error(&self, index: usize, source: ParquetError) -> StreamError {
         let file = self.files[index].path.clone();
-        if let ParquetError::External(e) = &source {
-            if let Some(object_store::Error::NotFound { .. }) =
+        if let ParquetError::External(e) = &source
+            && let Some(object_store::Error::NotFound { .. }) =
                 e.downcast_ref::<object_store::Error>()
-            {
-                return StreamError::MissingFile {
-                    location: self.location.clone(),
-                    file,
-                };
-            }
+        {
+            return StreamError::MissingFile {
+                location: self.location.clone(),
+                file,
+            };
         }
         StreamError::Parquet {
             location: self.location.clone(),
