@@ -1,5 +1,6 @@
 //! The `compact` binary: JSON summary, error lines and exit codes, kill and re-run.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -7,26 +8,24 @@ use voxlake::compact::synth;
 
 use crate::common::{assert_table_holds_cubes, commits, compact_bin, json_output, python};
 
+/// `compact convert CUBES TABLE --labels LABELS` for a generated dataset.
+fn convert_command(data: &synth::SynthDataset, table: &Path) -> Command {
+    let mut cmd = Command::new(compact_bin());
+    cmd.args([
+        "convert",
+        data.cubes.to_str().unwrap(),
+        table.to_str().unwrap(),
+    ])
+    .args(["--labels", data.labels.to_str().unwrap()]);
+    cmd
+}
+
 #[tokio::test]
 async fn json_summary_has_the_documented_keys() {
     let dir = tempfile::tempdir().unwrap();
     let data = synth::generate(dir.path(), 10, 1).unwrap();
     let table = dir.path().join("table");
-    let v = json_output(
-        Command::new(compact_bin())
-            .args([
-                "convert",
-                data.cubes.to_str().unwrap(),
-                table.to_str().unwrap(),
-            ])
-            .args([
-                "--labels",
-                data.labels.to_str().unwrap(),
-                "--json",
-                "--row-group-rows",
-                "4",
-            ]),
-    );
+    let v = json_output(convert_command(&data, &table).args(["--json", "--row-group-rows", "4"]));
     for key in [
         "files",
         "rows",
@@ -88,15 +87,9 @@ async fn killed_runs_resume_exactly_once() {
     let data = synth::generate(dir.path(), count, 21).unwrap();
     let table = dir.path().join("table");
     let convert = || {
-        let mut cmd = Command::new(compact_bin());
-        cmd.args([
-            "convert",
-            data.cubes.to_str().unwrap(),
-            table.to_str().unwrap(),
-        ])
-        .args(["--labels", data.labels.to_str().unwrap()])
+        let mut cmd = convert_command(&data, &table);
         // One ~2 MB file per commit and a slow pace: many commits to land between.
-        .args([
+        cmd.args([
             "--row-group-rows",
             "2",
             "--target-file-mb",
@@ -137,18 +130,8 @@ async fn python_deltalake_and_pyarrow_read_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let data = synth::generate(dir.path(), 50, 13).unwrap();
     let table = dir.path().join("table");
-    let out = Command::new(compact_bin())
-        .args([
-            "convert",
-            data.cubes.to_str().unwrap(),
-            table.to_str().unwrap(),
-        ])
-        .args([
-            "--labels",
-            data.labels.to_str().unwrap(),
-            "--target-file-mb",
-            "5",
-        ])
+    let out = convert_command(&data, &table)
+        .args(["--target-file-mb", "5"])
         .output()
         .unwrap();
     assert!(
