@@ -4,11 +4,13 @@
 //!
 //! - [`Snapshot`]: the table at a version: files from the log, tensor spec, cached footers,
 //!   row-group and column reads through [`object_store`].
+//! - [`local`]: local tables read into recycled buffers.
 //! - [`plan`]: which files and row groups a shard reads in an epoch, and in which order.
 //! - [`TableStream`]: the entry point; `TableStream::builder(table).with_…().build()`.
 #![warn(missing_docs)]
 
 mod error;
+pub mod local;
 pub mod location;
 mod pipeline;
 pub mod plan;

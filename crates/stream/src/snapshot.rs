@@ -87,6 +87,11 @@ impl Snapshot {
             credentials = location::credential_method(&url, &options),
             "opening table"
         );
+        // Local tables read row groups into recycled buffers (see `local`).
+        let root_store = root_store.or_else(|| {
+            (url.scheme() == "file")
+                .then(|| Arc::new(crate::local::PooledLocalStore::new()) as Arc<dyn ObjectStore>)
+        });
         // The reachability probe runs beside the open, not before it: it costs no round trip,
         // and when nothing answers its error comes first and ends the open.
         let probe = async {
