@@ -29,6 +29,25 @@ pub const POOLED_MIN: usize = 1 << 20;
 const POOL_MAX_BYTES: usize = 1 << 30;
 
 /// `LocalFileSystem` rooted at `/`, with range reads into recycled buffers.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> object_store::Result<()> {
+/// use object_store::ObjectStore;
+/// use object_store::path::Path;
+/// use voxlake_stream::local::PooledLocalStore;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// std::fs::write(dir.path().join("part.parquet"), vec![7u8; 3 << 20]).unwrap();
+/// let store = PooledLocalStore::new();
+/// let file = Path::from_filesystem_path(dir.path().join("part.parquet"))?;
+/// let chunks = store.get_ranges(&file, &[0..(2 << 20), 10..20]).await?;
+/// assert_eq!((chunks[0].len(), chunks[1].len()), (2 << 20, 10));
+/// drop(chunks);
+/// // The large buffer is back in the pool for the next read; the small one was not pooled.
+/// assert_eq!(store.pooled(), (1, 2 << 20));
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct PooledLocalStore {
     inner: LocalFileSystem,
