@@ -626,3 +626,20 @@ async fn azurite_unreachable_endpoints_fail_fast() {
 async fn s3_unreachable_endpoints_fail_fast() {
     unreachable_endpoints_fail_fast(Backend::S3).await;
 }
+
+/// The `abfss://container@account.dfs.core.windows.net/path` form names the same table as
+/// `az://container/path` (object_store talks to the Blob endpoint for both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azurite_abfss_urls_reach_the_same_table() {
+    let backend = Backend::Azurite;
+    let prefix = unique_prefix("abfss");
+    let table = remote_table(backend, &prefix, 8, 37).await;
+    let abfss = format!(
+        "abfss://{}@devstoreaccount1.dfs.core.windows.net/{prefix}/table",
+        backend.bucket()
+    );
+    let ids = epoch_ids(&abfss, backend.options(), 1);
+    let az_ids = epoch_ids(&table, backend.options(), 1);
+    assert_eq!(ids.len(), 8);
+    assert_eq!(ids, az_ids, "same table, same plan");
+}
