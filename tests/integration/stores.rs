@@ -627,19 +627,34 @@ async fn s3_unreachable_endpoints_fail_fast() {
     unreachable_endpoints_fail_fast(Backend::S3).await;
 }
 
-/// The `abfss://container@account.dfs.core.windows.net/path` form names the same table as
-/// `az://container/path` (object_store talks to the Blob endpoint for both).
+/// Another URL form of the same table reads the same rows in the same order:
+/// `abfss://container@account.dfs.core.windows.net/path` for `az://container/path` (object_store
+/// talks to the Blob endpoint for both), `s3a://` for `s3://`.
+async fn url_aliases_reach_the_same_table(backend: Backend) {
+    let prefix = unique_prefix("alias");
+    let table = remote_table(backend, &prefix, 8, 37).await;
+    let alias = match backend {
+        Backend::Azurite => format!(
+            "abfss://{}@devstoreaccount1.dfs.core.windows.net/{prefix}/table",
+            backend.bucket()
+        ),
+        Backend::S3 => format!("s3a://{}/{prefix}/table", backend.bucket()),
+    };
+    let ids = epoch_ids(&alias, backend.options(), 1);
+    assert_eq!(ids.len(), 8);
+    assert_eq!(
+        ids,
+        epoch_ids(&table, backend.options(), 1),
+        "same table, same plan"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn azurite_abfss_urls_reach_the_same_table() {
-    let backend = Backend::Azurite;
-    let prefix = unique_prefix("abfss");
-    let table = remote_table(backend, &prefix, 8, 37).await;
-    let abfss = format!(
-        "abfss://{}@devstoreaccount1.dfs.core.windows.net/{prefix}/table",
-        backend.bucket()
-    );
-    let ids = epoch_ids(&abfss, backend.options(), 1);
-    let az_ids = epoch_ids(&table, backend.options(), 1);
-    assert_eq!(ids.len(), 8);
-    assert_eq!(ids, az_ids, "same table, same plan");
+    url_aliases_reach_the_same_table(Backend::Azurite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3a_urls_reach_the_same_table() {
+    url_aliases_reach_the_same_table(Backend::S3).await;
 }
