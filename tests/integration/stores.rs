@@ -658,3 +658,61 @@ async fn azurite_abfss_urls_reach_the_same_table() {
 async fn s3a_urls_reach_the_same_table() {
     url_aliases_reach_the_same_table(Backend::S3).await;
 }
+
+/// `optimize` in the store: six shard commits make six small files; bin-packing rewrites them,
+/// every row streams once from the new version, and the old version still streams.
+async fn optimize_in_the_store(backend: Backend) {
+    let prefix = unique_prefix("optimize");
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 24, 41).unwrap();
+    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
+    let table = backend.url(&format!("{prefix}/table"));
+    let src = backend.url(&format!("{prefix}/src"));
+    let compactor = || {
+        Compactor::new(&table)
+            .with_storage_options(backend.options())
+            .with_layout(small_layout())
+    };
+    for i in 0..6 {
+        compactor().with_shard(i, 6).convert(&src).await.unwrap();
+    }
+    let before = compactor().inspect().await.unwrap();
+    assert!(before.files >= 6, "{before:?}");
+    let s = compactor().optimize().await.unwrap();
+    assert!(s.files_added < s.files_removed, "{s:?}");
+    let after = compactor().inspect().await.unwrap();
+    assert_eq!(
+        (after.rows, after.version),
+        (24, before.version + s.commits as u64)
+    );
+    assert!(after.files < before.files);
+
+    let ids = epoch_ids(&table, backend.options(), 1);
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (24, 24));
+    let (t, options) = (table.clone(), backend.options());
+    let old_ids: Vec<String> = std::thread::spawn(move || {
+        Loader::builder(t)
+            .with_storage_options(options)
+            .with_version(before.version)
+            .with_batch_size(4)
+            .build()
+            .unwrap()
+            .flat_map(|b| b.unwrap().ids)
+            .collect()
+    })
+    .join()
+    .unwrap();
+    let old_unique: HashSet<&String> = old_ids.iter().collect();
+    assert_eq!(old_unique, unique, "the old version holds the same rows");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azurite_optimize_in_the_store() {
+    optimize_in_the_store(Backend::Azurite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_optimize_in_the_store() {
+    optimize_in_the_store(Backend::S3).await;
+}
