@@ -772,3 +772,66 @@ async fn azurite_concurrent_shards_commit_every_row_once() {
 async fn s3_concurrent_shards_commit_every_row_once() {
     concurrent_shards_in_the_store(Backend::S3).await;
 }
+
+/// The `compact` binary killed three times at growing depths while converting from the store
+/// into the store, then run to the end: every row lands exactly once.
+async fn killed_runs_resume_exactly_once(backend: Backend) {
+    let prefix = unique_prefix("killed");
+    let dir = tempfile::tempdir().unwrap();
+    let count = 60;
+    let data = synth::generate(dir.path(), count, 47).unwrap();
+    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
+    let table = backend.url(&format!("{prefix}/table"));
+    let src = backend.url(&format!("{prefix}/src"));
+    let convert = || {
+        let mut cmd = Command::new(compact_bin());
+        cmd.args(["convert", &src, &table])
+            // One ~1.5 MB file per commit, one source at a time: many commits to land between.
+            .args(["--row-group-rows", "2", "--target-file-mb", "1.5"])
+            .args(["--files-per-commit", "1", "--concurrency", "1"])
+            .envs(backend.standard_env())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        cmd
+    };
+    let store = backend.store();
+    let log = StorePath::from(format!("{prefix}/table/_delta_log"));
+    for target_commits in [0, 2, 5] {
+        let mut child = convert().spawn().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let listed = store.list_with_delimiter(Some(&log)).await.unwrap();
+            let commits = listed
+                .objects
+                .iter()
+                .filter(|o| o.location.as_ref().ends_with(".json"))
+                .count();
+            let done = child.try_wait().unwrap().is_some();
+            if commits >= target_commits || done || std::time::Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        child.kill().ok();
+        child.wait().unwrap();
+    }
+    let partial = epoch_ids(&table, backend.options(), 1).len();
+    assert!(
+        partial > 0 && partial < count,
+        "the runs were meant to be cut short: {partial} rows"
+    );
+    assert!(convert().status().unwrap().success());
+    let ids = epoch_ids(&table, backend.options(), 1);
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (count, count));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azurite_killed_runs_resume_exactly_once() {
+    killed_runs_resume_exactly_once(Backend::Azurite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_killed_runs_resume_exactly_once() {
+    killed_runs_resume_exactly_once(Backend::S3).await;
+}
