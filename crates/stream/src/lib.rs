@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 mod error;
+#[cfg(unix)]
 pub mod local;
 pub mod location;
 mod pipeline;

@@ -88,6 +88,7 @@ impl Snapshot {
             "opening table"
         );
         // Local tables read row groups into recycled buffers (see `local`).
+        #[cfg(unix)]
         let root_store = root_store.or_else(|| {
             (url.scheme() == "file")
                 .then(|| Arc::new(crate::local::PooledLocalStore::new()) as Arc<dyn ObjectStore>)
