@@ -58,6 +58,9 @@ struct BenchArgs {
     /// Row groups fetched and decoded at once.
     #[arg(long, default_value_t = 16)]
     row_group_prefetch: usize,
+    /// Drop batches instead of giving their memory back to the loader (`Loader::recycle`).
+    #[arg(long)]
+    no_recycle: bool,
     /// Move the channel axis first.
     #[arg(long)]
     channels_first: bool,
@@ -170,7 +173,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut checksum = 0.0;
     let mut first_batch_s = None;
     let mut loader = loader;
-    for batch in loader.by_ref() {
+    while let Some(batch) = loader.next() {
         let batch = batch?;
         first_batch_s.get_or_insert_with(|| start.elapsed().as_secs_f64());
         checksum += touch(&batch.tensors);
@@ -178,6 +181,9 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
             for id in &batch.ids {
                 writeln!(out, "{id}")?;
             }
+        }
+        if !args.no_recycle {
+            loader.recycle(batch);
         }
     }
     if let Some(mut out) = ids_out {
@@ -209,6 +215,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "input_bound_fraction": loader.stall_meter().input_bound_fraction(),
         "bytes_fetched": stats.stream.bytes,
         "row_groups": stats.stream.row_groups,
+        "recycled_batches": stats.recycled,
         "checksum": checksum,
     });
     if args.json {

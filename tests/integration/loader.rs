@@ -194,6 +194,51 @@ async fn batches_hold_the_right_values_shapes_and_labels() {
     }
 }
 
+/// Batches given back with `recycle` are filled again in place, with the right values; the
+/// short last batch (another shape) gets fresh memory.
+#[tokio::test]
+async fn recycled_batches_are_refilled_with_the_right_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 30, 5).await;
+    let builder = Loader::builder(table.to_str().unwrap())
+        .with_batch_size(4)
+        .with_epochs(2)
+        .with_shuffle(2, 8);
+    let run = |recycle: bool| {
+        let builder = builder.clone();
+        std::thread::spawn(move || {
+            let mut loader = builder.build().unwrap();
+            let mut checked = 0;
+            while let Some(batch) = loader.next() {
+                let batch = batch.unwrap();
+                let t = batch.tensors.as_f32().unwrap();
+                assert_eq!(t.shape(), &[batch.len(), 30, 30, 10, 10]);
+                for (i, id) in batch.ids.iter().enumerate() {
+                    let (_, bytes) = cube_bytes(5, index_of(id));
+                    let row = t.index_axis(ndarray::Axis(0), i);
+                    let got: Vec<u8> = row.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    assert!(got == bytes, "{id}: values differ");
+                    checked += 1;
+                }
+                if recycle {
+                    loader.recycle(batch);
+                }
+            }
+            (checked, loader.stats().recycled)
+        })
+        .join()
+        .unwrap()
+    };
+    let (checked, recycled) = run(true);
+    assert_eq!(checked, 60);
+    // 16 batches in all: two epochs of seven full ones and a short one (not reusable).
+    assert!(
+        recycled >= 8,
+        "only {recycled} batches assembled into recycled memory"
+    );
+    assert_eq!(run(false), (60, 0));
+}
+
 #[tokio::test]
 async fn partial_last_batch_and_drop_last() {
     let dir = tempfile::tempdir().unwrap();

@@ -248,41 +248,80 @@ pub(crate) fn fill_batch<T: Element>(
 }
 
 /// Builds the tensor batch of `samples.len()` samples of shape `shape[1..]` from per-sample
-/// byte slices (each exactly one sample; checked by the caller).
+/// byte slices (each exactly one sample; checked by the caller), into `reuse`'s memory when it
+/// is an array of the same type and shape (a batch given back with `Loader::recycle`).
 pub(crate) fn build_tensors(
     dtype: DType,
     shape: &[usize],
     samples: &[&[u8]],
     channels: Option<usize>,
+    reuse: Option<Tensors>,
 ) -> Tensors {
-    fn build<T: Element>(shape: &[usize], samples: &[&[u8]], channels: Option<usize>) -> ArrayD<T> {
+    fn build<T: Element>(
+        shape: &[usize],
+        samples: &[&[u8]],
+        channels: Option<usize>,
+        reuse: Option<ArrayD<T>>,
+    ) -> ArrayD<T> {
         let numel: usize = shape[1..].iter().product();
         let total = numel * samples.len();
-        // No zero fill: every element is written below (fresh memory is the costly part).
-        let mut values: Vec<T> = Vec::with_capacity(total);
-        fill_batch(
-            &mut values.spare_capacity_mut()[..total],
-            numel,
-            samples,
-            channels,
-        );
-        // SAFETY: `fill_batch` wrote all `numel` elements of each of the `samples.len()` chunks.
-        unsafe { values.set_len(total) };
+        let reused = reuse
+            .filter(|a| a.shape() == shape && a.is_standard_layout())
+            .map(ArrayD::into_raw_vec_and_offset)
+            .and_then(|(v, offset)| (offset.unwrap_or(0) == 0 && v.len() == total).then_some(v));
+        let values = match reused {
+            Some(mut values) => {
+                // SAFETY: MaybeUninit<T> has T's layout, and the memory is initialised already;
+                // `fill_batch` overwrites every element with a valid value (T is Copy: nothing
+                // to drop).
+                let dst =
+                    unsafe { &mut *(values.as_mut_slice() as *mut [T] as *mut [MaybeUninit<T>]) };
+                fill_batch(dst, numel, samples, channels);
+                values
+            }
+            None => {
+                // No zero fill: every element is written below (fresh memory is the costly
+                // part).
+                let mut values: Vec<T> = Vec::with_capacity(total);
+                fill_batch(
+                    &mut values.spare_capacity_mut()[..total],
+                    numel,
+                    samples,
+                    channels,
+                );
+                // SAFETY: `fill_batch` wrote all `numel` elements of each sample's chunk.
+                unsafe { values.set_len(total) };
+                values
+            }
+        };
         ArrayD::from_shape_vec(IxDyn(shape), values).expect("shape matches the values")
     }
+    macro_rules! build_as {
+        ($variant:ident) => {
+            Tensors::$variant(build(
+                shape,
+                samples,
+                channels,
+                match reuse {
+                    Some(Tensors::$variant(a)) => Some(a),
+                    _ => None,
+                },
+            ))
+        };
+    }
     match dtype {
-        DType::Bool => Tensors::Bool(build(shape, samples, channels)),
-        DType::I8 => Tensors::I8(build(shape, samples, channels)),
-        DType::I16 => Tensors::I16(build(shape, samples, channels)),
-        DType::I32 => Tensors::I32(build(shape, samples, channels)),
-        DType::I64 => Tensors::I64(build(shape, samples, channels)),
-        DType::U8 => Tensors::U8(build(shape, samples, channels)),
-        DType::U16 => Tensors::U16(build(shape, samples, channels)),
-        DType::U32 => Tensors::U32(build(shape, samples, channels)),
-        DType::U64 => Tensors::U64(build(shape, samples, channels)),
-        DType::F16 => Tensors::F16(build(shape, samples, channels)),
-        DType::F32 => Tensors::F32(build(shape, samples, channels)),
-        DType::F64 => Tensors::F64(build(shape, samples, channels)),
+        DType::Bool => build_as!(Bool),
+        DType::I8 => build_as!(I8),
+        DType::I16 => build_as!(I16),
+        DType::I32 => build_as!(I32),
+        DType::I64 => build_as!(I64),
+        DType::U8 => build_as!(U8),
+        DType::U16 => build_as!(U16),
+        DType::U32 => build_as!(U32),
+        DType::U64 => build_as!(U64),
+        DType::F16 => build_as!(F16),
+        DType::F32 => build_as!(F32),
+        DType::F64 => build_as!(F64),
     }
 }
 
@@ -294,16 +333,34 @@ mod tests {
     fn channels_first_moves_the_last_axis() {
         // One sample of shape [2, 3] (spatial 2, channels 3): values 0..6.
         let src: Vec<u8> = (0..6).flat_map(|v: i32| v.to_le_bytes()).collect();
-        let t = build_tensors(DType::I32, &[1, 3, 2], &[&src], Some(3));
+        let t = build_tensors(DType::I32, &[1, 3, 2], &[&src], Some(3), None);
         let Tensors::I32(a) = t else { panic!() };
         assert_eq!(a.as_slice().unwrap(), &[0, 3, 1, 4, 2, 5]);
-        let t = build_tensors(DType::I32, &[1, 2, 3], &[&src], None);
+        let t = build_tensors(DType::I32, &[1, 2, 3], &[&src], None, None);
         assert_eq!(t.as_bytes(), src.as_slice());
     }
 
     #[test]
+    fn a_recycled_batch_is_refilled_in_place() {
+        let a: Vec<u8> = (0..6).flat_map(|v: i32| v.to_le_bytes()).collect();
+        let b: Vec<u8> = (10..16).flat_map(|v: i32| v.to_le_bytes()).collect();
+        let first = build_tensors(DType::I32, &[1, 2, 3], &[&a], None, None);
+        let memory = first.as_bytes().as_ptr();
+        let second = build_tensors(DType::I32, &[1, 2, 3], &[&b], None, Some(first));
+        assert_eq!(second.as_bytes(), b.as_slice());
+        assert_eq!(second.as_bytes().as_ptr(), memory, "the same memory");
+        // Another shape or type: fresh memory, right values.
+        let third = build_tensors(DType::I32, &[1, 3, 2], &[&a], None, Some(second));
+        assert_eq!(third.as_bytes(), a.as_slice());
+        let Tensors::I32(t) = &third else { panic!() };
+        assert_eq!(t.shape(), &[1, 3, 2]);
+        let floats = build_tensors(DType::F32, &[1, 2, 3], &[&a], None, Some(third));
+        assert_eq!(floats.dtype(), DType::F32);
+    }
+
+    #[test]
     fn every_dtype_fills_from_little_endian() {
-        let bools = build_tensors(DType::Bool, &[2, 2], &[&[0, 1], &[2, 0]], None);
+        let bools = build_tensors(DType::Bool, &[2, 2], &[&[0, 1], &[2, 0]], None, None);
         assert_eq!(
             bools,
             Tensors::Bool(
@@ -314,12 +371,12 @@ mod tests {
             .iter()
             .flat_map(|v| f16::from_f32(*v).to_le_bytes())
             .collect();
-        let Tensors::F16(a) = build_tensors(DType::F16, &[1, 2], &[&halfs], None) else {
+        let Tensors::F16(a) = build_tensors(DType::F16, &[1, 2], &[&halfs], None, None) else {
             panic!()
         };
         assert_eq!(a[[0, 1]], f16::from_f32(-2.0));
         let f64s: Vec<u8> = [0.25f64].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let t = build_tensors(DType::F64, &[1, 1], &[&f64s], None);
+        let t = build_tensors(DType::F64, &[1, 1], &[&f64s], None, None);
         assert_eq!(t.as_f64().unwrap()[[0, 0]], 0.25);
         assert_eq!(t.dtype(), DType::F64);
     }
