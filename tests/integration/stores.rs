@@ -922,3 +922,47 @@ async fn azurite_sas_tokens_read_and_write_and_never_leak() {
         "the SAS leaked: {e}"
     );
 }
+
+/// The client's `timeout` reaches the reads: every data read stalls 5 s, the timeout is 300 ms
+/// and one retry is allowed, so the loader gives up after two attempts with a transient error.
+async fn timeouts_apply(backend: Backend) {
+    let table = remote_table(backend, &unique_prefix("timeouts"), 8, 59).await;
+    let proxy = FaultProxy::start(
+        backend.addr(),
+        FaultPlan {
+            stall_every: Some((1, Duration::from_secs(5))),
+            ..FaultPlan::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut options = backend.through(&proxy);
+    for (k, v) in [
+        ("timeout", "300ms"),
+        ("max_retries", "1"),
+        ("backoff_config.init_backoff", "10ms"),
+    ] {
+        options.insert(k.into(), v.into());
+    }
+    let error = std::thread::spawn(move || {
+        match Loader::builder(table).with_storage_options(options).build() {
+            Err(e) => e,
+            Ok(mut loader) => loader.find_map(Result::err).expect("no read can succeed"),
+        }
+    })
+    .join()
+    .unwrap();
+    let msg = error.to_string();
+    assert!(error.is_transient(), "{msg}");
+    assert_eq!(proxy.data_reads(), 2, "one read and one retry: {msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azurite_timeouts_apply() {
+    timeouts_apply(Backend::Azurite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_timeouts_apply() {
+    timeouts_apply(Backend::S3).await;
+}
