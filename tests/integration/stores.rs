@@ -19,6 +19,26 @@ use voxlake::format::Layout;
 
 use crate::common::{compact_bin, cube_bytes, json_output};
 
+/// The suite function `$suite` as one test per backend: `stores::$suite::azurite` and
+/// `stores::$suite::s3` (multi-threaded: the proxy's tasks run while a test waits on a loader).
+macro_rules! on_every_backend {
+    ($suite:ident) => {
+        mod $suite {
+            use super::Backend;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn azurite() {
+                super::$suite(Backend::Azurite).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn s3() {
+                super::$suite(Backend::S3).await;
+            }
+        }
+    };
+}
+
 /// The documented Azurite development key (public, emulator only).
 const EMULATOR_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
@@ -163,6 +183,28 @@ async fn upload(store: &dyn ObjectStore, file: &Path, key: &str) {
         .unwrap();
 }
 
+/// `count` synthetic cubes of `seed` uploaded under a fresh prefix.
+struct Uploaded {
+    /// The prefix of this test in the bucket.
+    prefix: String,
+    /// The URL of the uploaded cubes.
+    src: String,
+    /// The URL where this test's table goes.
+    table: String,
+}
+
+async fn uploaded(backend: Backend, name: &str, count: usize, seed: u64) -> Uploaded {
+    let prefix = unique_prefix(name);
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), count, seed).unwrap();
+    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
+    Uploaded {
+        src: backend.url(&format!("{prefix}/src")),
+        table: backend.url(&format!("{prefix}/table")),
+        prefix,
+    }
+}
+
 /// Small row groups and files, so a few dozen cubes make several of each.
 fn small_layout() -> Layout {
     Layout {
@@ -252,23 +294,12 @@ async fn convert_and_stream(backend: Backend) {
     assert_eq!(v["rows"], 30);
 }
 
-#[tokio::test]
-async fn azurite_convert_and_stream() {
-    convert_and_stream(Backend::Azurite).await;
-}
-
-#[tokio::test]
-async fn s3_convert_and_stream() {
-    convert_and_stream(Backend::S3).await;
-}
+on_every_backend!(convert_and_stream);
 
 /// A bucket that does not exist: one clear, permanent error naming the URL, after exactly one
 /// request (no retry storm); a table that is not there: named as such.
 async fn permanent_errors(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let data = synth::generate(dir.path(), 2, 1).unwrap();
-    let prefix = unique_prefix("errors");
-    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
+    let Uploaded { prefix, .. } = uploaded(backend, "errors", 2, 1).await;
 
     // Through the proxy, to count the requests.
     let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
@@ -313,30 +344,18 @@ async fn permanent_errors(backend: Backend) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_permanent_errors_are_named_and_fast() {
-    permanent_errors(Backend::Azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_permanent_errors_are_named_and_fast() {
-    permanent_errors(Backend::S3).await;
-}
+on_every_backend!(permanent_errors);
 
 /// Bad credentials (Azurite checks the account key; moto accepts any key, so this one is
 /// Azure only): the error names the location, never the key, and is permanent.
 #[tokio::test]
 async fn azurite_bad_credentials_are_named_without_the_secret() {
     let backend = Backend::Azurite;
-    let dir = tempfile::tempdir().unwrap();
-    let data = synth::generate(dir.path(), 2, 1).unwrap();
-    let prefix = unique_prefix("credentials");
-    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
+    let Uploaded { src, table, .. } = uploaded(backend, "credentials", 2, 1).await;
     let mut bad = backend.options();
     let wrong_key = "d3Jvbmcga2V5IGZvciB0aGUgdGVzdA==";
     bad.insert("azure_storage_account_key".into(), wrong_key.into());
-    let src = backend.url(&format!("{prefix}/src"));
-    let e = Compactor::new(backend.url(&format!("{prefix}/table")))
+    let e = Compactor::new(&table)
         .with_storage_options(bad)
         .convert(&src)
         .await
@@ -350,19 +369,16 @@ async fn azurite_bad_credentials_are_named_without_the_secret() {
     assert!(!e.is_transient(), "{msg}");
 }
 
-/// A table of `count` cubes in the store: 4-row row groups, ~3 MB files.
-async fn remote_table(backend: Backend, prefix: &str, count: usize, seed: u64) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let data = synth::generate(dir.path(), count, seed).unwrap();
-    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
-    let table = backend.url(&format!("{prefix}/table"));
-    Compactor::new(&table)
+/// A table of `count` cubes in the store, converted from them: 4-row row groups, ~3 MB files.
+async fn remote_table(backend: Backend, name: &str, count: usize, seed: u64) -> Uploaded {
+    let uploaded = uploaded(backend, name, count, seed).await;
+    Compactor::new(&uploaded.table)
         .with_storage_options(backend.options())
         .with_layout(small_layout())
-        .convert(&backend.url(&format!("{prefix}/src")))
+        .convert(&uploaded.src)
         .await
         .unwrap();
-    table
+    uploaded
 }
 
 fn epoch_ids(table: &str, options: HashMap<String, String>, epochs: u64) -> Vec<String> {
@@ -386,7 +402,7 @@ fn epoch_ids(table: &str, options: HashMap<String, String>, epochs: u64) -> Vec<
 /// Under resets mid-body, 503 and 500 bursts, truncated bodies and stalls, an epoch still delivers
 /// every id exactly once.
 async fn faults_are_survived(backend: Backend) {
-    let table = remote_table(backend, &unique_prefix("faults"), 40, 23).await;
+    let table = remote_table(backend, "faults", 40, 23).await.table;
     let proxy = FaultProxy::start(
         backend.addr(),
         FaultPlan {
@@ -417,20 +433,12 @@ async fn faults_are_survived(backend: Backend) {
 }
 
 // Multi-threaded: the proxy's tasks must run while this thread waits for the loader.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_epoch_survives_resets_503s_and_truncated_bodies() {
-    faults_are_survived(Backend::Azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_epoch_survives_resets_503s_and_truncated_bodies() {
-    faults_are_survived(Backend::S3).await;
-}
+on_every_backend!(faults_are_survived);
 
 /// Over two epochs: only bounded range GETs on data files (no HEAD, no whole-object GET, no
 /// suffix range), one footer read per file, one coalesced read per row group per epoch.
 async fn reads_are_accounted(backend: Backend) {
-    let table = remote_table(backend, &unique_prefix("accounting"), 32, 29).await;
+    let table = remote_table(backend, "accounting", 32, 29).await.table;
     let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
         .await
         .unwrap();
@@ -461,15 +469,7 @@ async fn reads_are_accounted(backend: Backend) {
     assert_eq!(data.len() as u64, files + 2 * row_groups, "{data:#?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_reads_are_ranged_coalesced_and_footers_read_once() {
-    reads_are_accounted(Backend::Azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_reads_are_ranged_coalesced_and_footers_read_once() {
-    reads_are_accounted(Backend::S3).await;
-}
+on_every_backend!(reads_are_accounted);
 
 /// The proxy's bandwidth limit paces bodies: 2 MB at 8 MB/s cannot arrive in under 0.25 s (a
 /// lower bound the pacing guarantees, not a speed target).
@@ -510,38 +510,47 @@ async fn proxy_bandwidth_limit_paces_bodies() {
     );
 }
 
-/// The retry settings (deltalake's `max_retries`, `retry_timeout`, `backoff_config.*`) reach the
-/// reads: with every data read answered 503 and two retries allowed, the loader gives up after
-/// exactly three attempts, with a transient error naming the table.
-async fn retry_settings_apply(backend: Backend) {
-    let table = remote_table(backend, &unique_prefix("retries"), 8, 31).await;
-    let proxy = FaultProxy::start(
-        backend.addr(),
-        FaultPlan {
-            error_503_every: Some(1),
-            ..FaultPlan::default()
-        },
-    )
-    .await
-    .unwrap();
+/// Streams `table` through a proxy injecting `plan`, with `settings` added to the storage
+/// options; returns the first error (no read may succeed) and the proxy, for its counts.
+async fn first_error_through(
+    backend: Backend,
+    table: &str,
+    plan: FaultPlan,
+    settings: &[(&str, &str)],
+) -> (voxlake::loader::LoaderError, FaultProxy) {
+    let proxy = FaultProxy::start(backend.addr(), plan).await.unwrap();
     let mut options = backend.through(&proxy);
-    for (k, v) in [
-        ("max_retries", "2"),
-        ("retry_timeout", "30s"),
-        ("backoff_config.init_backoff", "10ms"),
-        ("backoff_config.max_backoff", "20ms"),
-    ] {
-        options.insert(k.into(), v.into());
+    for (k, v) in settings {
+        options.insert(k.to_string(), v.to_string());
     }
-    let t = table.clone();
+    let table = table.to_string();
     let error = std::thread::spawn(move || {
-        match Loader::builder(t).with_storage_options(options).build() {
+        match Loader::builder(table).with_storage_options(options).build() {
             Err(e) => e,
             Ok(mut loader) => loader.find_map(Result::err).expect("no read can succeed"),
         }
     })
     .join()
     .unwrap();
+    (error, proxy)
+}
+
+/// The retry settings (deltalake's `max_retries`, `retry_timeout`, `backoff_config.*`) reach the
+/// reads: with every data read answered 503 and two retries allowed, the loader gives up after
+/// exactly three attempts, with a transient error naming the table.
+async fn retry_settings_apply(backend: Backend) {
+    let table = remote_table(backend, "retries", 8, 31).await.table;
+    let plan = FaultPlan {
+        error_503_every: Some(1),
+        ..FaultPlan::default()
+    };
+    let settings = [
+        ("max_retries", "2"),
+        ("retry_timeout", "30s"),
+        ("backoff_config.init_backoff", "10ms"),
+        ("backoff_config.max_backoff", "20ms"),
+    ];
+    let (error, proxy) = first_error_through(backend, &table, plan, &settings).await;
     let msg = error.to_string();
     assert!(error.is_transient(), "{msg}");
     assert!(msg.contains(&table) && msg.contains("503"), "{msg}");
@@ -559,15 +568,7 @@ async fn retry_settings_apply(backend: Backend) {
     assert!(e.contains("max_retries") && e.contains("lots"), "{e}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_retry_settings_apply() {
-    retry_settings_apply(Backend::Azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_retry_settings_apply() {
-    retry_settings_apply(Backend::S3).await;
-}
+on_every_backend!(retry_settings_apply);
 
 /// An endpoint that does not answer ends in one clear error naming the location, after a few
 /// quick attempts (not object_store's full retry budget): a closed port, and a server that
@@ -617,22 +618,13 @@ async fn unreachable_endpoints_fail_fast(backend: Backend) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_unreachable_endpoints_fail_fast() {
-    unreachable_endpoints_fail_fast(Backend::Azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_unreachable_endpoints_fail_fast() {
-    unreachable_endpoints_fail_fast(Backend::S3).await;
-}
+on_every_backend!(unreachable_endpoints_fail_fast);
 
 /// Another URL form of the same table reads the same rows in the same order:
 /// `abfss://container@account.dfs.core.windows.net/path` for `az://container/path` (object_store
 /// talks to the Blob endpoint for both), `s3a://` for `s3://`.
 async fn url_aliases_reach_the_same_table(backend: Backend) {
-    let prefix = unique_prefix("alias");
-    let table = remote_table(backend, &prefix, 8, 37).await;
+    let Uploaded { prefix, table, .. } = remote_table(backend, "alias", 8, 37).await;
     let alias = match backend {
         Backend::Azurite => format!(
             "abfss://{}@devstoreaccount1.dfs.core.windows.net/{prefix}/table",
@@ -649,25 +641,12 @@ async fn url_aliases_reach_the_same_table(backend: Backend) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_abfss_urls_reach_the_same_table() {
-    url_aliases_reach_the_same_table(Backend::Azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3a_urls_reach_the_same_table() {
-    url_aliases_reach_the_same_table(Backend::S3).await;
-}
+on_every_backend!(url_aliases_reach_the_same_table);
 
 /// `optimize` in the store: six shard commits make six small files; bin-packing rewrites them,
 /// every row streams once from the new version, and the old version still streams.
 async fn optimize_in_the_store(backend: Backend) {
-    let prefix = unique_prefix("optimize");
-    let dir = tempfile::tempdir().unwrap();
-    let data = synth::generate(dir.path(), 24, 41).unwrap();
-    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
-    let table = backend.url(&format!("{prefix}/table"));
-    let src = backend.url(&format!("{prefix}/src"));
+    let Uploaded { src, table, .. } = uploaded(backend, "optimize", 24, 41).await;
     let compactor = || {
         Compactor::new(&table)
             .with_storage_options(backend.options())
@@ -707,25 +686,12 @@ async fn optimize_in_the_store(backend: Backend) {
     assert_eq!(old_unique, unique, "the old version holds the same rows");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_optimize_in_the_store() {
-    optimize_in_the_store(Backend::Azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_optimize_in_the_store() {
-    optimize_in_the_store(Backend::S3).await;
-}
+on_every_backend!(optimize_in_the_store);
 
 /// Three shards converting into one new table at once: they race to create it and to commit
 /// (conditional writes: `If-None-Match` on S3, its equivalent on Azure); every row lands once.
 async fn concurrent_shards_in_the_store(backend: Backend) {
-    let prefix = unique_prefix("shards");
-    let dir = tempfile::tempdir().unwrap();
-    let data = synth::generate(dir.path(), 36, 43).unwrap();
-    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
-    let table = backend.url(&format!("{prefix}/table"));
-    let src = backend.url(&format!("{prefix}/src"));
+    let Uploaded { src, table, .. } = uploaded(backend, "shards", 36, 43).await;
     let shard = |i| {
         let (table, src) = (table.clone(), src.clone());
         tokio::spawn(async move {
@@ -763,26 +729,13 @@ async fn concurrent_shards_in_the_store(backend: Backend) {
     assert_eq!((ids.len(), unique.len()), (36, 36));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_concurrent_shards_commit_every_row_once() {
-    concurrent_shards_in_the_store(Backend::Azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_concurrent_shards_commit_every_row_once() {
-    concurrent_shards_in_the_store(Backend::S3).await;
-}
+on_every_backend!(concurrent_shards_in_the_store);
 
 /// The `compact` binary killed three times at growing depths while converting from the store
 /// into the store, then run to the end: every row lands exactly once.
 async fn killed_runs_resume_exactly_once(backend: Backend) {
-    let prefix = unique_prefix("killed");
-    let dir = tempfile::tempdir().unwrap();
     let count = 60;
-    let data = synth::generate(dir.path(), count, 47).unwrap();
-    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
-    let table = backend.url(&format!("{prefix}/table"));
-    let src = backend.url(&format!("{prefix}/src"));
+    let Uploaded { prefix, src, table } = uploaded(backend, "killed", count, 47).await;
     let convert = || {
         let mut cmd = Command::new(compact_bin());
         cmd.args(["convert", &src, &table])
@@ -826,15 +779,7 @@ async fn killed_runs_resume_exactly_once(backend: Backend) {
     assert_eq!((ids.len(), unique.len()), (count, count));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_killed_runs_resume_exactly_once() {
-    killed_runs_resume_exactly_once(Backend::Azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_killed_runs_resume_exactly_once() {
-    killed_runs_resume_exactly_once(Backend::S3).await;
-}
+on_every_backend!(killed_runs_resume_exactly_once);
 
 /// A SAS token from tests/python/azurite_sas.py (account SAS, signed with the emulator's key).
 fn azurite_sas() -> String {
@@ -871,12 +816,7 @@ async fn azurite_sas_tokens_read_and_write_and_never_leak() {
             ("allow_http".to_string(), "true".to_string()),
         ])
     };
-    let prefix = unique_prefix("sas");
-    let dir = tempfile::tempdir().unwrap();
-    let data = synth::generate(dir.path(), 8, 53).unwrap();
-    upload_dir(backend, &data.cubes, &format!("{prefix}/src")).await;
-    let table = backend.url(&format!("{prefix}/table"));
-    let src = backend.url(&format!("{prefix}/src"));
+    let Uploaded { prefix, src, table } = uploaded(backend, "sas", 8, 53).await;
     let s = Compactor::new(&table)
         .with_storage_options(with_sas(&sas))
         .with_layout(small_layout())
@@ -926,43 +866,20 @@ async fn azurite_sas_tokens_read_and_write_and_never_leak() {
 /// The client's `timeout` reaches the reads: every data read stalls 5 s, the timeout is 300 ms
 /// and one retry is allowed, so the loader gives up after two attempts with a transient error.
 async fn timeouts_apply(backend: Backend) {
-    let table = remote_table(backend, &unique_prefix("timeouts"), 8, 59).await;
-    let proxy = FaultProxy::start(
-        backend.addr(),
-        FaultPlan {
-            stall_every: Some((1, Duration::from_secs(5))),
-            ..FaultPlan::default()
-        },
-    )
-    .await
-    .unwrap();
-    let mut options = backend.through(&proxy);
-    for (k, v) in [
+    let table = remote_table(backend, "timeouts", 8, 59).await.table;
+    let plan = FaultPlan {
+        stall_every: Some((1, Duration::from_secs(5))),
+        ..FaultPlan::default()
+    };
+    let settings = [
         ("timeout", "300ms"),
         ("max_retries", "1"),
         ("backoff_config.init_backoff", "10ms"),
-    ] {
-        options.insert(k.into(), v.into());
-    }
-    let error = std::thread::spawn(move || {
-        match Loader::builder(table).with_storage_options(options).build() {
-            Err(e) => e,
-            Ok(mut loader) => loader.find_map(Result::err).expect("no read can succeed"),
-        }
-    })
-    .join()
-    .unwrap();
+    ];
+    let (error, proxy) = first_error_through(backend, &table, plan, &settings).await;
     let msg = error.to_string();
     assert!(error.is_transient(), "{msg}");
     assert_eq!(proxy.data_reads(), 2, "one read and one retry: {msg}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_timeouts_apply() {
-    timeouts_apply(Backend::Azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_timeouts_apply() {
-    timeouts_apply(Backend::S3).await;
-}
+on_every_backend!(timeouts_apply);
