@@ -314,7 +314,7 @@ async fn permanent_errors(backend: Backend) {
     let msg = e.to_string();
     assert!(msg.contains(&missing_bucket), "{msg}");
     assert!(!e.is_transient(), "a missing bucket is permanent: {msg}");
-    // The reachability probe's listing, then the source listing: each once, no retry.
+    // The reachability probe's HEAD, then the source listing: each once, no retry.
     let requests: Vec<(String, String)> = proxy
         .requests()
         .into_iter()

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Once};
 
 use deltalake::logstore::{StorageConfig, object_store_factories};
-use object_store::ObjectStore;
 use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
 use crate::error::{StreamError, redact};
@@ -200,7 +200,8 @@ const PROBE_SETTINGS: [(&str, &str); 4] = [
     ("connect_timeout", "5s"),
 ];
 
-/// Checks that a remote location's endpoint answers, with one listing request: an endpoint
+/// Checks that a remote location's endpoint answers, with one `HEAD` of the location's own key
+/// (the cheapest request: a listing of a table of thousands of files is not): an endpoint
 /// that refuses, resets, times out or does not resolve is [`StreamError::Unreachable`], at
 /// once. Any HTTP answer (even 403 or 404) passes: the caller's own request reports those with
 /// their context. Local and in-memory locations pass without a request.
@@ -219,7 +220,7 @@ pub async fn ensure_reachable(
             .or_insert_with(|| value.to_string());
     }
     let probe = open_store(location, true, &quick)?;
-    match probe.store.list_with_delimiter(Some(&probe.prefix)).await {
+    match probe.store.head(&probe.prefix).await {
         Err(e) if no_answer(&e) => Err(StreamError::Unreachable {
             location: probe.display,
             reason: e.to_string(),
