@@ -1,11 +1,11 @@
 # Sourced by scripts/test.sh: cargo never deletes old test and example binaries (~0.5 GB each in
 # debug), so a target directory shared across runs fills the disk. Deletes, in deps/ and
-# examples/ of every profile, binaries more than an hour older than the newest of the same name
+# examples/ of every profile, binaries more than 15 minutes older than the newest of the same name
 # (one build can hold several of a name: a lib's tests, a bin, the bin's tests).
 for dir in "$CARGO_TARGET_DIR"/{debug,release}/{deps,examples}; do
   [ -d "$dir" ] || continue
   find "$dir" -maxdepth 1 -type f -executable -printf '%T@ %p\n' | sort -rn | awk '
     { path = $2; name = path; sub(/.*\//, "", name); sub(/-[0-9a-f]{16}$/, "", name)
       if (!(name in newest)) newest[name] = $1
-      else if ($1 < newest[name] - 3600) print path }' | xargs -r rm -f
+      else if ($1 < newest[name] - 900) print path }' | xargs -r rm -f
 done
