@@ -139,8 +139,7 @@ async fn python_deltalake_and_pyarrow_read_the_table() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/check_table.py");
+    let script = crate::common::checkout("tests/python/check_table.py");
     let out = Command::new(python())
         .arg(script)
         .args([&table, &data.cubes, &data.labels])

@@ -131,7 +131,7 @@ pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("VOXLAKE_PYTHON") {
         return PathBuf::from(p);
     }
-    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let local = checkout(".venv/bin/python");
     assert!(
         local.exists(),
         "no Python test environment: run scripts/test.sh (it installs .venv) or set VOXLAKE_PYTHON"
@@ -148,4 +148,13 @@ pub fn json_output(command: &mut Command) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// A path in this checkout. From the variable cargo sets when it runs the test, not the one
+/// compiled in: a target directory shared by several checkouts (as `~/.cache/voxlake/target`
+/// is) may hold a test binary built in another one.
+pub fn checkout(relative: &str) -> PathBuf {
+    let root = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    root.join(relative)
 }

@@ -783,7 +783,7 @@ on_every_backend!(killed_runs_resume_exactly_once);
 
 /// A SAS token from tests/python/azurite_sas.py (account SAS, signed with the emulator's key).
 fn azurite_sas() -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/azurite_sas.py");
+    let script = crate::common::checkout("tests/python/azurite_sas.py");
     let out = Command::new(crate::common::python())
         .arg(script)
         .output()
