@@ -66,8 +66,6 @@ pub struct Request {
     pub target: String,
     /// The `Range` header, if any.
     pub range: Option<String>,
-    /// When it arrived, since the proxy started (for request timelines).
-    pub at: Duration,
 }
 
 /// Counts of what the proxy did.
@@ -135,7 +133,6 @@ impl FaultProxy {
         let addr = listener.local_addr()?;
         let log = Arc::new(Mutex::new(Vec::new()));
         let counters = Arc::new(Counters::default());
-        let started = std::time::Instant::now();
         let plan = Arc::new(plan);
         let task = {
             let log = log.clone();
@@ -144,9 +141,7 @@ impl FaultProxy {
                 while let Ok((client, _)) = listener.accept().await {
                     let (log, counters, plan) = (log.clone(), counters.clone(), plan.clone());
                     tokio::spawn(async move {
-                        if let Err(e) =
-                            serve(client, upstream, &plan, &log, &counters, started).await
-                        {
+                        if let Err(e) = serve(client, upstream, &plan, &log, &counters).await {
                             tracing::debug!(error = %e, "proxy connection ended");
                         }
                     });
@@ -309,7 +304,6 @@ async fn serve(
     plan: &FaultPlan,
     log: &Mutex<Vec<Request>>,
     counters: &Counters,
-    started: std::time::Instant,
 ) -> std::io::Result<()> {
     // No Nagle: heads and bodies go out as separate writes, and Nagle's wait for the ACK of the
     // first (which the peer delays up to 40 ms) would add latency nobody asked for.
@@ -336,7 +330,6 @@ async fn serve(
             method: method.clone(),
             target,
             range,
-            at: started.elapsed(),
         });
         let fault = if is_data_read {
             let n = counters.data_reads.fetch_add(1, Ordering::Relaxed) + 1;

@@ -541,3 +541,24 @@ pub fn spawn_ahead<T: Send + 'static, E: Send + 'static>(
     })
     .boxed()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ramp_starts_at_four_and_grows_by_one_per_read_to_the_depth() {
+        let ramp = Ramp::new(16);
+        assert_eq!(ramp.slots.available_permits(), RAMP_START);
+        for grown in 1..=12 {
+            ramp.grow();
+            assert_eq!(ramp.slots.available_permits(), RAMP_START + grown);
+        }
+        ramp.grow();
+        assert_eq!(ramp.slots.available_permits(), 16, "never past the depth");
+        // A depth below the start is the depth from the start.
+        let shallow = Ramp::new(2);
+        shallow.grow();
+        assert_eq!(shallow.slots.available_permits(), 2);
+    }
+}
