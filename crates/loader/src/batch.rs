@@ -249,26 +249,28 @@ pub(crate) fn fill_batch<T: Element>(
 
 /// Builds the tensor batch of `samples.len()` samples of shape `shape[1..]` from per-sample
 /// byte slices (each exactly one sample; checked by the caller), into `reuse`'s memory when it
-/// is an array of the same type and shape (a batch given back with `Loader::recycle`).
-pub(crate) fn build_tensors(
+/// is an array of the same type and shape (a batch given back with `Loader::recycle`). Also
+/// says whether it did.
+pub(crate) fn build_tensors_into(
     dtype: DType,
     shape: &[usize],
     samples: &[&[u8]],
     channels: Option<usize>,
     reuse: Option<Tensors>,
-) -> Tensors {
+) -> (Tensors, bool) {
     fn build<T: Element>(
         shape: &[usize],
         samples: &[&[u8]],
         channels: Option<usize>,
         reuse: Option<ArrayD<T>>,
-    ) -> ArrayD<T> {
+    ) -> (ArrayD<T>, bool) {
         let numel: usize = shape[1..].iter().product();
         let total = numel * samples.len();
         let reused = reuse
             .filter(|a| a.shape() == shape && a.is_standard_layout())
             .map(ArrayD::into_raw_vec_and_offset)
             .and_then(|(v, offset)| (offset.unwrap_or(0) == 0 && v.len() == total).then_some(v));
+        let recycled = reused.is_some();
         let values = match reused {
             Some(mut values) => {
                 // SAFETY: MaybeUninit<T> has T's layout, and the memory is initialised already;
@@ -294,20 +296,18 @@ pub(crate) fn build_tensors(
                 values
             }
         };
-        ArrayD::from_shape_vec(IxDyn(shape), values).expect("shape matches the values")
+        let array = ArrayD::from_shape_vec(IxDyn(shape), values).expect("shape matches the values");
+        (array, recycled)
     }
     macro_rules! build_as {
-        ($variant:ident) => {
-            Tensors::$variant(build(
-                shape,
-                samples,
-                channels,
-                match reuse {
-                    Some(Tensors::$variant(a)) => Some(a),
-                    _ => None,
-                },
-            ))
-        };
+        ($variant:ident) => {{
+            let reuse = match reuse {
+                Some(Tensors::$variant(a)) => Some(a),
+                _ => None,
+            };
+            let (array, recycled) = build(shape, samples, channels, reuse);
+            (Tensors::$variant(array), recycled)
+        }};
     }
     match dtype {
         DType::Bool => build_as!(Bool),
@@ -325,6 +325,16 @@ pub(crate) fn build_tensors(
     }
 }
 
+/// [`build_tensors_into`] fresh memory.
+pub(crate) fn build_tensors(
+    dtype: DType,
+    shape: &[usize],
+    samples: &[&[u8]],
+    channels: Option<usize>,
+) -> Tensors {
+    build_tensors_into(dtype, shape, samples, channels, None).0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,10 +343,10 @@ mod tests {
     fn channels_first_moves_the_last_axis() {
         // One sample of shape [2, 3] (spatial 2, channels 3): values 0..6.
         let src: Vec<u8> = (0..6).flat_map(|v: i32| v.to_le_bytes()).collect();
-        let t = build_tensors(DType::I32, &[1, 3, 2], &[&src], Some(3), None);
+        let t = build_tensors(DType::I32, &[1, 3, 2], &[&src], Some(3));
         let Tensors::I32(a) = t else { panic!() };
         assert_eq!(a.as_slice().unwrap(), &[0, 3, 1, 4, 2, 5]);
-        let t = build_tensors(DType::I32, &[1, 2, 3], &[&src], None, None);
+        let t = build_tensors(DType::I32, &[1, 2, 3], &[&src], None);
         assert_eq!(t.as_bytes(), src.as_slice());
     }
 
@@ -344,23 +354,29 @@ mod tests {
     fn a_recycled_batch_is_refilled_in_place() {
         let a: Vec<u8> = (0..6).flat_map(|v: i32| v.to_le_bytes()).collect();
         let b: Vec<u8> = (10..16).flat_map(|v: i32| v.to_le_bytes()).collect();
-        let first = build_tensors(DType::I32, &[1, 2, 3], &[&a], None, None);
+        let first = build_tensors(DType::I32, &[1, 2, 3], &[&a], None);
         let memory = first.as_bytes().as_ptr();
-        let second = build_tensors(DType::I32, &[1, 2, 3], &[&b], None, Some(first));
+        let (second, recycled) =
+            build_tensors_into(DType::I32, &[1, 2, 3], &[&b], None, Some(first));
+        assert!(recycled);
         assert_eq!(second.as_bytes(), b.as_slice());
         assert_eq!(second.as_bytes().as_ptr(), memory, "the same memory");
         // Another shape or type: fresh memory, right values.
-        let third = build_tensors(DType::I32, &[1, 3, 2], &[&a], None, Some(second));
+        let (third, recycled) =
+            build_tensors_into(DType::I32, &[1, 3, 2], &[&a], None, Some(second));
+        assert!(!recycled);
         assert_eq!(third.as_bytes(), a.as_slice());
         let Tensors::I32(t) = &third else { panic!() };
         assert_eq!(t.shape(), &[1, 3, 2]);
-        let floats = build_tensors(DType::F32, &[1, 2, 3], &[&a], None, Some(third));
+        let (floats, recycled) =
+            build_tensors_into(DType::F32, &[1, 2, 3], &[&a], None, Some(third));
+        assert!(!recycled);
         assert_eq!(floats.dtype(), DType::F32);
     }
 
     #[test]
     fn every_dtype_fills_from_little_endian() {
-        let bools = build_tensors(DType::Bool, &[2, 2], &[&[0, 1], &[2, 0]], None, None);
+        let bools = build_tensors(DType::Bool, &[2, 2], &[&[0, 1], &[2, 0]], None);
         assert_eq!(
             bools,
             Tensors::Bool(
@@ -371,12 +387,12 @@ mod tests {
             .iter()
             .flat_map(|v| f16::from_f32(*v).to_le_bytes())
             .collect();
-        let Tensors::F16(a) = build_tensors(DType::F16, &[1, 2], &[&halfs], None, None) else {
+        let Tensors::F16(a) = build_tensors(DType::F16, &[1, 2], &[&halfs], None) else {
             panic!()
         };
         assert_eq!(a[[0, 1]], f16::from_f32(-2.0));
         let f64s: Vec<u8> = [0.25f64].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let t = build_tensors(DType::F64, &[1, 1], &[&f64s], None, None);
+        let t = build_tensors(DType::F64, &[1, 1], &[&f64s], None);
         assert_eq!(t.as_f64().unwrap()[[0, 0]], 0.25);
         assert_eq!(t.dtype(), DType::F64);
     }

@@ -871,22 +871,21 @@ impl Producer {
         }
         let tensors = if rows.first().is_some_and(|r| r.group.tensors.is_some()) {
             let reuse = self.recycled.lock().expect("recycle lock").pop();
-            let reused_at = reuse.as_ref().map(|t| t.as_bytes().as_ptr());
-            let tensors = batch::build_tensors(
+            let (tensors, recycled) = batch::build_tensors_into(
                 self.spec.dtype(),
                 &batch_shape,
                 &samples,
                 self.channels,
                 reuse,
             );
-            if reused_at == Some(tensors.as_bytes().as_ptr()) {
+            if recycled {
                 self.counters.recycled.fetch_add(1, Ordering::Relaxed);
             }
             tensors
         } else {
             batch_shape.truncate(1);
             batch_shape.push(0);
-            batch::build_tensors(self.spec.dtype(), &batch_shape, &[], None, None)
+            batch::build_tensors(self.spec.dtype(), &batch_shape, &[], None)
         };
         Ok(self.batch_of(rows, tensors, epoch, index))
     }

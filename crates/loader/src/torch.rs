@@ -184,7 +184,7 @@ mod tests {
                 Some(c) => vec![3, c, 2, 3],
                 None => vec![3, 2, 3, 4],
             };
-            let nd = crate::batch::build_tensors(DType::F32, &batch_shape, &refs, channels, None);
+            let nd = crate::batch::build_tensors(DType::F32, &batch_shape, &refs, channels);
             assert_eq!(t.shape(), batch_shape);
             assert_eq!(t.dtype(), DType::F32);
             assert_eq!(t.as_bytes(), nd.as_bytes(), "channels {channels:?}");
