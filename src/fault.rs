@@ -39,7 +39,8 @@ pub struct FaultPlan {
     /// Delay before each request is forwarded (every request, not only data reads).
     pub latency: Duration,
     /// Response bodies are paced to this many bytes per second on each connection (a link of
-    /// this speed per TCP connection, like a per-blob or per-flow limit).
+    /// this speed per TCP connection, like a per-blob or per-flow limit). Bodies a fault cuts
+    /// or delays are sent as the fault says, unpaced.
     pub bytes_per_second: Option<u64>,
     /// Every n-th data read starts a burst of `error_burst` data reads answered
     /// `503 Service Unavailable` without reaching the store.

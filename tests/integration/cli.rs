@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use voxlake::compact::synth;
 
-use crate::common::{assert_table_holds_cubes, commits, compact_bin, json_output, python};
+use crate::common::{assert_table_holds_cubes, commits, compact_bin, json_output, python_script};
 
 /// `compact convert CUBES TABLE --labels LABELS` for a generated dataset.
 fn convert_command(data: &synth::SynthDataset, table: &Path) -> Command {
@@ -139,17 +139,6 @@ async fn python_deltalake_and_pyarrow_read_the_table() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let script = crate::common::checkout("tests/python/check_table.py");
-    let out = Command::new(python())
-        .arg(script)
-        .args([&table, &data.cubes, &data.labels])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "python check failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(stdout.trim(), "ok 50");
+    let checked = python_script("check_table.py", &[&table, &data.cubes, &data.labels]);
+    assert_eq!(checked, "ok 50");
 }

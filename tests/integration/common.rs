@@ -127,7 +127,7 @@ pub fn compact_bin() -> PathBuf {
 }
 
 /// The project's Python with deltalake and pyarrow (scripts/test.sh installs it).
-pub fn python() -> PathBuf {
+fn python() -> PathBuf {
     if let Ok(p) = std::env::var("VOXLAKE_PYTHON") {
         return PathBuf::from(p);
     }
@@ -157,4 +157,20 @@ pub fn checkout(relative: &str) -> PathBuf {
     let root = std::env::var_os("CARGO_MANIFEST_DIR")
         .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
     root.join(relative)
+}
+
+/// Runs `tests/python/<script>` with the project's Python; it must succeed. Its stdout, trimmed.
+pub fn python_script<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> String {
+    let out = Command::new(python())
+        .arg(checkout(&format!("tests/python/{script}")))
+        .args(args)
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }

@@ -783,17 +783,7 @@ on_every_backend!(killed_runs_resume_exactly_once);
 
 /// A SAS token from tests/python/azurite_sas.py (account SAS, signed with the emulator's key).
 fn azurite_sas() -> String {
-    let script = crate::common::checkout("tests/python/azurite_sas.py");
-    let out = Command::new(crate::common::python())
-        .arg(script)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    crate::common::python_script::<&str>("azurite_sas.py", &[])
 }
 
 /// A SAS token as the credential: conversion and streaming work with it; a tampered one ends
