@@ -16,4 +16,4 @@ pub use voxlake_format as format;
 pub use voxlake_loader as loader;
 pub use voxlake_stream as stream;
 
-pub use voxlake_loader::{Batch, Loader, LoaderBuilder, Tensors};
+pub use voxlake_loader::{Batch, Loader, LoaderBuilder, LoaderState, Tensors, Uneven};

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use voxlake::compact::cli::{self, parse_key_value};
-use voxlake::{Loader, Tensors};
+use voxlake::{Loader, LoaderState, Tensors, Uneven};
 
 #[derive(Parser)]
 #[command(
@@ -67,6 +67,18 @@ struct BenchArgs {
     /// Drop each epoch's short last batch.
     #[arg(long)]
     drop_last: bool,
+    /// Rows that do not divide evenly over the ranks: `pad` (repeat a few) or `drop`.
+    #[arg(long, default_value = "pad")]
+    uneven: Uneven,
+    /// Stop after this many batches (a simulated preemption: see --state-out).
+    #[arg(long)]
+    stop_after: Option<u64>,
+    /// Write the loader's state after the last batch delivered (JSON), to resume from.
+    #[arg(long)]
+    state_out: Option<PathBuf>,
+    /// Start from a state written by --state-out (--rank and --world-size may differ).
+    #[arg(long)]
+    resume: Option<PathBuf>,
     /// Pin the table version.
     #[arg(long)]
     version: Option<u64>,
@@ -145,12 +157,18 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         .with_memory_budget(args.memory_budget_mb << 20)
         .with_row_group_prefetch(args.row_group_prefetch)
         .with_channels_first(args.channels_first)
-        .with_drop_last(args.drop_last);
+        .with_drop_last(args.drop_last)
+        .with_uneven(args.uneven);
     if args.shuffle {
         builder = builder.with_shuffle(args.seed, args.shuffle_buffer);
     }
     if let Some(v) = args.version {
         builder = builder.with_version(v);
+    }
+    if let Some(path) = &args.resume {
+        let json = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading the state {}: {e}", path.display()))?;
+        builder = builder.with_state(LoaderState::from_json(&json)?);
     }
     #[cfg(feature = "tch")]
     if let Some(device) = &args.device {
@@ -173,8 +191,11 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut checksum = 0.0;
     let mut first_batch_s = None;
     let mut loader = loader;
-    while let Some(batch) = loader.next() {
+    let mut delivered = 0u64;
+    while args.stop_after.is_none_or(|n| delivered < n) {
+        let Some(batch) = loader.next() else { break };
         let batch = batch?;
+        delivered += 1;
         first_batch_s.get_or_insert_with(|| start.elapsed().as_secs_f64());
         checksum += touch(&batch.tensors);
         if let Some(out) = &mut ids_out {
@@ -188,6 +209,11 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(mut out) = ids_out {
         out.flush()?;
+    }
+    let state = loader.state();
+    if let Some(path) = &args.state_out {
+        std::fs::write(path, state.to_json())
+            .map_err(|e| format!("writing the state {}: {e}", path.display()))?;
     }
     let seconds = start.elapsed().as_secs_f64();
     let stats = loader.stats();
@@ -216,6 +242,11 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "bytes_fetched": stats.stream.bytes,
         "row_groups": stats.stream.row_groups,
         "recycled_batches": stats.recycled,
+        "iterations_per_epoch": loader.iterations_per_epoch(),
+        "rank": args.rank,
+        "world_size": args.world_size,
+        "next_epoch": state.epoch,
+        "next_batch_in_segment": state.batches,
         "checksum": checksum,
     });
     if args.json {

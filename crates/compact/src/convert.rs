@@ -233,7 +233,11 @@ impl Compactor {
                 }
             })
             .buffered(concurrency);
-        let mut rows = voxlake_stream::spawn_ahead(reads.map(Ok::<_, ()>).boxed(), concurrency);
+        let mut rows = voxlake_stream::spawn_ahead(
+            reads.map(Ok::<_, CompactError>).boxed(),
+            concurrency,
+            |panic| CompactError::Internal(format!("reading the source panicked: {panic}")),
+        );
 
         let mut writer = writer_for(&table, &self.layout)?;
         let mut batch = BatchBuilder::new(self.layout.row_group_rows, spec.nbytes());
@@ -244,7 +248,8 @@ impl Compactor {
             .saturating_mul(self.files_per_commit as u64);
 
         let result: Result<(), CompactError> = async {
-            while let Some(Ok((key, decoded))) = rows.next().await {
+            while let Some(read) = rows.next().await {
+                let (key, decoded) = read?;
                 match decoded {
                     Ok(row) => {
                         window.bytes_read += row.bytes_read;

@@ -1,6 +1,7 @@
 //! Batches as the training loop sees them: `ndarray` tensors of the table's element type.
 
 use std::mem::MaybeUninit;
+use std::sync::Arc;
 
 use half::f16;
 use ndarray::{ArrayD, IxDyn};
@@ -15,16 +16,39 @@ pub struct Batch {
     pub labels: Vec<Option<i64>>,
     /// The ids (source keys) of the samples, in batch order.
     pub ids: Vec<String>,
+    /// Where each sample came from, in batch order.
+    pub lineage: Vec<RowOrigin>,
     /// The epoch the batch belongs to.
     pub epoch: u64,
-    /// The batch's index inside its epoch.
+    /// The batch's index inside its epoch (the same on every rank).
     pub index: u64,
+}
+
+/// Where one sample of a batch came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowOrigin {
+    /// The Delta data file (path relative to the table).
+    pub file: Arc<str>,
+    /// The row group in the file.
+    pub row_group: usize,
+    /// The row in the file (counted over all its row groups).
+    pub row: u64,
+    /// The sample's id (its source `.npy` key).
+    pub id: String,
+    /// Whether the sample repeats a row of the epoch to give every rank the same number of
+    /// rows (`Uneven::Pad`).
+    pub pad: bool,
 }
 
 impl Batch {
     /// Number of samples.
     pub fn len(&self) -> usize {
         self.ids.len()
+    }
+
+    /// For each sample, where it came from: Delta file, row group, row in the file, id.
+    pub fn lineage(&self) -> &[RowOrigin] {
+        &self.lineage
     }
 
     /// Whether the batch is empty (never true for a batch the loader hands out).

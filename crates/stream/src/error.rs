@@ -64,7 +64,31 @@ pub enum StreamError {
         /// The last connection error.
         reason: String,
     },
-    /// A worker task panicked or was cancelled.
+    /// A stage of the pipeline panicked: the panic is caught and reported here, never taken
+    /// for the end of the stream.
+    #[error("table {location}: the {stage} stage panicked on {object}: {message}")]
+    Panicked {
+        /// The table location.
+        location: String,
+        /// The stage (`footer`, `fetch`, `decode`, …).
+        stage: String,
+        /// The object it was working on (a data file).
+        object: String,
+        /// The panic's message.
+        message: String,
+    },
+    /// A row count that disagrees between the log and a file's footer (a corrupt or foreign
+    /// file).
+    #[error("table {location}, file {file}: {reason}")]
+    Corrupt {
+        /// The table location.
+        location: String,
+        /// The file's path relative to the table.
+        file: String,
+        /// What disagrees.
+        reason: String,
+    },
+    /// A fault: a worker task was cancelled, or a test's fault hook failed a stage.
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -94,5 +118,16 @@ pub fn redact(location: &str) -> String {
     match location.split_once('?') {
         Some((head, _)) => format!("{head}?<redacted>"),
         None => location.to_string(),
+    }
+}
+
+/// The message of a caught panic's payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
     }
 }

@@ -5,22 +5,31 @@
 //! - [`Snapshot`]: the table at a version: files from the log, tensor spec, cached footers,
 //!   row-group and column reads through [`object_store`].
 //! - [`local`]: local tables read into recycled buffers.
-//! - [`plan`]: which files and row groups a shard reads in an epoch, and in which order.
+//! - [`plan`]: the order of files and row groups in an epoch; the seeded generator.
+//! - [`order`]: the epoch's rows dealt to ranks (equal counts, pad or drop), as units of reading.
+//! - [`mixer`]: the shuffle buffer as a pure state machine.
+//! - [`replay`]: where an epoch stands after some batches, for exact and elastic resume.
+//! - [`hooks`]: fault injection for tests (feature `fault-hooks`).
 //! - [`TableStream`]: the entry point; `TableStream::builder(table).with_…().build()`.
 #![warn(missing_docs)]
 
 mod error;
+pub mod hooks;
 #[cfg(unix)]
 pub mod local;
 pub mod location;
+pub mod mixer;
+pub mod order;
 mod pipeline;
 pub mod plan;
+pub mod replay;
 mod snapshot;
 
-pub use error::{StreamError, redact, store_error_is_transient};
+pub use error::{StreamError, panic_message, redact, store_error_is_transient};
 pub use object_store::ObjectStore;
+pub use order::Uneven;
 pub use pipeline::{
     AbortOnDrop, RowGroupBatch, StreamBuilder, StreamStats, TableStream, spawn_ahead,
 };
-pub use plan::{Cursor, Shard};
+pub use plan::Shard;
 pub use snapshot::{DataFile, READ_CONCURRENCY, ReadTimings, Snapshot};

@@ -2,19 +2,22 @@
 //! blocking pool, all within a memory budget in bytes.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use parquet::arrow::ProjectionMask;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 
-use crate::error::StreamError;
-use crate::plan::{Cursor, Planner, Shard, Unit};
+use crate::error::{StreamError, panic_message};
+use crate::hooks::{Hooks, Stage};
+use crate::order::{EpochOrder, Piece, RowSet, Uneven, Unit, deal, rows_per_rank, units_of};
+use crate::plan::{Planner, Shard};
 use crate::snapshot::Snapshot;
 
 /// Footers read ahead of the row groups that need them.
@@ -27,15 +30,25 @@ const RAMP_START: usize = 4;
 /// the last clone of this value is dropped.
 #[derive(Debug, Clone)]
 pub struct RowGroupBatch {
-    /// The projected columns of the row group.
+    /// The projected columns of the whole row group.
     pub batch: RecordBatch,
-    /// Index of the file in the snapshot.
-    pub file: usize,
-    /// The row group inside the file.
-    pub row_group: usize,
-    /// The stream position after this row group.
-    pub cursor: Cursor,
+    /// The unit read: file, row group, and the rows of it this rank keeps.
+    pub unit: Arc<Unit>,
+    /// The unit's index in the rank's reading order for the epoch.
+    pub position: u64,
     _permit: Arc<OwnedSemaphorePermit>,
+}
+
+impl RowGroupBatch {
+    /// Index of the file in the snapshot.
+    pub fn file(&self) -> usize {
+        self.unit.file
+    }
+
+    /// The row group inside the file.
+    pub fn row_group(&self) -> usize {
+        self.unit.row_group
+    }
 }
 
 /// Counters of the pipeline's work (monotonic; read with [`TableStream::stats`]).
@@ -80,8 +93,8 @@ pub struct StreamStats {
 ///
 /// let stream = TableStream::builder(&table).with_shuffle(true).with_seed(7).build().await?;
 /// let row_groups: Vec<_> = stream.epoch(0).try_collect().await?;
-/// let rows: usize = row_groups.iter().map(|g| g.batch.num_rows()).sum();
-/// assert_eq!(rows as u64, stream.snapshot().num_rows().unwrap());
+/// let rows: u64 = row_groups.iter().map(|g| g.unit.kept()).sum();
+/// assert_eq!(rows, stream.snapshot().num_rows().unwrap());
 /// # Ok(())
 /// # }
 /// ```
@@ -95,7 +108,10 @@ struct Inner {
     snapshot: Arc<Snapshot>,
     planner: Planner,
     shard: Shard,
+    uneven: Uneven,
+    rows_per_file: Vec<u64>,
     columns: Vec<String>,
+    hooks: Hooks,
     budget: Arc<Semaphore>,
     budget_bytes: u64,
     prefetch: usize,
@@ -109,6 +125,7 @@ pub struct StreamBuilder {
     storage_options: HashMap<String, String>,
     version: Option<u64>,
     shard: Shard,
+    uneven: Uneven,
     seed: u64,
     shuffle: bool,
     interleave: usize,
@@ -116,6 +133,7 @@ pub struct StreamBuilder {
     memory_budget: u64,
     prefetch: usize,
     root_store: Option<Arc<dyn object_store::ObjectStore>>,
+    hooks: Hooks,
 }
 
 impl StreamBuilder {
@@ -138,9 +156,23 @@ impl StreamBuilder {
         self
     }
 
-    /// The share of the table to read (default: all of it).
+    /// The share of the table [`epoch`](TableStream::epoch) reads (default: all of it).
     pub fn with_shard(mut self, shard: Shard) -> Self {
         self.shard = shard;
+        self
+    }
+
+    /// Pad or drop the rows that do not divide evenly over the ranks (default pad).
+    pub fn with_uneven(mut self, uneven: Uneven) -> Self {
+        self.uneven = uneven;
+        self
+    }
+
+    /// Calls `hook` at every stage (footer, fetch, decode) so tests can inject errors and
+    /// panics (feature `fault-hooks`).
+    #[cfg(feature = "fault-hooks")]
+    pub fn with_fault_hook(mut self, hook: crate::hooks::FaultHook) -> Self {
+        self.hooks = Hooks::new(hook);
         self
     }
 
@@ -190,11 +222,15 @@ impl StreamBuilder {
             self.version,
             self.root_store.clone(),
         )
+        .await?
+        .with_row_counts()
         .await?;
         Ok(self.build_on(Arc::new(snapshot)))
     }
 
-    /// A stream over an already opened snapshot (several shards can share one).
+    /// A stream over an already opened snapshot (several shards can share one). Files whose
+    /// add action has no row count count as empty: open it with [`build`](Self::build), which
+    /// reads their footers.
     pub fn build_on(self, snapshot: Arc<Snapshot>) -> TableStream {
         // Semaphore permits are counted in KiB so budgets above 2^32 bytes fit.
         let kib = self
@@ -203,7 +239,6 @@ impl StreamBuilder {
             .min(Semaphore::MAX_PERMITS as u64) as usize;
         TableStream {
             inner: Arc::new(Inner {
-                snapshot,
                 // Unshuffled means table order: read files one after the other.
                 planner: Planner::new(self.seed, self.shuffle).with_interleave(if self.shuffle {
                     self.interleave
@@ -211,7 +246,15 @@ impl StreamBuilder {
                     1
                 }),
                 shard: self.shard,
+                uneven: self.uneven,
+                rows_per_file: snapshot
+                    .files()
+                    .iter()
+                    .map(|f| f.rows.unwrap_or(0))
+                    .collect(),
+                snapshot,
                 columns: self.columns,
+                hooks: self.hooks,
                 budget: Arc::new(Semaphore::new(kib)),
                 budget_bytes: kib as u64 * 1024,
                 prefetch: self.prefetch,
@@ -232,6 +275,7 @@ impl std::fmt::Debug for StreamBuilder {
             )
             .field("version", &self.version)
             .field("shard", &self.shard)
+            .field("uneven", &self.uneven)
             .field("seed", &self.seed)
             .field("shuffle", &self.shuffle)
             .field("columns", &self.columns)
@@ -250,6 +294,7 @@ impl TableStream {
             storage_options: HashMap::new(),
             version: None,
             shard: Shard::default(),
+            uneven: Uneven::Pad,
             seed: 0,
             shuffle: false,
             interleave: 4,
@@ -259,6 +304,7 @@ impl TableStream {
             memory_budget: 512 << 20,
             prefetch: 16,
             root_store: None,
+            hooks: Hooks::default(),
         }
     }
 
@@ -277,15 +323,25 @@ impl TableStream {
         self.inner.shard
     }
 
-    /// Rows this shard reads in epoch 0 (from the log's row counts, or sizes if missing).
+    /// The planner (file and row-group order) of this stream.
+    pub fn planner(&self) -> &Planner {
+        &self.inner.planner
+    }
+
+    /// Rows per file, from the log (or the footer where the log has none).
+    pub fn rows_per_file(&self) -> &[u64] {
+        &self.inner.rows_per_file
+    }
+
+    /// The epoch's global row order.
+    pub fn order(&self, epoch: u64) -> EpochOrder {
+        EpochOrder::new(&self.inner.planner, &self.inner.rows_per_file, epoch)
+    }
+
+    /// Rows this shard reads per epoch: the same on every rank (see [`crate::order`]).
     pub fn rows_per_epoch(&self) -> u64 {
-        let weights = self.inner.snapshot.plan_weights();
-        self.inner
-            .planner
-            .files(&weights, self.inner.shard, 0)
-            .iter()
-            .map(|&f| weights[f])
-            .sum()
+        let total = self.inner.rows_per_file.iter().sum();
+        rows_per_rank(total, self.inner.shard.world_size(), self.inner.uneven)
     }
 
     /// What the pipeline has done so far.
@@ -302,29 +358,88 @@ impl TableStream {
         }
     }
 
-    /// The row groups of this shard for `epoch`, in plan order.
+    /// The row groups of this shard for `epoch`, in reading order: the shard's span of the
+    /// epoch's rows (see [`crate::order`]); each unit says which rows of its row group are
+    /// the shard's.
     pub fn epoch(&self, epoch: u64) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
-        self.resume(Cursor { epoch, position: 0 })
+        let order = self.order(epoch);
+        let all = RowSet::full(order.total());
+        let shard = self.inner.shard;
+        let pieces = deal(
+            &order,
+            &all,
+            shard.world_size(),
+            shard.rank(),
+            self.inner.uneven,
+        );
+        self.pieces(epoch, pieces, 0)
     }
 
-    /// The rest of an epoch from `cursor`: the first `cursor.position` row groups of the plan
-    /// are skipped without being fetched (their files' footers are read: the plan of an epoch
-    /// is made of row groups, which only the footers tell).
+    /// The units of `pieces` (a span from [`crate::order::deal`]) in reading order, from the
+    /// unit at `from` on: earlier units are skipped without being fetched (their files'
+    /// footers are read: only footers tell a file's row groups).
     ///
     /// The pipeline runs in a task of its own, so it keeps prefetching while the consumer is
-    /// busy; it must be called inside a tokio runtime. Dropping the stream stops the task.
-    pub fn resume(&self, cursor: Cursor) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
-        spawn_ahead(self.plan_stream(cursor), self.inner.prefetch)
+    /// busy; it must be called inside a tokio runtime. Dropping the stream stops the task. A
+    /// panic in any of its stages is an error item, never the end of the stream.
+    pub fn pieces(
+        &self,
+        epoch: u64,
+        pieces: Vec<Piece>,
+        from: u64,
+    ) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
+        let location = self.inner.snapshot.location().to_string();
+        spawn_ahead(
+            self.plan_stream(epoch, pieces, from),
+            self.inner.prefetch,
+            move |panic| StreamError::Panicked {
+                location: location.clone(),
+                stage: "fetch".into(),
+                object: "the row-group pipeline".into(),
+                message: panic,
+            },
+        )
+    }
+
+    /// Row counts of file `file`'s row groups, from its footer (read once); checked against
+    /// the log's row count.
+    pub async fn row_group_rows(&self, file: usize) -> Result<Vec<u64>, StreamError> {
+        self.inner.row_group_rows(file).await
+    }
+
+    /// [`row_group_rows`](Self::row_group_rows) of several files, read concurrently.
+    pub async fn footers(
+        &self,
+        files: impl IntoIterator<Item = usize>,
+    ) -> Result<HashMap<usize, Vec<u64>>, StreamError> {
+        let mut files: Vec<usize> = files.into_iter().collect();
+        files.sort_unstable();
+        files.dedup();
+        futures::stream::iter(files)
+            .map(|f| async move { Ok((f, self.row_group_rows(f).await?)) })
+            .buffer_unordered(crate::READ_CONCURRENCY)
+            .try_collect()
+            .await
+    }
+
+    /// Reads one unit (its whole row group) within the budget; `position` is its place in
+    /// the rank's reading order.
+    pub async fn read_unit(&self, unit: Unit, position: u64) -> Result<RowGroupBatch, StreamError> {
+        let inner = &self.inner;
+        let (permit, projection) = inner.reserve(&unit).await?;
+        inner
+            .finish_read(Arc::new(unit), position, permit, projection)
+            .await
     }
 
     fn plan_stream(
         &self,
-        cursor: Cursor,
+        epoch: u64,
+        pieces: Vec<Piece>,
+        from: u64,
     ) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
         let inner = self.inner.clone();
-        let weights = inner.snapshot.plan_weights();
-        let files = inner.planner.files(&weights, inner.shard, cursor.epoch);
-        let epoch = cursor.epoch;
+        let location = inner.snapshot.location().to_string();
 
         // Footers, in plan order, a few files ahead, in a task of their own: the windows below
         // stop polling them while a window's row groups are read, and a footer fetched only then
@@ -332,25 +447,24 @@ impl TableStream {
         // row-group reads in flight).
         let footers = {
             let inner = inner.clone();
-            futures::stream::iter(files)
-                .map(move |file| {
+            futures::stream::iter(pieces)
+                .map(move |piece| {
                     let inner = inner.clone();
                     async move {
-                        let meta = inner.snapshot.reader_metadata(file).await?;
-                        let rows: Vec<u64> = meta
-                            .metadata()
-                            .row_groups()
-                            .iter()
-                            .map(|rg| rg.num_rows() as u64)
-                            .collect();
-                        Ok::<_, StreamError>(inner.planner.row_groups(file, &rows, epoch))
+                        let rows = inner.row_group_rows(piece.file).await?;
+                        Ok::<_, StreamError>(units_of(&inner.planner, &piece, &rows, epoch))
                     }
                 })
                 .buffered(FOOTERS_AHEAD)
                 .boxed()
         };
-        let footers = spawn_ahead(footers, FOOTERS_AHEAD);
-        // Windows of files → their row groups interleaved → numbered units.
+        let footers = spawn_ahead(footers, FOOTERS_AHEAD, move |panic| StreamError::Panicked {
+            location: location.clone(),
+            stage: Stage::Footer.to_string(),
+            object: "the footer reader".into(),
+            message: panic,
+        });
+        // Windows of pieces → their units interleaved → numbered units.
         let width = inner.planner.interleave_width();
         let planner = inner.planner.clone();
         let units = footers
@@ -361,9 +475,7 @@ impl TableStream {
             })
             .try_flatten()
             .enumerate()
-            .filter(move |(position, _)| {
-                futures::future::ready(*position as u64 >= cursor.position)
-            })
+            .filter(move |(position, _)| futures::future::ready(*position as u64 >= from))
             .map(|(position, unit)| unit.map(|u| (position as u64, u)));
 
         // Budget taken in plan order (so the head of the line never waits behind later row
@@ -388,25 +500,13 @@ impl TableStream {
                 let inner = inner.clone();
                 let ramp = ramp.clone();
                 async move {
-                    let mut permit = permit;
                     let slot = ramp.slot().await?;
-                    let (batch, fetched) = inner.read(&unit, projection).await?;
+                    let read = inner
+                        .finish_read(Arc::new(unit), position, permit, projection)
+                        .await?;
                     drop(slot);
                     ramp.grow();
-                    // The fetched bytes are gone once decoded: give their share back.
-                    let fetched_kib = fetched.div_ceil(1024) as usize;
-                    let keep = permit.num_permits().saturating_sub(fetched_kib).max(1);
-                    drop(permit.split(permit.num_permits() - keep));
-                    Ok(RowGroupBatch {
-                        batch,
-                        file: unit.file,
-                        row_group: unit.row_group,
-                        cursor: Cursor {
-                            epoch,
-                            position: position + 1,
-                        },
-                        _permit: Arc::new(permit),
-                    })
+                    Ok(read)
                 }
             })
             .try_buffered(prefetch)
@@ -455,6 +555,55 @@ impl Ramp {
 }
 
 impl Inner {
+    /// Row counts of a file's row groups, from its footer, checked against the log.
+    async fn row_group_rows(&self, file: usize) -> Result<Vec<u64>, StreamError> {
+        let snapshot = &self.snapshot;
+        let path = &snapshot.files()[file].path;
+        self.hooks
+            .check(Stage::Footer, path)
+            .map_err(StreamError::Internal)?;
+        let meta = snapshot.reader_metadata(file).await?;
+        let rows: Vec<u64> = meta
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|rg| rg.num_rows().max(0) as u64)
+            .collect();
+        let total: u64 = rows.iter().sum();
+        if total != self.rows_per_file[file] {
+            return Err(StreamError::Corrupt {
+                location: snapshot.location().to_string(),
+                file: path.clone(),
+                reason: format!(
+                    "the footer counts {total} rows, the Delta log {}",
+                    self.rows_per_file[file]
+                ),
+            });
+        }
+        Ok(rows)
+    }
+
+    /// Fetches and decodes a reserved unit, then gives back the fetched bytes' budget.
+    async fn finish_read(
+        &self,
+        unit: Arc<Unit>,
+        position: u64,
+        mut permit: OwnedSemaphorePermit,
+        projection: ProjectionMask,
+    ) -> Result<RowGroupBatch, StreamError> {
+        let (batch, fetched) = self.read(&unit, projection).await?;
+        // The fetched bytes are gone once decoded: give their share back.
+        let fetched_kib = fetched.div_ceil(1024) as usize;
+        let keep = permit.num_permits().saturating_sub(fetched_kib).max(1);
+        drop(permit.split(permit.num_permits() - keep));
+        Ok(RowGroupBatch {
+            batch,
+            unit,
+            position,
+            _permit: Arc::new(permit),
+        })
+    }
+
     /// Takes this row group's share of the budget: its projected chunks as fetched plus as
     /// decoded, capped at the whole budget so one large row group cannot wait forever. Returns
     /// the permit and the projection, which the read reuses.
@@ -493,9 +642,12 @@ impl Inner {
         unit: &Unit,
         projection: ProjectionMask,
     ) -> Result<(RecordBatch, u64), StreamError> {
+        self.hooks
+            .check(Stage::Fetch, &self.snapshot.files()[unit.file].path)
+            .map_err(StreamError::Internal)?;
         let (batch, timings) = self
             .snapshot
-            .read_row_group_timed(unit.file, unit.row_group, projection)
+            .read_row_group_hooked(unit.file, unit.row_group, projection, &self.hooks)
             .await?;
         let c = &self.counters;
         c.fetch_ns
@@ -520,16 +672,23 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Drives `stream` in a task of its own, up to `ahead` items ahead of the consumer, and stops
-/// after the first error. Dropping the returned stream aborts the task. Must be called inside a
-/// tokio runtime.
+/// after the first error. A panic while polling `stream` becomes the error `on_panic(message)`
+/// (never a silent end of the stream). Dropping the returned stream aborts the task. Must be
+/// called inside a tokio runtime.
 pub fn spawn_ahead<T: Send + 'static, E: Send + 'static>(
     stream: BoxStream<'static, Result<T, E>>,
     ahead: usize,
+    on_panic: impl Fn(String) -> E + Send + 'static,
 ) -> BoxStream<'static, Result<T, E>> {
     let (tx, rx) = tokio::sync::mpsc::channel(ahead.max(1));
     let task = tokio::spawn(async move {
         let mut stream = stream;
-        while let Some(item) = stream.next().await {
+        loop {
+            let item = match AssertUnwindSafe(stream.next()).catch_unwind().await {
+                Ok(Some(item)) => item,
+                Ok(None) => break,
+                Err(panic) => Err(on_panic(panic_message(panic.as_ref()))),
+            };
             let failed = item.is_err();
             if tx.send(item).await.is_err() || failed {
                 break;

@@ -210,6 +210,30 @@ impl Snapshot {
             .collect()
     }
 
+    /// The snapshot with every file's row count: files whose add action recorded none get it
+    /// from their footer (read concurrently; the footers stay cached).
+    pub async fn with_row_counts(mut self) -> Result<Snapshot, StreamError> {
+        let missing: Vec<usize> = (0..self.files.len())
+            .filter(|&i| self.files[i].rows.is_none())
+            .collect();
+        if missing.is_empty() {
+            return Ok(self);
+        }
+        let this = &self;
+        let counts: Vec<(usize, u64)> = futures::stream::iter(missing)
+            .map(|i| async move {
+                let meta = this.reader_metadata(i).await?;
+                Ok::<_, StreamError>((i, meta.metadata().file_metadata().num_rows().max(0) as u64))
+            })
+            .buffer_unordered(READ_CONCURRENCY)
+            .try_collect()
+            .await?;
+        for (i, rows) in counts {
+            self.files[i].rows = Some(rows);
+        }
+        Ok(self)
+    }
+
     /// Total rows, if every add action recorded its row count.
     pub fn num_rows(&self) -> Option<u64> {
         self.files.iter().map(|f| f.rows).sum()
@@ -231,6 +255,20 @@ impl Snapshot {
             location: self.location.clone(),
             file,
             source,
+        }
+    }
+
+    /// The error for a blocking task of file `index` that panicked or was cancelled.
+    fn task_error(&self, stage: &str, index: usize, e: tokio::task::JoinError) -> StreamError {
+        let message = match e.try_into_panic() {
+            Ok(payload) => crate::error::panic_message(payload.as_ref()),
+            Err(e) => e.to_string(),
+        };
+        StreamError::Panicked {
+            location: self.location.clone(),
+            stage: stage.to_string(),
+            object: self.files[index].path.clone(),
+            message,
         }
     }
 
@@ -343,6 +381,23 @@ impl Snapshot {
         row_group: usize,
         projection: ProjectionMask,
     ) -> Result<(RecordBatch, ReadTimings), StreamError> {
+        self.read_row_group_hooked(
+            index,
+            row_group,
+            projection,
+            &crate::hooks::Hooks::default(),
+        )
+        .await
+    }
+
+    /// [`read_row_group_timed`](Self::read_row_group_timed) with a test's fault hooks.
+    pub(crate) async fn read_row_group_hooked(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+        hooks: &crate::hooks::Hooks,
+    ) -> Result<(RecordBatch, ReadTimings), StreamError> {
         let metadata = self.view_metadata(index).await?;
         let rows = metadata.metadata().row_group(row_group).num_rows().max(1) as usize;
         let mut decoder = ParquetPushDecoderBuilder::new_with_metadata(metadata)
@@ -353,16 +408,22 @@ impl Snapshot {
             .map_err(|e| self.file_error(index, e))?;
         let mut timings = ReadTimings::default();
         let mut batches = Vec::new();
+        let path = &self.files[index].path;
         loop {
+            let hooks = hooks.clone();
+            let object = path.clone();
             let (back, step) = tokio::task::spawn_blocking(move || {
                 let start = Instant::now();
+                if let Err(e) = hooks.check(crate::hooks::Stage::Decode, &object) {
+                    return (decoder, Err(StreamError::Internal(e)));
+                }
                 let step = decode_until_data_needed(&mut decoder);
-                (decoder, step.map(|s| (s, start.elapsed())))
+                (decoder, Ok(step.map(|s| (s, start.elapsed()))))
             })
             .await
-            .map_err(|e| StreamError::Internal(e.to_string()))?;
+            .map_err(|e| self.task_error("decode", index, e))?;
             decoder = back;
-            let ((decoded, needs), took) = step.map_err(|e| self.file_error(index, e))?;
+            let ((decoded, needs), took) = step?.map_err(|e| self.file_error(index, e))?;
             timings.decode += took;
             batches.extend(decoded);
             let Some(ranges) = needs else { break };

@@ -1,0 +1,515 @@
+//! [`LoaderBuilder`]: the loader's settings, checked at `build()`, and the start of its work.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+use voxlake_stream::order::Uneven;
+use voxlake_stream::replay::{OrderSettings, Segment};
+use voxlake_stream::{Shard, TableStream};
+
+use crate::producer::{Counters, Producer};
+use crate::state::{LoaderState, Position, STATE_FORMAT, file_set_hash};
+use crate::{Epochs, Loader, LoaderError, stall};
+
+/// Configures a [`Loader`].
+#[derive(Clone)]
+pub struct LoaderBuilder {
+    pub(crate) table: String,
+    storage_options: HashMap<String, String>,
+    version: Option<u64>,
+    batch_size: usize,
+    epochs: Epochs,
+    start_epoch: u64,
+    shuffle: Option<(u64, usize)>,
+    drop_last: bool,
+    uneven: Uneven,
+    rank: usize,
+    world_size: usize,
+    columns: Vec<String>,
+    channels_first: bool,
+    memory_budget: u64,
+    prefetch: usize,
+    row_group_prefetch: usize,
+    runtime_threads: usize,
+    root_store: Option<Arc<dyn voxlake_stream::ObjectStore>>,
+    state: Option<LoaderState>,
+    hooks: voxlake_stream::hooks::Hooks,
+    #[cfg(feature = "fault-hooks")]
+    fault_hook: Option<voxlake_stream::hooks::FaultHook>,
+    #[cfg(feature = "tch")]
+    device: Option<tch::Device>,
+}
+
+/// Files whose row groups are read round-robin when shuffling.
+const INTERLEAVE: usize = 4;
+
+impl std::fmt::Debug for LoaderBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Storage options may hold secrets: their keys only.
+        f.debug_struct("LoaderBuilder")
+            .field("table", &voxlake_stream::redact(&self.table))
+            .field(
+                "storage_option_keys",
+                &self.storage_options.keys().collect::<Vec<_>>(),
+            )
+            .field("version", &self.version)
+            .field("batch_size", &self.batch_size)
+            .field("epochs", &self.epochs)
+            .field("shuffle", &self.shuffle)
+            .field("uneven", &self.uneven)
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("memory_budget", &self.memory_budget)
+            .field("custom_store", &self.root_store.is_some())
+            .field("resumed", &self.state.is_some())
+            .finish()
+    }
+}
+
+impl LoaderBuilder {
+    pub(crate) fn new(table: String) -> Self {
+        LoaderBuilder {
+            table,
+            storage_options: HashMap::new(),
+            version: None,
+            batch_size: 32,
+            epochs: Epochs::Count(1),
+            start_epoch: 0,
+            shuffle: None,
+            drop_last: false,
+            uneven: Uneven::Pad,
+            rank: 0,
+            world_size: 1,
+            columns: [ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN]
+                .map(String::from)
+                .to_vec(),
+            channels_first: false,
+            memory_budget: 1 << 30,
+            prefetch: 2,
+            row_group_prefetch: 16,
+            runtime_threads: 2,
+            root_store: None,
+            state: None,
+            hooks: Default::default(),
+            #[cfg(feature = "fault-hooks")]
+            fault_hook: None,
+            #[cfg(feature = "tch")]
+            device: None,
+        }
+    }
+
+    /// Hand out the tensors as libtorch tensors on `device` (feature `tch`): assembled in
+    /// one copy from the Arrow buffers; for CUDA, into pinned memory and copied asynchronously,
+    /// with the channel axis moved on the device. Without it, batches are `ndarray`s.
+    #[cfg(feature = "tch")]
+    pub fn with_device(mut self, device: tch::Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+
+    /// Reads through this store (with `/` at the root of the store the table's location
+    /// names) instead of one built from the location and options: custom clients, object
+    /// store's `ThrottledStore` for latency experiments, …
+    pub fn with_object_store(mut self, store: Arc<dyn voxlake_stream::ObjectStore>) -> Self {
+        self.root_store = Some(store);
+        self
+    }
+
+    /// Storage settings on top of the standard environment variables.
+    pub fn with_storage_options(mut self, options: HashMap<String, String>) -> Self {
+        self.storage_options = options;
+        self
+    }
+
+    /// Pins the table version (default: the latest at build, or the state's).
+    pub fn with_version(mut self, version: u64) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    /// Samples per batch (default 32).
+    pub fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Number of epochs (default 1), counted from the start epoch.
+    pub fn with_epochs(mut self, epochs: u64) -> Self {
+        self.epochs = Epochs::Count(epochs);
+        self
+    }
+
+    /// Repeat epochs until the loader is dropped.
+    pub fn with_infinite_epochs(mut self) -> Self {
+        self.epochs = Epochs::Infinite;
+        self
+    }
+
+    /// The first epoch's number (default 0): the epochs run are `start..start + epochs`.
+    pub fn with_start_epoch(mut self, epoch: u64) -> Self {
+        self.start_epoch = epoch;
+        self
+    }
+
+    /// Shuffles files and row groups per epoch from `seed`, and rows through a buffer of
+    /// `buffer_rows` rows (default: no shuffling, table order).
+    pub fn with_shuffle(mut self, seed: u64, buffer_rows: usize) -> Self {
+        self.shuffle = Some((seed, buffer_rows));
+        self
+    }
+
+    /// Drop each epoch's last batch if it is short (default: keep it). Every rank has the
+    /// same number of batches either way.
+    pub fn with_drop_last(mut self, drop_last: bool) -> Self {
+        self.drop_last = drop_last;
+        self
+    }
+
+    /// What to do with rows that do not divide evenly over the ranks (default
+    /// [`Uneven::Pad`]: repeat a few; [`Uneven::Drop`]: leave a few out).
+    pub fn with_uneven(mut self, uneven: Uneven) -> Self {
+        self.uneven = uneven;
+        self
+    }
+
+    /// Read only this process's share: rank `rank` of `world_size` (default 0 of 1). Every
+    /// rank gets the same number of rows and batches in every epoch.
+    pub fn with_rank(mut self, rank: usize, world_size: usize) -> Self {
+        self.rank = rank;
+        self.world_size = world_size;
+        self
+    }
+
+    /// Resume from a state taken with [`Loader::state`]: the batches that follow are those
+    /// the uninterrupted run would have given. The table is read at the state's version. The
+    /// rank and world size are this builder's: with another world size, the rows of the
+    /// epoch no rank has delivered yet are dealt over the new ranks. The order settings
+    /// (batch size, shuffle, `drop_last`, uneven policy) must be the state's.
+    pub fn with_state(mut self, state: LoaderState) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Columns to read (default all three). Without `tensor` the batches' tensors are empty;
+    /// without `id` or `label` the ids are empty strings and the labels `None`.
+    pub fn with_columns(mut self, columns: Vec<String>) -> Self {
+        self.columns = columns;
+        self
+    }
+
+    /// Move the tensor's last axis (channels) right after the batch axis: `[B, C, …]`.
+    pub fn with_channels_first(mut self, channels_first: bool) -> Self {
+        self.channels_first = channels_first;
+        self
+    }
+
+    /// Bytes for everything fetched, decoded and buffered but not yet handed out (default
+    /// 1 GiB). The shuffle buffer takes at most half of it.
+    pub fn with_memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = bytes;
+        self
+    }
+
+    /// Batches assembled ahead of the training loop (default 2).
+    pub fn with_prefetch(mut self, batches: usize) -> Self {
+        self.prefetch = batches.max(1);
+        self
+    }
+
+    /// Row groups fetched and decoded at once (default 16, after a slow start from 4).
+    pub fn with_row_group_prefetch(mut self, row_groups: usize) -> Self {
+        self.row_group_prefetch = row_groups.max(1);
+        self
+    }
+
+    /// Threads of the I/O runtime (default 2); decoding runs on its blocking pool.
+    pub fn with_runtime_threads(mut self, threads: usize) -> Self {
+        self.runtime_threads = threads.max(1);
+        self
+    }
+
+    /// Calls `hook` at every stage (footer, fetch, decode, assemble) so tests can inject
+    /// errors and panics (feature `fault-hooks`).
+    #[cfg(feature = "fault-hooks")]
+    pub fn with_fault_hook(mut self, hook: voxlake_stream::hooks::FaultHook) -> Self {
+        self.hooks = voxlake_stream::hooks::Hooks::new(hook.clone());
+        self.fault_hook = Some(hook);
+        self
+    }
+
+    /// Opens the table (its log only) and starts the background work.
+    pub fn build(self) -> Result<Loader, LoaderError> {
+        if self.batch_size == 0 {
+            return Err(LoaderError::Config("batch size must be at least 1".into()));
+        }
+        let shard = Shard::new(self.rank, self.world_size).ok_or_else(|| {
+            LoaderError::Config(format!(
+                "rank {} must be below the world size {} (ranks count from 0)",
+                self.rank, self.world_size
+            ))
+        })?;
+        let version = match (&self.state, self.version) {
+            (Some(s), Some(v)) if s.version != v => {
+                return Err(LoaderError::State(format!(
+                    "the state is of version {}, the builder pins version {v}",
+                    s.version
+                )));
+            }
+            (Some(s), _) => Some(s.version),
+            (None, v) => v,
+        };
+        let started = Instant::now();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(self.runtime_threads)
+            .thread_name("voxlake-io")
+            .enable_all()
+            .build()
+            .map_err(|e| LoaderError::Internal(format!("tokio runtime: {e}")))?;
+        let mut settings = OrderSettings {
+            seed: self.shuffle.map_or(0, |s| s.0),
+            shuffle: self.shuffle.is_some(),
+            buffer_rows: self.batch_size,
+            batch_size: self.batch_size,
+            drop_last: self.drop_last,
+            uneven: self.uneven,
+            interleave: INTERLEAVE,
+        };
+        let mut stream = TableStream::builder(self.table.clone())
+            .with_storage_options(self.storage_options.clone())
+            .with_shard(shard)
+            .with_uneven(self.uneven)
+            .with_shuffle(settings.shuffle)
+            .with_seed(settings.seed)
+            .with_interleave(INTERLEAVE)
+            .with_columns(self.columns.clone())
+            .with_memory_budget(self.memory_budget)
+            .with_prefetch(self.row_group_prefetch);
+        if let Some(v) = version {
+            stream = stream.with_version(v);
+        }
+        if let Some(store) = self.root_store.clone() {
+            stream = stream.with_object_store(store);
+        }
+        #[cfg(feature = "fault-hooks")]
+        if let Some(hook) = self.fault_hook.clone() {
+            stream = stream.with_fault_hook(hook);
+        }
+        let stream = runtime.block_on(stream.build())?;
+        let spec = stream.snapshot().spec().clone();
+        let sample_bytes = spec.nbytes().max(1) as u64;
+        if (self.batch_size as u64) * sample_bytes > self.memory_budget {
+            return Err(LoaderError::Config(format!(
+                "a memory budget of {} bytes cannot hold one batch of {} samples of {sample_bytes} bytes",
+                self.memory_budget, self.batch_size
+            )));
+        }
+        // Buffered row groups keep their budget share: the buffer takes at most half.
+        let fits = (self.memory_budget / 2 / sample_bytes) as usize;
+        if let Some((_, rows)) = self.shuffle {
+            if rows > fits {
+                tracing::warn!(
+                    requested = rows,
+                    fits,
+                    "shuffle buffer reduced to fit the memory budget"
+                );
+            }
+            settings.buffer_rows = rows.min(fits).max(self.batch_size);
+        }
+        let files = file_set_hash(stream.snapshot());
+        let start = match &self.state {
+            Some(state) => self.check_state(state, &mut settings, &files, fits, sample_bytes)?,
+            None => Position {
+                epoch: self.start_epoch,
+                closed: Vec::new(),
+                world_size: self.world_size,
+                batches: 0,
+            },
+        };
+        let total: u64 = stream.rows_per_file().iter().sum();
+        if self.epochs == Epochs::Infinite && settings.batches(total, self.world_size) == 0 {
+            return Err(LoaderError::Config(format!(
+                "endless epochs of no batch: the table has {total} rows, {} per rank of {}, batches of {}{}",
+                voxlake_stream::order::rows_per_rank(total, self.world_size, self.uneven),
+                self.world_size,
+                self.batch_size,
+                if self.drop_last {
+                    " with drop_last"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let channels = match (self.channels_first, spec.shape().last()) {
+            (true, Some(&c)) if spec.shape().len() >= 2 => Some(c),
+            (true, _) => {
+                return Err(LoaderError::Config(format!(
+                    "channels first needs at least two axes, the tensors are {:?}",
+                    spec.shape()
+                )));
+            }
+            (false, _) => None,
+        };
+        #[cfg(feature = "tch")]
+        if self.device.is_some() {
+            crate::torch::kind_of(spec.dtype())?;
+        }
+        let end_epoch = match self.epochs {
+            Epochs::Count(n) => Some(self.start_epoch.saturating_add(n)),
+            Epochs::Infinite => None,
+        };
+        let counters = Arc::new(Counters::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let shutdown = Arc::new(tokio::sync::Notify::new());
+        let (tx, rx) = crossbeam_channel::bounded(self.prefetch);
+        let recycled = Arc::new(Mutex::new(Vec::new()));
+        let producer = Producer {
+            stream: stream.clone(),
+            spec: spec.clone(),
+            settings,
+            rank: self.rank,
+            world_size: self.world_size,
+            end_epoch,
+            start: start.clone(),
+            channels,
+            counters: counters.clone(),
+            stop: stop.clone(),
+            shutdown: shutdown.clone(),
+            hooks: self.hooks.clone(),
+            #[cfg(feature = "tch")]
+            device: self.device,
+            tx,
+            recycled: recycled.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("voxlake-loader".into())
+            .spawn(move || {
+                runtime.block_on(producer.run());
+                // Blocking decodes still running are not waited for.
+                runtime.shutdown_background();
+            })
+            .map_err(|e| LoaderError::Internal(format!("spawning the loader thread: {e}")))?;
+        let state_template = LoaderState {
+            format: STATE_FORMAT,
+            table: voxlake_stream::redact(&self.table),
+            version: stream.snapshot().version(),
+            files,
+            file_count: stream.snapshot().files().len(),
+            seed: settings.seed,
+            shuffle: settings.shuffle,
+            shuffle_buffer: self.shuffle.map_or(0, |s| s.1),
+            buffer_rows: settings.buffer_rows,
+            batch_size: settings.batch_size,
+            drop_last: settings.drop_last,
+            uneven: settings.uneven.as_str().to_string(),
+            interleave: settings.interleave,
+            world_size: self.world_size,
+            rank: self.rank,
+            epoch: start.epoch,
+            closed: Vec::new(),
+            batches: 0,
+            samples_in_epoch: 0,
+        };
+        Ok(Loader {
+            rx,
+            stop,
+            shutdown,
+            _thread: thread,
+            counters,
+            stream,
+            spec,
+            started,
+            settings,
+            world_size: self.world_size,
+            position: start,
+            state_template,
+            finished: false,
+            meter: stall::StallMeter::default(),
+            last_return: None,
+            recycled,
+            recycle_max: self.prefetch + 2,
+        })
+    }
+
+    /// Checks a state against this builder and the table; returns where to start.
+    fn check_state(
+        &self,
+        state: &LoaderState,
+        settings: &mut OrderSettings,
+        files: &str,
+        fits: usize,
+        sample_bytes: u64,
+    ) -> Result<Position, LoaderError> {
+        if state.files != files {
+            return Err(LoaderError::State(format!(
+                "the state's file set ({}, {} files, version {}) is not this table's at that version ({files}): another table or another file set",
+                state.files, state.file_count, state.version
+            )));
+        }
+        let theirs = state.order_settings()?;
+        let mismatch = |what: &str, a: String, b: String| {
+            Err(LoaderError::State(format!(
+                "the state was taken with {what} {a}, this loader has {b}"
+            )))
+        };
+        if theirs.batch_size != settings.batch_size {
+            return mismatch(
+                "batch size",
+                theirs.batch_size.to_string(),
+                settings.batch_size.to_string(),
+            );
+        }
+        if theirs.drop_last != settings.drop_last {
+            return mismatch(
+                "drop_last",
+                theirs.drop_last.to_string(),
+                settings.drop_last.to_string(),
+            );
+        }
+        if theirs.uneven != settings.uneven {
+            return mismatch(
+                "uneven",
+                theirs.uneven.as_str().into(),
+                settings.uneven.as_str().into(),
+            );
+        }
+        let ours = self.shuffle;
+        let stated = state.shuffle.then_some((state.seed, state.shuffle_buffer));
+        if ours != stated {
+            return mismatch("shuffle", format!("{stated:?}"), format!("{ours:?}"));
+        }
+        if theirs.shuffle && theirs.buffer_rows > fits.max(settings.batch_size) {
+            return Err(LoaderError::Config(format!(
+                "the state's shuffle buffer of {} rows needs a memory budget of at least {} bytes",
+                theirs.buffer_rows,
+                theirs.buffer_rows as u64 * sample_bytes * 2
+            )));
+        }
+        if theirs.interleave != settings.interleave {
+            return mismatch(
+                "interleave",
+                theirs.interleave.to_string(),
+                settings.interleave.to_string(),
+            );
+        }
+        *settings = theirs;
+        let mut closed = state.segments();
+        let mut batches = state.batches;
+        if state.world_size != self.world_size && batches > 0 {
+            // Another world: the current segment ends here; the rest is dealt anew.
+            closed.push(Segment {
+                world_size: state.world_size,
+                batches,
+            });
+            batches = 0;
+        }
+        Ok(Position {
+            epoch: state.epoch,
+            closed,
+            world_size: self.world_size,
+            batches,
+        })
+    }
+}

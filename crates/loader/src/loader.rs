@@ -1,0 +1,297 @@
+//! [`Loader`]: the iterator the training loop calls, its state and its statistics.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use voxlake_format::TensorSpec;
+use voxlake_stream::replay::OrderSettings;
+use voxlake_stream::{StreamStats, TableStream};
+
+use crate::builder::LoaderBuilder;
+use crate::producer::{Counters, Msg};
+use crate::state::{LoaderState, Position, SegmentState};
+use crate::{Batch, LoaderError, Tensors, stall};
+
+/// Steps after which the stall meter logs its first reading.
+const STALL_LOG_AFTER: u64 = 20;
+
+/// What the loader has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LoaderStats {
+    /// Samples handed out.
+    pub samples: u64,
+    /// Batches handed out.
+    pub batches: u64,
+    /// Tensor bytes handed out.
+    pub tensor_bytes: u64,
+    /// From `build()` to the first batch handed out (zero before it).
+    pub first_batch: Duration,
+    /// Time assembling batches (shuffle-buffer gather and copy into the batch).
+    pub assemble: Duration,
+    /// Batches assembled into memory given back with [`Loader::recycle`].
+    pub recycled: u64,
+    /// Time the assembler waited for row groups from the stream.
+    pub producer_wait: Duration,
+    /// Time the training loop waited inside `next()`: input-bound time.
+    pub consumer_wait: Duration,
+    /// Since `build()`.
+    pub elapsed: Duration,
+    /// The stream's counters (fetch, decode, budget wait).
+    pub stream: StreamStats,
+}
+
+/// The batching iterator. See the crate documentation.
+///
+/// Dropping it stops the background work without waiting for it.
+#[derive(Debug)]
+pub struct Loader {
+    pub(crate) rx: Receiver<Msg>,
+    pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) shutdown: Arc<tokio::sync::Notify>,
+    /// The producer thread: never joined (dropping the loader must not block); it ends on its
+    /// own once it sees the stop flag or the closed channel.
+    pub(crate) _thread: JoinHandle<()>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) stream: TableStream,
+    pub(crate) spec: TensorSpec,
+    pub(crate) started: Instant,
+    pub(crate) settings: OrderSettings,
+    pub(crate) world_size: usize,
+    /// Where the run stands after the last batch handed out.
+    pub(crate) position: Position,
+    /// The state's fixed fields.
+    pub(crate) state_template: LoaderState,
+    /// The run ended (finished or failed): `next()` returns `None` from now on.
+    pub(crate) finished: bool,
+    pub(crate) meter: stall::StallMeter,
+    /// When the last batch was handed out (the training loop computes from then on).
+    pub(crate) last_return: Option<Instant>,
+    /// Tensor memory given back with `recycle`, for the assembler to fill again.
+    pub(crate) recycled: Arc<Mutex<Vec<Tensors>>>,
+    pub(crate) recycle_max: usize,
+}
+
+impl Loader {
+    /// A builder for the table at `table` (a local path or URL).
+    pub fn builder(table: impl Into<String>) -> LoaderBuilder {
+        LoaderBuilder::new(table.into())
+    }
+
+    /// The table's tensor spec (per sample, as stored).
+    pub fn spec(&self) -> &TensorSpec {
+        &self.spec
+    }
+
+    /// The pinned table version.
+    pub fn version(&self) -> u64 {
+        self.stream.snapshot().version()
+    }
+
+    /// Rows of the whole table.
+    pub fn table_rows(&self) -> Option<u64> {
+        Some(self.stream.rows_per_file().iter().sum())
+    }
+
+    /// Batches per epoch: the same on every rank and in every epoch (an epoch resumed with
+    /// another world size has its own count for the rest of it).
+    pub fn iterations_per_epoch(&self) -> u64 {
+        self.settings
+            .batches(self.stream.rows_per_file().iter().sum(), self.world_size)
+    }
+
+    /// Where the run stands after the last batch handed out (before the first: where it
+    /// starts). Give it to [`LoaderBuilder::with_state`] to resume right after that batch.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), voxlake_loader::LoaderError> {
+    /// use voxlake_loader::{Loader, LoaderState};
+    ///
+    /// let builder = Loader::builder("/data/cubes-table").with_shuffle(7, 1024).with_epochs(10);
+    /// let mut loader = builder.clone().build()?;
+    /// for _ in 0..100 {
+    ///     let _batch = loader.next().transpose()?;
+    /// }
+    /// let saved = loader.state().to_json(); // with the model's checkpoint
+    /// drop(loader);
+    /// let resumed = builder.with_state(LoaderState::from_json(&saved)?).build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn state(&self) -> LoaderState {
+        let p = &self.position;
+        LoaderState {
+            epoch: p.epoch,
+            closed: p
+                .closed
+                .iter()
+                .map(|s| SegmentState {
+                    world_size: s.world_size,
+                    batches: s.batches,
+                })
+                .collect(),
+            batches: p.batches,
+            samples_in_epoch: p.samples(self.settings.batch_size),
+            ..self.state_template.clone()
+        }
+    }
+
+    /// The stall meter: per-step waits and compute times of the training loop.
+    pub fn stall_meter(&self) -> stall::StallMeter {
+        self.meter
+    }
+
+    /// Forecasts an epoch of `iterations_per_epoch` steps and a run of `epochs`, from the
+    /// timings so far (`None` before the third batch). See [`stall`].
+    pub fn forecast(
+        &self,
+        iterations_per_epoch: u64,
+        epochs: u64,
+        validation_per_epoch: Duration,
+        price_per_hour: Option<f64>,
+    ) -> Option<stall::Forecast> {
+        let m = &self.meter;
+        Some(stall::Forecast::compute(
+            m.init,
+            m.first_iteration,
+            m.steady_iteration()?,
+            iterations_per_epoch,
+            epochs,
+            validation_per_epoch,
+            price_per_hour,
+        ))
+    }
+
+    /// Gives a batch's tensor memory back: a later batch of the same shape is assembled into
+    /// it instead of fresh memory (fresh memory costs a page fault per 4 KiB on first touch:
+    /// 7 % of a local epoch's profile). Optional: call it when done with a batch's `ndarray`
+    /// tensors; a few are kept, libtorch tensors and the rest are dropped.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), voxlake_loader::LoaderError> {
+    /// let mut loader = voxlake_loader::Loader::builder("/data/cubes-table").build()?;
+    /// while let Some(batch) = loader.next() {
+    ///     let batch = batch?;
+    ///     // … train on batch.tensors …
+    ///     loader.recycle(batch);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn recycle(&self, batch: Batch) {
+        #[cfg(feature = "tch")]
+        if matches!(batch.tensors, Tensors::Tch(_)) {
+            return;
+        }
+        // A poisoned lock only means a panic elsewhere, which the iterator reports.
+        if let Ok(mut recycled) = self.recycled.lock()
+            && recycled.len() < self.recycle_max
+        {
+            recycled.push(batch.tensors);
+        }
+    }
+
+    /// What the loader has done so far.
+    pub fn stats(&self) -> LoaderStats {
+        let c = &self.counters;
+        let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
+        LoaderStats {
+            samples: c.samples.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            tensor_bytes: c.tensor_bytes.load(Ordering::Relaxed),
+            first_batch: ns(&c.first_batch_ns),
+            assemble: ns(&c.assemble_ns),
+            recycled: c.recycled.load(Ordering::Relaxed),
+            producer_wait: ns(&c.producer_wait_ns),
+            consumer_wait: ns(&c.consumer_wait_ns),
+            elapsed: self.started.elapsed(),
+            stream: self.stream.stats(),
+        }
+    }
+}
+
+impl Iterator for Loader {
+    type Item = Result<Batch, LoaderError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.finished {
+            return None;
+        }
+        let start = Instant::now();
+        let item = match self.rx.recv() {
+            Ok(Msg::Batch(batch, position)) => {
+                self.position = position;
+                Some(Ok(*batch))
+            }
+            Ok(Msg::Failed(e)) => {
+                self.finished = true;
+                Some(Err(e))
+            }
+            Ok(Msg::Done) => {
+                self.finished = true;
+                None
+            }
+            Err(_) => {
+                self.finished = true;
+                Some(Err(LoaderError::Internal(
+                    "the loader thread stopped without finishing or reporting an error".into(),
+                )))
+            }
+        };
+        let now = Instant::now();
+        let waited = now - start;
+        let c = &self.counters;
+        c.consumer_wait_ns
+            .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        if let Some(Ok(batch)) = &item {
+            let m = &mut self.meter;
+            m.waited += waited;
+            m.samples += batch.len() as u64;
+            match self.last_return {
+                None => m.init = now - self.started,
+                Some(last) => {
+                    m.computed += start - last;
+                    if m.steps == 1 {
+                        m.first_iteration = now - last;
+                    } else {
+                        m.record_steady(now - last);
+                    }
+                }
+            }
+            m.steps += 1;
+            self.last_return = Some(now);
+            if m.steps == STALL_LOG_AFTER
+                && let Some(f) = self.forecast(self.iterations_per_epoch(), 1, Duration::ZERO, None)
+            {
+                tracing::info!(
+                    input_bound = format!("{:.0}%", 100.0 * self.meter.input_bound_fraction()),
+                    samples_per_s =
+                        format!("{:.0}", self.meter.samples_per_s(self.settings.batch_size)),
+                    epoch_s = format!("{:.1}", f.epoch.as_secs_f64()),
+                    "stall meter"
+                );
+            }
+        }
+        if let Some(Ok(batch)) = &item {
+            if c.batches.fetch_add(1, Ordering::Relaxed) == 0 {
+                c.first_batch_ns
+                    .store(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
+            c.samples.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            c.tensor_bytes
+                .fetch_add(batch.tensors.nbytes() as u64, Ordering::Relaxed);
+        }
+        item
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wake a producer waiting on the stream (a permit is stored if it is not waiting).
+        self.shutdown.notify_one();
+        // Unblock a producer waiting to send: its send fails once the receiver is gone.
+        let (_, dead) = crossbeam_channel::bounded(0);
+        drop(std::mem::replace(&mut self.rx, dead));
+    }
+}

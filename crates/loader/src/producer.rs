@@ -1,0 +1,426 @@
+//! The producer: runs epochs on the loader's thread. Row groups from the stream go into the
+//! [`Mixer`]; each batch it draws is assembled and sent to the caller with its position.
+//! Every error and every panic ends the run with a message to the caller; a finished run
+//! ends with [`Msg::Done`], so a closed channel is never taken for the end of the data.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use arrow_array::{Array, BinaryViewArray, Int64Array, StringArray};
+use crossbeam_channel::Sender;
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec};
+use voxlake_stream::hooks::{Hooks, Stage};
+use voxlake_stream::mixer::Mixer;
+use voxlake_stream::order::{RowSet, deal};
+use voxlake_stream::replay::{OrderSettings, remaining, replay};
+use voxlake_stream::{RowGroupBatch, StreamError, TableStream, panic_message};
+
+use crate::LoaderError;
+use crate::batch::{self, Batch, RowOrigin, Tensors};
+use crate::state::Position;
+
+/// What the producer sends.
+pub(crate) enum Msg {
+    /// A batch and where the run stands after it.
+    Batch(Box<Batch>, Position),
+    /// The run failed: the last message.
+    Failed(LoaderError),
+    /// Every epoch was delivered: the last message.
+    Done,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub samples: AtomicU64,
+    pub batches: AtomicU64,
+    pub tensor_bytes: AtomicU64,
+    pub assemble_ns: AtomicU64,
+    pub recycled: AtomicU64,
+    pub producer_wait_ns: AtomicU64,
+    pub consumer_wait_ns: AtomicU64,
+    pub first_batch_ns: AtomicU64,
+}
+
+/// A decoded row group and typed views of its columns.
+pub(crate) struct Group {
+    data: RowGroupBatch,
+    file: Arc<str>,
+    ids: Option<StringArray>,
+    labels: Option<Int64Array>,
+    tensors: Option<BinaryViewArray>,
+}
+
+/// One row drawn for a batch: its group and its row index in the row group.
+struct Row {
+    group: Arc<Group>,
+    index: usize,
+}
+
+pub(crate) struct Producer {
+    pub stream: TableStream,
+    pub spec: TensorSpec,
+    pub settings: OrderSettings,
+    pub rank: usize,
+    pub world_size: usize,
+    /// The first epoch not to run (`None`: endless).
+    pub end_epoch: Option<u64>,
+    pub start: Position,
+    pub channels: Option<usize>,
+    pub counters: Arc<Counters>,
+    pub stop: Arc<AtomicBool>,
+    pub shutdown: Arc<tokio::sync::Notify>,
+    pub hooks: Hooks,
+    #[cfg(feature = "tch")]
+    pub device: Option<tch::Device>,
+    pub tx: Sender<Msg>,
+    pub recycled: Arc<Mutex<Vec<Tensors>>>,
+}
+
+impl Producer {
+    pub async fn run(self) {
+        let msg = match AssertUnwindSafe(self.run_epochs()).catch_unwind().await {
+            Ok(Ok(true)) => Msg::Done,
+            Ok(Ok(false)) => return, // the caller is gone
+            Ok(Err(e)) => Msg::Failed(e),
+            Err(panic) => Msg::Failed(LoaderError::Panicked {
+                stage: "loader".into(),
+                object: self.stream.snapshot().location().to_string(),
+                message: panic_message(panic.as_ref()),
+            }),
+        };
+        let _ = self.tx.send(msg);
+    }
+
+    /// Every epoch; `Ok(false)` when the caller is gone.
+    async fn run_epochs(&self) -> Result<bool, LoaderError> {
+        let mut at = self.start.clone();
+        loop {
+            if self.end_epoch.is_some_and(|end| at.epoch >= end) {
+                return Ok(true);
+            }
+            if !self.run_epoch(&at).await? {
+                return Ok(false);
+            }
+            at = Position {
+                epoch: at.epoch + 1,
+                closed: Vec::new(),
+                world_size: self.world_size,
+                batches: 0,
+            };
+        }
+    }
+
+    /// The rest of an epoch from `at`; `Ok(false)` when the caller is gone.
+    async fn run_epoch(&self, at: &Position) -> Result<bool, LoaderError> {
+        let epoch = at.epoch;
+        let order = self.stream.order(epoch);
+        let (left, pieces, mut mixer, from) = if at.closed.is_empty() && at.batches == 0 {
+            let left = RowSet::full(order.total());
+            let pieces = deal(
+                &order,
+                &left,
+                self.world_size,
+                self.rank,
+                self.settings.uneven,
+            );
+            (left, pieces, self.settings.mixer(epoch, 0, self.rank), 0)
+        } else {
+            self.resume(at, &order).await?
+        };
+        let total = self.settings.batches(left.len(), self.world_size);
+        let segment = Arc::new(at.closed.clone());
+        let before = at.batches_before();
+        let mut delivered = at.batches;
+        let mut stream = self.stream.pieces(epoch, pieces, from);
+        loop {
+            while mixer.wants() {
+                if self.stop.load(Ordering::Relaxed) {
+                    return Ok(false);
+                }
+                let start = Instant::now();
+                let next = tokio::select! {
+                    next = stream.next() => next,
+                    _ = self.shutdown.notified() => return Ok(false),
+                };
+                self.counters
+                    .producer_wait_ns
+                    .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                match next {
+                    Some(group) => {
+                        let group = self.group(group?)?;
+                        let (kept, rows) = (group.data.unit.kept(), group.data.unit.rows);
+                        mixer.push(Arc::new(group), kept, rows);
+                    }
+                    None => mixer.finish(),
+                }
+            }
+            let Some(drawn) = mixer.next_batch() else {
+                break;
+            };
+            let start = Instant::now();
+            let rows = drawn
+                .into_iter()
+                .map(|(group, kept)| {
+                    let index = group.data.unit.kept_row(kept).ok_or_else(|| {
+                        LoaderError::Internal(format!("kept row {kept} of a unit out of range"))
+                    })?;
+                    Ok(Row {
+                        group,
+                        index: index as usize,
+                    })
+                })
+                .collect::<Result<Vec<_>, LoaderError>>()?;
+            let batch = self.assemble_caught(&rows, epoch, before + delivered)?;
+            drop(rows); // releases row groups (and their budget) no longer buffered
+            self.counters
+                .assemble_ns
+                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            delivered += 1;
+            let position = if delivered >= total {
+                // The epoch is over: a state taken now starts the next one.
+                Position {
+                    epoch: epoch + 1,
+                    closed: Vec::new(),
+                    world_size: self.world_size,
+                    batches: 0,
+                }
+            } else {
+                Position {
+                    epoch,
+                    closed: segment.as_ref().clone(),
+                    world_size: self.world_size,
+                    batches: delivered,
+                }
+            };
+            if self.tx.send(Msg::Batch(Box::new(batch), position)).is_err() {
+                return Ok(false);
+            }
+        }
+        if delivered != total {
+            return Err(LoaderError::Internal(format!(
+                "epoch {epoch} of {} ended after {delivered} of its {total} batches on rank {}",
+                self.stream.snapshot().location(),
+                self.rank
+            )));
+        }
+        Ok(true)
+    }
+
+    /// Rebuilds an epoch's state at `at` without reading its prefix: the rows left by the
+    /// closed segments, this rank's span, and its mixer replayed to `at.batches` with the row
+    /// groups still buffered read again.
+    async fn resume(
+        &self,
+        at: &Position,
+        order: &voxlake_stream::order::EpochOrder,
+    ) -> Result<
+        (
+            RowSet,
+            Vec<voxlake_stream::order::Piece>,
+            Mixer<Arc<Group>>,
+            u64,
+        ),
+        LoaderError,
+    > {
+        let epoch = at.epoch;
+        let settings = &self.settings;
+        // Footers (metadata only): every file when other ranks' deliveries must be replayed,
+        // else this rank's.
+        let files: Vec<usize> = if at.closed.is_empty() {
+            let all = RowSet::full(order.total());
+            deal(order, &all, self.world_size, self.rank, settings.uneven)
+                .iter()
+                .map(|p| p.file)
+                .collect()
+        } else {
+            (0..self.stream.snapshot().files().len()).collect()
+        };
+        let footers = self.stream.footers(files).await?;
+        let footer = |file: usize| {
+            footers.get(&file).cloned().ok_or_else(|| {
+                LoaderError::Internal(format!("no footer read for file {file} before the replay"))
+            })
+        };
+        let left = remaining(settings, order, epoch, &at.closed, footer)?;
+        let replayed = replay(
+            settings,
+            order,
+            epoch,
+            &at.closed,
+            &left,
+            self.world_size,
+            self.rank,
+            at.batches,
+            footer,
+        )?;
+        if replayed.batches < at.batches {
+            return Err(LoaderError::State(format!(
+                "the state is {} batches into epoch {epoch}, whose segment has only {} on rank {}",
+                at.batches, replayed.batches, self.rank
+            )));
+        }
+        // Only the row groups still in the buffer are read again.
+        let live: Vec<usize> = replayed.mixer.live_groups().into_iter().copied().collect();
+        let units = &replayed.units;
+        let mut groups: HashMap<usize, Arc<Group>> = futures::stream::iter(live)
+            .map(|u| async move {
+                let data = self.stream.read_unit(units[u].clone(), u as u64).await?;
+                Ok::<_, LoaderError>((u, Arc::new(self.group(data)?)))
+            })
+            .buffered(self.settings.interleave.max(4))
+            .try_collect()
+            .await?;
+        let mixer = replayed.mixer.try_map(|u| {
+            groups
+                .remove(&u)
+                .ok_or_else(|| LoaderError::Internal(format!("unit {u} was not read again")))
+        })?;
+        Ok((left, replayed.pieces, mixer, replayed.next_unit as u64))
+    }
+
+    fn group(&self, data: RowGroupBatch) -> Result<Group, LoaderError> {
+        let column = |name: &str| data.batch.column_by_name(name).cloned();
+        let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
+        let labels =
+            column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
+        let tensors = column(TENSOR_COLUMN)
+            .and_then(|c| c.as_any().downcast_ref::<BinaryViewArray>().cloned());
+        let snapshot = self.stream.snapshot();
+        let file: Arc<str> = snapshot.files()[data.file()].path.as_str().into();
+        if let Some(tensors) = &tensors {
+            let expected = self.spec.nbytes();
+            for i in 0..tensors.len() {
+                let found = tensors.value(i).len();
+                if found != expected || tensors.is_null(i) {
+                    return Err(LoaderError::BadRow {
+                        location: snapshot.location().to_string(),
+                        file: file.to_string(),
+                        id: ids
+                            .as_ref()
+                            .map_or_else(|| format!("#{i}"), |ids| ids.value(i).to_string()),
+                        found,
+                        expected,
+                        spec: self.spec.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(Group {
+            file,
+            ids,
+            labels,
+            tensors,
+            data,
+        })
+    }
+
+    /// [`assemble`](Self::assemble), with a panic in it reported as an error.
+    fn assemble_caught(&self, rows: &[Row], epoch: u64, index: u64) -> Result<Batch, LoaderError> {
+        let object = rows
+            .first()
+            .map_or_else(String::new, |r| r.group.file.to_string());
+        self.hooks
+            .check(Stage::Assemble, &object)
+            .map_err(|e| LoaderError::Stream(StreamError::Internal(e)))?;
+        std::panic::catch_unwind(AssertUnwindSafe(|| self.assemble(rows, epoch, index)))
+            .unwrap_or_else(|panic| {
+                Err(LoaderError::Panicked {
+                    stage: Stage::Assemble.to_string(),
+                    object: format!("batch {index} of epoch {epoch} (first row from {object})"),
+                    message: panic_message(panic.as_ref()),
+                })
+            })
+    }
+
+    fn assemble(&self, rows: &[Row], epoch: u64, index: u64) -> Result<Batch, LoaderError> {
+        let shape = self.spec.shape();
+        let mut batch_shape = vec![rows.len()];
+        match self.channels {
+            Some(c) => {
+                batch_shape.push(c);
+                batch_shape.extend_from_slice(&shape[..shape.len() - 1]);
+            }
+            None => batch_shape.extend_from_slice(shape),
+        }
+        let samples: Vec<&[u8]> = rows
+            .iter()
+            .map(|r| {
+                r.group
+                    .tensors
+                    .as_ref()
+                    .map_or(&[][..], |t| t.value(r.index))
+            })
+            .collect();
+        let has_tensors = rows.first().is_some_and(|r| r.group.tensors.is_some());
+        #[cfg(feature = "tch")]
+        if let (Some(device), true) = (self.device, has_tensors) {
+            let tensors =
+                crate::torch::assemble(self.spec.dtype(), shape, &samples, self.channels, device)?;
+            return Ok(self.batch_of(rows, tensors, epoch, index));
+        }
+        let tensors = if has_tensors {
+            let reuse = self.recycled.lock().ok().and_then(|mut r| r.pop());
+            let (tensors, recycled) = batch::build_tensors_into(
+                self.spec.dtype(),
+                &batch_shape,
+                &samples,
+                self.channels,
+                reuse,
+            );
+            if recycled {
+                self.counters.recycled.fetch_add(1, Ordering::Relaxed);
+            }
+            tensors
+        } else {
+            batch_shape.truncate(1);
+            batch_shape.push(0);
+            batch::build_tensors(self.spec.dtype(), &batch_shape, &[], None)
+        };
+        Ok(self.batch_of(rows, tensors, epoch, index))
+    }
+
+    fn batch_of(&self, rows: &[Row], tensors: Tensors, epoch: u64, index: u64) -> Batch {
+        let ids: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                r.group
+                    .ids
+                    .as_ref()
+                    .map_or_else(String::new, |ids| ids.value(r.index).to_string())
+            })
+            .collect();
+        Batch {
+            tensors,
+            labels: rows
+                .iter()
+                .map(|r| {
+                    r.group
+                        .labels
+                        .as_ref()
+                        .and_then(|l| (!l.is_null(r.index)).then(|| l.value(r.index)))
+                })
+                .collect(),
+            lineage: rows
+                .iter()
+                .zip(&ids)
+                .map(|(r, id)| {
+                    let unit = &r.group.data.unit;
+                    RowOrigin {
+                        file: r.group.file.clone(),
+                        row_group: unit.row_group,
+                        row: unit.first_row + r.index as u64,
+                        id: id.clone(),
+                        pad: unit.pad,
+                    }
+                })
+                .collect(),
+            ids,
+            epoch,
+            index,
+        }
+    }
+}
