@@ -94,6 +94,16 @@ pub fn commits(table: &Path) -> usize {
 
 /// The `compact` binary, built once if the test run did not build it.
 pub fn compact_bin() -> PathBuf {
+    workspace_bins().join("compact")
+}
+
+/// The `voxlake` binary (built like [`compact_bin`]).
+pub fn voxlake_bin() -> PathBuf {
+    workspace_bins().join("voxlake")
+}
+
+/// The folder of the workspace's binaries, built once per test run.
+fn workspace_bins() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         // target/<profile>/deps/integration-… → target/<profile>/compact
@@ -118,10 +128,12 @@ pub fn compact_bin() -> PathBuf {
             build.arg("--release");
         }
         let status = build.status().expect("cargo runs");
-        assert!(status.success(), "building the compact binary failed");
-        let bin = profile_dir.join("compact");
-        assert!(bin.exists(), "{} missing", bin.display());
-        bin
+        assert!(status.success(), "building the workspace's binaries failed");
+        for name in ["compact", "voxlake"] {
+            let bin = profile_dir.join(name);
+            assert!(bin.exists(), "{} missing", bin.display());
+        }
+        profile_dir
     })
     .clone()
 }

@@ -3,5 +3,6 @@
 mod cli;
 mod common;
 mod compact;
+mod distributed;
 mod loader;
 mod stores;

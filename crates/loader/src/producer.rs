@@ -323,17 +323,19 @@ impl Producer {
         let object = rows
             .first()
             .map_or_else(String::new, |r| r.group.file.to_string());
-        self.hooks
-            .check(Stage::Assemble, &object)
-            .map_err(|e| LoaderError::Stream(StreamError::Internal(e)))?;
-        std::panic::catch_unwind(AssertUnwindSafe(|| self.assemble(rows, epoch, index)))
-            .unwrap_or_else(|panic| {
-                Err(LoaderError::Panicked {
-                    stage: Stage::Assemble.to_string(),
-                    object: format!("batch {index} of epoch {epoch} (first row from {object})"),
-                    message: panic_message(panic.as_ref()),
-                })
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            self.hooks
+                .check(Stage::Assemble, &object)
+                .map_err(|e| LoaderError::Stream(StreamError::Internal(e)))?;
+            self.assemble(rows, epoch, index)
+        }))
+        .unwrap_or_else(|panic| {
+            Err(LoaderError::Panicked {
+                stage: Stage::Assemble.to_string(),
+                object: format!("batch {index} of epoch {epoch} (first row from {object})"),
+                message: panic_message(panic.as_ref()),
             })
+        })
     }
 
     fn assemble(&self, rows: &[Row], epoch: u64, index: u64) -> Result<Batch, LoaderError> {

@@ -451,7 +451,9 @@ impl TableStream {
                 .map(move |piece| {
                     let inner = inner.clone();
                     async move {
-                        let rows = inner.row_group_rows(piece.file).await?;
+                        let rows = inner
+                            .caught(Stage::Footer, piece.file, inner.row_group_rows(piece.file))
+                            .await?;
                         Ok::<_, StreamError>(units_of(&inner.planner, &piece, &rows, epoch))
                     }
                 })
@@ -501,8 +503,13 @@ impl TableStream {
                 let ramp = ramp.clone();
                 async move {
                     let slot = ramp.slot().await?;
+                    let file = unit.file;
                     let read = inner
-                        .finish_read(Arc::new(unit), position, permit, projection)
+                        .caught(
+                            Stage::Fetch,
+                            file,
+                            inner.finish_read(Arc::new(unit), position, permit, projection),
+                        )
                         .await?;
                     drop(slot);
                     ramp.grow();
@@ -555,6 +562,26 @@ impl Ramp {
 }
 
 impl Inner {
+    /// Runs `work` on file `file`; a panic in it is an error naming the stage and the file.
+    async fn caught<T>(
+        &self,
+        stage: Stage,
+        file: usize,
+        work: impl std::future::Future<Output = Result<T, StreamError>>,
+    ) -> Result<T, StreamError> {
+        AssertUnwindSafe(work)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                Err(StreamError::Panicked {
+                    location: self.snapshot.location().to_string(),
+                    stage: stage.to_string(),
+                    object: self.snapshot.files()[file].path.clone(),
+                    message: panic_message(panic.as_ref()),
+                })
+            })
+    }
+
     /// Row counts of a file's row groups, from its footer, checked against the log.
     async fn row_group_rows(&self, file: usize) -> Result<Vec<u64>, StreamError> {
         let snapshot = &self.snapshot;
