@@ -222,6 +222,8 @@ pub fn remaining<E>(
 }
 
 #[cfg(test)]
+// A one-range Vec is what the tests mean: a piece or unit with one row range.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
