@@ -169,7 +169,11 @@ impl RowSet {
     /// Positions `0..n`.
     pub fn full(n: u64) -> Self {
         RowSet {
-            ranges: if n > 0 { std::iter::once(0..n).collect() } else { Vec::new() },
+            ranges: if n > 0 {
+                std::iter::once(0..n).collect()
+            } else {
+                Vec::new()
+            },
             len: n,
         }
     }
