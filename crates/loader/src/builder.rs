@@ -353,8 +353,9 @@ impl LoaderBuilder {
             (false, _) => None,
         };
         #[cfg(feature = "tch")]
-        if self.device.is_some() {
+        if let Some(device) = self.device {
             crate::torch::kind_of(spec.dtype())?;
+            crate::torch::check_device(device)?;
         }
         let end_epoch = match self.epochs {
             Epochs::Count(n) => Some(self.start_epoch.saturating_add(n)),

@@ -47,6 +47,24 @@ impl TchTensor {
     }
 }
 
+/// Checks that libtorch can use `device`: a CUDA device needs CUDA and that many GPUs.
+pub fn check_device(device: Device) -> Result<(), LoaderError> {
+    if let Device::Cuda(index) = device {
+        let count = tch::Cuda::device_count();
+        if index as i64 >= count {
+            return Err(LoaderError::Config(format!(
+                "device cuda:{index} asked for, but libtorch sees {count} CUDA device(s){}",
+                if tch::Cuda::is_available() {
+                    ""
+                } else {
+                    " (no CUDA: is libtorch a CPU build, or the driver missing?)"
+                }
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// libtorch's kind for a table element type; unsigned 16/32/64-bit have none.
 pub fn kind_of(dtype: DType) -> Result<Kind, LoaderError> {
     Ok(match dtype {
@@ -120,13 +138,20 @@ pub(crate) fn assemble(
         return Ok(Tensors::Tch(TchTensor(host)));
     }
     // CUDA only from here: an asynchronous copy, then the permutation on the device.
-    let on_device = host.to_device_(device, kind, true, false);
+    let failed =
+        |e: tch::TchError| LoaderError::Internal(format!("copying a batch to {device:?}: {e}"));
+    let on_device = host
+        .f_to_device_(device, kind, true, false)
+        .map_err(failed)?;
     let on_device = match channels {
         Some(_) => {
             let rank = on_device.dim() as i64;
             let mut order = vec![0, rank - 1];
             order.extend(1..rank - 1);
-            on_device.permute(order.as_slice()).contiguous()
+            on_device
+                .f_permute(order.as_slice())
+                .and_then(|t| t.f_contiguous())
+                .map_err(failed)?
         }
         None => on_device,
     };
@@ -189,6 +214,16 @@ mod tests {
             assert_eq!(t.dtype(), DType::F32);
             assert_eq!(t.as_bytes(), nd.as_bytes(), "channels {channels:?}");
         }
+    }
+
+    #[test]
+    fn a_cuda_device_without_cuda_is_refused() {
+        if tch::Cuda::device_count() > 0 {
+            return; // a GPU machine: nothing to refuse
+        }
+        let e = check_device(Device::Cuda(0)).unwrap_err().to_string();
+        assert!(e.contains("cuda:0") && e.contains("0 CUDA device"), "{e}");
+        assert!(check_device(Device::Cpu).is_ok());
     }
 
     #[test]
