@@ -471,3 +471,74 @@ async fn the_stall_meter_times_waits_and_compute_and_forecasts() {
     assert!((forecast.total.as_secs_f64() - expected.as_secs_f64()).abs() < 1e-6);
     assert!((forecast.cost.unwrap() - forecast.total.as_secs_f64() / 1000.0).abs() < 1e-9);
 }
+
+/// `count` cubes: the first half in row groups of 2 rows, the rest in row groups of 6.
+async fn growing_groups_table(dir: &Path, count: usize) -> PathBuf {
+    let data = synth::generate(dir, count, 12).unwrap();
+    let table = dir.join("table");
+    for (rows, shard) in [(2, Some((0, 2))), (6, None)] {
+        let mut c = Compactor::new(table.to_str().unwrap()).with_layout(Layout {
+            row_group_rows: rows,
+            target_file_bytes: 4_000_000,
+            ..Layout::default()
+        });
+        if let Some((i, n)) = shard {
+            c = c.with_shard(i, n);
+        }
+        c.convert(data.cubes.to_str().unwrap()).await.unwrap();
+    }
+    table
+}
+
+fn build_err(builder: voxlake::LoaderBuilder) -> LoaderError {
+    std::thread::spawn(move || builder.build().map(|_| ()).unwrap_err())
+        .join()
+        .unwrap()
+}
+
+/// A budget too small to stream is refused at build with the smallest one that works, and that
+/// one streams; a later file whose row groups outgrow it ends in an error, never a hang.
+#[tokio::test]
+async fn budgets_either_stream_or_fail_never_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = growing_groups_table(dir.path(), 24).await;
+    let path = table.to_str().unwrap();
+    // Batches of 4 from row groups of 2 (720 kB each decoded): 2 held + 1 being read.
+    let e = build_err(
+        Loader::builder(path)
+            .with_batch_size(4)
+            .with_memory_budget(2_000_000),
+    )
+    .to_string();
+    let smallest: u64 = e
+        .split("smallest budget that works is ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(smallest > 2_000_000 && smallest < 4_000_000, "{e}");
+    // That budget streams the files of small row groups, then stalls on the large ones: an
+    // error saying so, after the batches that could be made.
+    let results: Vec<Result<Batch, LoaderError>> = {
+        let b = Loader::builder(path)
+            .with_batch_size(4)
+            .with_memory_budget(smallest);
+        std::thread::spawn(move || b.build().unwrap().collect())
+            .join()
+            .unwrap()
+    };
+    let last = results.last().unwrap().as_ref().unwrap_err().to_string();
+    assert!(
+        last.contains("too small") && last.contains("give at least"),
+        "{last}"
+    );
+    assert!(results.len() > 1, "the first file's batches came first");
+    // Enough for the large row groups: the whole table.
+    let all = collect(
+        Loader::builder(path)
+            .with_batch_size(4)
+            .with_shuffle(1, 8)
+            .with_memory_budget(16_000_000),
+    );
+    assert_eq!(ids(&all).len(), 24);
+}

@@ -12,7 +12,7 @@ use voxlake_stream::{Shard, TableStream};
 
 use crate::producer::{Counters, Producer};
 use crate::state::{LoaderState, Position, STATE_FORMAT, file_set_hash};
-use crate::{Epochs, Loader, LoaderError, stall};
+use crate::{Epochs, Loader, LoaderError, budget, stall};
 
 /// Configures a [`Loader`].
 #[derive(Clone)]
@@ -316,7 +316,11 @@ impl LoaderBuilder {
                     "shuffle buffer reduced to fit the memory budget"
                 );
             }
-            settings.buffer_rows = rows.min(fits).max(self.batch_size);
+            settings.buffer_rows =
+                budget::buffer_rows(self.memory_budget, sample_bytes, rows, self.batch_size);
+        }
+        if !stream.snapshot().files().is_empty() {
+            self.check_budget(&runtime, &stream, &settings, sample_bytes)?;
         }
         let files = file_set_hash(stream.snapshot());
         let start = match &self.state {
@@ -383,6 +387,7 @@ impl LoaderBuilder {
             device: self.device,
             tx,
             recycled: recycled.clone(),
+            received: Default::default(),
         };
         let thread = std::thread::Builder::new()
             .name("voxlake-loader".into())
@@ -432,6 +437,46 @@ impl LoaderBuilder {
             recycled,
             recycle_max: self.prefetch + 2,
         })
+    }
+
+    /// Refuses a budget that cannot stream row groups like the first file's (one footer read,
+    /// which the stream caches), naming the smallest budget that can.
+    fn check_budget(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        stream: &TableStream,
+        settings: &OrderSettings,
+        sample_bytes: u64,
+    ) -> Result<(), LoaderError> {
+        let groups = runtime.block_on(stream.group_budgets(0))?;
+        let Some(largest) = groups.iter().max_by_key(|g| g.peak) else {
+            return Ok(());
+        };
+        let group = budget::GroupSize {
+            rows: largest.rows,
+            held: largest.held,
+            peak: largest.peak,
+        };
+        let buffer = settings.shuffle.then_some(settings.buffer_rows);
+        let need = budget::needed(group, settings.batch_size, buffer);
+        if need > self.memory_budget {
+            let smallest = budget::smallest(
+                group,
+                settings.batch_size,
+                sample_bytes,
+                self.shuffle.map(|s| s.1),
+            );
+            return Err(LoaderError::Config(format!(
+                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, and {} of them are buffered at once; the smallest budget that works is {smallest} bytes ({} MiB)",
+                self.memory_budget,
+                group.rows,
+                group.peak,
+                group.held,
+                need.saturating_sub(group.peak) / group.held.max(1) + 1,
+                smallest.div_ceil(1 << 20)
+            )));
+        }
+        Ok(())
     }
 
     /// Checks a state against this builder and the table; returns where to start.

@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 mod batch;
+pub mod budget;
 mod builder;
 mod loader;
 mod producer;

@@ -78,7 +78,13 @@ pub(crate) struct Producer {
     pub device: Option<tch::Device>,
     pub tx: Sender<Msg>,
     pub recycled: Arc<Mutex<Vec<Tensors>>>,
+    /// Units received from the stream (and read again on resume), to compare with the
+    /// stream's reserved units.
+    pub received: AtomicU64,
 }
+
+/// How often a producer waiting for a row group checks that the pipeline is not stalled.
+const STALL_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Producer {
     pub async fn run(self) {
@@ -136,21 +142,33 @@ impl Producer {
         let before = at.batches_before();
         let mut delivered = at.batches;
         let mut stream = self.stream.pieces(epoch, pieces, from);
+        let mut stall_check = tokio::time::interval(STALL_CHECK);
+        stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stalled_ticks = 0;
         loop {
             while mixer.wants() {
                 if self.stop.load(Ordering::Relaxed) {
                     return Ok(false);
                 }
                 let start = Instant::now();
-                let next = tokio::select! {
-                    next = stream.next() => next,
-                    _ = self.shutdown.notified() => return Ok(false),
+                let next = loop {
+                    tokio::select! {
+                        next = stream.next() => break next,
+                        _ = self.shutdown.notified() => return Ok(false),
+                        _ = stall_check.tick() => {
+                            stalled_ticks = if self.stalled() { stalled_ticks + 1 } else { 0 };
+                            if stalled_ticks >= 2 {
+                                return Err(self.stall_error());
+                            }
+                        }
+                    }
                 };
                 self.counters
                     .producer_wait_ns
                     .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 match next {
                     Some(group) => {
+                        self.received.fetch_add(1, Ordering::SeqCst);
                         let group = self.group(group?)?;
                         let (kept, rows) = (group.data.unit.kept(), group.data.unit.rows);
                         mixer.push(Arc::new(group), kept, rows);
@@ -269,6 +287,7 @@ impl Producer {
         let mut groups: HashMap<usize, Arc<Group>> = futures::stream::iter(live)
             .map(|u| async move {
                 let data = self.stream.read_unit(units[u].clone(), u as u64).await?;
+                self.received.fetch_add(1, Ordering::SeqCst);
                 Ok::<_, LoaderError>((u, Arc::new(self.group(data)?)))
             })
             .buffered(self.settings.interleave.max(4))
@@ -280,6 +299,26 @@ impl Producer {
                 .ok_or_else(|| LoaderError::Internal(format!("unit {u} was not read again")))
         })?;
         Ok((left, replayed.pieces, mixer, replayed.next_unit as u64))
+    }
+
+    /// Whether the pipeline can never deliver the group the mixer waits for: the next unit
+    /// waits for budget that only buffered groups hold, and nothing else is on its way.
+    fn stalled(&self) -> bool {
+        let p = self.stream.budget_progress();
+        p.waiting_bytes > 0
+            && p.available_bytes < p.waiting_bytes
+            && p.reserved_units == self.received.load(Ordering::SeqCst)
+    }
+
+    fn stall_error(&self) -> LoaderError {
+        let p = self.stream.budget_progress();
+        let held = p.budget_bytes - p.available_bytes;
+        LoaderError::Config(format!(
+            "the memory budget of {} bytes is too small for this table: the shuffle buffer holds {held} bytes of row groups and needs one more, which takes {} bytes; give at least {} bytes (or use a smaller batch or shuffle buffer)",
+            p.budget_bytes,
+            p.waiting_bytes,
+            held + p.waiting_bytes
+        ))
     }
 
     fn group(&self, data: RowGroupBatch) -> Result<Group, LoaderError> {

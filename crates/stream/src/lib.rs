@@ -29,7 +29,8 @@ pub use error::{StreamError, panic_message, redact, store_error_is_transient};
 pub use object_store::ObjectStore;
 pub use order::Uneven;
 pub use pipeline::{
-    AbortOnDrop, RowGroupBatch, StreamBuilder, StreamStats, TableStream, spawn_ahead,
+    AbortOnDrop, BudgetProgress, GroupBudget, RowGroupBatch, StreamBuilder, StreamStats,
+    TableStream, spawn_ahead,
 };
 pub use plan::Shard;
 pub use snapshot::{DataFile, READ_CONCURRENCY, ReadTimings, Snapshot};

@@ -60,6 +60,34 @@ struct Counters {
     fetch_ns: AtomicU64,
     decode_ns: AtomicU64,
     budget_wait_ns: AtomicU64,
+    /// Units that took their budget share.
+    reserved_units: AtomicU64,
+    /// The budget (KiB) the head of the line waits for; 0 when none waits.
+    waiting_kib: AtomicU64,
+}
+
+/// Where the budget stands: for telling a stalled pipeline from a slow one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetProgress {
+    /// Units that took their budget share so far (the stream's and [`TableStream::read_unit`]'s).
+    pub reserved_units: u64,
+    /// Bytes the next unit waits for (0: none waits).
+    pub waiting_bytes: u64,
+    /// Bytes of the budget not taken.
+    pub available_bytes: u64,
+    /// The whole budget.
+    pub budget_bytes: u64,
+}
+
+/// One row group's rows and its budget shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupBudget {
+    /// Rows in the row group.
+    pub rows: u64,
+    /// Bytes it keeps while buffered: its projected chunks decoded.
+    pub held: u64,
+    /// Bytes it takes while fetched and decoded.
+    pub peak: u64,
 }
 
 /// A snapshot of the pipeline's counters.
@@ -358,6 +386,47 @@ impl TableStream {
         }
     }
 
+    /// Where the budget stands.
+    pub fn budget_progress(&self) -> BudgetProgress {
+        let c = &self.inner.counters;
+        BudgetProgress {
+            reserved_units: c.reserved_units.load(Ordering::SeqCst),
+            waiting_bytes: c.waiting_kib.load(Ordering::SeqCst) * 1024,
+            available_bytes: self.inner.budget.available_permits() as u64 * 1024,
+            budget_bytes: self.inner.budget_bytes,
+        }
+    }
+
+    /// Each row group of file `file`: rows and budget shares (from its footer).
+    pub async fn group_budgets(&self, file: usize) -> Result<Vec<GroupBudget>, StreamError> {
+        let inner = &self.inner;
+        let meta = inner.snapshot.reader_metadata(file).await?;
+        let projection = inner.snapshot.projection(&meta, &inner.columns)?;
+        Ok(meta
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|rg| {
+                let (compressed, uncompressed) = rg
+                    .columns()
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| projection.leaf_included(*i))
+                    .fold((0u64, 0u64), |(c, u), (_, col)| {
+                        (
+                            c + col.compressed_size().max(0) as u64,
+                            u + col.uncompressed_size().max(0) as u64,
+                        )
+                    });
+                GroupBudget {
+                    rows: rg.num_rows().max(0) as u64,
+                    held: uncompressed.max(1024),
+                    peak: (compressed + uncompressed).max(1024),
+                }
+            })
+            .collect())
+    }
+
     /// The row groups of this shard for `epoch`, in reading order: the shard's span of the
     /// epoch's rows (see [`crate::order`]); each unit says which rows of its row group are
     /// the shard's.
@@ -651,14 +720,13 @@ impl Inner {
         let kib = (bytes.max(0) as u64).div_ceil(1024).max(1);
         let kib = kib.min(self.budget_bytes / 1024).max(1) as u32;
         let start = Instant::now();
-        let permit = self
-            .budget
-            .clone()
-            .acquire_many_owned(kib)
-            .await
-            .map_err(|e| StreamError::Internal(e.to_string()))?;
-        self.counters
-            .budget_wait_ns
+        let c = &self.counters;
+        c.waiting_kib.store(u64::from(kib), Ordering::SeqCst);
+        let permit = self.budget.clone().acquire_many_owned(kib).await;
+        c.waiting_kib.store(0, Ordering::SeqCst);
+        let permit = permit.map_err(|e| StreamError::Internal(e.to_string()))?;
+        c.reserved_units.fetch_add(1, Ordering::SeqCst);
+        c.budget_wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok((permit, projection))
     }
