@@ -145,15 +145,32 @@ async fn converts_dtypes_byte_orders_and_fortran_order() {
     write_npy(&src, "d.npy", DType::I16, &shape, be_f);
     std::fs::write(src.join("notes.txt"), "not an array").unwrap();
 
-    // Without --dtype the table takes a.npy's f32 and refuses the lossy f64 file.
+    // Without --dtype the objects settle on f32 (f16 and i16 convert to it without loss) and
+    // the lossy f64 file is named before anything is written.
     let table = dir.path().join("strict");
     let strict = Compactor::new(table.to_str().unwrap()).with_layout(small_layout());
     let e = strict.convert(src.to_str().unwrap()).await.unwrap_err();
-    assert!(matches!(e, CompactError::DTypeMismatch { .. }), "{e}");
+    assert!(matches!(e, CompactError::Incompatible { .. }), "{e}");
     assert!(
         e.to_string()
-            .starts_with("b.npy: dtype f64 cannot be converted to the table's f32"),
+            .contains("3 hold [3, 4, 2] f32, the odd ones are b.npy ([3, 4, 2] f64)"),
         "{e}"
+    );
+    assert!(!table.join("_delta_log").exists());
+    // With skip, the lossy file is skipped by name and the rest converts.
+    let s = strict
+        .clone()
+        .with_on_error(OnError::Skip)
+        .convert(src.to_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!((s.rows, s.skipped.len()), (3, 1));
+    assert!(
+        s.skipped[0]
+            .reason
+            .contains("f64 cannot be converted to the table's f32"),
+        "{:?}",
+        s.skipped
     );
 
     // With --dtype f32 every file converts, to C order and little-endian.
@@ -349,4 +366,50 @@ async fn optimize_bin_packs_small_files_and_keeps_rows() {
         .unwrap();
     old.load_version(before.version).await.unwrap();
     assert_eq!(old.get_file_uris().unwrap().count(), before.files);
+}
+
+/// An odd object that sorts first does not become the table's shape: with `fail` the
+/// disagreement is an error naming it and no table is made; with `skip` the table takes the
+/// majority's spec and the odd object is skipped; `with_shape` and `with_dtype` decide alone.
+#[tokio::test]
+async fn an_odd_object_that_sorts_first_does_not_set_the_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 10, 6).unwrap();
+    write_npy(
+        &data.cubes,
+        "a_odd.npy",
+        DType::F32,
+        &[2, 2],
+        EncodeOptions::default(),
+    );
+    let src = data.cubes.to_str().unwrap();
+    let table = dir.path().join("table");
+    let e = Compactor::new(table.to_str().unwrap())
+        .convert(src)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("a_odd.npy ([2, 2] f32)") && e.contains("disagree"),
+        "{e}"
+    );
+    assert!(!table.join("_delta_log").exists(), "nothing committed");
+    let s = Compactor::new(table.to_str().unwrap())
+        .with_on_error(OnError::Skip)
+        .convert(src)
+        .await
+        .unwrap();
+    assert_eq!((s.rows, s.skipped.len()), (10, 1));
+    assert_eq!(s.skipped[0].key, "a_odd.npy");
+    assert_eq!(s.tensor, "[30, 30, 10, 10] f32");
+    // Shape and dtype given: the table takes them whatever the objects hold.
+    let other = dir.path().join("other");
+    let s = Compactor::new(other.to_str().unwrap())
+        .with_shape(vec![2, 2])
+        .with_dtype(DType::F32)
+        .with_on_error(OnError::Skip)
+        .convert(src)
+        .await
+        .unwrap();
+    assert_eq!((s.rows, s.skipped.len()), (1, 10));
 }

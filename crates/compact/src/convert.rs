@@ -18,6 +18,7 @@ use voxlake_format::npy::NpyArray;
 use voxlake_format::{Casting, ID_COLUMN, TensorSpec};
 
 use crate::error::CompactError;
+use crate::infer;
 use crate::labels::Labels;
 use crate::table::{Table, writer_for};
 use crate::{Compactor, OnError, Progress};
@@ -338,26 +339,37 @@ impl Compactor {
         objects: &mut Vec<SourceObject>,
         skipped: &mut Vec<Skipped>,
     ) -> Result<TensorSpec, CompactError> {
-        while !objects.is_empty() {
-            let object = &objects[0];
+        let wanted = (self.shape.as_deref(), self.dtype);
+        let mut samples = Vec::new();
+        let mut next = 0;
+        // Both given: no object decides anything.
+        let enough = if matches!(wanted, (Some(_), Some(_))) {
+            0
+        } else {
+            infer::SAMPLES
+        };
+        while samples.len() < enough && next < objects.len() {
+            let object = &objects[next];
+            let source_error = |e| CompactError::Source {
+                location: format!("{}/{}", src.display.trim_end_matches('/'), object.key),
+                source: e,
+            };
             let bytes = src
                 .store
                 .get(&object.location)
                 .await
-                .map_err(|e| CompactError::Source {
-                    location: format!("{}/{}", src.display.trim_end_matches('/'), object.key),
-                    source: e,
-                })?
+                .map_err(source_error)?
                 .bytes()
                 .await
-                .map_err(|e| CompactError::Source {
-                    location: format!("{}/{}", src.display.trim_end_matches('/'), object.key),
-                    source: e,
-                })?;
+                .map_err(source_error)?;
             match NpyArray::parse(&bytes) {
                 Ok(array) => {
-                    let dtype = self.dtype.unwrap_or(array.dtype());
-                    return Ok(TensorSpec::new(array.shape().to_vec(), dtype));
+                    samples.push(infer::Sample {
+                        key: object.key.clone(),
+                        shape: array.shape().to_vec(),
+                        dtype: array.dtype(),
+                    });
+                    next += 1;
                 }
                 Err(e) if self.on_error == OnError::Skip => {
                     // It is skipped here and not converted later.
@@ -365,7 +377,7 @@ impl Compactor {
                         key: object.key.clone(),
                         reason: e.to_string(),
                     });
-                    objects.remove(0);
+                    objects.remove(next);
                 }
                 Err(e) => {
                     return Err(CompactError::Npy {
@@ -375,10 +387,18 @@ impl Compactor {
                 }
             }
         }
-        Err(CompactError::EmptySource {
-            location: src.display.clone(),
-            detail: " that decode".into(),
-        })
+        if samples.is_empty() && enough > 0 {
+            return Err(CompactError::EmptySource {
+                location: src.display.clone(),
+                detail: " that decode".into(),
+            });
+        }
+        infer::settle(&samples, wanted.0, wanted.1, self.on_error == OnError::Skip).map_err(
+            |reason| CompactError::Incompatible {
+                location: src.display.clone(),
+                reason,
+            },
+        )
     }
 
     fn report_progress(&self, summary: &ConvertSummary, window: &Window, total: usize) {

@@ -40,6 +40,7 @@ use voxlake_format::{DType, Layout};
 pub mod cli;
 mod convert;
 mod error;
+pub mod infer;
 mod inspect;
 mod labels;
 mod optimize;
@@ -88,6 +89,7 @@ pub struct Compactor {
     layout: Layout,
     labels: Option<String>,
     dtype: Option<DType>,
+    shape: Option<Vec<usize>>,
     shard: Option<(u32, u32)>,
     on_error: OnError,
     concurrency: usize,
@@ -106,6 +108,7 @@ impl std::fmt::Debug for Compactor {
             .field("layout", &self.layout)
             .field("labels", &self.labels)
             .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
             .field("shard", &self.shard)
             .field("on_error", &self.on_error)
             .field("concurrency", &self.concurrency)
@@ -124,6 +127,7 @@ impl Compactor {
             layout: Layout::default(),
             labels: None,
             dtype: None,
+            shape: None,
             shard: None,
             on_error: OnError::Fail,
             concurrency: 16,
@@ -152,10 +156,18 @@ impl Compactor {
     }
 
     /// The element type of the table; sources are converted to it (narrowing allowed within
-    /// a kind, never float → integer). Without it, a new table takes the first object's type
-    /// and only lossless conversions are allowed.
+    /// a kind, never float → integer). Without it, a new table takes the type the first few
+    /// objects agree on, and only lossless conversions are allowed.
     pub fn with_dtype(mut self, dtype: DType) -> Self {
         self.dtype = Some(dtype);
+        self
+    }
+
+    /// The shape of a new table's tensors. Without it (and without `with_dtype`), a new
+    /// table takes the shape and type the first few source objects agree on
+    /// ([`infer::settle`]); objects of another shape are bad input.
+    pub fn with_shape(mut self, shape: Vec<usize>) -> Self {
+        self.shape = Some(shape);
         self
     }
 

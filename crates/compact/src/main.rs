@@ -36,6 +36,10 @@ enum Command {
         /// Element type of the table (f16, f32, f64, i8..i64, u8..u64, bool); converts.
         #[arg(long)]
         dtype: Option<DType>,
+        /// Shape of a new table's tensors, e.g. 30,30,10,10 (default: what the first source
+        /// objects agree on).
+        #[arg(long, value_parser = parse_shape)]
+        shape: Option<Vec<usize>>,
         /// Convert only this share of the keys, as I/N (0-based).
         #[arg(long, value_parser = parse_shard)]
         shard: Option<(u32, u32)>,
@@ -235,6 +239,17 @@ fn print_inspect(info: &TableInfo, json: bool) {
     println!("labels    {}", labels.join(", "));
 }
 
+/// `30,30,10,10` → `[30, 30, 10, 10]`.
+fn parse_shape(s: &str) -> Result<Vec<usize>, String> {
+    s.split(',')
+        .map(|d| {
+            d.trim()
+                .parse::<usize>()
+                .map_err(|e| format!("'{d}' in shape '{s}': {e}"))
+        })
+        .collect()
+}
+
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         Command::Convert {
@@ -242,6 +257,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             table,
             labels,
             dtype,
+            shape,
             shard,
             on_error,
             concurrency,
@@ -260,6 +276,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
             if let Some(dtype) = dtype {
                 compactor = compactor.with_dtype(dtype);
+            }
+            if let Some(shape) = shape {
+                compactor = compactor.with_shape(shape);
             }
             if let Some((i, n)) = shard {
                 compactor = compactor.with_shard(i, n);
