@@ -402,6 +402,7 @@ async fn an_odd_object_that_sorts_first_does_not_set_the_spec() {
     assert_eq!((s.rows, s.skipped.len()), (10, 1));
     assert_eq!(s.skipped[0].key, "a_odd.npy");
     assert_eq!(s.tensor, "[30, 30, 10, 10] f32");
+    assert_eq!(s.labels_unmatched, 0);
     // Shape and dtype given: the table takes them whatever the objects hold.
     let other = dir.path().join("other");
     let s = Compactor::new(other.to_str().unwrap())
@@ -412,4 +413,20 @@ async fn an_odd_object_that_sorts_first_does_not_set_the_spec() {
         .await
         .unwrap();
     assert_eq!((s.rows, s.skipped.len()), (1, 10));
+}
+
+/// Labels for keys the source does not hold are counted, not silently ignored.
+#[tokio::test]
+async fn labels_for_missing_objects_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 6, 7).unwrap();
+    let mut csv = std::fs::read_to_string(&data.labels).unwrap();
+    csv.push_str("gone_1.npy,1\n\"gone, 2.npy\",0\n");
+    std::fs::write(&data.labels, csv).unwrap();
+    let table = dir.path().join("table");
+    let s = compactor(&table, &data.labels)
+        .convert(data.cubes.to_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!((s.rows, s.labels_unmatched), (6, 2));
 }

@@ -43,6 +43,8 @@ pub struct ConvertSummary {
     pub skipped: Vec<Skipped>,
     /// Source objects (of this shard) that were already in the table.
     pub already_present: usize,
+    /// Keys of the labels file that name no `.npy` object of the source (all shards).
+    pub labels_unmatched: usize,
     /// Parquet files added.
     pub parquet_files: usize,
     /// Commits made.
@@ -116,6 +118,23 @@ impl Compactor {
                 source: e,
             })?;
         objects.sort_by(|a, b| a.key.cmp(&b.key));
+        // Labels for objects the source does not hold: a wrong prefix or a stale file.
+        let labels_unmatched = match &labels {
+            Some(labels) => {
+                let keys: HashSet<&str> = objects.iter().map(|o| o.key.as_str()).collect();
+                let unmatched = labels.unmatched(&keys);
+                if !unmatched.is_empty() {
+                    tracing::warn!(
+                        count = unmatched.len(),
+                        labels = labels.location(),
+                        examples = ?&unmatched[..unmatched.len().min(5)],
+                        "labels name objects the source does not hold"
+                    );
+                }
+                unmatched.len()
+            }
+            None => 0,
+        };
         if let Some((index, count)) = self.shard {
             objects.retain(|o| stable_hash(&o.key) % u64::from(count) == u64::from(index));
         }
@@ -179,6 +198,7 @@ impl Compactor {
             version: table.version(),
             skipped,
             already_present,
+            labels_unmatched,
             parquet_files: 0,
             commits: 0,
             tensor: spec.to_string(),

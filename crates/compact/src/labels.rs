@@ -19,39 +19,46 @@ impl Labels {
             location: location.to_string(),
             reason,
         };
-        let mut lines = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty());
-        let (_, header) = lines.next().ok_or_else(|| err("empty file".into()))?;
-        let header = split_csv_line(header.trim_start_matches('\u{feff}'));
+        let mut reader = csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .flexible(true)
+            .from_reader(text.trim_start_matches('\u{feff}').as_bytes());
+        let header = reader
+            .headers()
+            .map_err(|e| err(format!("header: {e}")))?
+            .clone();
+        if header.is_empty() || header.iter().all(str::is_empty) {
+            return Err(err("empty file".into()));
+        }
         let column = |name: &str| {
             header
                 .iter()
-                .position(|h| h.trim() == name)
+                .position(|h| h == name)
                 .ok_or_else(|| err(format!("no '{name}' column in the header {header:?}")))
         };
         let (file_col, label_col) = (column("file")?, column("label")?);
         let mut by_key = HashMap::new();
-        for (n, line) in lines {
-            let fields = split_csv_line(line);
+        for record in reader.records() {
+            let record = record.map_err(|e| err(e.to_string()))?;
+            let line = record.position().map_or(0, csv::Position::line);
+            if record.iter().all(str::is_empty) {
+                continue;
+            }
             let field = |i: usize| {
-                fields
+                record
                     .get(i)
-                    .map(|s| s.trim())
-                    .ok_or_else(|| err(format!("line {}: too few fields", n + 1)))
+                    .ok_or_else(|| err(format!("line {line}: too few fields")))
             };
             let key = field(file_col)?.to_string();
             let raw = field(label_col)?;
             let label: i64 = raw
                 .parse()
-                .map_err(|_| err(format!("line {}: label '{raw}' is not an integer", n + 1)))?;
+                .map_err(|_| err(format!("line {line}: label '{raw}' is not an integer")))?;
             if let Some(previous) = by_key.insert(key.clone(), label)
                 && previous != label
             {
                 return Err(err(format!(
-                    "line {}: '{key}' has two labels, {previous} and {label}",
-                    n + 1
+                    "line {line}: '{key}' has two labels, {previous} and {label}"
                 )));
             }
         }
@@ -59,6 +66,18 @@ impl Labels {
             by_key,
             location: location.to_string(),
         })
+    }
+
+    /// Labelled keys that are not in `keys` (labels for objects the source does not hold).
+    pub fn unmatched<'a>(&'a self, keys: &std::collections::HashSet<&str>) -> Vec<&'a str> {
+        let mut out: Vec<&str> = self
+            .by_key
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !keys.contains(k))
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// The label of `key`.
@@ -80,27 +99,6 @@ impl Labels {
     pub fn location(&self) -> &str {
         &self.location
     }
-}
-
-/// Splits one CSV line, honouring double quotes (`""` is a quote inside a quoted field).
-fn split_csv_line(line: &str) -> Vec<String> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut chars = line.trim_end_matches('\r').chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            ('"', _) => quoted = !quoted,
-            (',', false) => fields.push(std::mem::take(&mut field)),
-            _ => field.push(c),
-        }
-    }
-    fields.push(field);
-    fields
 }
 
 #[cfg(test)]
@@ -132,5 +130,20 @@ mod tests {
             .to_string();
         assert!(e.contains("two labels"), "{e}");
         assert!(Labels::parse("", "l.csv").is_err());
+        let e = Labels::parse("file,label\na.npy\n", "l.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2: too few fields"), "{e}");
+        let e = Labels::parse("file,label\n\"a.npy,1\n", "l.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("l.csv"), "{e}");
+    }
+
+    #[test]
+    fn a_bom_and_unmatched_keys() {
+        let labels = Labels::parse("\u{feff}file,label\na.npy,1\nb.npy,0\n", "l.csv").unwrap();
+        let keys: std::collections::HashSet<&str> = ["a.npy", "c.npy"].into();
+        assert_eq!(labels.unmatched(&keys), vec!["b.npy"]);
     }
 }

@@ -209,6 +209,12 @@ fn print_convert(summary: &ConvertSummary, json: bool) {
             summary.already_present
         );
     }
+    if summary.labels_unmatched > 0 {
+        println!(
+            "{} labels name objects the source does not hold",
+            summary.labels_unmatched
+        );
+    }
     for s in &summary.skipped {
         println!("skipped {}: {}", s.key, s.reason);
     }
