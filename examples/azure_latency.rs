@@ -82,6 +82,7 @@ fn epoch(
         checksum += batch
             .tensors
             .as_bytes()
+            .unwrap_or_default()
             .iter()
             .step_by(64)
             .map(|&b| f64::from(b))

@@ -542,3 +542,25 @@ async fn budgets_either_stream_or_fail_never_hang() {
     );
     assert_eq!(ids(&all).len(), 24);
 }
+
+/// Bad calls are errors, not panics: a file index past the end, a rank past the world.
+#[tokio::test]
+async fn bad_calls_are_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 4, 13).await;
+    let snapshot =
+        voxlake::stream::Snapshot::open(table.to_str().unwrap(), &Default::default(), None)
+            .await
+            .unwrap();
+    let e = snapshot.footer(99).await.unwrap_err().to_string();
+    assert!(e.contains("no file 99"), "{e}");
+    let e = build_err(Loader::builder(table.to_str().unwrap()).with_rank(3, 3)).to_string();
+    assert!(e.contains("rank 3 must be below the world size 3"), "{e}");
+    let e = build_err(Loader::builder(table.to_str().unwrap()).with_rank(0, 0)).to_string();
+    assert!(e.contains("world size 0"), "{e}");
+    let batches = collect(Loader::builder(table.to_str().unwrap()).with_batch_size(4));
+    assert_eq!(
+        batches[0].tensors.as_bytes().map(<[u8]>::len),
+        Some(4 * 360_000)
+    );
+}

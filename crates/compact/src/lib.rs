@@ -31,6 +31,11 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+// Library code returns errors: a panic would end a training run. Tests may unwrap.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -134,7 +134,8 @@ pub fn generate(dir: &Path, count: usize, seed: u64) -> std::io::Result<SynthDat
             })
             .collect();
         for h in handles {
-            h.join().expect("generator thread panicked")?;
+            h.join()
+                .map_err(|_| std::io::Error::other("a generator thread panicked"))??;
         }
         Ok(())
     })?;

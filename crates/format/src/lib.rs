@@ -22,6 +22,11 @@
 //! # Ok::<(), voxlake_format::FormatError>(())
 //! ```
 #![warn(missing_docs)]
+// Library code returns errors: a panic would end a training run. Tests may unwrap.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -117,7 +122,9 @@ impl TensorSpec {
 
     /// The key/value pairs recorded in the Delta table configuration and field metadata.
     pub fn table_configuration(&self) -> HashMap<String, String> {
-        let shape = serde_json::to_string(&self.shape).expect("a list of integers serializes");
+        // A JSON list of integers, as serde_json writes it.
+        let dims: Vec<String> = self.shape.iter().map(usize::to_string).collect();
+        let shape = format!("[{}]", dims.join(","));
         HashMap::from([
             (FORMAT_VERSION_KEY.to_string(), FORMAT_VERSION.to_string()),
             (SHAPE_KEY.to_string(), shape),
@@ -241,7 +248,7 @@ impl Layout {
             Codec::None => Compression::UNCOMPRESSED,
             Codec::Snappy => Compression::SNAPPY,
             Codec::Lz4 => Compression::LZ4_RAW,
-            Codec::Zstd => Compression::ZSTD(ZstdLevel::try_new(3).expect("3 is a valid level")),
+            Codec::Zstd => Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()),
         };
         let tensor = ColumnPath::from(TENSOR_COLUMN);
         let id = ColumnPath::from(ID_COLUMN);

@@ -281,14 +281,23 @@ fn read_value(dtype: DType, b: &[u8]) -> Value {
         DType::U8 => Value::Int(i128::from(b[0])),
         DType::I16 => Value::Int(i128::from(i16::from_le_bytes([b[0], b[1]]))),
         DType::U16 => Value::Int(i128::from(u16::from_le_bytes([b[0], b[1]]))),
-        DType::I32 => Value::Int(i128::from(i32::from_le_bytes(b.try_into().unwrap()))),
-        DType::U32 => Value::Int(i128::from(u32::from_le_bytes(b.try_into().unwrap()))),
-        DType::I64 => Value::Int(i128::from(i64::from_le_bytes(b.try_into().unwrap()))),
-        DType::U64 => Value::Int(i128::from(u64::from_le_bytes(b.try_into().unwrap()))),
+        DType::I32 => Value::Int(i128::from(i32::from_le_bytes(le(b)))),
+        DType::U32 => Value::Int(i128::from(u32::from_le_bytes(le(b)))),
+        DType::I64 => Value::Int(i128::from(i64::from_le_bytes(le(b)))),
+        DType::U64 => Value::Int(i128::from(u64::from_le_bytes(le(b)))),
         DType::F16 => Value::Float(f16::from_le_bytes([b[0], b[1]]).to_f64()),
-        DType::F32 => Value::Float(f64::from(f32::from_le_bytes(b.try_into().unwrap()))),
-        DType::F64 => Value::Float(f64::from_le_bytes(b.try_into().unwrap())),
+        DType::F32 => Value::Float(f64::from(f32::from_le_bytes(le(b)))),
+        DType::F64 => Value::Float(f64::from_le_bytes(le(b))),
     }
+}
+
+/// The first `N` bytes of `b` as an array (zeros past its end: callers pass one item).
+fn le<const N: usize>(b: &[u8]) -> [u8; N] {
+    let mut a = [0; N];
+    for (d, s) in a.iter_mut().zip(b) {
+        *d = *s;
+    }
+    a
 }
 
 /// Writes one value; integer narrowing wraps like numpy's `astype`. The casting rules never

@@ -7,6 +7,8 @@ use half::f16;
 use ndarray::{ArrayD, IxDyn};
 use voxlake_format::DType;
 
+use crate::LoaderError;
+
 /// A batch of samples.
 #[derive(Debug, Clone)]
 pub struct Batch {
@@ -166,19 +168,20 @@ impl Tensors {
         }
     }
 
-    /// The raw values, native byte order, C order (as a training framework copies them).
-    ///
-    /// # Panics
-    /// For a libtorch tensor that is not a contiguous CPU tensor.
-    pub fn as_bytes(&self) -> &[u8] {
+    /// The raw values, native byte order, C order (as a training framework copies them);
+    /// `None` for a libtorch tensor that is not a contiguous CPU tensor (copy it to the CPU
+    /// first).
+    pub fn as_bytes(&self) -> Option<&[u8]> {
         #[cfg(feature = "tch")]
         if let Tensors::Tch(t) = self {
             return t.cpu_bytes();
         }
-        fn bytes<T>(a: &ArrayD<T>) -> &[u8] {
-            let s = a.as_slice().expect("batches are contiguous");
+        fn bytes<T>(a: &ArrayD<T>) -> Option<&[u8]> {
+            let s = a.as_slice()?;
             // SAFETY: any initialized value is readable as bytes; the length is exact.
-            unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
+            Some(unsafe {
+                std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s))
+            })
         }
         each_tensor!(self, a => bytes(a))
     }
@@ -281,13 +284,13 @@ pub(crate) fn build_tensors_into(
     samples: &[&[u8]],
     channels: Option<usize>,
     reuse: Option<Tensors>,
-) -> (Tensors, bool) {
+) -> Result<(Tensors, bool), LoaderError> {
     fn build<T: Element>(
         shape: &[usize],
         samples: &[&[u8]],
         channels: Option<usize>,
         reuse: Option<ArrayD<T>>,
-    ) -> (ArrayD<T>, bool) {
+    ) -> Result<(ArrayD<T>, bool), LoaderError> {
         let numel: usize = shape[1..].iter().product();
         let total = numel * samples.len();
         let reused = reuse
@@ -320,8 +323,9 @@ pub(crate) fn build_tensors_into(
                 values
             }
         };
-        let array = ArrayD::from_shape_vec(IxDyn(shape), values).expect("shape matches the values");
-        (array, recycled)
+        let array = ArrayD::from_shape_vec(IxDyn(shape), values)
+            .map_err(|e| LoaderError::Internal(format!("a batch of shape {shape:?}: {e}")))?;
+        Ok((array, recycled))
     }
     macro_rules! build_as {
         ($variant:ident) => {{
@@ -329,8 +333,8 @@ pub(crate) fn build_tensors_into(
                 Some(Tensors::$variant(a)) => Some(a),
                 _ => None,
             };
-            let (array, recycled) = build(shape, samples, channels, reuse);
-            (Tensors::$variant(array), recycled)
+            let (array, recycled) = build(shape, samples, channels, reuse)?;
+            Ok((Tensors::$variant(array), recycled))
         }};
     }
     match dtype {
@@ -355,8 +359,8 @@ pub(crate) fn build_tensors(
     shape: &[usize],
     samples: &[&[u8]],
     channels: Option<usize>,
-) -> Tensors {
-    build_tensors_into(dtype, shape, samples, channels, None).0
+) -> Result<Tensors, LoaderError> {
+    Ok(build_tensors_into(dtype, shape, samples, channels, None)?.0)
 }
 
 #[cfg(test)]
@@ -367,40 +371,44 @@ mod tests {
     fn channels_first_moves_the_last_axis() {
         // One sample of shape [2, 3] (spatial 2, channels 3): values 0..6.
         let src: Vec<u8> = (0..6).flat_map(|v: i32| v.to_le_bytes()).collect();
-        let t = build_tensors(DType::I32, &[1, 3, 2], &[&src], Some(3));
+        let t = build_tensors(DType::I32, &[1, 3, 2], &[&src], Some(3)).unwrap();
         let Tensors::I32(a) = t else { panic!() };
         assert_eq!(a.as_slice().unwrap(), &[0, 3, 1, 4, 2, 5]);
-        let t = build_tensors(DType::I32, &[1, 2, 3], &[&src], None);
-        assert_eq!(t.as_bytes(), src.as_slice());
+        let t = build_tensors(DType::I32, &[1, 2, 3], &[&src], None).unwrap();
+        assert_eq!(t.as_bytes().unwrap(), src.as_slice());
     }
 
     #[test]
     fn a_recycled_batch_is_refilled_in_place() {
         let a: Vec<u8> = (0..6).flat_map(|v: i32| v.to_le_bytes()).collect();
         let b: Vec<u8> = (10..16).flat_map(|v: i32| v.to_le_bytes()).collect();
-        let first = build_tensors(DType::I32, &[1, 2, 3], &[&a], None);
-        let memory = first.as_bytes().as_ptr();
+        let first = build_tensors(DType::I32, &[1, 2, 3], &[&a], None).unwrap();
+        let memory = first.as_bytes().unwrap().as_ptr();
         let (second, recycled) =
-            build_tensors_into(DType::I32, &[1, 2, 3], &[&b], None, Some(first));
+            build_tensors_into(DType::I32, &[1, 2, 3], &[&b], None, Some(first)).unwrap();
         assert!(recycled);
-        assert_eq!(second.as_bytes(), b.as_slice());
-        assert_eq!(second.as_bytes().as_ptr(), memory, "the same memory");
+        assert_eq!(second.as_bytes().unwrap(), b.as_slice());
+        assert_eq!(
+            second.as_bytes().unwrap().as_ptr(),
+            memory,
+            "the same memory"
+        );
         // Another shape or type: fresh memory, right values.
         let (third, recycled) =
-            build_tensors_into(DType::I32, &[1, 3, 2], &[&a], None, Some(second));
+            build_tensors_into(DType::I32, &[1, 3, 2], &[&a], None, Some(second)).unwrap();
         assert!(!recycled);
-        assert_eq!(third.as_bytes(), a.as_slice());
+        assert_eq!(third.as_bytes().unwrap(), a.as_slice());
         let Tensors::I32(t) = &third else { panic!() };
         assert_eq!(t.shape(), &[1, 3, 2]);
         let (floats, recycled) =
-            build_tensors_into(DType::F32, &[1, 2, 3], &[&a], None, Some(third));
+            build_tensors_into(DType::F32, &[1, 2, 3], &[&a], None, Some(third)).unwrap();
         assert!(!recycled);
         assert_eq!(floats.dtype(), DType::F32);
     }
 
     #[test]
     fn every_dtype_fills_from_little_endian() {
-        let bools = build_tensors(DType::Bool, &[2, 2], &[&[0, 1], &[2, 0]], None);
+        let bools = build_tensors(DType::Bool, &[2, 2], &[&[0, 1], &[2, 0]], None).unwrap();
         assert_eq!(
             bools,
             Tensors::Bool(
@@ -411,12 +419,12 @@ mod tests {
             .iter()
             .flat_map(|v| f16::from_f32(*v).to_le_bytes())
             .collect();
-        let Tensors::F16(a) = build_tensors(DType::F16, &[1, 2], &[&halfs], None) else {
+        let Tensors::F16(a) = build_tensors(DType::F16, &[1, 2], &[&halfs], None).unwrap() else {
             panic!()
         };
         assert_eq!(a[[0, 1]], f16::from_f32(-2.0));
         let f64s: Vec<u8> = [0.25f64].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let t = build_tensors(DType::F64, &[1, 1], &[&f64s], None);
+        let t = build_tensors(DType::F64, &[1, 1], &[&f64s], None).unwrap();
         assert_eq!(t.as_f64().unwrap()[[0, 0]], 0.25);
         assert_eq!(t.dtype(), DType::F64);
     }

@@ -30,6 +30,11 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+// Library code returns errors: a panic would end a training run. Tests may unwrap.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 mod batch;
 pub mod budget;

@@ -411,7 +411,7 @@ impl Producer {
                 &samples,
                 self.channels,
                 reuse,
-            );
+            )?;
             if recycled {
                 self.counters.recycled.fetch_add(1, Ordering::Relaxed);
             }
@@ -419,7 +419,7 @@ impl Producer {
         } else {
             batch_shape.truncate(1);
             batch_shape.push(0);
-            batch::build_tensors(self.spec.dtype(), &batch_shape, &[], None)
+            batch::build_tensors(self.spec.dtype(), &batch_shape, &[], None)?
         };
         Ok(self.batch_of(rows, tensors, epoch, index))
     }

@@ -12,6 +12,11 @@
 //! - [`hooks`]: fault injection for tests (feature `fault-hooks`).
 //! - [`TableStream`]: the entry point; `TableStream::builder(table).with_…().build()`.
 #![warn(missing_docs)]
+// Library code returns errors: a panic would end a training run. Tests may unwrap.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 mod error;
 pub mod hooks;

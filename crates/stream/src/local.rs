@@ -11,7 +11,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -65,7 +65,11 @@ impl PooledLocalStore {
 
     /// Buffers waiting in the pool, and their bytes.
     pub fn pooled(&self) -> (usize, usize) {
-        let free = self.pool.free.lock().expect("pool lock");
+        let free = self
+            .pool
+            .free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         (free.len(), free.iter().map(Vec::len).sum())
     }
 }
@@ -93,7 +97,7 @@ impl BufferPool {
     /// new one. Its first `len` bytes are initialised (zeroed only where never written before).
     fn take(&self, len: usize) -> Vec<u8> {
         let mut buf = {
-            let mut free = self.free.lock().expect("pool lock");
+            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
             let fit = free
                 .iter()
                 .enumerate()
@@ -118,7 +122,7 @@ impl BufferPool {
     }
 
     fn give(&self, buf: Vec<u8>) {
-        let mut free = self.free.lock().expect("pool lock");
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
         let held: usize = free.iter().map(Vec::len).sum();
         if held + buf.len() <= POOL_MAX_BYTES {
             free.push(buf);

@@ -654,7 +654,7 @@ impl Inner {
     /// Row counts of a file's row groups, from its footer, checked against the log.
     async fn row_group_rows(&self, file: usize) -> Result<Vec<u64>, StreamError> {
         let snapshot = &self.snapshot;
-        let path = &snapshot.files()[file].path;
+        let path = &snapshot.file(file)?.path;
         self.hooks
             .check(Stage::Footer, path)
             .map_err(StreamError::Internal)?;

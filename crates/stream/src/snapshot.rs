@@ -277,8 +277,23 @@ impl Snapshot {
         ObjectFileReader::new(self.store.clone(), file.object_path.clone(), file.size)
     }
 
+    /// File `index`, or an error naming the index and the file count.
+    pub fn file(&self, index: usize) -> Result<&DataFile, StreamError> {
+        self.files
+            .get(index)
+            .ok_or_else(|| StreamError::Incompatible {
+                location: self.location.clone(),
+                reason: format!(
+                    "no file {index}: version {} has {} data files",
+                    self.version,
+                    self.files.len()
+                ),
+            })
+    }
+
     /// The footer of file `index`, read once (one ranged GET of the tail) and cached.
     pub async fn reader_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, StreamError> {
+        self.file(index)?;
         self.footers[index]
             .get_or_try_init(|| async {
                 let metadata = self
@@ -439,13 +454,13 @@ impl Snapshot {
                 .push_ranges(ranges, data)
                 .map_err(|e| self.file_error(index, e))?;
         }
-        let batch = match batches.len() {
-            0 => Err(StreamError::Internal(format!(
+        let batch = match (batches.len(), batches.first()) {
+            (_, None) => Err(StreamError::Internal(format!(
                 "file {}: row group {row_group} decoded to nothing",
                 self.files[index].path
             ))),
-            1 => Ok(batches.pop().expect("one batch")),
-            _ => concat_batches(&batches[0].schema(), &batches)
+            (1, Some(only)) => Ok(only.clone()),
+            (_, Some(first)) => concat_batches(&first.schema(), &batches)
                 .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string()))),
         }?;
         Ok((batch, timings))
