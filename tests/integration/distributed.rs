@@ -325,8 +325,9 @@ async fn a_state_pins_its_version_and_refuses_other_tables() {
         .unwrap();
     assert!(e.to_string().contains("batch size"), "{e}");
 
-    // A file of the pinned version vacuumed: the error names it.
+    // A file of the pinned version vacuumed: the error names it and the version.
     let state = pinned;
+    let version = state.version;
     let victim = std::fs::read_dir(&table)
         .unwrap()
         .filter_map(Result::ok)
@@ -352,7 +353,12 @@ async fn a_state_pins_its_version_and_refuses_other_tables() {
         .expect("a vacuumed file must fail")
         .to_string();
     let name = victim.file_name().unwrap().to_str().unwrap();
-    assert!(err.contains(name) && err.contains("missing"), "{err}");
+    assert!(
+        err.contains(name)
+            && err.contains("missing")
+            && err.contains(&format!("version {version}")),
+        "{err}"
+    );
 }
 
 /// Each rank of `world` from `state` (or from the start) for `k` batches (all if `None`);

@@ -146,4 +146,22 @@ mod tests {
         let keys: std::collections::HashSet<&str> = ["a.npy", "c.npy"].into();
         assert_eq!(labels.unmatched(&keys), vec!["b.npy"]);
     }
+
+    proptest::proptest! {
+        /// Any text, and valid files with characters changed: labels or an error naming the
+        /// file, never a panic.
+        #[test]
+        fn any_text_parses_or_errs(text in "\\PC{0,200}", edits in proptest::collection::vec((0usize..64, proptest::char::any()), 0..4)) {
+            let _ = Labels::parse(&text, "l.csv");
+            let mut valid: Vec<char> = "file,label\na.npy,1\n\"b,c.npy\",-3\n".chars().collect();
+            for (at, c) in edits {
+                let i = at % valid.len();
+                valid[i] = c;
+            }
+            let valid: String = valid.into_iter().collect();
+            if let Err(e) = Labels::parse(&valid, "l.csv") {
+                proptest::prop_assert!(e.to_string().contains("l.csv"));
+            }
+        }
+    }
 }

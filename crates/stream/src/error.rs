@@ -36,13 +36,15 @@ pub enum StreamError {
     },
     /// A data file the snapshot lists is gone (deleted or vacuumed under a pinned version).
     #[error(
-        "table {location}: data file {file} is missing from the store (deleted or vacuumed under the pinned version?)"
+        "table {location}: data file {file} of version {version} is missing from the store (deleted or vacuumed under the pinned version?)"
     )]
     MissingFile {
         /// The table location.
         location: String,
         /// The file's path relative to the table.
         file: String,
+        /// The pinned version that lists it.
+        version: u64,
     },
     /// A data file could not be fetched or decoded.
     #[error("table {location}, file {file}: {source}")]

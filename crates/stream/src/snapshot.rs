@@ -249,6 +249,7 @@ impl Snapshot {
             return StreamError::MissingFile {
                 location: self.location.clone(),
                 file,
+                version: self.version,
             };
         }
         StreamError::Parquet {
