@@ -186,3 +186,20 @@ pub fn python_script<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> Str
     );
     stdout
 }
+
+/// Runs a loader to the end on a plain thread and returns its first error (from `build()` or
+/// from the batches), as text. Panics when the run succeeds.
+pub fn first_error(builder: voxlake::LoaderBuilder, what: &str) -> String {
+    let results: Vec<Result<voxlake::Batch, voxlake::loader::LoaderError>> =
+        std::thread::spawn(move || match builder.build() {
+            Ok(loader) => loader.collect(),
+            Err(e) => vec![Err(e)],
+        })
+        .join()
+        .unwrap();
+    results
+        .into_iter()
+        .find_map(Result::err)
+        .unwrap_or_else(|| panic!("{what} must fail"))
+        .to_string()
+}

@@ -9,7 +9,7 @@ use voxlake::compact::{Compactor, synth};
 use voxlake::format::Layout;
 use voxlake::loader::{Batch, Loader, LoaderError};
 
-use crate::common::cube_bytes;
+use crate::common::{cube_bytes, first_error};
 
 /// `count` synthetic cubes in a table of small files (≈4 rows each) and row groups of 2 rows.
 async fn table(dir: &Path, count: usize, seed: u64) -> PathBuf {
@@ -332,21 +332,10 @@ async fn a_file_deleted_under_a_pinned_version_is_named() {
         .find(|p| p.extension().is_some_and(|e| e == "parquet"))
         .unwrap();
     std::fs::remove_file(&victim).unwrap();
-    let path = table.to_str().unwrap().to_string();
-    let results: Vec<Result<Batch, LoaderError>> = std::thread::spawn(move || {
-        Loader::builder(path)
-            .with_batch_size(4)
-            .build()
-            .unwrap()
-            .collect()
-    })
-    .join()
-    .unwrap();
-    let err = results
-        .into_iter()
-        .find_map(Result::err)
-        .expect("reading a deleted file must fail")
-        .to_string();
+    let err = first_error(
+        Loader::builder(table.to_str().unwrap()).with_batch_size(4),
+        "reading a deleted file",
+    );
     let name = victim.file_name().unwrap().to_str().unwrap();
     assert!(err.contains("missing") && err.contains(name), "{err}");
 }
