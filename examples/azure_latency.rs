@@ -18,9 +18,9 @@ use object_store::throttle::{ThrottleConfig, ThrottledStore};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use voxlake::Loader;
 use voxlake::compact::{Compactor, synth};
-use voxlake::fault::{FaultPlan, FaultProxy};
 use voxlake::format::npy::{EncodeOptions, encode};
 use voxlake::format::{DType, Layout};
+use voxlake_testkit::{FaultPlan, FaultProxy};
 
 const KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";

@@ -5,11 +5,10 @@
 //! - [`format`]: the table contract (tensor spec, schema, metadata keys, npy codec);
 //! - [`compact`]: `.npy` blobs → one Delta table laid out for streaming;
 //! - [`stream`]: planning, sharding, shuffling and prefetching row groups;
-//! - [`loader`]: the batching iterator a training loop calls;
-//! - [`fault`]: a fault and latency injecting proxy for tests and benches.
+//! - [`loader`]: the batching iterator a training loop calls.
+//!
+//! Test and bench tooling (the fault proxy) lives in the unpublished `voxlake-testkit` crate.
 #![warn(missing_docs)]
-
-pub mod fault;
 
 pub use voxlake_compact as compact;
 pub use voxlake_format as format;

@@ -14,8 +14,8 @@ use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use voxlake::Loader;
 use voxlake::compact::{Compactor, synth};
-use voxlake::fault::{FaultPlan, FaultProxy};
 use voxlake::format::Layout;
+use voxlake_testkit::{FaultPlan, FaultProxy, RandomFaults};
 
 use crate::common::{compact_bin, cube_bytes, json_output};
 
@@ -435,6 +435,81 @@ async fn faults_are_survived(backend: Backend) {
 // Multi-threaded: the proxy's tasks must run while this thread waits for the loader.
 on_every_backend!(faults_are_survived);
 
+/// Faults drawn at random (seeded: 503/500 bursts, resets, truncated bodies, stalls) over three
+/// epochs: every id once per epoch. With one retry and a high rate, the run ends in one error,
+/// the last item, naming the table, and no id came twice before it.
+async fn random_faults_over_epochs(backend: Backend) {
+    let uploaded = remote_table(backend, "random-faults", 24, 29).await;
+    let table = uploaded.table;
+    let run = |options: HashMap<String, String>| {
+        let builder = Loader::builder(table.clone())
+            .with_storage_options(options)
+            .with_batch_size(4)
+            .with_epochs(3)
+            .with_shuffle(5, 8);
+        std::thread::spawn(move || builder.build().unwrap().collect::<Vec<_>>())
+            .join()
+            .unwrap()
+    };
+    let plan = |seed, rate| FaultPlan {
+        random: Some(RandomFaults {
+            seed,
+            rate,
+            burst: 2,
+            stall: Duration::from_millis(200),
+        }),
+        ..FaultPlan::default()
+    };
+    for seed in [1, 2] {
+        let proxy = FaultProxy::start(backend.addr(), plan(seed, 0.3))
+            .await
+            .unwrap();
+        let results = run(backend.through(&proxy));
+        let mut per_epoch: HashMap<u64, Vec<String>> = HashMap::new();
+        for batch in results {
+            let batch = batch.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            per_epoch.entry(batch.epoch).or_default().extend(batch.ids);
+        }
+        assert!(
+            proxy.faults() >= 3,
+            "seed {seed}: {} faults",
+            proxy.faults()
+        );
+        for epoch in 0..3 {
+            let ids = &per_epoch[&epoch];
+            let unique: HashSet<&String> = ids.iter().collect();
+            assert_eq!(
+                (ids.len(), unique.len()),
+                (24, 24),
+                "seed {seed} epoch {epoch}"
+            );
+        }
+    }
+    // Retries that run out: a clear error, never a short epoch that looks complete.
+    let proxy = FaultProxy::start(backend.addr(), plan(3, 0.9))
+        .await
+        .unwrap();
+    let mut options = backend.through(&proxy);
+    options.insert("max_retries".into(), "1".into());
+    options.insert("retry_timeout".into(), "2s".into());
+    let results = run(options);
+    let (last, before) = results.split_last().expect("at least an error");
+    let e = last
+        .as_ref()
+        .expect_err("the run ends in an error")
+        .to_string();
+    assert!(e.contains("random-faults"), "names the table: {e}");
+    let mut seen = HashSet::new();
+    for batch in before {
+        let batch = batch.as_ref().expect("one error, at the end");
+        for id in &batch.ids {
+            assert!(seen.insert((batch.epoch, id.clone())), "{id} twice");
+        }
+    }
+}
+
+on_every_backend!(random_faults_over_epochs);
+
 /// Over two epochs: only bounded range GETs on data files (no HEAD, no whole-object GET, no
 /// suffix range), one footer read per file, one coalesced read per row group per epoch.
 async fn reads_are_accounted(backend: Backend) {
@@ -731,8 +806,8 @@ async fn concurrent_shards_in_the_store(backend: Backend) {
 
 on_every_backend!(concurrent_shards_in_the_store);
 
-/// The `compact` binary killed three times at growing depths while converting from the store
-/// into the store, then run to the end: every row lands exactly once.
+/// The `compact` binary killed at 10 random points (seeded commit counts, some at once) while
+/// converting from the store into the store, then run to the end: every row lands exactly once.
 async fn killed_runs_resume_exactly_once(backend: Backend) {
     let count = 60;
     let Uploaded { prefix, src, table } = uploaded(backend, "killed", count, 47).await;
@@ -749,7 +824,11 @@ async fn killed_runs_resume_exactly_once(backend: Backend) {
     };
     let store = backend.store();
     let log = StorePath::from(format!("{prefix}/table/_delta_log"));
-    for target_commits in [0, 2, 5] {
+    // Ten kill points: commit counts drawn from 0..8 (a seeded generator), in order.
+    let mut rng = voxlake::stream::plan::SeededRng::new(47);
+    let mut targets: Vec<usize> = (0..10).map(|_| rng.below(8)).collect();
+    targets.sort_unstable();
+    for target_commits in targets {
         let mut child = convert().spawn().unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {

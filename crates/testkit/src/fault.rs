@@ -8,13 +8,14 @@
 //! network (it cannot wrap `LocalFileSystem`; wrap an `InMemory` copy).
 //!
 //! Faults hit data reads only (GETs with a `Range` header), on a deterministic schedule: the
-//! n-th such request gets the fault whose period divides n. Listing, log and footer handling
-//! stay untouched unless a period says otherwise.
+//! n-th such request gets the fault whose period divides n, or, with [`RandomFaults`], the fault
+//! a seeded generator draws for n (the same seed, the same faults). Listing, log and footer
+//! handling stay untouched unless a period says otherwise.
 //!
 //! ```no_run
 //! # async fn f() -> std::io::Result<()> {
 //! use std::time::Duration;
-//! use voxlake::fault::{FaultPlan, FaultProxy};
+//! use voxlake_testkit::{FaultPlan, FaultProxy};
 //!
 //! let proxy = FaultProxy::start(
 //!     "127.0.0.1:10000".parse().unwrap(),
@@ -56,6 +57,53 @@ pub struct FaultPlan {
     pub truncate_every: Option<u64>,
     /// Every n-th data read stalls this long before its response.
     pub stall_every: Option<(u64, Duration)>,
+    /// Faults drawn at random (seeded) instead of, or besides, the periods above.
+    pub random: Option<RandomFaults>,
+}
+
+/// A seeded random fault schedule over data reads: each read independently gets a fault with
+/// probability `rate` (the kind drawn uniformly from 503, 500, reset, truncated body, stall),
+/// except that status errors come in bursts: reads are grouped in windows of `burst`, and a
+/// window drawn for an error answers every read in it with that status.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RandomFaults {
+    /// The seed: the same seed gives the same faults at the same read numbers.
+    pub seed: u64,
+    /// Probability of a fault per data read (per window for status bursts).
+    pub rate: f64,
+    /// Reads per status burst window (0 counts as 1).
+    pub burst: u64,
+    /// How long a stalled read waits.
+    pub stall: Duration,
+}
+
+impl RandomFaults {
+    fn fault_for(&self, n: u64) -> Fault {
+        use voxlake_stream::plan::SeededRng;
+        let burst = self.burst.max(1);
+        let draw = |salt: u64, k: u64| {
+            let mut rng = SeededRng::for_stream(&[self.seed, salt, k]);
+            (f64::from(rng.uniform()), rng.below(5))
+        };
+        // Status bursts: one draw per window of reads.
+        let (p, kind) = draw(1, n / burst);
+        if p < self.rate / 2.0 {
+            return match kind % 2 {
+                0 => Fault::Status("503 Service Unavailable"),
+                _ => Fault::Status("500 Internal Server Error"),
+            };
+        }
+        // Other faults: one draw per read.
+        let (p, kind) = draw(2, n);
+        if p >= self.rate / 2.0 {
+            return Fault::None;
+        }
+        match kind {
+            0 | 1 => Fault::Reset,
+            2 | 3 => Fault::Truncate,
+            _ => Fault::Stall(self.stall),
+        }
+    }
 }
 
 /// One request that passed through the proxy.
@@ -121,6 +169,8 @@ impl FaultPlan {
             .filter(|(e, _)| *e > 0 && n.is_multiple_of(*e))
         {
             Fault::Stall(d)
+        } else if let Some(random) = &self.random {
+            random.fault_for(n)
         } else {
             Fault::None
         }
@@ -164,7 +214,10 @@ impl FaultProxy {
 
     /// Every request seen so far.
     pub fn requests(&self) -> Vec<Request> {
-        self.log.lock().expect("log lock").clone()
+        self.log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Data reads (GETs with a `Range`) seen so far.
@@ -438,5 +491,47 @@ mod tests {
                 "-", "-", "-", "500", "503", "503", "503", "500", "500", "503", "503", "503"
             ]
         );
+    }
+
+    fn name(f: Fault) -> &'static str {
+        match f {
+            Fault::None => "-",
+            Fault::Status(s) => &s[..3],
+            Fault::Reset => "reset",
+            Fault::Truncate => "cut",
+            Fault::Stall(_) => "stall",
+        }
+    }
+
+    #[test]
+    fn random_faults_are_seeded_bursty_and_near_their_rate() {
+        let plan = |seed| FaultPlan {
+            random: Some(RandomFaults {
+                seed,
+                rate: 0.2,
+                burst: 3,
+                stall: Duration::from_millis(10),
+            }),
+            ..FaultPlan::default()
+        };
+        let run = |seed| -> Vec<&'static str> {
+            (0..3000).map(|n| name(plan(seed).fault_for(n))).collect()
+        };
+        let a = run(1);
+        assert_eq!(a, run(1), "the same seed, the same faults");
+        assert_ne!(a, run(2));
+        let faults = a.iter().filter(|f| **f != "-").count();
+        assert!(
+            (450..=750).contains(&faults),
+            "{faults} faults in 3000 reads at 20 %"
+        );
+        for kind in ["503", "500", "reset", "cut", "stall"] {
+            assert!(a.contains(&kind), "{kind} never drawn");
+        }
+        // Status errors fill whole windows of 3 reads.
+        for w in a.chunks(3) {
+            let statuses = w.iter().filter(|f| **f == "503" || **f == "500").count();
+            assert!(statuses == 0 || statuses == 3, "{w:?}");
+        }
     }
 }

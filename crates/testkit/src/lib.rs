@@ -1,0 +1,8 @@
+//! Test and bench tooling for voxlake, kept out of the published crates: the fault and latency
+//! injecting proxy ([`fault`]) that the object store suite, the benches and the Azure example
+//! put in front of Azurite and moto's S3 server.
+#![warn(missing_docs)]
+
+pub mod fault;
+
+pub use fault::{FaultPlan, FaultProxy, RandomFaults, Request};
