@@ -8,7 +8,7 @@ use std::time::Instant;
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 use voxlake_stream::order::Uneven;
 use voxlake_stream::replay::{OrderSettings, Segment};
-use voxlake_stream::{Shard, TableStream};
+use voxlake_stream::{Shard, Snapshot, TableStream};
 
 use crate::producer::{Counters, Producer};
 use crate::state::{LoaderState, Position, STATE_FORMAT, file_set_hash};
@@ -45,6 +45,15 @@ pub struct LoaderBuilder {
 
 /// Files whose row groups are read round-robin when shuffling.
 const INTERLEAVE: usize = 4;
+
+/// Batches given back with `Loader::recycle` kept for reuse.
+pub(crate) const RECYCLED_SPARES: usize = 2;
+
+/// Batches the loader holds outside the stream: `prefetch` queued for the caller, the one
+/// being assembled, the caller's, and the recycled spares.
+fn batches_outside(prefetch: usize) -> u64 {
+    (prefetch + 2 + RECYCLED_SPARES) as u64
+}
 
 impl std::fmt::Debug for LoaderBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -277,37 +286,43 @@ impl LoaderBuilder {
             uneven: self.uneven,
             interleave: INTERLEAVE,
         };
-        let mut stream = TableStream::builder(self.table.clone())
-            .with_storage_options(self.storage_options.clone())
+        let snapshot = runtime.block_on(async {
+            Snapshot::open_with_store(
+                &self.table,
+                &self.storage_options,
+                version,
+                self.root_store.clone(),
+            )
+            .await?
+            .with_row_counts()
+            .await
+        })?;
+        let spec = snapshot.spec().clone();
+        let sample_bytes = spec.nbytes().max(1) as u64;
+        let batch_bytes = self.batch_size as u64 * sample_bytes;
+        // The budget covers the batches outside the stream too: those queued for the caller,
+        // the one being assembled, the caller's, and the spares kept for recycling.
+        let outside = batches_outside(self.prefetch) * batch_bytes;
+        // (Too little left for the stream is refused below, with the smallest budget that works.)
+        let stream_budget = self.memory_budget.saturating_sub(outside).max(1024);
+        let stream = TableStream::builder(self.table.clone())
             .with_shard(shard)
             .with_uneven(self.uneven)
             .with_shuffle(settings.shuffle)
             .with_seed(settings.seed)
             .with_interleave(INTERLEAVE)
             .with_columns(self.columns.clone())
-            .with_memory_budget(self.memory_budget)
+            .with_memory_budget(stream_budget)
             .with_prefetch(self.row_group_prefetch);
-        if let Some(v) = version {
-            stream = stream.with_version(v);
-        }
-        if let Some(store) = self.root_store.clone() {
-            stream = stream.with_object_store(store);
-        }
         #[cfg(feature = "fault-hooks")]
-        if let Some(hook) = self.fault_hook.clone() {
-            stream = stream.with_fault_hook(hook);
-        }
-        let stream = runtime.block_on(stream.build())?;
-        let spec = stream.snapshot().spec().clone();
-        let sample_bytes = spec.nbytes().max(1) as u64;
-        if (self.batch_size as u64) * sample_bytes > self.memory_budget {
-            return Err(LoaderError::Config(format!(
-                "a memory budget of {} bytes cannot hold one batch of {} samples of {sample_bytes} bytes",
-                self.memory_budget, self.batch_size
-            )));
-        }
-        // Buffered row groups keep their budget share: the buffer takes at most half.
-        let fits = (self.memory_budget / 2 / sample_bytes) as usize;
+        let stream = match self.fault_hook.clone() {
+            Some(hook) => stream.with_fault_hook(hook),
+            None => stream,
+        };
+        let stream = stream.build_on(Arc::new(snapshot));
+        // Buffered row groups keep their budget share: the buffer takes at most half of the
+        // stream's.
+        let fits = (stream_budget / 2 / sample_bytes) as usize;
         if let Some((_, rows)) = self.shuffle {
             if rows > fits {
                 tracing::warn!(
@@ -317,10 +332,19 @@ impl LoaderBuilder {
                 );
             }
             settings.buffer_rows =
-                budget::buffer_rows(self.memory_budget, sample_bytes, rows, self.batch_size);
+                budget::buffer_rows(stream_budget, sample_bytes, rows, self.batch_size);
         }
         if !stream.snapshot().files().is_empty() {
             self.check_budget(&runtime, &stream, &settings, sample_bytes)?;
+        } else if outside + batch_bytes > self.memory_budget {
+            return Err(LoaderError::Config(format!(
+                "a memory budget of {} bytes cannot hold the {} batches of {} samples of {sample_bytes} bytes the loader keeps ({} queued ahead, the one being assembled, yours, {RECYCLED_SPARES} spares); the smallest budget that works is {} bytes",
+                self.memory_budget,
+                batches_outside(self.prefetch),
+                self.batch_size,
+                self.prefetch,
+                outside + batch_bytes
+            )));
         }
         let files = file_set_hash(stream.snapshot());
         let start = match &self.state {
@@ -435,7 +459,7 @@ impl LoaderBuilder {
             meter: stall::StallMeter::default(),
             last_return: None,
             recycled,
-            recycle_max: self.prefetch + 2,
+            recycle_max: RECYCLED_SPARES,
         })
     }
 
@@ -458,16 +482,19 @@ impl LoaderBuilder {
             peak: largest.peak,
         };
         let buffer = settings.shuffle.then_some(settings.buffer_rows);
-        let need = budget::needed(group, settings.batch_size, buffer);
-        if need > self.memory_budget {
-            let smallest = budget::smallest(
-                group,
-                settings.batch_size,
-                sample_bytes,
-                self.shuffle.map(|s| s.1),
-            );
+        let batch_bytes = settings.batch_size as u64 * sample_bytes;
+        let outside = batches_outside(self.prefetch) * batch_bytes;
+        let need = budget::needed(group, settings.batch_size, buffer).max(batch_bytes);
+        if outside + need > self.memory_budget {
+            let smallest = outside
+                + budget::smallest(
+                    group,
+                    settings.batch_size,
+                    sample_bytes,
+                    self.shuffle.map(|s| s.1),
+                );
             return Err(LoaderError::Config(format!(
-                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, and {} of them are buffered at once; the smallest budget that works is {smallest} bytes ({} MiB)",
+                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, {} of them are buffered at once, and {outside} bytes go to the batches the loader keeps; the smallest budget that works is {smallest} bytes ({} MiB)",
                 self.memory_budget,
                 group.rows,
                 group.peak,
