@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 use voxlake_stream::order::Uneven;
-use voxlake_stream::replay::{OrderSettings, Segment};
+use voxlake_stream::replay::OrderSettings;
 use voxlake_stream::{Shard, Snapshot, TableStream};
 
 use crate::producer::{Counters, Producer};
@@ -18,29 +18,29 @@ use crate::{Epochs, Loader, LoaderError, budget, stall};
 #[derive(Clone)]
 pub struct LoaderBuilder {
     pub(crate) table: String,
-    storage_options: HashMap<String, String>,
-    version: Option<u64>,
-    batch_size: usize,
-    epochs: Epochs,
-    start_epoch: u64,
-    shuffle: Option<(u64, usize)>,
-    drop_last: bool,
-    uneven: Uneven,
-    rank: usize,
-    world_size: usize,
-    columns: Vec<String>,
-    channels_first: bool,
-    memory_budget: u64,
-    prefetch: usize,
-    row_group_prefetch: usize,
-    runtime_threads: usize,
-    root_store: Option<Arc<dyn voxlake_stream::ObjectStore>>,
-    state: Option<LoaderState>,
-    hooks: voxlake_stream::hooks::Hooks,
+    pub(crate) storage_options: HashMap<String, String>,
+    pub(crate) version: Option<u64>,
+    pub(crate) batch_size: usize,
+    pub(crate) epochs: Epochs,
+    pub(crate) start_epoch: u64,
+    pub(crate) shuffle: Option<(u64, usize)>,
+    pub(crate) drop_last: bool,
+    pub(crate) uneven: Uneven,
+    pub(crate) rank: usize,
+    pub(crate) world_size: usize,
+    pub(crate) columns: Vec<String>,
+    pub(crate) channels_first: bool,
+    pub(crate) memory_budget: u64,
+    pub(crate) prefetch: usize,
+    pub(crate) row_group_prefetch: usize,
+    pub(crate) runtime_threads: usize,
+    pub(crate) root_store: Option<Arc<dyn voxlake_stream::ObjectStore>>,
+    pub(crate) state: Option<LoaderState>,
+    pub(crate) hooks: voxlake_stream::hooks::Hooks,
     #[cfg(feature = "fault-hooks")]
-    fault_hook: Option<voxlake_stream::hooks::FaultHook>,
+    pub(crate) fault_hook: Option<voxlake_stream::hooks::FaultHook>,
     #[cfg(feature = "tch")]
-    device: Option<tch::Device>,
+    pub(crate) device: Option<tch::Device>,
 }
 
 /// Files whose row groups are read round-robin when shuffling.
@@ -51,7 +51,7 @@ pub(crate) const RECYCLED_SPARES: usize = 2;
 
 /// Batches the loader holds outside the stream: `prefetch` queued for the caller, the one
 /// being assembled, the caller's, and the recycled spares.
-fn batches_outside(prefetch: usize) -> u64 {
+pub(crate) fn batches_outside(prefetch: usize) -> u64 {
     (prefetch + 2 + RECYCLED_SPARES) as u64
 }
 
@@ -460,129 +460,6 @@ impl LoaderBuilder {
             last_return: None,
             recycled,
             recycle_max: RECYCLED_SPARES,
-        })
-    }
-
-    /// Refuses a budget that cannot stream row groups like the first file's (one footer read,
-    /// which the stream caches), naming the smallest budget that can.
-    fn check_budget(
-        &self,
-        runtime: &tokio::runtime::Runtime,
-        stream: &TableStream,
-        settings: &OrderSettings,
-        sample_bytes: u64,
-    ) -> Result<(), LoaderError> {
-        let groups = runtime.block_on(stream.group_budgets(0))?;
-        let Some(largest) = groups.iter().max_by_key(|g| g.peak) else {
-            return Ok(());
-        };
-        let group = budget::GroupSize {
-            rows: largest.rows,
-            held: largest.held,
-            peak: largest.peak,
-        };
-        let buffer = settings.shuffle.then_some(settings.buffer_rows);
-        let batch_bytes = settings.batch_size as u64 * sample_bytes;
-        let outside = batches_outside(self.prefetch) * batch_bytes;
-        let need = budget::needed(group, settings.batch_size, buffer).max(batch_bytes);
-        if outside + need > self.memory_budget {
-            let smallest = outside
-                + budget::smallest(
-                    group,
-                    settings.batch_size,
-                    sample_bytes,
-                    self.shuffle.map(|s| s.1),
-                );
-            return Err(LoaderError::Config(format!(
-                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, {} of them are buffered at once, and {outside} bytes go to the batches the loader keeps; the smallest budget that works is {smallest} bytes ({} MiB)",
-                self.memory_budget,
-                group.rows,
-                group.peak,
-                group.held,
-                need.saturating_sub(group.peak) / group.held.max(1) + 1,
-                smallest.div_ceil(1 << 20)
-            )));
-        }
-        Ok(())
-    }
-
-    /// Checks a state against this builder and the table; returns where to start.
-    fn check_state(
-        &self,
-        state: &LoaderState,
-        settings: &mut OrderSettings,
-        files: &str,
-        fits: usize,
-        sample_bytes: u64,
-    ) -> Result<Position, LoaderError> {
-        if state.files != files {
-            return Err(LoaderError::State(format!(
-                "the state's file set ({}, {} files, version {}) is not this table's at that version ({files}): another table or another file set",
-                state.files, state.file_count, state.version
-            )));
-        }
-        let theirs = state.order_settings()?;
-        let mismatch = |what: &str, a: String, b: String| {
-            Err(LoaderError::State(format!(
-                "the state was taken with {what} {a}, this loader has {b}"
-            )))
-        };
-        if theirs.batch_size != settings.batch_size {
-            return mismatch(
-                "batch size",
-                theirs.batch_size.to_string(),
-                settings.batch_size.to_string(),
-            );
-        }
-        if theirs.drop_last != settings.drop_last {
-            return mismatch(
-                "drop_last",
-                theirs.drop_last.to_string(),
-                settings.drop_last.to_string(),
-            );
-        }
-        if theirs.uneven != settings.uneven {
-            return mismatch(
-                "uneven",
-                theirs.uneven.as_str().into(),
-                settings.uneven.as_str().into(),
-            );
-        }
-        let ours = self.shuffle;
-        let stated = state.shuffle.then_some((state.seed, state.shuffle_buffer));
-        if ours != stated {
-            return mismatch("shuffle", format!("{stated:?}"), format!("{ours:?}"));
-        }
-        if theirs.shuffle && theirs.buffer_rows > fits.max(settings.batch_size) {
-            return Err(LoaderError::Config(format!(
-                "the state's shuffle buffer of {} rows needs a memory budget of at least {} bytes",
-                theirs.buffer_rows,
-                theirs.buffer_rows as u64 * sample_bytes * 2
-            )));
-        }
-        if theirs.interleave != settings.interleave {
-            return mismatch(
-                "interleave",
-                theirs.interleave.to_string(),
-                settings.interleave.to_string(),
-            );
-        }
-        *settings = theirs;
-        let mut closed = state.segments();
-        let mut batches = state.batches;
-        if state.world_size != self.world_size && batches > 0 {
-            // Another world: the current segment ends here; the rest is dealt anew.
-            closed.push(Segment {
-                world_size: state.world_size,
-                batches,
-            });
-            batches = 0;
-        }
-        Ok(Position {
-            epoch: state.epoch,
-            closed,
-            world_size: self.world_size,
-            batches,
         })
     }
 }

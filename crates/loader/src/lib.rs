@@ -39,6 +39,7 @@
 mod batch;
 pub mod budget;
 mod builder;
+mod checks;
 mod loader;
 mod producer;
 pub mod stall;

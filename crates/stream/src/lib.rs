@@ -18,6 +18,8 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+mod ahead;
+mod builder;
 mod error;
 pub mod hooks;
 #[cfg(unix)]
@@ -29,13 +31,14 @@ mod pipeline;
 pub mod plan;
 pub mod replay;
 mod snapshot;
+mod stats;
 
+pub use ahead::{AbortOnDrop, spawn_ahead};
+pub use builder::StreamBuilder;
 pub use error::{StreamError, panic_message, redact, store_error_is_transient};
 pub use object_store::ObjectStore;
 pub use order::Uneven;
-pub use pipeline::{
-    AbortOnDrop, BudgetProgress, GroupBudget, RowGroupBatch, StreamBuilder, StreamStats,
-    TableStream, spawn_ahead,
-};
+pub use pipeline::{RowGroupBatch, TableStream};
 pub use plan::Shard;
 pub use snapshot::{DataFile, READ_CONCURRENCY, ReadTimings, Snapshot};
+pub use stats::{BudgetProgress, GroupBudget, StreamStats};

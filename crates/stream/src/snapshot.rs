@@ -202,14 +202,6 @@ impl Snapshot {
         &self.store
     }
 
-    /// Per-file weights for planning: the row count, or the size where the log has none.
-    pub fn plan_weights(&self) -> Vec<u64> {
-        self.files
-            .iter()
-            .map(|f| f.rows.unwrap_or(f.size))
-            .collect()
-    }
-
     /// The snapshot with every file's row count: files whose add action recorded none get it
     /// from their footer (read concurrently; the footers stay cached).
     pub async fn with_row_counts(mut self) -> Result<Snapshot, StreamError> {

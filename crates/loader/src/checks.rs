@@ -1,0 +1,134 @@
+//! What `build()` checks before it starts any work: that the budget can stream the table, and
+//! that a state to resume from fits the table and the settings.
+
+use voxlake_stream::TableStream;
+use voxlake_stream::replay::{OrderSettings, Segment};
+
+use crate::builder::{LoaderBuilder, batches_outside};
+use crate::state::{LoaderState, Position};
+use crate::{LoaderError, budget};
+
+impl LoaderBuilder {
+    /// Refuses a budget that cannot stream row groups like the first file's (one footer read,
+    /// which the stream caches), naming the smallest budget that can.
+    pub(crate) fn check_budget(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        stream: &TableStream,
+        settings: &OrderSettings,
+        sample_bytes: u64,
+    ) -> Result<(), LoaderError> {
+        let groups = runtime.block_on(stream.group_budgets(0))?;
+        let Some(largest) = groups.iter().max_by_key(|g| g.peak) else {
+            return Ok(());
+        };
+        let group = budget::GroupSize {
+            rows: largest.rows,
+            held: largest.held,
+            peak: largest.peak,
+        };
+        let buffer = settings.shuffle.then_some(settings.buffer_rows);
+        let batch_bytes = settings.batch_size as u64 * sample_bytes;
+        let outside = batches_outside(self.prefetch) * batch_bytes;
+        let need = budget::needed(group, settings.batch_size, buffer).max(batch_bytes);
+        if outside + need > self.memory_budget {
+            let smallest = outside
+                + budget::smallest(
+                    group,
+                    settings.batch_size,
+                    sample_bytes,
+                    self.shuffle.map(|s| s.1),
+                );
+            return Err(LoaderError::Config(format!(
+                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, {} of them are buffered at once, and {outside} bytes go to the batches the loader keeps; the smallest budget that works is {smallest} bytes ({} MiB)",
+                self.memory_budget,
+                group.rows,
+                group.peak,
+                group.held,
+                need.saturating_sub(group.peak) / group.held.max(1) + 1,
+                smallest.div_ceil(1 << 20)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks a state against this builder and the table; returns where to start.
+    pub(crate) fn check_state(
+        &self,
+        state: &LoaderState,
+        settings: &mut OrderSettings,
+        files: &str,
+        fits: usize,
+        sample_bytes: u64,
+    ) -> Result<Position, LoaderError> {
+        if state.files != files {
+            return Err(LoaderError::State(format!(
+                "the state's file set ({}, {} files, version {}) is not this table's at that version ({files}): another table or another file set",
+                state.files, state.file_count, state.version
+            )));
+        }
+        let theirs = state.order_settings()?;
+        let mismatch = |what: &str, a: String, b: String| {
+            Err(LoaderError::State(format!(
+                "the state was taken with {what} {a}, this loader has {b}"
+            )))
+        };
+        if theirs.batch_size != settings.batch_size {
+            return mismatch(
+                "batch size",
+                theirs.batch_size.to_string(),
+                settings.batch_size.to_string(),
+            );
+        }
+        if theirs.drop_last != settings.drop_last {
+            return mismatch(
+                "drop_last",
+                theirs.drop_last.to_string(),
+                settings.drop_last.to_string(),
+            );
+        }
+        if theirs.uneven != settings.uneven {
+            return mismatch(
+                "uneven",
+                theirs.uneven.as_str().into(),
+                settings.uneven.as_str().into(),
+            );
+        }
+        let ours = self.shuffle;
+        let stated = state.shuffle.then_some((state.seed, state.shuffle_buffer));
+        if ours != stated {
+            return mismatch("shuffle", format!("{stated:?}"), format!("{ours:?}"));
+        }
+        if theirs.shuffle && theirs.buffer_rows > fits.max(settings.batch_size) {
+            return Err(LoaderError::Config(format!(
+                "the state's shuffle buffer of {} rows needs a memory budget of at least {} bytes",
+                theirs.buffer_rows,
+                theirs.buffer_rows as u64 * sample_bytes * 2
+            )));
+        }
+        if theirs.interleave != settings.interleave {
+            return mismatch(
+                "interleave",
+                theirs.interleave.to_string(),
+                settings.interleave.to_string(),
+            );
+        }
+        *settings = theirs;
+        let mut closed = state.segments();
+        let mut batches = state.batches;
+        if state.world_size != self.world_size && batches > 0 {
+            // Another world: the current segment ends here; the rest is dealt anew.
+            closed.push(Segment {
+                world_size: state.world_size,
+                batches,
+            });
+            batches = 0;
+        }
+        Ok(Position {
+            epoch: state.epoch,
+            closed,
+            world_size: self.world_size,
+            batches,
+        })
+    }
+}

@@ -1,0 +1,206 @@
+//! [`StreamBuilder`]: a stream's settings, and opening it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+
+use crate::error::StreamError;
+use crate::hooks::Hooks;
+use crate::order::Uneven;
+use crate::pipeline::{Inner, TableStream};
+use crate::plan::{Planner, Shard};
+use crate::snapshot::Snapshot;
+use crate::stats::Counters;
+
+/// Configures and opens a [`TableStream`].
+#[derive(Clone)]
+pub struct StreamBuilder {
+    location: String,
+    storage_options: HashMap<String, String>,
+    version: Option<u64>,
+    shard: Shard,
+    uneven: Uneven,
+    seed: u64,
+    shuffle: bool,
+    interleave: usize,
+    columns: Vec<String>,
+    memory_budget: u64,
+    prefetch: usize,
+    root_store: Option<Arc<dyn object_store::ObjectStore>>,
+    hooks: Hooks,
+}
+
+impl StreamBuilder {
+    /// Reads through this store instead of one built from the location and options: `/` of
+    /// `store` is the root of the store the location names (see [`Snapshot::open_with_store`]).
+    pub fn with_object_store(mut self, store: Arc<dyn object_store::ObjectStore>) -> Self {
+        self.root_store = Some(store);
+        self
+    }
+
+    /// Storage settings on top of the standard environment variables.
+    pub fn with_storage_options(mut self, options: HashMap<String, String>) -> Self {
+        self.storage_options = options;
+        self
+    }
+
+    /// Pins the table version (default: the latest at open).
+    pub fn with_version(mut self, version: u64) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    /// The share of the table [`epoch`](TableStream::epoch) reads (default: all of it).
+    pub fn with_shard(mut self, shard: Shard) -> Self {
+        self.shard = shard;
+        self
+    }
+
+    /// Pad or drop the rows that do not divide evenly over the ranks (default pad).
+    pub fn with_uneven(mut self, uneven: Uneven) -> Self {
+        self.uneven = uneven;
+        self
+    }
+
+    /// Calls `hook` at every stage (footer, fetch, decode) so tests can inject errors and
+    /// panics (feature `fault-hooks`).
+    #[cfg(feature = "fault-hooks")]
+    pub fn with_fault_hook(mut self, hook: crate::hooks::FaultHook) -> Self {
+        self.hooks = Hooks::new(hook);
+        self
+    }
+
+    /// The seed of the per-epoch shuffle (default 0).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Shuffle files and row groups every epoch (default off: table order).
+    pub fn with_shuffle(mut self, shuffle: bool) -> Self {
+        self.shuffle = shuffle;
+        self
+    }
+
+    /// Files whose row groups are read round-robin when shuffling (default 4).
+    pub fn with_interleave(mut self, files: usize) -> Self {
+        self.interleave = files;
+        self
+    }
+
+    /// Columns to read (default `id`, `label`, `tensor`): only their byte ranges are fetched.
+    pub fn with_columns(mut self, columns: Vec<String>) -> Self {
+        self.columns = columns;
+        self
+    }
+
+    /// Bytes that fetched and decoded row groups not yet released may hold (default 512 MiB).
+    pub fn with_memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = bytes.max(1);
+        self
+    }
+
+    /// Row groups fetched and decoded at once (default 16, reached by a slow start from 4). Each
+    /// request pays the store's latency: enough in flight keep the store busy meanwhile; the
+    /// memory budget bounds them whatever the depth.
+    pub fn with_prefetch(mut self, row_groups: usize) -> Self {
+        self.prefetch = row_groups.max(1);
+        self
+    }
+
+    /// Opens the snapshot (the log only: no listing, no footer yet).
+    pub async fn build(self) -> Result<TableStream, StreamError> {
+        let snapshot = Snapshot::open_with_store(
+            &self.location,
+            &self.storage_options,
+            self.version,
+            self.root_store.clone(),
+        )
+        .await?
+        .with_row_counts()
+        .await?;
+        Ok(self.build_on(Arc::new(snapshot)))
+    }
+
+    /// A stream over an already opened snapshot (several shards can share one). Files whose
+    /// add action has no row count count as empty: open it with [`build`](Self::build), which
+    /// reads their footers.
+    pub fn build_on(self, snapshot: Arc<Snapshot>) -> TableStream {
+        // Semaphore permits are counted in KiB so budgets above 2^32 bytes fit.
+        let kib = self
+            .memory_budget
+            .div_ceil(1024)
+            .min(Semaphore::MAX_PERMITS as u64) as usize;
+        TableStream {
+            inner: Arc::new(Inner {
+                // Unshuffled means table order: read files one after the other.
+                planner: Planner::new(self.seed, self.shuffle).with_interleave(if self.shuffle {
+                    self.interleave
+                } else {
+                    1
+                }),
+                shard: self.shard,
+                uneven: self.uneven,
+                rows_per_file: snapshot
+                    .files()
+                    .iter()
+                    .map(|f| f.rows.unwrap_or(0))
+                    .collect(),
+                snapshot,
+                columns: self.columns,
+                hooks: self.hooks,
+                budget: Arc::new(Semaphore::new(kib)),
+                budget_bytes: kib as u64 * 1024,
+                prefetch: self.prefetch,
+                counters: Counters::default(),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for StreamBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Storage options may hold secrets: their keys only.
+        f.debug_struct("StreamBuilder")
+            .field("location", &crate::redact(&self.location))
+            .field(
+                "storage_option_keys",
+                &self.storage_options.keys().collect::<Vec<_>>(),
+            )
+            .field("version", &self.version)
+            .field("shard", &self.shard)
+            .field("uneven", &self.uneven)
+            .field("seed", &self.seed)
+            .field("shuffle", &self.shuffle)
+            .field("columns", &self.columns)
+            .field("memory_budget", &self.memory_budget)
+            .field("prefetch", &self.prefetch)
+            .field("custom_store", &self.root_store.is_some())
+            .finish()
+    }
+}
+
+impl TableStream {
+    /// A builder for the table at `location` (a local path or URL).
+    pub fn builder(location: impl Into<String>) -> StreamBuilder {
+        StreamBuilder {
+            location: location.into(),
+            storage_options: HashMap::new(),
+            version: None,
+            shard: Shard::default(),
+            uneven: Uneven::Pad,
+            seed: 0,
+            shuffle: false,
+            interleave: 4,
+            columns: [ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN]
+                .map(String::from)
+                .to_vec(),
+            memory_budget: 512 << 20,
+            prefetch: 16,
+            root_store: None,
+            hooks: Hooks::default(),
+        }
+    }
+}

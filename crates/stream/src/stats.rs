@@ -1,0 +1,60 @@
+//! What the pipeline counts and reports: its work, and where its budget stands.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+/// Counters of the pipeline's work (monotonic; read with [`TableStream::stats`]).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) row_groups: AtomicU64,
+    pub(crate) rows: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) fetch_ns: AtomicU64,
+    pub(crate) decode_ns: AtomicU64,
+    pub(crate) budget_wait_ns: AtomicU64,
+    /// Units that took their budget share.
+    pub(crate) reserved_units: AtomicU64,
+    /// The budget (KiB) the head of the line waits for; 0 when none waits.
+    pub(crate) waiting_kib: AtomicU64,
+}
+
+/// Where the budget stands: for telling a stalled pipeline from a slow one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetProgress {
+    /// Units that took their budget share so far (the stream's and [`TableStream::read_unit`]'s).
+    pub reserved_units: u64,
+    /// Bytes the next unit waits for (0: none waits).
+    pub waiting_bytes: u64,
+    /// Bytes of the budget not taken.
+    pub available_bytes: u64,
+    /// The whole budget.
+    pub budget_bytes: u64,
+}
+
+/// One row group's rows and its budget shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupBudget {
+    /// Rows in the row group.
+    pub rows: u64,
+    /// Bytes it keeps while buffered: its projected chunks decoded.
+    pub held: u64,
+    /// Bytes it takes while fetched and decoded.
+    pub peak: u64,
+}
+
+/// A snapshot of the pipeline's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StreamStats {
+    /// Row groups delivered.
+    pub row_groups: u64,
+    /// Rows delivered.
+    pub rows: u64,
+    /// Bytes of column chunks fetched.
+    pub bytes: u64,
+    /// Time spent fetching (summed over concurrent fetches).
+    pub fetch: Duration,
+    /// Time spent decoding (summed over the blocking pool).
+    pub decode: Duration,
+    /// Time the pipeline waited for the memory budget.
+    pub budget_wait: Duration,
+}
