@@ -2,7 +2,7 @@
 //!
 //! This facade re-exports the member crates:
 //!
-//! - [`format`]: the table contract (tensor spec, schema, metadata keys, npy codec);
+//! - [`format`](mod@format): the table contract (tensor spec, schema, metadata keys, npy codec);
 //! - [`compact`]: `.npy` blobs → one Delta table laid out for streaming;
 //! - [`stream`]: planning, sharding, shuffling and prefetching row groups;
 //! - [`loader`]: the batching iterator a training loop calls.

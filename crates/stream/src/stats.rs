@@ -21,7 +21,7 @@ pub(crate) struct Counters {
 /// Where the budget stands: for telling a stalled pipeline from a slow one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetProgress {
-    /// Units that took their budget share so far (the stream's and [`TableStream::read_unit`]'s).
+    /// Units that took their budget share so far (the stream's and [`read_unit`](crate::TableStream::read_unit)'s).
     pub reserved_units: u64,
     /// Bytes the next unit waits for (0: none waits).
     pub waiting_bytes: u64,
