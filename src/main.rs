@@ -67,6 +67,9 @@ struct BenchArgs {
     /// Drop each epoch's short last batch.
     #[arg(long)]
     drop_last: bool,
+    /// Skip the row checksum verification.
+    #[arg(long)]
+    no_verify: bool,
     /// Rows that do not divide evenly over the ranks: `pad` (repeat a few) or `drop`.
     #[arg(long, default_value = "pad")]
     uneven: Uneven,
@@ -164,7 +167,8 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         .with_row_group_prefetch(args.row_group_prefetch)
         .with_channels_first(args.channels_first)
         .with_drop_last(args.drop_last)
-        .with_uneven(args.uneven);
+        .with_uneven(args.uneven)
+        .with_verify_checksums(!args.no_verify);
     if args.shuffle {
         builder = builder.with_shuffle(args.seed, args.shuffle_buffer);
     }

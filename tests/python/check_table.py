@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import sys
+import zlib
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -33,11 +34,15 @@ def main() -> None:
     assert table.num_rows == len(sources), (table.num_rows, len(sources))
     ids = table.column("id").to_pylist()
     assert sorted(ids) == sources, "ids differ from the source keys"
-    for key, label, tensor in zip(ids, table.column("label").to_pylist(), table.column("tensor").to_pylist()):
+    crcs = table.column("row_crc32").to_pylist()
+    for key, label, tensor, crc in zip(ids, table.column("label").to_pylist(), table.column("tensor").to_pylist(), crcs):
         expected = np.load(os.path.join(cubes_dir, key))
         got = np.frombuffer(tensor, dtype="<f4").reshape(shape)
         assert np.array_equal(got, expected), f"{key}: values differ"
         assert label == labels[key], f"{key}: label {label} != {labels[key]}"
+        # The row checksum (docs/format.md), recomputed with zlib: id, 0, tag + label, tensor.
+        row = key.encode() + b"\0" + (b"\1" + label.to_bytes(8, "little", signed=True) if label is not None else b"\0" * 9) + tensor
+        assert crc == zlib.crc32(row), f"{key}: checksum {crc} != {zlib.crc32(row)}"
 
     # The same files straight through pyarrow: field metadata and row-group layout.
     rows = 0

@@ -75,6 +75,9 @@ struct Row {
     key: String,
     label: Option<i64>,
     tensor: Bytes,
+    /// CRC-32 of the row, computed where the tensor was made (on the blocking pool when
+    /// converted).
+    checksum: i64,
     bytes_read: u64,
 }
 
@@ -261,7 +264,11 @@ impl Compactor {
         );
 
         let mut writer = writer_for(&table, &self.layout)?;
-        let mut batch = BatchBuilder::new(self.layout.row_group_rows, spec.nbytes());
+        let mut batch = BatchBuilder::new(
+            self.layout.row_group_rows,
+            spec.nbytes(),
+            table.has_checksums()?,
+        );
         let mut window = Window::default();
         let commit_bytes = self
             .layout
@@ -495,9 +502,11 @@ fn decode(
             .map_err(npy_err)?;
         Bytes::from(out)
     };
+    let checksum = voxlake_format::row_checksum(&key, label, &tensor);
     Ok(Row {
         key,
         label,
+        checksum,
         tensor,
         bytes_read: object.size,
     })
@@ -509,18 +518,21 @@ struct BatchBuilder {
     ids: StringBuilder,
     labels: Int64Builder,
     tensors: BinaryBuilder,
+    /// The checksum column, where the table has one.
+    checksums: Option<Int64Builder>,
     len: usize,
     sample_bytes: usize,
 }
 
 impl BatchBuilder {
-    fn new(rows: usize, sample_bytes: usize) -> Self {
+    fn new(rows: usize, sample_bytes: usize, checksums: bool) -> Self {
         let rows = rows.max(1);
         BatchBuilder {
             rows,
             ids: StringBuilder::new(),
             labels: Int64Builder::with_capacity(rows),
             tensors: BinaryBuilder::with_capacity(rows, rows * sample_bytes),
+            checksums: checksums.then(|| Int64Builder::with_capacity(rows)),
             len: 0,
             sample_bytes,
         }
@@ -529,6 +541,9 @@ impl BatchBuilder {
         self.ids.append_value(&row.key);
         self.labels.append_option(row.label);
         self.tensors.append_value(&row.tensor);
+        if let Some(c) = &mut self.checksums {
+            c.append_value(row.checksum);
+        }
         self.len += 1;
     }
     fn len(&self) -> usize {
@@ -538,14 +553,17 @@ impl BatchBuilder {
         self.len >= self.rows
     }
     fn finish(&mut self, spec: &TensorSpec) -> Result<RecordBatch, CompactError> {
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(self.ids.finish()),
             Arc::new(self.labels.finish()),
             Arc::new(self.tensors.finish()),
         ];
+        if let Some(c) = &mut self.checksums {
+            columns.push(Arc::new(c.finish()));
+        }
         self.tensors = BinaryBuilder::with_capacity(self.rows, self.rows * self.sample_bytes);
         self.len = 0;
-        RecordBatch::try_new(spec.arrow_schema(), columns)
+        RecordBatch::try_new(spec.arrow_schema_with(self.checksums.is_some()), columns)
             .map_err(|e| CompactError::Internal(e.to_string()))
     }
 }

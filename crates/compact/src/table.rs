@@ -132,6 +132,15 @@ impl Table {
         })
     }
 
+    /// Whether the table has the checksum column (tables written before it have none).
+    pub fn has_checksums(&self) -> Result<bool, CompactError> {
+        let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
+        Ok(snapshot
+            .schema()
+            .fields()
+            .any(|f| f.name() == voxlake_format::CHECKSUM_COLUMN))
+    }
+
     pub fn version(&self) -> u64 {
         self.table.version().unwrap_or(0)
     }

@@ -48,6 +48,27 @@ pub const ID_COLUMN: &str = "id";
 pub const LABEL_COLUMN: &str = "label";
 /// Name of the column holding the tensor bytes.
 pub const TENSOR_COLUMN: &str = "tensor";
+/// Name of the column holding each row's CRC-32 ([`row_checksum`]), as an Int64. Tables
+/// written before it have no such column; readers verify it where it is.
+pub const CHECKSUM_COLUMN: &str = "row_crc32";
+
+/// The CRC-32 (IEEE, as zlib's `crc32`) of a row, as the checksum column holds it: over the id's
+/// UTF-8 bytes and a 0 byte, the label as a tag byte (0 none, 1 some) and 8 little-endian bytes
+/// (zeros when none), then the tensor's bytes. A flipped bit in any of the three is caught.
+pub fn row_checksum(id: &str, label: Option<i64>, tensor: &[u8]) -> i64 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(id.as_bytes());
+    h.update(&[0]);
+    match label {
+        Some(l) => {
+            h.update(&[1]);
+            h.update(&l.to_le_bytes());
+        }
+        None => h.update(&[0; 9]),
+    }
+    h.update(tensor);
+    i64::from(h.finalize())
+}
 
 /// Version of this table contract, stored under [`FORMAT_VERSION_KEY`].
 pub const FORMAT_VERSION: u32 = 1;
@@ -164,14 +185,25 @@ impl TensorSpec {
         Ok(TensorSpec { shape, dtype })
     }
 
-    /// The Arrow schema of a table of this spec, with the spec in the `tensor` field metadata.
+    /// The Arrow schema of a new table of this spec, with the spec in the `tensor` field
+    /// metadata and the checksum column.
     pub fn arrow_schema(&self) -> SchemaRef {
-        Arc::new(Schema::new(vec![
+        self.arrow_schema_with(true)
+    }
+
+    /// The Arrow schema of a table of this spec, with or without the checksum column (tables
+    /// written before it have none, and appends keep their schema).
+    pub fn arrow_schema_with(&self, checksums: bool) -> SchemaRef {
+        let mut fields = vec![
             Field::new(ID_COLUMN, DataType::Utf8, false),
             Field::new(LABEL_COLUMN, DataType::Int64, true),
             Field::new(TENSOR_COLUMN, DataType::Binary, false)
                 .with_metadata(self.table_configuration()),
-        ]))
+        ];
+        if checksums {
+            fields.push(Field::new(CHECKSUM_COLUMN, DataType::Int64, true));
+        }
+        Arc::new(Schema::new(fields))
     }
 }
 

@@ -37,6 +37,7 @@ pub struct LoaderBuilder {
     pub(crate) root_store: Option<Arc<dyn voxlake_stream::ObjectStore>>,
     pub(crate) state: Option<LoaderState>,
     pub(crate) hooks: voxlake_stream::hooks::Hooks,
+    pub(crate) verify: bool,
     #[cfg(feature = "fault-hooks")]
     pub(crate) fault_hook: Option<voxlake_stream::hooks::FaultHook>,
     #[cfg(feature = "tch")]
@@ -103,6 +104,7 @@ impl LoaderBuilder {
             root_store: None,
             state: None,
             hooks: Default::default(),
+            verify: true,
             #[cfg(feature = "fault-hooks")]
             fault_hook: None,
             #[cfg(feature = "tch")]
@@ -234,6 +236,15 @@ impl LoaderBuilder {
         self
     }
 
+    /// Verify each row's checksum (id, label and tensor, where the table has the `row_crc32`
+    /// column; default on): a corrupt row is an error naming file, row group, row and id.
+    /// Costs a CRC-32 of every row on the decode pool: about 16 % of the wall time of a local
+    /// epoch on 2 cores (docs/benchmarks.md).
+    pub fn with_verify_checksums(mut self, verify: bool) -> Self {
+        self.verify = verify;
+        self
+    }
+
     /// Threads of the I/O runtime (default 2); decoding runs on its blocking pool.
     pub fn with_runtime_threads(mut self, threads: usize) -> Self {
         self.runtime_threads = threads.max(1);
@@ -313,6 +324,7 @@ impl LoaderBuilder {
             .with_interleave(INTERLEAVE)
             .with_columns(self.columns.clone())
             .with_memory_budget(stream_budget)
+            .with_verify_checksums(self.verify)
             .with_prefetch(self.row_group_prefetch);
         #[cfg(feature = "fault-hooks")]
         let stream = match self.fault_hook.clone() {

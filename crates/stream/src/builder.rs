@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
-use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 
 use crate::error::StreamError;
 use crate::hooks::Hooks;
@@ -30,6 +30,7 @@ pub struct StreamBuilder {
     prefetch: usize,
     root_store: Option<Arc<dyn object_store::ObjectStore>>,
     hooks: Hooks,
+    verify: bool,
 }
 
 impl StreamBuilder {
@@ -55,6 +56,13 @@ impl StreamBuilder {
     /// The share of the table [`epoch`](TableStream::epoch) reads (default: all of it).
     pub fn with_shard(mut self, shard: Shard) -> Self {
         self.shard = shard;
+        self
+    }
+
+    /// Verify each row's checksum where the table has them and id, label and tensor are read
+    /// (default on; costs a CRC-32 of every tensor on the decode pool).
+    pub fn with_verify_checksums(mut self, verify: bool) -> Self {
+        self.verify = verify;
         self
     }
 
@@ -149,7 +157,7 @@ impl StreamBuilder {
                     .map(|f| f.rows.unwrap_or(0))
                     .collect(),
                 snapshot,
-                columns: self.columns,
+                columns: with_checksum(self.columns, self.verify),
                 hooks: self.hooks,
                 budget: Arc::new(Semaphore::new(kib)),
                 budget_bytes: kib as u64 * 1024,
@@ -201,6 +209,18 @@ impl TableStream {
             prefetch: 16,
             root_store: None,
             hooks: Hooks::default(),
+            verify: true,
         }
     }
+}
+
+/// `columns`, with the checksum column when verifying and whole rows (id, label, tensor) are read.
+fn with_checksum(mut columns: Vec<String>, verify: bool) -> Vec<String> {
+    let whole = [ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN]
+        .iter()
+        .all(|c| columns.iter().any(|n| n == c));
+    if verify && whole && !columns.iter().any(|c| c == CHECKSUM_COLUMN) {
+        columns.push(CHECKSUM_COLUMN.to_string());
+    }
+    columns
 }

@@ -79,8 +79,8 @@ pub enum StreamError {
         /// The panic's message.
         message: String,
     },
-    /// A row count that disagrees between the log and a file's footer (a corrupt or foreign
-    /// file).
+    /// Data that contradicts itself: a row count that disagrees between the log and a file's
+    /// footer, a tensor whose checksum does not match (a corrupt or foreign file).
     #[error("table {location}, file {file}: {reason}")]
     Corrupt {
         /// The table location.

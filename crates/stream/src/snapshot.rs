@@ -20,8 +20,8 @@ use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 use tokio::sync::OnceCell;
-use voxlake_format::TensorSpec;
 use voxlake_format::reader::ObjectFileReader;
+use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec};
 
 use crate::error::{StreamError, redact};
 use crate::location;
@@ -341,7 +341,8 @@ impl Snapshot {
         Ok(self.reader_metadata(index).await?.metadata().clone())
     }
 
-    /// A projection of `columns` for file `index`'s schema; unknown columns are an error.
+    /// A projection of `columns` for file `index`'s schema; unknown columns are an error, except
+    /// the checksum column, which files written before it lack.
     pub fn projection(
         &self,
         metadata: &ArrowReaderMetadata,
@@ -350,6 +351,10 @@ impl Snapshot {
         let schema = metadata.schema();
         let mut roots = Vec::with_capacity(columns.len());
         for name in columns {
+            // The checksum column is read where the file has one (older tables have none).
+            if name == CHECKSUM_COLUMN && schema.index_of(name).is_err() {
+                continue;
+            }
             let index = schema
                 .index_of(name)
                 .map_err(|_| StreamError::Incompatible {
@@ -456,6 +461,22 @@ impl Snapshot {
             (_, Some(first)) => concat_batches(&first.schema(), &batches)
                 .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string()))),
         }?;
+        if batch.column_by_name(CHECKSUM_COLUMN).is_some() {
+            let (verified, mismatch) = tokio::task::spawn_blocking(move || {
+                let mismatch = verify_checksums(&batch);
+                (batch, mismatch)
+            })
+            .await
+            .map_err(|e| self.task_error("verify", index, e))?;
+            if let Some(reason) = mismatch {
+                return Err(StreamError::Corrupt {
+                    location: self.location.clone(),
+                    file: self.files[index].path.clone(),
+                    reason: format!("row group {row_group}, {reason}"),
+                });
+            }
+            return Ok((verified, timings));
+        }
         Ok((batch, timings))
     }
 
@@ -518,6 +539,45 @@ pub struct ReadTimings {
 }
 
 type Decoded = (Vec<RecordBatch>, Option<Vec<Range<u64>>>);
+
+/// The first row of `batch` that does not match its recorded checksum, described.
+fn verify_checksums(batch: &RecordBatch) -> Option<String> {
+    use arrow_array::{Array, BinaryArray, BinaryViewArray, Int64Array, StringArray};
+    let column = |name: &str| batch.column_by_name(name);
+    let sums = column(CHECKSUM_COLUMN)?
+        .as_any()
+        .downcast_ref::<Int64Array>()?;
+    let ids = column(ID_COLUMN)?.as_any().downcast_ref::<StringArray>()?;
+    let labels = column(LABEL_COLUMN)?
+        .as_any()
+        .downcast_ref::<Int64Array>()?;
+    let tensors = column(TENSOR_COLUMN)?;
+    let tensor = |i: usize| -> &[u8] {
+        if let Some(views) = tensors.as_any().downcast_ref::<BinaryViewArray>() {
+            views.value(i)
+        } else if let Some(plain) = tensors.as_any().downcast_ref::<BinaryArray>() {
+            plain.value(i)
+        } else {
+            &[]
+        }
+    };
+    (0..batch.num_rows()).find_map(|i| {
+        if sums.is_null(i) || ids.is_null(i) {
+            return None;
+        }
+        let label = (!labels.is_null(i)).then(|| labels.value(i));
+        let (want, got) = (
+            sums.value(i),
+            voxlake_format::row_checksum(ids.value(i), label, tensor(i)),
+        );
+        (want != got).then(|| {
+            format!(
+                "row {i} ({}): its CRC-32 is {got:08x}, the table recorded {want:08x} (corrupt data)",
+                ids.value(i)
+            )
+        })
+    })
+}
 
 /// Decodes what the pushed data allows; returns the batches and the ranges still needed.
 fn decode_until_data_needed(decoder: &mut ParquetPushDecoder) -> Result<Decoded, ParquetError> {
