@@ -622,3 +622,82 @@ async fn flipped_bits_are_caught_or_harmless_and_truncation_is_an_error() {
         assert!(e.contains(&name), "cut at {cut}: {e}");
     }
 }
+
+/// Tables of 12 cubes in row groups of `rows` rows (uniform), made once per size.
+fn uniform_table(rows: usize) -> PathBuf {
+    use std::sync::{Mutex, OnceLock};
+    static TABLES: OnceLock<Mutex<HashMap<usize, (tempfile::TempDir, PathBuf)>>> = OnceLock::new();
+    let mut tables = TABLES.get_or_init(Default::default).lock().unwrap();
+    tables
+        .entry(rows)
+        .or_insert_with(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let data = synth::generate(dir.path(), 12, 16).unwrap();
+            let table = dir.path().join("table");
+            tokio::runtime::Runtime::new()
+                .unwrap()
+                .block_on(
+                    Compactor::new(table.to_str().unwrap())
+                        .with_labels(data.labels.to_str().unwrap())
+                        .with_layout(Layout {
+                            row_group_rows: rows,
+                            // Whole row groups per file: every row group has `rows` rows.
+                            target_file_bytes: 1,
+                            ..Layout::default()
+                        })
+                        .convert(data.cubes.to_str().unwrap()),
+                )
+                .unwrap();
+            (dir, table)
+        })
+        .1
+        .clone()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// Over batch size, rows per row group, budget, shuffle buffer, prefetch and world size: a
+    /// loader either is refused at build (naming the smallest budget that works) or streams
+    /// every batch of the epoch; never a hang, and on uniform row groups never a stall.
+    #[test]
+    fn a_budget_either_streams_or_is_refused(
+        rows in proptest::sample::select(vec![1usize, 2, 3, 5]),
+        batch in 1usize..6,
+        budget_kib in 1_000u64..24_000,
+        buffer in proptest::option::of(1usize..16),
+        prefetch in 1usize..4,
+        world in 1usize..4,
+    ) {
+        let table = uniform_table(rows);
+        let mut b = Loader::builder(table.to_str().unwrap())
+            .with_batch_size(batch)
+            .with_memory_budget(budget_kib * 1024)
+            .with_prefetch(prefetch)
+            .with_rank(world - 1, world);
+        if let Some(buffer) = buffer {
+            b = b.with_shuffle(3, buffer);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let outcome = match b.build() {
+                Err(e) => Err(e.to_string()),
+                Ok(loader) => {
+                    let expected = loader.iterations_per_epoch();
+                    let got: Result<Vec<Batch>, LoaderError> = loader.collect();
+                    got.map(|v| (v.len() as u64, expected)).map_err(|e| format!("at run time: {e}"))
+                }
+            };
+            let _ = tx.send(outcome);
+        });
+        // A liveness bound, not a timing assertion: a hang never answers.
+        let outcome = rx.recv_timeout(Duration::from_secs(120)).expect("the loader hung");
+        match outcome {
+            Ok((got, expected)) => proptest::prop_assert_eq!(got, expected),
+            Err(e) => proptest::prop_assert!(
+                e.contains("smallest budget that works") && !e.starts_with("at run time"),
+                "{}", e
+            ),
+        }
+    }
+}
