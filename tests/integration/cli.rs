@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use voxlake::compact::synth;
 
-use crate::common::{assert_table_holds_cubes, commits, compact_bin, json_output, python_script};
+use voxlake_testkit::{assert_table_holds_cubes, commits, compact_bin, json_output, python_script};
 
 /// `compact convert CUBES TABLE --labels LABELS` for a generated dataset.
 fn convert_command(data: &synth::SynthDataset, table: &Path) -> Command {
@@ -115,7 +115,7 @@ async fn killed_runs_resume_exactly_once() {
         child.kill().ok();
         child.wait().unwrap();
     }
-    let partial = crate::common::read_table(&table).await.len();
+    let partial = voxlake_testkit::read_table(&table).await.len();
     assert!(
         partial > 0 && partial < count,
         "the runs were meant to be cut short: {partial} rows"

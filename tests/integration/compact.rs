@@ -6,7 +6,7 @@ use voxlake::compact::{CompactError, Compactor, OnError, synth};
 use voxlake::format::npy::{EncodeOptions, encode};
 use voxlake::format::{DType, Layout};
 
-use crate::common::{assert_table_holds_cubes, commits, read_table};
+use voxlake_testkit::{assert_table_holds_cubes, commits, read_table};
 
 /// Small row groups and files so a few dozen cubes make several of each.
 fn small_layout() -> Layout {
@@ -361,7 +361,7 @@ async fn optimize_bin_packs_small_files_and_keeps_rows() {
     let again = c.optimize().await.unwrap();
     assert_eq!((again.files_removed, again.commits), (0, 0));
     // The old version still reads as before (time travel).
-    let mut old = deltalake::open_table(crate::common::url_of(&table))
+    let mut old = deltalake::open_table(voxlake_testkit::url_of(&table))
         .await
         .unwrap();
     old.load_version(before.version).await.unwrap();

@@ -16,7 +16,7 @@ use voxlake::format::Layout;
 use voxlake::loader::{Batch, Loader, LoaderError, LoaderState, Uneven};
 use voxlake::stream::hooks::Stage;
 
-use crate::common::{cube_bytes, first_error, json_output, voxlake_bin};
+use voxlake_testkit::{cube_bytes, first_error, json_output, voxlake_bin};
 
 /// `count` cubes in files of uneven sizes and row groups of 2 and 3 rows: a third converted
 /// first (row groups of 3, files of ~4 rows), the rest after (row groups of 2, ~3 rows).

@@ -9,7 +9,7 @@ use voxlake::compact::{Compactor, synth};
 use voxlake::format::Layout;
 use voxlake::loader::{Batch, Loader, LoaderError};
 
-use crate::common::{cube_bytes, first_error};
+use voxlake_testkit::{cube_bytes, first_error};
 
 /// `count` synthetic cubes in a table of small files (≈4 rows each) and row groups of 2 rows.
 async fn table(dir: &Path, count: usize, seed: u64) -> PathBuf {

@@ -17,7 +17,7 @@ use voxlake::compact::{Compactor, synth};
 use voxlake::format::Layout;
 use voxlake_testkit::{FaultPlan, FaultProxy, RandomFaults};
 
-use crate::common::{compact_bin, cube_bytes, json_output};
+use voxlake_testkit::{compact_bin, cube_bytes, json_output};
 
 /// The suite function `$suite` as one test per backend: `stores::$suite::azurite` and
 /// `stores::$suite::s3` (multi-threaded: the proxy's tasks run while a test waits on a loader).
@@ -862,7 +862,7 @@ on_every_backend!(killed_runs_resume_exactly_once);
 
 /// A SAS token from tests/python/azurite_sas.py (account SAS, signed with the emulator's key).
 fn azurite_sas() -> String {
-    crate::common::python_script::<&str>("azurite_sas.py", &[])
+    voxlake_testkit::python_script::<&str>("azurite_sas.py", &[])
 }
 
 /// A SAS token as the credential: conversion and streaming work with it; a tampered one ends

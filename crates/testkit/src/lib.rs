@@ -1,8 +1,11 @@
 //! Test and bench tooling for voxlake, kept out of the published crates: the fault and latency
 //! injecting proxy ([`fault`]) that the object store suite, the benches and the Azure example
-//! put in front of Azurite and moto's S3 server.
+//! put in front of Azurite and moto's S3 server, and the integration tests' helpers
+//! ([`support`]).
 #![warn(missing_docs)]
 
 pub mod fault;
+pub mod support;
 
 pub use fault::{FaultPlan, FaultProxy, RandomFaults, Request};
+pub use support::*;

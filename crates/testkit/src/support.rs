@@ -1,4 +1,6 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: tables read back with deltalake and parquet, the
+//! synthetic cubes' bytes, the workspace's binaries, the project's Python, loader runs that fail.
+//! Test code: it panics on what a test must not meet.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -8,12 +10,14 @@ use std::sync::OnceLock;
 
 use arrow::array::{Array, BinaryArray, Int64Array, StringArray};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use voxlake::compact::synth;
+use voxlake_compact::synth;
 
 /// One row of a table as read back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
+    /// The label, if any.
     pub label: Option<i64>,
+    /// The tensor's bytes.
     pub tensor: Vec<u8>,
 }
 
@@ -58,6 +62,7 @@ pub async fn read_table(table: &Path) -> HashMap<String, Row> {
     rows
 }
 
+/// The `file://` URL of a folder.
 pub fn url_of(dir: &Path) -> url::Url {
     url::Url::from_directory_path(dir).unwrap()
 }
@@ -166,8 +171,11 @@ pub fn json_output(command: &mut Command) -> serde_json::Value {
 /// compiled in: a target directory shared by several checkouts (as `~/.cache/voxlake/target`
 /// is) may hold a test binary built in another one.
 pub fn checkout(relative: &str) -> PathBuf {
-    let root = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    // Compiled in, this crate's folder is crates/testkit: the workspace root is two up.
+    let root = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."),
+        PathBuf::from,
+    );
     root.join(relative)
 }
 
@@ -189,8 +197,8 @@ pub fn python_script<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> Str
 
 /// Runs a loader to the end on a plain thread and returns its first error (from `build()` or
 /// from the batches), as text. Panics when the run succeeds.
-pub fn first_error(builder: voxlake::LoaderBuilder, what: &str) -> String {
-    let results: Vec<Result<voxlake::Batch, voxlake::loader::LoaderError>> =
+pub fn first_error(builder: voxlake_loader::LoaderBuilder, what: &str) -> String {
+    let results: Vec<Result<voxlake_loader::Batch, voxlake_loader::LoaderError>> =
         std::thread::spawn(move || match builder.build() {
             Ok(loader) => loader.collect(),
             Err(e) => vec![Err(e)],
