@@ -16,7 +16,8 @@ use voxlake::format::Layout;
 use voxlake::loader::{Batch, Loader, LoaderError, LoaderState, Uneven};
 use voxlake::stream::hooks::Stage;
 
-use voxlake_testkit::{cube_bytes, first_error, json_output, voxlake_bin};
+use crate::loader::first_error;
+use voxlake_testkit::{cube_bytes, data_files, json_output, voxlake_bin};
 
 /// `count` cubes in files of uneven sizes and row groups of 2 and 3 rows: a third converted
 /// first (row groups of 3, files of ~4 rows), the rest after (row groups of 2, ~3 rows).
@@ -165,32 +166,29 @@ async fn lineage_names_file_row_group_and_row() {
     let batches = collect(Loader::builder(table.to_str().unwrap()).with_batch_size(5));
     // Read each file's ids directly: lineage's (file, row) must hold the batch's id.
     let mut file_ids: HashMap<String, Vec<String>> = HashMap::new();
-    for entry in std::fs::read_dir(&table).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "parquet") {
-            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-                std::fs::File::open(&path).unwrap(),
-            )
-            .unwrap();
-            let groups: Vec<i64> = reader
-                .metadata()
-                .row_groups()
-                .iter()
-                .map(|g| g.num_rows())
-                .collect();
-            let mut ids = Vec::new();
-            for batch in reader.build().unwrap() {
-                let batch = batch.unwrap();
-                let col = batch
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<arrow::array::StringArray>()
-                    .unwrap();
-                ids.extend((0..col.len()).map(|i| col.value(i).to_string()));
-            }
-            assert_eq!(groups.iter().sum::<i64>() as usize, ids.len());
-            file_ids.insert(path.file_name().unwrap().to_str().unwrap().to_string(), ids);
+    for path in data_files(&table) {
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            std::fs::File::open(&path).unwrap(),
+        )
+        .unwrap();
+        let groups: Vec<i64> = reader
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|g| g.num_rows())
+            .collect();
+        let mut ids = Vec::new();
+        for batch in reader.build().unwrap() {
+            let batch = batch.unwrap();
+            let col = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>()
+                .unwrap();
+            ids.extend((0..col.len()).map(|i| col.value(i).to_string()));
         }
+        assert_eq!(groups.iter().sum::<i64>() as usize, ids.len());
+        file_ids.insert(path.file_name().unwrap().to_str().unwrap().to_string(), ids);
     }
     let mut seen = 0;
     for b in &batches {
@@ -328,11 +326,8 @@ async fn a_state_pins_its_version_and_refuses_other_tables() {
     // A file of the pinned version vacuumed: the error names it and the version.
     let state = pinned;
     let version = state.version;
-    let victim = std::fs::read_dir(&table)
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+    let victim = data_files(&table)
+        .into_iter()
         .find(|p| {
             let name = p.file_name().unwrap().to_str().unwrap().to_string();
             full.iter()

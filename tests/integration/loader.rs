@@ -9,7 +9,7 @@ use voxlake::compact::{Compactor, synth};
 use voxlake::format::Layout;
 use voxlake::loader::{Batch, Loader, LoaderError};
 
-use voxlake_testkit::{cube_bytes, first_error};
+use voxlake_testkit::{cube_bytes, data_files};
 
 /// `count` synthetic cubes in a table of small files (≈4 rows each) and row groups of 2 rows.
 async fn table(dir: &Path, count: usize, seed: u64) -> PathBuf {
@@ -33,6 +33,23 @@ fn collect(builder: voxlake::LoaderBuilder) -> Vec<Batch> {
     std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).collect())
         .join()
         .unwrap()
+}
+
+/// Runs a loader to the end on a plain thread and returns its first error (from `build()` or
+/// from the batches), as text. Panics when the run succeeds.
+pub fn first_error(builder: voxlake::LoaderBuilder, what: &str) -> String {
+    let results: Vec<Result<voxlake::Batch, voxlake::loader::LoaderError>> =
+        std::thread::spawn(move || match builder.build() {
+            Ok(loader) => loader.collect(),
+            Err(e) => vec![Err(e)],
+        })
+        .join()
+        .unwrap();
+    results
+        .into_iter()
+        .find_map(Result::err)
+        .unwrap_or_else(|| panic!("{what} must fail"))
+        .to_string()
 }
 
 fn ids(batches: &[Batch]) -> Vec<String> {
@@ -325,12 +342,7 @@ async fn dropping_early_stops_promptly() {
 async fn a_file_deleted_under_a_pinned_version_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let table = table(dir.path(), 16, 7).await;
-    let victim = std::fs::read_dir(&table)
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "parquet"))
-        .unwrap();
+    let victim = data_files(&table).remove(0);
     std::fs::remove_file(&victim).unwrap();
     let err = first_error(
         Loader::builder(table.to_str().unwrap()).with_batch_size(4),
@@ -568,12 +580,7 @@ async fn bad_calls_are_errors_not_panics() {
 async fn flipped_bits_are_caught_or_harmless_and_truncation_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let table = table(dir.path(), 8, 15).await;
-    let victim = std::fs::read_dir(&table)
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "parquet"))
-        .unwrap();
+    let victim = data_files(&table).remove(0);
     let name = victim.file_name().unwrap().to_str().unwrap().to_string();
     let original = std::fs::read(&victim).unwrap();
     let run = || -> Result<Vec<Batch>, LoaderError> {

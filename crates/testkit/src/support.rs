@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: tables read back with deltalake and parquet, the
-//! synthetic cubes' bytes, the workspace's binaries, the project's Python, loader runs that fail.
+//! synthetic cubes' bytes, the workspace's binaries, the project's Python. (No loader here: with
+//! the `tch` feature it links libtorch, which only the loader's and the facade's binaries find.)
 //! Test code: it panics on what a test must not meet.
 
 use std::collections::HashMap;
@@ -195,19 +196,14 @@ pub fn python_script<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> Str
     stdout
 }
 
-/// Runs a loader to the end on a plain thread and returns its first error (from `build()` or
-/// from the batches), as text. Panics when the run succeeds.
-pub fn first_error(builder: voxlake_loader::LoaderBuilder, what: &str) -> String {
-    let results: Vec<Result<voxlake_loader::Batch, voxlake_loader::LoaderError>> =
-        std::thread::spawn(move || match builder.build() {
-            Ok(loader) => loader.collect(),
-            Err(e) => vec![Err(e)],
-        })
-        .join()
-        .unwrap();
-    results
-        .into_iter()
-        .find_map(Result::err)
-        .unwrap_or_else(|| panic!("{what} must fail"))
-        .to_string()
+/// The Parquet files in a local table's folder (not the log), sorted by name.
+pub fn data_files(table: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(table)
+        .expect("the table's folder")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    files.sort();
+    files
 }
