@@ -11,7 +11,7 @@ use voxlake_stream::replay::OrderSettings;
 use voxlake_stream::{Shard, Snapshot, TableStream};
 
 use crate::producer::{Counters, Producer};
-use crate::state::{LoaderState, Position, STATE_FORMAT, file_set_hash};
+use crate::state::{LoaderState, Position, STATE_FORMAT};
 use crate::{Epochs, Loader, LoaderError, budget, stall};
 
 /// Configures a [`Loader`].
@@ -217,8 +217,10 @@ impl LoaderBuilder {
         self
     }
 
-    /// Bytes for everything fetched, decoded and buffered but not yet handed out (default
-    /// 1 GiB). The shuffle buffer takes at most half of it.
+    /// Bytes for everything the loader holds (default 1 GiB): the batches queued for you, being
+    /// assembled, yours and two recycled spares, and the rest for row groups fetched, decoded
+    /// and buffered, of which the shuffle buffer takes at most half. `build()` refuses a budget
+    /// that cannot stream the table, naming the smallest that can.
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = bytes;
         self
@@ -334,18 +336,29 @@ impl LoaderBuilder {
         let stream = stream.build_on(Arc::new(snapshot));
         // Buffered row groups keep their budget share: the buffer takes at most half of the
         // stream's.
-        let fits = (stream_budget / 2 / sample_bytes) as usize;
         if let Some((_, rows)) = self.shuffle {
-            if rows > fits {
+            settings.buffer_rows =
+                budget::buffer_rows(stream_budget, sample_bytes, rows, self.batch_size);
+            if settings.buffer_rows < rows {
                 tracing::warn!(
                     requested = rows,
-                    fits,
+                    fits = settings.buffer_rows,
                     "shuffle buffer reduced to fit the memory budget"
                 );
             }
-            settings.buffer_rows =
-                budget::buffer_rows(stream_budget, sample_bytes, rows, self.batch_size);
         }
+        let files = stream.snapshot().file_set_hash();
+        // A state brings its own order settings: check them before the budget, which depends
+        // on them.
+        let start = match &self.state {
+            Some(state) => self.check_state(state, &mut settings, &files, sample_bytes)?,
+            None => Position {
+                epoch: self.start_epoch,
+                closed: Vec::new(),
+                world_size: self.world_size,
+                batches: 0,
+            },
+        };
         if !stream.snapshot().files().is_empty() {
             self.check_budget(&runtime, &stream, &settings, sample_bytes)?;
         } else if outside + batch_bytes > self.memory_budget {
@@ -358,16 +371,6 @@ impl LoaderBuilder {
                 outside + batch_bytes
             )));
         }
-        let files = file_set_hash(stream.snapshot());
-        let start = match &self.state {
-            Some(state) => self.check_state(state, &mut settings, &files, fits, sample_bytes)?,
-            None => Position {
-                epoch: self.start_epoch,
-                closed: Vec::new(),
-                world_size: self.world_size,
-                batches: 0,
-            },
-        };
         let total: u64 = stream.rows_per_file().iter().sum();
         if self.epochs == Epochs::Infinite && settings.batches(total, self.world_size) == 0 {
             return Err(LoaderError::Config(format!(

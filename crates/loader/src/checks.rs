@@ -19,13 +19,8 @@ impl LoaderBuilder {
         sample_bytes: u64,
     ) -> Result<(), LoaderError> {
         let groups = runtime.block_on(stream.group_budgets(0))?;
-        let Some(largest) = groups.iter().max_by_key(|g| g.peak) else {
+        let Some(&group) = groups.iter().max_by_key(|g| g.peak) else {
             return Ok(());
-        };
-        let group = budget::GroupSize {
-            rows: largest.rows,
-            held: largest.held,
-            peak: largest.peak,
         };
         let buffer = settings.shuffle.then_some(settings.buffer_rows);
         let batch_bytes = settings.batch_size as u64 * sample_bytes;
@@ -40,12 +35,12 @@ impl LoaderBuilder {
                     self.shuffle.map(|s| s.1),
                 );
             return Err(LoaderError::Config(format!(
-                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, {} of them are buffered at once, and {outside} bytes go to the batches the loader keeps; the smallest budget that works is {smallest} bytes ({} MiB)",
+                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, the shuffle buffer may hold {} of them when it reads another, and {outside} bytes go to the batches the loader keeps; the smallest budget that works is {smallest} bytes ({} MiB)",
                 self.memory_budget,
                 group.rows,
                 group.peak,
                 group.held,
-                need.saturating_sub(group.peak) / group.held.max(1) + 1,
+                budget::held_when_asking(group.rows, settings.batch_size, buffer),
                 smallest.div_ceil(1 << 20)
             )));
         }
@@ -58,7 +53,6 @@ impl LoaderBuilder {
         state: &LoaderState,
         settings: &mut OrderSettings,
         files: &str,
-        fits: usize,
         sample_bytes: u64,
     ) -> Result<Position, LoaderError> {
         if state.files != files {
@@ -99,11 +93,15 @@ impl LoaderBuilder {
         if ours != stated {
             return mismatch("shuffle", format!("{stated:?}"), format!("{ours:?}"));
         }
-        if theirs.shuffle && theirs.buffer_rows > fits.max(settings.batch_size) {
+        // The buffer it used must fit this budget (the buffer this budget allows is settled).
+        if theirs.shuffle && theirs.buffer_rows > settings.buffer_rows {
+            let outside =
+                batches_outside(self.prefetch) * settings.batch_size as u64 * sample_bytes;
             return Err(LoaderError::Config(format!(
-                "the state's shuffle buffer of {} rows needs a memory budget of at least {} bytes",
+                "the state's shuffle buffer of {} rows is larger than this budget allows ({} rows): give at least {} bytes, the budget it was taken with or more",
                 theirs.buffer_rows,
-                theirs.buffer_rows as u64 * sample_bytes * 2
+                settings.buffer_rows,
+                outside + 2 * theirs.buffer_rows as u64 * sample_bytes
             )));
         }
         if theirs.interleave != settings.interleave {

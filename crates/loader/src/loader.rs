@@ -166,7 +166,8 @@ impl Loader {
     /// Gives a batch's tensor memory back: a later batch of the same shape is assembled into
     /// it instead of fresh memory (fresh memory costs a page fault per 4 KiB on first touch:
     /// 7 % of a local epoch's profile). Optional: call it when done with a batch's `ndarray`
-    /// tensors; a few are kept, libtorch tensors and the rest are dropped.
+    /// tensors; two are kept (counted in the memory budget), libtorch tensors and the rest are
+    /// dropped.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), voxlake_loader::LoaderError> {

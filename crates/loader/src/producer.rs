@@ -138,7 +138,6 @@ impl Producer {
             self.resume(at, &order).await?
         };
         let total = self.settings.batches(left.len(), self.world_size);
-        let segment = Arc::new(at.closed.clone());
         let before = at.batches_before();
         let mut delivered = at.batches;
         let mut stream = self.stream.pieces(epoch, pieces, from);
@@ -209,7 +208,7 @@ impl Producer {
             } else {
                 Position {
                     epoch,
-                    closed: segment.as_ref().clone(),
+                    closed: at.closed.clone(),
                     world_size: self.world_size,
                     batches: delivered,
                 }

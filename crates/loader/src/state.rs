@@ -19,7 +19,6 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use voxlake_stream::Snapshot;
 use voxlake_stream::order::Uneven;
 use voxlake_stream::replay::{OrderSettings, Segment};
 
@@ -129,23 +128,6 @@ impl LoaderState {
             interleave: self.interleave,
         })
     }
-}
-
-/// The hash of a snapshot's file set: FNV-1a over each file's path and size, in plan order.
-pub fn file_set_hash(snapshot: &Snapshot) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    for f in snapshot.files() {
-        eat(f.path.as_bytes());
-        eat(&[0]);
-        eat(&f.size.to_le_bytes());
-    }
-    format!("fnv1a64:{h:016x}")
 }
 
 /// Where a run starts or stands: the epoch, its closed segments, batches in the current one.

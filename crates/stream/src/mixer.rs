@@ -120,11 +120,6 @@ impl<T: Clone> Mixer<T> {
         self.finished = true;
     }
 
-    /// Groups pushed so far.
-    pub fn pushed(&self) -> u64 {
-        self.arrived
-    }
-
     /// Whether the epoch is over: no batch is left to draw.
     pub fn is_done(&self) -> bool {
         self.finished
@@ -231,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn shuffled_draws_every_row_once_and_bounds_the_groups() {
+    fn shuffled_draws_every_row_once_in_another_order() {
         let sizes = [4u64; 30];
         let batches = run(true, &sizes, 5, false);
         let mut all: Vec<_> = batches.concat();

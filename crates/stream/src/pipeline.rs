@@ -11,6 +11,7 @@ use arrow_array::RecordBatch;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use parquet::arrow::ProjectionMask;
+use parquet::file::metadata::RowGroupMetaData;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::ahead::spawn_ahead;
@@ -107,11 +108,6 @@ impl TableStream {
         self.inner.shard
     }
 
-    /// The planner (file and row-group order) of this stream.
-    pub fn planner(&self) -> &Planner {
-        &self.inner.planner
-    }
-
     /// Rows per file, from the log (or the footer where the log has none).
     pub fn rows_per_file(&self) -> &[u64] {
         &self.inner.rows_per_file
@@ -162,24 +158,7 @@ impl TableStream {
             .metadata()
             .row_groups()
             .iter()
-            .map(|rg| {
-                let (compressed, uncompressed) = rg
-                    .columns()
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| projection.leaf_included(*i))
-                    .fold((0u64, 0u64), |(c, u), (_, col)| {
-                        (
-                            c + col.compressed_size().max(0) as u64,
-                            u + col.uncompressed_size().max(0) as u64,
-                        )
-                    });
-                GroupBudget {
-                    rows: rg.num_rows().max(0) as u64,
-                    held: uncompressed.max(1024),
-                    peak: (compressed + uncompressed).max(1024),
-                }
-            })
+            .map(|rg| group_budget(rg, &projection))
             .collect())
     }
 
@@ -252,8 +231,13 @@ impl TableStream {
     pub async fn read_unit(&self, unit: Unit, position: u64) -> Result<RowGroupBatch, StreamError> {
         let inner = &self.inner;
         let (permit, projection) = inner.reserve(&unit).await?;
+        let file = unit.file;
         inner
-            .finish_read(Arc::new(unit), position, permit, projection)
+            .caught(
+                Stage::Fetch,
+                file,
+                inner.finish_read(Arc::new(unit), position, permit, projection),
+            )
             .await
     }
 
@@ -343,6 +327,27 @@ impl TableStream {
             })
             .try_buffered(prefetch)
             .boxed()
+    }
+}
+
+/// A row group's rows and budget shares for `projection`: its projected chunks decoded
+/// (`held`), and as fetched plus decoded (`peak`).
+fn group_budget(rg: &RowGroupMetaData, projection: &ProjectionMask) -> GroupBudget {
+    let (compressed, uncompressed) = rg
+        .columns()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| projection.leaf_included(*i))
+        .fold((0u64, 0u64), |(c, u), (_, col)| {
+            (
+                c + col.compressed_size().max(0) as u64,
+                u + col.uncompressed_size().max(0) as u64,
+            )
+        });
+    GroupBudget {
+        rows: rg.num_rows().max(0) as u64,
+        held: uncompressed.max(1024),
+        peak: (compressed + uncompressed).max(1024),
     }
 }
 
@@ -465,15 +470,8 @@ impl Inner {
     ) -> Result<(OwnedSemaphorePermit, ProjectionMask), StreamError> {
         let meta = self.snapshot.reader_metadata(unit.file).await?;
         let projection = self.snapshot.projection(&meta, &self.columns)?;
-        let rg = meta.metadata().row_group(unit.row_group);
-        let bytes: i64 = rg
-            .columns()
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| projection.leaf_included(*i))
-            .map(|(_, c)| c.compressed_size() + c.uncompressed_size())
-            .sum();
-        let kib = (bytes.max(0) as u64).div_ceil(1024).max(1);
+        let peak = group_budget(meta.metadata().row_group(unit.row_group), &projection).peak;
+        let kib = peak.div_ceil(1024).max(1);
         let kib = kib.min(self.budget_bytes / 1024).max(1) as u32;
         let start = Instant::now();
         let c = &self.counters;

@@ -202,6 +202,17 @@ impl Snapshot {
         &self.store
     }
 
+    /// A hash of the file set, in plan order: `fnv1a64:` and 16 hex digits over each file's
+    /// path and size. Two snapshots with the same hash plan the same epochs.
+    pub fn file_set_hash(&self) -> String {
+        let listing: String = self
+            .files
+            .iter()
+            .map(|f| format!("{}\0{}\n", f.path, f.size))
+            .collect();
+        format!("fnv1a64:{:016x}", location::stable_hash(&listing))
+    }
+
     /// The snapshot with every file's row count: files whose add action recorded none get it
     /// from their footer (read concurrently; the footers stay cached).
     pub async fn with_row_counts(mut self) -> Result<Snapshot, StreamError> {
