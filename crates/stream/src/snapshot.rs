@@ -551,18 +551,24 @@ pub struct ReadTimings {
 
 type Decoded = (Vec<RecordBatch>, Option<Vec<Range<u64>>>);
 
-/// The first row of `batch` that does not match its recorded checksum, described.
+/// The first row of `batch` that does not match its recorded checksum, described (also when
+/// the columns it covers are not there to check: the projection brings them with it).
 fn verify_checksums(batch: &RecordBatch) -> Option<String> {
     use arrow_array::{Array, BinaryArray, BinaryViewArray, Int64Array, StringArray};
     let column = |name: &str| batch.column_by_name(name);
     let sums = column(CHECKSUM_COLUMN)?
         .as_any()
-        .downcast_ref::<Int64Array>()?;
-    let ids = column(ID_COLUMN)?.as_any().downcast_ref::<StringArray>()?;
-    let labels = column(LABEL_COLUMN)?
-        .as_any()
-        .downcast_ref::<Int64Array>()?;
-    let tensors = column(TENSOR_COLUMN)?;
+        .downcast_ref::<Int64Array>();
+    let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
+    let labels =
+        column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
+    let (Some(sums), Some(ids), Some(labels), Some(tensors)) =
+        (sums, ids, labels, column(TENSOR_COLUMN))
+    else {
+        return Some(format!(
+            "{CHECKSUM_COLUMN} cannot be checked: {ID_COLUMN} (Utf8), {LABEL_COLUMN} (Int64), {TENSOR_COLUMN} and {CHECKSUM_COLUMN} (Int64) must all be read"
+        ));
+    };
     let tensor = |i: usize| -> &[u8] {
         if let Some(views) = tensors.as_any().downcast_ref::<BinaryViewArray>() {
             views.value(i)
