@@ -9,3 +9,13 @@ for dir in "$CARGO_TARGET_DIR"/{debug,release}/{deps,examples}; do
       if (!(name in newest)) newest[name] = $1
       else if ($1 < newest[name] - 900) print path }' | xargs -r rm -f
 done
+# Libraries of older builds (other feature sets, other versions) and incremental state pile up
+# too; past a cap the whole directory goes and the next build is a cold one.
+cap_gib="${VOXLAKE_TARGET_CAP_GIB:-30}"
+if [ -d "$CARGO_TARGET_DIR" ]; then
+  used_gib=$(du -s --block-size=1G "$CARGO_TARGET_DIR" | cut -f1)
+  if [ "$used_gib" -gt "$cap_gib" ]; then
+    echo "target directory $CARGO_TARGET_DIR holds ${used_gib} GiB (cap ${cap_gib}): removing it" >&2
+    rm -rf "$CARGO_TARGET_DIR"
+  fi
+fi
