@@ -8,16 +8,24 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
 source scripts/prune_target.sh
 
-# Python interop: the real deltalake and pyarrow from PyPI, pinned, in a project-local venv.
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+# Python interop: the real deltalake and pyarrow from PyPI, pinned, and the torch wheel, in a
+# venv that lives beside the builds, at one path for every clone: tch's build script records
+# libtorch's path, and a clone's own venv would leave the shared builds pointing into a clone
+# that is gone. `.venv` in the clone links to it (an existing `.venv` is used as it is).
+if [ ! -e .venv ]; then
+  venv="${VOXLAKE_VENV:-$HOME/.cache/voxlake/venv}"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  ln -s "$venv" .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
 export VOXLAKE_PYTHON="$PWD/.venv/bin/python"
-# libtorch for the `tch` feature: the PyPI torch wheel matching tch 0.26, found by tch's build
-# script through the active venv.
+# libtorch for the `tch` feature: the PyPI torch wheel matching tch 0.26, named to tch's build
+# script by its resolved path.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-export VIRTUAL_ENV="$PWD/.venv" LIBTORCH_USE_PYTORCH=1 PATH="$PWD/.venv/bin:$PATH"
+LIBTORCH="$(.venv/bin/python -c 'import pathlib, torch; print(pathlib.Path(torch.__file__).resolve().parent)')"
+export LIBTORCH
+export VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH"
+unset LIBTORCH_USE_PYTORCH
 
 # Azurite and moto's S3 server on 127.0.0.1, each with a fresh container/bucket, for the
 # object store suite.
