@@ -1,8 +1,8 @@
 //! What `build()` checks before it starts any work: that the budget can stream the table, and
 //! that a state to resume from fits the table and the settings.
 
-use voxlake_stream::TableStream;
 use voxlake_stream::replay::{OrderSettings, Segment};
+use voxlake_stream::{GroupBudget, TableStream};
 
 use crate::builder::{LoaderBuilder, batches_outside};
 use crate::state::{LoaderState, Position};
@@ -19,8 +19,19 @@ impl LoaderBuilder {
         sample_bytes: u64,
     ) -> Result<(), LoaderError> {
         let groups = runtime.block_on(stream.group_budgets(0))?;
-        let Some(&group) = groups.iter().max_by_key(|g| g.peak) else {
+        // The largest of each: rows, bytes per row held, peak.
+        let Some(rows) = groups.iter().map(|g| g.rows.max(1)).max() else {
             return Ok(());
+        };
+        let per_row = groups
+            .iter()
+            .map(|g| g.held.div_ceil(g.rows.max(1)))
+            .max()
+            .unwrap_or(0);
+        let group = GroupBudget {
+            rows,
+            held: per_row * rows,
+            peak: groups.iter().map(|g| g.peak).max().unwrap_or(0),
         };
         let buffer = settings.shuffle.then_some(settings.buffer_rows);
         let batch_bytes = settings.batch_size as u64 * sample_bytes;
@@ -35,12 +46,12 @@ impl LoaderBuilder {
                     self.shuffle.map(|s| s.1),
                 );
             return Err(LoaderError::Config(format!(
-                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, the shuffle buffer may hold {} of them when it reads another, and {outside} bytes go to the batches the loader keeps; the smallest budget that works is {smallest} bytes ({} MiB)",
+                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, the shuffle buffer may hold {} rows of them when it reads another, and {outside} bytes go to the batches the loader keeps; the smallest budget that works is {smallest} bytes ({} MiB)",
                 self.memory_budget,
                 group.rows,
                 group.peak,
                 group.held,
-                budget::held_when_asking(group.rows, settings.batch_size, buffer),
+                budget::held_rows_when_asking(group.rows, settings.batch_size, buffer),
                 smallest.div_ceil(1 << 20)
             )));
         }

@@ -33,6 +33,10 @@ pub struct LoaderStats {
     pub assemble: Duration,
     /// Batches assembled into memory given back with [`Loader::recycle`].
     pub recycled: u64,
+    /// Rows copied out of row groups that had only those rows left in the shuffle buffer (a
+    /// piece at the edge of the rank's span, stragglers of a buffer close to a batch), so that
+    /// the rest of the row group could be freed.
+    pub loosened_rows: u64,
     /// Time the assembler waited for row groups from the stream.
     pub producer_wait: Duration,
     /// Time the training loop waited inside `next()`: input-bound time.
@@ -203,6 +207,7 @@ impl Loader {
             first_batch: ns(&c.first_batch_ns),
             assemble: ns(&c.assemble_ns),
             recycled: c.recycled.load(Ordering::Relaxed),
+            loosened_rows: c.loosened_rows.load(Ordering::Relaxed),
             producer_wait: ns(&c.producer_wait_ns),
             consumer_wait: ns(&c.consumer_wait_ns),
             elapsed: self.started.elapsed(),

@@ -40,6 +40,7 @@ pub(crate) struct Counters {
     pub tensor_bytes: AtomicU64,
     pub assemble_ns: AtomicU64,
     pub recycled: AtomicU64,
+    pub loosened_rows: AtomicU64,
     pub producer_wait_ns: AtomicU64,
     pub consumer_wait_ns: AtomicU64,
     pub first_batch_ns: AtomicU64,
@@ -48,13 +49,26 @@ pub(crate) struct Counters {
 /// A decoded row group and typed views of its columns.
 pub(crate) struct Group {
     data: RowGroupBatch,
+    /// Once loose: the unit's kept rows that `data` still holds, ascending (row `i` of `data`
+    /// is kept row `kept[i]`).
+    kept: Option<Vec<u64>>,
     file: Arc<str>,
     ids: Option<StringArray>,
     labels: Option<Int64Array>,
     tensors: Option<BinaryViewArray>,
 }
 
-/// One row drawn for a batch: its group and its row index in the row group.
+impl Group {
+    /// The index in `data` of the unit's `kept`-th kept row.
+    fn index_of(&self, kept: u64) -> Option<usize> {
+        match &self.kept {
+            None => self.data.unit.kept_row(kept).map(|i| i as usize),
+            Some(rows) => rows.binary_search(&kept).ok(),
+        }
+    }
+}
+
+/// One row drawn for a batch: its group and its index in the group's data.
 struct Row {
     group: Arc<Group>,
     index: usize,
@@ -171,6 +185,7 @@ impl Producer {
                         let group = self.group(group?)?;
                         let (kept, rows) = (group.data.unit.kept(), group.data.unit.rows);
                         mixer.push(Arc::new(group), kept, rows);
+                        mixer.loosen(|group, kept| self.loosen(group, kept))?;
                     }
                     None => mixer.finish(),
                 }
@@ -182,17 +197,15 @@ impl Producer {
             let rows = drawn
                 .into_iter()
                 .map(|(group, kept)| {
-                    let index = group.data.unit.kept_row(kept).ok_or_else(|| {
+                    let index = group.index_of(kept).ok_or_else(|| {
                         LoaderError::Internal(format!("kept row {kept} of a unit out of range"))
                     })?;
-                    Ok(Row {
-                        group,
-                        index: index as usize,
-                    })
+                    Ok(Row { group, index })
                 })
                 .collect::<Result<Vec<_>, LoaderError>>()?;
             let batch = self.assemble_caught(&rows, epoch, before + delivered)?;
             drop(rows); // releases row groups (and their budget) no longer buffered
+            mixer.loosen(|group, kept| self.loosen(group, kept))?;
             self.counters
                 .assemble_ns
                 .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -292,11 +305,13 @@ impl Producer {
             .buffered(self.settings.interleave.max(4))
             .try_collect()
             .await?;
-        let mixer = replayed.mixer.try_map(|u| {
+        let mut mixer = replayed.mixer.try_map(|u| {
             groups
                 .remove(&u)
                 .ok_or_else(|| LoaderError::Internal(format!("unit {u} was not read again")))
         })?;
+        // Groups that were loose when the state was taken are loose again.
+        mixer.loosen(|group, kept| self.loosen(group, kept))?;
         Ok((left, replayed.pieces, mixer, replayed.next_unit as u64))
     }
 
@@ -313,7 +328,7 @@ impl Producer {
         let p = self.stream.budget_progress();
         let held = p.budget_bytes - p.available_bytes;
         LoaderError::Config(format!(
-            "the memory budget of {} bytes is too small for this table: the shuffle buffer holds {held} bytes of row groups and needs one more, which takes {} bytes; give at least {} bytes (or use a smaller batch or shuffle buffer)",
+            "the memory budget of {} bytes is too small for this table: {held} bytes of it are held (row groups in the shuffle buffer, and what was set aside for the next one) and the next row group needs {} bytes; give at least {} bytes (or use a smaller batch or shuffle buffer)",
             p.budget_bytes,
             p.waiting_bytes,
             held + p.waiting_bytes
@@ -348,12 +363,38 @@ impl Producer {
             }
         }
         Ok(Group {
+            kept: None,
             file,
             ids,
             labels,
             tensors,
             data,
         })
+    }
+
+    /// Keeps only the rows `kept` (the unit's kept-row numbers the mixer still has to draw)
+    /// of a buffered group, copied out so the rest of its row group and budget are freed.
+    fn loosen(&self, group: Arc<Group>, kept: &[u64]) -> Result<Arc<Group>, LoaderError> {
+        let indices = kept
+            .iter()
+            .map(|&k| group.index_of(k).map(|i| i as u64))
+            .collect::<Option<Vec<u64>>>()
+            .ok_or_else(|| {
+                LoaderError::Internal(format!(
+                    "a row to keep is not in the buffered group of {}",
+                    group.file
+                ))
+            })?;
+        let data = match Arc::try_unwrap(group) {
+            Ok(group) => group.data,
+            Err(shared) => shared.data.clone(),
+        };
+        let mut loose = self.group(data.take(&indices)?)?;
+        loose.kept = Some(kept.to_vec());
+        self.counters
+            .loosened_rows
+            .fetch_add(kept.len() as u64, Ordering::Relaxed);
+        Ok(Arc::new(loose))
     }
 
     /// [`assemble`](Self::assemble), with a panic in it reported as an error.
@@ -452,7 +493,8 @@ impl Producer {
                     RowOrigin {
                         file: r.group.file.clone(),
                         row_group: unit.row_group,
-                        row: unit.first_row + r.index as u64,
+                        row: unit.first_row
+                            + r.group.data.row_in_group(r.index).unwrap_or(r.index as u64),
                         id: id.clone(),
                         pad: unit.pad,
                     }

@@ -21,6 +21,7 @@
 mod ahead;
 mod builder;
 mod error;
+mod group;
 pub mod hooks;
 #[cfg(unix)]
 pub mod local;
@@ -36,9 +37,10 @@ mod stats;
 pub use ahead::{AbortOnDrop, spawn_ahead};
 pub use builder::StreamBuilder;
 pub use error::{StreamError, panic_message, redact, store_error_is_transient};
+pub use group::RowGroupBatch;
 pub use object_store::ObjectStore;
 pub use order::Uneven;
-pub use pipeline::{RowGroupBatch, TableStream};
+pub use pipeline::TableStream;
 pub use plan::Shard;
 pub use snapshot::{DataFile, READ_CONCURRENCY, ReadTimings, Snapshot};
 pub use stats::{BudgetProgress, GroupBudget, StreamStats};

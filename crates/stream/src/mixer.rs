@@ -1,11 +1,22 @@
 //! The shuffle buffer as a pure state machine: which rows make each batch. No I/O, no data.
 //!
-//! The buffer holds whole row groups (the loader keeps them zero-copy), and a row group's
-//! memory is freed only when its last row leaves, so it is bounded in row groups: a new group
-//! comes in when one is used up, and each row of a batch is drawn uniformly from all the rows
-//! left. Shuffling starts from a few groups and grows by one per batch up to the full buffer,
-//! so the first batch does not wait for the whole buffer. Unshuffled, rows leave in the order
-//! they came.
+//! The buffer holds row groups, and its memory is counted in *row-equivalents*: a whole group
+//! (kept zero-copy by the loader) counts its physical rows until its last row leaves; a
+//! *loose* group, whose rows still to draw the caller copied out of their row group, counts
+//! the rows it was given until it is loosened again or its last row leaves. The buffer asks for another group while it holds fewer row-equivalents
+//! than its window, or fewer rows than a batch. Each row of a batch is drawn uniformly from all
+//! the rows left. Shuffling starts from a window of a few groups that grows by one group per
+//! batch up to the full buffer, so the first batch does not wait for the whole buffer.
+//! Unshuffled, rows leave in the order they came.
+//!
+//! Two kinds of groups become loose (the mixer lists them; [`Mixer::loosen`] hands them to
+//! the caller to copy): a group pushed with fewer rows to draw than it holds (a piece at the
+//! edge of a rank's span), and, when shuffling, every group that holds more than its rows
+//! still to draw once the buffer holds its window but less than a batch. Uniform draws leave the last rows of many groups behind when
+//! the buffer is close to a batch; loosening them is what bounds the memory: whenever the
+//! mixer asks for a group it holds fewer than `max(buffer, batch)` row-equivalents shuffled,
+//! and fewer than `batch + rows − 1` unshuffled ([`Mixer::held_rows`]). Loosening does not
+//! change which rows are drawn.
 //!
 //! The mixer is generic over what a group is: the loader pushes decoded row groups, a replay
 //! pushes unit numbers. Given the same pushes, both draw the same rows: this is what lets a
@@ -19,6 +30,7 @@
 //! let mut rows = Vec::new();
 //! loop {
 //!     while mixer.wants() {
+//!         assert!(mixer.held_rows() < 8);
 //!         if next_group < 5 {
 //!             mixer.push(next_group, 3, 3); // five groups of three rows
 //!             next_group += 1;
@@ -30,36 +42,53 @@
 //!         Some(batch) => rows.extend(batch),
 //!         None => break,
 //!     }
+//!     // Straggling groups: keep only their rows still to draw (here, the group number).
+//!     mixer.loosen(|group, _rows_left| Ok::<_, ()>(group)).unwrap();
 //! }
 //! rows.sort();
 //! assert_eq!(rows.len(), 15); // every row once
 //! assert_eq!(rows[0], (0, 0));
 //! ```
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::plan::SeededRng;
 
 /// Row groups in the shuffle buffer before the first batch; one more per batch after it.
-pub const WARM_UP_GROUPS: usize = 4;
+pub const WARM_UP_GROUPS: u64 = 4;
 
 /// A salt keeping the row shuffle apart from the planner's streams.
 const ROWS: u64 = 3;
 
-/// The shuffle buffer's state: the rows buffered (as `(group, row)`), the rows each group has
-/// left, the generator.
+/// A buffered group: its value, rows still to draw, and the rows it holds in memory (its
+/// physical rows while whole, the rows it was given once loose).
+#[derive(Debug, Clone)]
+struct Slot<T> {
+    group: T,
+    left: u64,
+    charge: u64,
+    loose: bool,
+}
+
+/// The shuffle buffer's state: the rows buffered (as `(group, row)`), the groups, the
+/// generator.
 #[derive(Debug, Clone)]
 pub struct Mixer<T> {
     rng: Option<SeededRng>,
     batch_size: usize,
-    buffer_rows: usize,
+    buffer_rows: u64,
     drop_last: bool,
-    /// Groups that may be buffered at once (`None` until the first group sets it).
-    max_groups: Option<usize>,
-    full_groups: usize,
+    /// Row-equivalents the buffer asks for (`None` until the first group sets it).
+    window: Option<u64>,
+    /// The window's growth per batch: the first group's physical rows.
+    step: u64,
     buffer: VecDeque<(u64, u64)>,
-    /// Rows left per buffered group, by arrival number.
-    left: HashMap<u64, (T, u64)>,
+    /// Buffered groups by arrival number.
+    slots: HashMap<u64, Slot<T>>,
+    /// Rows held in memory: the sum of the slots' charges.
+    held: u64,
+    /// Groups that became loose and were not yet handed to [`loosen`](Self::loosen).
+    pending: BTreeSet<u64>,
     arrived: u64,
     finished: bool,
 }
@@ -79,12 +108,15 @@ impl<T: Clone> Mixer<T> {
         Mixer {
             rng: shuffle.map(|(seed, stream)| SeededRng::for_stream(&[seed, stream, ROWS])),
             batch_size,
-            buffer_rows: buffer_rows.max(batch_size),
+            buffer_rows: buffer_rows.max(batch_size) as u64,
             drop_last,
-            max_groups: if shuffle.is_some() { None } else { Some(1) },
-            full_groups: 1,
+            // Unshuffled, a new group only when the buffer is empty or short of a batch.
+            window: if shuffle.is_some() { None } else { Some(1) },
+            step: 1,
             buffer: VecDeque::new(),
-            left: HashMap::new(),
+            slots: HashMap::new(),
+            held: 0,
+            pending: BTreeSet::new(),
             arrived: 0,
             finished: false,
         }
@@ -94,25 +126,48 @@ impl<T: Clone> Mixer<T> {
     /// [`finish`](Self::finish) when there are none left).
     pub fn wants(&self) -> bool {
         !self.finished
-            && (self.max_groups.is_none_or(|m| self.left.len() < m)
+            && (self.window.is_none_or(|w| self.held_rows() < w)
                 || self.buffer.len() < self.batch_size)
     }
 
+    /// Row-equivalents held: the physical rows of the whole groups and the rows the loose
+    /// ones were given.
+    pub fn held_rows(&self) -> u64 {
+        self.held
+    }
+
     /// Adds a group with `kept` rows to draw (indices `0..kept`) that holds `physical` rows in
-    /// memory. Groups with no rows to draw are ignored.
+    /// memory. Groups with no rows to draw are ignored. A group with fewer rows to draw than it
+    /// holds is loose from the start.
     pub fn push(&mut self, group: T, kept: u64, physical: u64) {
         if kept == 0 {
             return;
         }
-        if self.max_groups.is_none() {
-            // The buffer's size in groups, from the first group's size in memory.
-            self.full_groups = self.buffer_rows.div_ceil(physical.max(1) as usize).max(1);
-            self.max_groups = Some(self.full_groups.min(WARM_UP_GROUPS));
+        let physical = physical.max(kept);
+        if self.window.is_none() {
+            // The window in rows, from the first group's size in memory.
+            self.step = physical;
+            self.window = Some(self.buffer_rows.min(WARM_UP_GROUPS * physical));
         }
         let id = self.arrived;
         self.arrived += 1;
-        self.left.insert(id, (group, kept));
+        let loose = kept < physical;
+        if loose {
+            self.pending.insert(id);
+        }
+        let charge = if loose { kept } else { physical };
+        self.held += charge;
+        self.slots.insert(
+            id,
+            Slot {
+                group,
+                left: kept,
+                charge,
+                loose,
+            },
+        );
         self.buffer.extend((0..kept).map(|row| (id, row)));
+        self.settle();
     }
 
     /// There are no more groups in this epoch.
@@ -144,47 +199,109 @@ impl<T: Clone> Mixer<T> {
                 None => self.buffer.pop_front(),
             };
             let Some((id, row)) = drawn else { break };
-            let group = match self.left.get_mut(&id) {
-                Some((group, left)) => {
-                    *left -= 1;
-                    let group = group.clone();
-                    if *left == 0 {
-                        self.left.remove(&id);
-                    }
-                    group
-                }
-                None => continue,
+            let Some(slot) = self.slots.get_mut(&id) else {
+                continue;
             };
+            slot.left -= 1;
+            let group = slot.group.clone();
+            if slot.left == 0 {
+                self.held -= slot.charge;
+                self.slots.remove(&id);
+                self.pending.remove(&id);
+            }
             rows.push((group, row));
         }
         if self.rng.is_some() {
-            self.max_groups = self.max_groups.map(|m| (m + 1).min(self.full_groups));
+            self.window = self.window.map(|w| (w + self.step).min(self.buffer_rows));
         }
+        self.settle();
         Some(rows)
+    }
+
+    /// Shuffling, a buffer that holds its window but less than a batch would ask for groups
+    /// beyond its window while stragglers keep their memory: every group holding more than its
+    /// rows still to draw is loosened (again), so the buffer then holds just those rows.
+    fn settle(&mut self) {
+        let full = self.window.is_some_and(|w| self.held >= w);
+        if self.rng.is_none() || self.finished || !full || self.buffer.len() >= self.batch_size {
+            return;
+        }
+        for (id, slot) in &mut self.slots {
+            if slot.charge > slot.left {
+                self.held -= slot.charge - slot.left;
+                slot.charge = slot.left;
+                slot.loose = true;
+                self.pending.insert(*id);
+            }
+        }
+    }
+
+    /// Hands each group that became loose since the last call to `f` with its rows still to
+    /// draw (ascending), and buffers what `f` returns in its place: the caller keeps only those
+    /// rows in memory. Call it after each [`push`](Self::push) and
+    /// [`next_batch`](Self::next_batch) (once the rows drawn are released); the rows drawn do
+    /// not depend on it.
+    pub fn loosen<E>(&mut self, mut f: impl FnMut(T, &[u64]) -> Result<T, E>) -> Result<(), E> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let mut rows: HashMap<u64, Vec<u64>> = pending.iter().map(|&id| (id, Vec::new())).collect();
+        for (id, row) in &self.buffer {
+            if let Some(rows) = rows.get_mut(id) {
+                rows.push(*row);
+            }
+        }
+        for id in pending {
+            let (Some(mut slot), Some(mut left)) = (self.slots.remove(&id), rows.remove(&id))
+            else {
+                continue;
+            };
+            left.sort_unstable();
+            slot.group = f(slot.group, &left)?;
+            self.slots.insert(id, slot);
+        }
+        Ok(())
     }
 
     /// The groups still buffered, in arrival order.
     pub fn live_groups(&self) -> Vec<&T> {
-        let mut ids: Vec<&u64> = self.left.keys().collect();
+        let mut ids: Vec<&u64> = self.slots.keys().collect();
         ids.sort();
-        ids.into_iter().map(|id| &self.left[id].0).collect()
+        ids.into_iter().map(|id| &self.slots[id].group).collect()
     }
 
     /// The same state over other group values (a replay's unit numbers → decoded row groups).
+    /// Every loose group is listed for [`loosen`](Self::loosen) again: the new values are
+    /// whole row groups.
     pub fn try_map<U, E>(self, mut f: impl FnMut(T) -> Result<U, E>) -> Result<Mixer<U>, E> {
-        let mut left = HashMap::with_capacity(self.left.len());
-        for (id, (group, n)) in self.left {
-            left.insert(id, (f(group)?, n));
+        let mut slots = HashMap::with_capacity(self.slots.len());
+        let mut pending = BTreeSet::new();
+        for (id, slot) in self.slots {
+            if slot.loose {
+                pending.insert(id);
+            }
+            slots.insert(
+                id,
+                Slot {
+                    group: f(slot.group)?,
+                    left: slot.left,
+                    charge: slot.charge,
+                    loose: slot.loose,
+                },
+            );
         }
         Ok(Mixer {
             rng: self.rng,
             batch_size: self.batch_size,
             buffer_rows: self.buffer_rows,
             drop_last: self.drop_last,
-            max_groups: self.max_groups,
-            full_groups: self.full_groups,
+            window: self.window,
+            step: self.step,
             buffer: self.buffer,
-            left,
+            slots,
+            held: self.held,
+            pending,
             arrived: self.arrived,
             finished: self.finished,
         })
@@ -238,6 +355,102 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), 120);
         assert_eq!(batches.len(), 24);
+    }
+
+    /// A batch of `((group, generation), row)`.
+    type Batch = Vec<((usize, u32), u64)>;
+
+    /// One run over groups of `(physical, kept)` rows; `loosen`: whether the loose groups'
+    /// values are replaced (by `(group, generation + 1)`). Returns the batches and the most
+    /// rows held in memory when asking for a group, counted here as the caller would (a group's
+    /// physical rows, then the rows it was last handed to `loosen` with, until it is drawn
+    /// out); checks the rows handed to `loosen`.
+    fn run_loosening(
+        shuffle: bool,
+        groups: &[(u64, u64)],
+        batch: usize,
+        buffer: usize,
+        loosen: bool,
+    ) -> (Vec<Batch>, u64) {
+        let mut m = Mixer::new(shuffle.then_some((5, 6)), batch, buffer, false);
+        let mut undrawn: HashMap<usize, BTreeSet<u64>> = HashMap::new();
+        let mut memory: HashMap<usize, u64> = HashMap::new();
+        let (mut next, mut worst, mut out) = (0, 0, Vec::new());
+        let check = |m: &mut Mixer<(usize, u32)>,
+                     undrawn: &HashMap<usize, BTreeSet<u64>>,
+                     memory: &mut HashMap<usize, u64>| {
+            if loosen {
+                m.loosen(|(g, generation), rows| {
+                    let expected: Vec<u64> = undrawn[&g].iter().copied().collect();
+                    assert_eq!(rows, &expected[..], "rows left of group {g}");
+                    memory.insert(g, rows.len() as u64);
+                    Ok::<_, ()>((g, generation + 1))
+                })
+                .unwrap();
+                assert_eq!(m.held_rows(), memory.values().sum::<u64>());
+            }
+        };
+        loop {
+            while m.wants() {
+                worst = worst.max(memory.values().sum::<u64>());
+                match groups.get(next) {
+                    Some(&(physical, kept)) => {
+                        undrawn.insert(next, (0..kept).collect());
+                        memory.insert(next, physical);
+                        m.push((next, 0), kept, physical);
+                        check(&mut m, &undrawn, &mut memory);
+                    }
+                    None => m.finish(),
+                }
+                next += 1;
+            }
+            let Some(b) = m.next_batch() else {
+                return (out, worst);
+            };
+            for ((g, _), row) in &b {
+                let left = undrawn.get_mut(g).unwrap();
+                assert!(left.remove(row), "row drawn twice");
+                if left.is_empty() {
+                    memory.remove(g);
+                }
+            }
+            out.push(b);
+            check(&mut m, &undrawn, &mut memory);
+        }
+    }
+
+    proptest::proptest! {
+        /// Whenever it asks for a group, the mixer holds less than the bound the budget
+        /// counts on; loosening hands over exactly the rows left and changes no draw; every
+        /// row is drawn once.
+        #[test]
+        fn loosening_bounds_the_memory_and_changes_no_draw(
+            shuffle in proptest::bool::ANY,
+            groups in proptest::collection::vec((1u64..40, 0.0f64..1.0, 0u8..4), 0..60),
+            batch in 1usize..40,
+            buffer in 1usize..200,
+        ) {
+            // A quarter of the groups are pieces (fewer rows kept than held).
+            let groups: Vec<(u64, u64)> = groups
+                .iter()
+                .map(|&(n, f, piece)| (n, if piece == 0 { 1 + (f * (n - 1) as f64) as u64 } else { n }))
+                .collect();
+            let (loosened, worst) = run_loosening(shuffle, &groups, batch, buffer, true);
+            let (plain, _) = run_loosening(shuffle, &groups, batch, buffer, false);
+            let strip = |b: &Vec<Batch>| -> Vec<Vec<(usize, u64)>> {
+                b.iter().map(|b| b.iter().map(|((g, _), r)| (*g, *r)).collect()).collect()
+            };
+            proptest::prop_assert_eq!(strip(&loosened), strip(&plain));
+            let rows = groups.iter().map(|g| g.0).max().unwrap_or(1);
+            let bound = if shuffle {
+                buffer.max(batch) as u64 - 1
+            } else {
+                batch as u64 - 1 + rows - 1
+            };
+            proptest::prop_assert!(worst <= bound, "held {} > bound {}", worst, bound);
+            let drawn: usize = loosened.iter().map(Vec::len).sum();
+            proptest::prop_assert_eq!(drawn as u64, groups.iter().map(|g| g.1).sum::<u64>());
+        }
     }
 
     #[test]

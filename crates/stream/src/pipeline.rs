@@ -16,6 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::ahead::spawn_ahead;
 use crate::error::{StreamError, panic_message};
+use crate::group::RowGroupBatch;
 use crate::hooks::{Hooks, Stage};
 use crate::order::{EpochOrder, Piece, RowSet, Uneven, Unit, deal, rows_per_rank, units_of};
 use crate::plan::{Planner, Shard};
@@ -27,31 +28,6 @@ const FOOTERS_AHEAD: usize = 16;
 /// Reads in flight at the start of a stream, before the slow start grows them to the prefetch
 /// depth (the loader's shuffle buffer waits for 4 row groups before its first batch).
 const RAMP_START: usize = 4;
-
-/// A decoded row group, with its share of the memory budget: the budget is given back when
-/// the last clone of this value is dropped.
-#[derive(Debug, Clone)]
-pub struct RowGroupBatch {
-    /// The projected columns of the whole row group.
-    pub batch: RecordBatch,
-    /// The unit read: file, row group, and the rows of it this rank keeps.
-    pub unit: Arc<Unit>,
-    /// The unit's index in the rank's reading order for the epoch.
-    pub position: u64,
-    _permit: Arc<OwnedSemaphorePermit>,
-}
-
-impl RowGroupBatch {
-    /// Index of the file in the snapshot.
-    pub fn file(&self) -> usize {
-        self.unit.file
-    }
-
-    /// The row group inside the file.
-    pub fn row_group(&self) -> usize {
-        self.unit.row_group
-    }
-}
 
 /// Streams the row groups of a pinned snapshot for one shard, epoch by epoch.
 ///
@@ -453,12 +429,7 @@ impl Inner {
         let fetched_kib = fetched.div_ceil(1024) as usize;
         let keep = permit.num_permits().saturating_sub(fetched_kib).max(1);
         drop(permit.split(permit.num_permits() - keep));
-        Ok(RowGroupBatch {
-            batch,
-            unit,
-            position,
-            _permit: Arc::new(permit),
-        })
+        Ok(RowGroupBatch::new(batch, unit, position, permit))
     }
 
     /// Takes this row group's share of the budget: its projected chunks as fetched plus as

@@ -1,0 +1,197 @@
+//! A decoded row group as the stream hands it out, holding its share of the memory budget.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
+use arrow_schema::DataType;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::error::StreamError;
+use crate::order::Unit;
+
+/// A decoded row group, with its share of the memory budget: the budget is given back when
+/// the last clone of this value is dropped.
+#[derive(Debug, Clone)]
+pub struct RowGroupBatch {
+    /// The projected columns of the row group (of some of its rows after [`take`](Self::take)).
+    pub batch: RecordBatch,
+    /// The unit read: file, row group, and the rows of it this rank keeps.
+    pub unit: Arc<Unit>,
+    /// The unit's index in the rank's reading order for the epoch.
+    pub position: u64,
+    /// `None` while `batch` holds every row of the row group; after [`take`](Self::take), row
+    /// `i` of `batch` is row `rows[i]` of the row group.
+    rows: Option<Arc<[u64]>>,
+    permit: Arc<OwnedSemaphorePermit>,
+}
+
+impl RowGroupBatch {
+    pub(crate) fn new(
+        batch: RecordBatch,
+        unit: Arc<Unit>,
+        position: u64,
+        permit: OwnedSemaphorePermit,
+    ) -> Self {
+        RowGroupBatch {
+            batch,
+            unit,
+            position,
+            rows: None,
+            permit: Arc::new(permit),
+        }
+    }
+
+    /// Index of the file in the snapshot.
+    pub fn file(&self) -> usize {
+        self.unit.file
+    }
+
+    /// The row group inside the file.
+    pub fn row_group(&self) -> usize {
+        self.unit.row_group
+    }
+
+    /// The row of the row group at index `i` of [`batch`](Self::batch).
+    pub fn row_in_group(&self, i: usize) -> Option<u64> {
+        match &self.rows {
+            None => (i < self.batch.num_rows()).then_some(i as u64),
+            Some(rows) => rows.get(i).copied(),
+        }
+    }
+
+    /// Only the rows at `indices` of [`batch`](Self::batch), copied out of the row group's
+    /// buffers so that the rest of it is freed, with the budget share shrunk in proportion
+    /// (kept whole while another clone shares it). The loader's shuffle buffer does this to the
+    /// few rows a row group has left, so its memory follows the rows it buffers.
+    pub fn take(self, indices: &[u64]) -> Result<RowGroupBatch, StreamError> {
+        let fail = |e: String| {
+            StreamError::Internal(format!(
+                "copying {} rows out of row group {} of file #{}: {e}",
+                indices.len(),
+                self.unit.row_group,
+                self.unit.file
+            ))
+        };
+        let rows: Arc<[u64]> = indices
+            .iter()
+            .map(|&i| self.row_in_group(i as usize))
+            .collect::<Option<Vec<u64>>>()
+            .ok_or_else(|| fail(format!("an index past its {} rows", self.batch.num_rows())))?
+            .into();
+        let taken = arrow_select::take::take_record_batch(
+            &self.batch,
+            &UInt64Array::from(indices.to_vec()),
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        // `take` of a view column shares the original data buffers: copy the rows out.
+        let columns: Vec<ArrayRef> = taken
+            .columns()
+            .iter()
+            .map(|c| match c.data_type() {
+                DataType::BinaryView => Arc::new(c.as_binary_view().gc()) as ArrayRef,
+                DataType::Utf8View => Arc::new(c.as_string_view().gc()) as ArrayRef,
+                _ => c.clone(),
+            })
+            .collect();
+        let batch =
+            RecordBatch::try_new(taken.schema(), columns).map_err(|e| fail(e.to_string()))?;
+        let total = self.batch.num_rows().max(1);
+        let permit = match Arc::try_unwrap(self.permit) {
+            Ok(mut permit) => {
+                let held = permit.num_permits();
+                let keep = (held * indices.len()).div_ceil(total).clamp(1, held.max(1));
+                drop(permit.split(held - keep));
+                Arc::new(permit)
+            }
+            Err(shared) => shared,
+        };
+        Ok(RowGroupBatch {
+            batch,
+            unit: self.unit,
+            position: self.position,
+            rows: Some(rows),
+            permit,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{BinaryViewArray, Int64Array, StringArray};
+    use arrow_schema::{Field, Schema};
+    use tokio::sync::Semaphore;
+
+    fn group(budget: &Arc<Semaphore>, kib: u32) -> RowGroupBatch {
+        let tensors: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 4096]).collect();
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Utf8, false),
+                Field::new("label", DataType::Int64, true),
+                Field::new("tensor", DataType::BinaryView, false),
+            ])),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    (0..8).map(|i| format!("s{i}")),
+                )),
+                Arc::new(Int64Array::from_iter_values(0..8)),
+                Arc::new(BinaryViewArray::from_iter_values(tensors.iter())),
+            ],
+        )
+        .unwrap();
+        let unit = Unit {
+            file: 2,
+            row_group: 1,
+            first_row: 8,
+            rows: 8,
+            keep: std::iter::once(0..8).collect(),
+            pad: false,
+        };
+        let permit = budget.clone().try_acquire_many_owned(kib).unwrap();
+        RowGroupBatch::new(batch, Arc::new(unit), 0, permit)
+    }
+
+    #[test]
+    fn taken_rows_are_copied_and_give_their_budget_back() {
+        let budget = Arc::new(Semaphore::new(100));
+        let whole = group(&budget, 40);
+        let data_before = whole.batch.column(2).as_binary_view().data_buffers()[0].len();
+        let two = whole.take(&[1, 6]).unwrap();
+        assert_eq!(budget.available_permits(), 90, "a quarter of 40 KiB kept");
+        let tensors = two.batch.column(2).as_binary_view();
+        assert_eq!(tensors.value(0), &[1u8; 4096][..]);
+        assert_eq!(tensors.value(1), &[6u8; 4096][..]);
+        let data_after: usize = tensors.data_buffers().iter().map(|b| b.len()).sum();
+        assert!(data_after <= 2 * 4096 && data_after < data_before);
+        assert_eq!(two.batch.column(0).as_string::<i32>().value(1), "s6");
+        assert_eq!(
+            (two.row_in_group(0), two.row_in_group(1)),
+            (Some(1), Some(6))
+        );
+        assert_eq!(two.row_in_group(2), None);
+        // Taking again composes the row numbers.
+        let one = two.take(&[1]).unwrap();
+        assert_eq!(one.row_in_group(0), Some(6));
+        assert_eq!(budget.available_permits(), 95);
+        drop(one);
+        assert_eq!(budget.available_permits(), 100);
+    }
+
+    #[test]
+    fn a_shared_group_keeps_its_share_and_bad_indices_are_errors() {
+        let budget = Arc::new(Semaphore::new(100));
+        let whole = group(&budget, 40);
+        let clone = whole.clone();
+        let two = whole.take(&[0, 1]).unwrap();
+        assert_eq!(
+            budget.available_permits(),
+            60,
+            "the clone still holds the row group"
+        );
+        drop((two, clone));
+        assert_eq!(budget.available_permits(), 100);
+        let err = group(&budget, 8).take(&[3, 9]).unwrap_err().to_string();
+        assert!(err.contains("row group 1 of file #2"), "{err}");
+    }
+}
