@@ -58,6 +58,9 @@ struct BenchArgs {
     /// Row groups fetched and decoded at once.
     #[arg(long, default_value_t = 16)]
     row_group_prefetch: usize,
+    /// Threads that copy each batch's samples at once (default: a quarter of the cores, 1 to 4).
+    #[arg(long)]
+    assembly_threads: Option<usize>,
     /// Drop batches instead of giving their memory back to the loader (`Loader::recycle`).
     #[arg(long)]
     no_recycle: bool,
@@ -101,6 +104,21 @@ struct BenchArgs {
 }
 
 /// Peak resident set size of this process (Linux: VmHWM), in bytes.
+/// User and system CPU time of this process so far, in seconds (all its threads).
+fn cpu_seconds() -> Option<(f64, f64)> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a `rusage` into the pointer it is given, which is valid and
+    // large enough; it is read only when the call succeeded.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return None;
+        }
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some((secs(usage.ru_utime), secs(usage.ru_stime)))
+}
+
 fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -172,6 +190,9 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     if args.shuffle {
         builder = builder.with_shuffle(args.seed, args.shuffle_buffer);
     }
+    if let Some(n) = args.assembly_threads {
+        builder = builder.with_assembly_threads(n);
+    }
     if let Some(v) = args.version {
         builder = builder.with_version(v);
     }
@@ -226,6 +247,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
             .map_err(|e| format!("writing the state {}: {e}", path.display()))?;
     }
     let seconds = start.elapsed().as_secs_f64();
+    let (cpu_user_s, cpu_system_s) = cpu_seconds().unwrap_or((0.0, 0.0));
     let stats = loader.stats();
     let samples = stats.samples;
     let mb = stats.tensor_bytes as f64 / 1e6;
@@ -236,6 +258,9 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "batches": stats.batches,
         "epochs": args.epochs,
         "seconds": seconds,
+        "cpu_user_s": cpu_user_s,
+        "cpu_system_s": cpu_system_s,
+        "cpu_cores": (cpu_user_s + cpu_system_s) / seconds,
         "samples_per_s": samples as f64 / seconds,
         "mb_per_s": mb / seconds,
         "first_batch_s": first_batch_s.unwrap_or(0.0),
@@ -264,9 +289,10 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         println!("{report}");
     } else {
         println!(
-            "{samples} samples in {seconds:.2} s: {:.0} samples/s, {:.0} MB/s of tensors; first batch after {:.3} s; peak RSS {:.0} MB (budget {} MiB)",
+            "{samples} samples in {seconds:.2} s: {:.0} samples/s, {:.0} MB/s of tensors; CPU {cpu_user_s:.2} s user + {cpu_system_s:.2} s system ({:.1} cores); first batch after {:.3} s; peak RSS {:.0} MB (budget {} MiB)",
             samples as f64 / seconds,
             mb / seconds,
+            (cpu_user_s + cpu_system_s) / seconds,
             first_batch_s.unwrap_or(0.0),
             peak_rss_bytes().unwrap_or(0) as f64 / 1e6,
             args.memory_budget_mb,

@@ -599,6 +599,36 @@ async fn straggling_rows_are_copied_out_and_the_smallest_budget_streams() {
     assert_eq!((tight.len(), unique.len()), (60, 60));
 }
 
+/// Batches assembled on a pool of threads are the batches of one thread, bit for bit.
+#[tokio::test]
+async fn parallel_assembly_gives_the_same_batches_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 30, 14).await;
+    let path = table.to_str().unwrap();
+    for channels_first in [false, true] {
+        let run = |threads| {
+            collect(
+                Loader::builder(path)
+                    .with_batch_size(4)
+                    .with_shuffle(9, 12)
+                    .with_epochs(2)
+                    .with_channels_first(channels_first)
+                    .with_assembly_threads(threads),
+            )
+        };
+        let (one, four) = (run(1), run(4));
+        assert_eq!(one.len(), 16);
+        assert_eq!(one.len(), four.len());
+        for (a, b) in one.iter().zip(&four) {
+            assert_eq!((&a.ids, &a.labels), (&b.ids, &b.labels));
+            assert!(a.tensors.as_bytes().is_some());
+            assert_eq!(a.tensors.as_bytes(), b.tensors.as_bytes());
+        }
+    }
+    let e = build_err(Loader::builder(path).with_assembly_threads(0)).to_string();
+    assert!(e.contains("assembly threads"), "{e}");
+}
+
 /// Bad calls are errors, not panics: a file index past the end, a rank past the world.
 #[tokio::test]
 async fn bad_calls_are_errors_not_panics() {

@@ -188,7 +188,7 @@ impl Tensors {
 }
 
 /// An element type the loader can fill from little-endian bytes.
-pub(crate) trait Element: Copy + 'static {
+pub(crate) trait Element: Copy + Send + Sync + 'static {
     /// Whether every bit pattern is a valid value (so bytes may be copied as they are).
     const ANY_BITS: bool;
     fn from_le(bytes: &[u8]) -> Self;
@@ -259,17 +259,33 @@ pub(crate) fn fill_sample<T: Element>(
     }
 }
 
-/// Writes `samples` (each one sample of `numel` elements) into `dst`, one after the other.
+/// Writes `samples` (each one sample of `numel` elements) into `dst`, one after the other:
+/// on `pool`'s threads, a sample each at a time, when there is a pool. Every element is written
+/// with the same value either way.
 pub(crate) fn fill_batch<T: Element>(
     dst: &mut [MaybeUninit<T>],
     numel: usize,
     samples: &[&[u8]],
     channels: Option<usize>,
+    pool: Option<&rayon::ThreadPool>,
 ) {
     assert_eq!(dst.len(), numel * samples.len(), "batch size");
-    if numel > 0 {
-        for (dst, src) in dst.chunks_exact_mut(numel).zip(samples) {
-            fill_sample(dst, src, channels);
+    if numel == 0 {
+        return;
+    }
+    match pool {
+        Some(pool) if samples.len() > 1 => {
+            use rayon::prelude::*;
+            pool.install(|| {
+                dst.par_chunks_mut(numel)
+                    .zip(samples.par_iter())
+                    .for_each(|(dst, src)| fill_sample(dst, src, channels));
+            });
+        }
+        _ => {
+            for (dst, src) in dst.chunks_exact_mut(numel).zip(samples) {
+                fill_sample(dst, src, channels);
+            }
         }
     }
 }
@@ -284,12 +300,14 @@ pub(crate) fn build_tensors_into(
     samples: &[&[u8]],
     channels: Option<usize>,
     reuse: Option<Tensors>,
+    pool: Option<&rayon::ThreadPool>,
 ) -> Result<(Tensors, bool), LoaderError> {
     fn build<T: Element>(
         shape: &[usize],
         samples: &[&[u8]],
         channels: Option<usize>,
         reuse: Option<ArrayD<T>>,
+        pool: Option<&rayon::ThreadPool>,
     ) -> Result<(ArrayD<T>, bool), LoaderError> {
         let numel: usize = shape[1..].iter().product();
         let total = numel * samples.len();
@@ -305,7 +323,7 @@ pub(crate) fn build_tensors_into(
                 // to drop).
                 let dst =
                     unsafe { &mut *(values.as_mut_slice() as *mut [T] as *mut [MaybeUninit<T>]) };
-                fill_batch(dst, numel, samples, channels);
+                fill_batch(dst, numel, samples, channels, pool);
                 values
             }
             None => {
@@ -317,6 +335,7 @@ pub(crate) fn build_tensors_into(
                     numel,
                     samples,
                     channels,
+                    pool,
                 );
                 // SAFETY: `fill_batch` wrote all `numel` elements of each sample's chunk.
                 unsafe { values.set_len(total) };
@@ -333,7 +352,7 @@ pub(crate) fn build_tensors_into(
                 Some(Tensors::$variant(a)) => Some(a),
                 _ => None,
             };
-            let (array, recycled) = build(shape, samples, channels, reuse)?;
+            let (array, recycled) = build(shape, samples, channels, reuse, pool)?;
             Ok((Tensors::$variant(array), recycled))
         }};
     }
@@ -360,7 +379,7 @@ pub(crate) fn build_tensors(
     samples: &[&[u8]],
     channels: Option<usize>,
 ) -> Result<Tensors, LoaderError> {
-    Ok(build_tensors_into(dtype, shape, samples, channels, None)?.0)
+    Ok(build_tensors_into(dtype, shape, samples, channels, None, None)?.0)
 }
 
 #[cfg(test)]
@@ -379,13 +398,41 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_fills_the_same_bytes_as_one_thread() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let samples: Vec<Vec<u8>> = (0..7u8)
+            .map(|s| (0..48u8).map(|i| s.wrapping_mul(31) ^ i).collect())
+            .collect();
+        let refs: Vec<&[u8]> = samples.iter().map(Vec::as_slice).collect();
+        for (dtype, shape, channels) in [
+            (DType::F32, vec![7, 2, 2, 3], None),
+            (DType::F32, vec![7, 3, 2, 2], Some(3)),
+            (DType::F16, vec![7, 4, 6], None),
+            (DType::Bool, vec![7, 48], None),
+            (DType::I64, vec![7, 2, 3], Some(3)),
+        ] {
+            let serial = build_tensors(dtype, &shape, &refs, channels).unwrap();
+            let (parallel, _) =
+                build_tensors_into(dtype, &shape, &refs, channels, None, Some(&pool)).unwrap();
+            assert_eq!(
+                serial.as_bytes(),
+                parallel.as_bytes(),
+                "{dtype} {channels:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_recycled_batch_is_refilled_in_place() {
         let a: Vec<u8> = (0..6).flat_map(|v: i32| v.to_le_bytes()).collect();
         let b: Vec<u8> = (10..16).flat_map(|v: i32| v.to_le_bytes()).collect();
         let first = build_tensors(DType::I32, &[1, 2, 3], &[&a], None).unwrap();
         let memory = first.as_bytes().unwrap().as_ptr();
         let (second, recycled) =
-            build_tensors_into(DType::I32, &[1, 2, 3], &[&b], None, Some(first)).unwrap();
+            build_tensors_into(DType::I32, &[1, 2, 3], &[&b], None, Some(first), None).unwrap();
         assert!(recycled);
         assert_eq!(second.as_bytes().unwrap(), b.as_slice());
         assert_eq!(
@@ -395,13 +442,13 @@ mod tests {
         );
         // Another shape or type: fresh memory, right values.
         let (third, recycled) =
-            build_tensors_into(DType::I32, &[1, 3, 2], &[&a], None, Some(second)).unwrap();
+            build_tensors_into(DType::I32, &[1, 3, 2], &[&a], None, Some(second), None).unwrap();
         assert!(!recycled);
         assert_eq!(third.as_bytes().unwrap(), a.as_slice());
         let Tensors::I32(t) = &third else { panic!() };
         assert_eq!(t.shape(), &[1, 3, 2]);
         let (floats, recycled) =
-            build_tensors_into(DType::F32, &[1, 2, 3], &[&a], None, Some(third)).unwrap();
+            build_tensors_into(DType::F32, &[1, 2, 3], &[&a], None, Some(third), None).unwrap();
         assert!(!recycled);
         assert_eq!(floats.dtype(), DType::F32);
     }

@@ -34,6 +34,7 @@ pub struct LoaderBuilder {
     pub(crate) prefetch: usize,
     pub(crate) row_group_prefetch: usize,
     pub(crate) runtime_threads: usize,
+    pub(crate) assembly_threads: usize,
     pub(crate) root_store: Option<Arc<dyn voxlake_stream::ObjectStore>>,
     pub(crate) state: Option<LoaderState>,
     pub(crate) hooks: voxlake_stream::hooks::Hooks,
@@ -42,6 +43,11 @@ pub struct LoaderBuilder {
     pub(crate) fault_hook: Option<voxlake_stream::hooks::FaultHook>,
     #[cfg(feature = "tch")]
     pub(crate) device: Option<tch::Device>,
+}
+
+/// A quarter of the cores, 1 to 4.
+fn default_assembly_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).clamp(1, 4))
 }
 
 /// Files whose row groups are read round-robin when shuffling.
@@ -101,6 +107,7 @@ impl LoaderBuilder {
             prefetch: 2,
             row_group_prefetch: 16,
             runtime_threads: 2,
+            assembly_threads: default_assembly_threads(),
             root_store: None,
             state: None,
             hooks: Default::default(),
@@ -232,6 +239,14 @@ impl LoaderBuilder {
         self
     }
 
+    /// Threads that copy each batch's samples into its tensor at once (default: a quarter of
+    /// the cores, 1 to 4: a node's other ranks and the training loop need the rest). With 1 the
+    /// loader's own thread does it. The batches are the same, bit for bit, with any number.
+    pub fn with_assembly_threads(mut self, threads: usize) -> Self {
+        self.assembly_threads = threads;
+        self
+    }
+
     /// Row groups fetched and decoded at once (default 16, after a slow start from 4).
     pub fn with_row_group_prefetch(mut self, row_groups: usize) -> Self {
         self.row_group_prefetch = row_groups.max(1);
@@ -266,6 +281,11 @@ impl LoaderBuilder {
     pub fn build(self) -> Result<Loader, LoaderError> {
         if self.batch_size == 0 {
             return Err(LoaderError::Config("batch size must be at least 1".into()));
+        }
+        if self.assembly_threads == 0 {
+            return Err(LoaderError::Config(
+                "assembly threads must be at least 1".into(),
+            ));
         }
         let shard = Shard::new(self.rank, self.world_size).ok_or_else(|| {
             LoaderError::Config(format!(
@@ -409,6 +429,16 @@ impl LoaderBuilder {
         let shutdown = Arc::new(tokio::sync::Notify::new());
         let (tx, rx) = crossbeam_channel::bounded(self.prefetch);
         let recycled = Arc::new(Mutex::new(Vec::new()));
+        let pool = match self.assembly_threads {
+            1 => None,
+            n => Some(Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("voxlake-assemble-{i}"))
+                    .build()
+                    .map_err(|e| LoaderError::Internal(format!("the assembly threads: {e}")))?,
+            )),
+        };
         let producer = Producer {
             stream: stream.clone(),
             spec: spec.clone(),
@@ -426,6 +456,7 @@ impl LoaderBuilder {
             device: self.device,
             tx,
             recycled: recycled.clone(),
+            pool,
             received: Default::default(),
         };
         let thread = std::thread::Builder::new()

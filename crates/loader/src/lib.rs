@@ -36,6 +36,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+mod assemble;
 mod batch;
 pub mod budget;
 mod builder;

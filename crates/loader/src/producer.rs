@@ -9,18 +9,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use arrow_array::{Array, BinaryViewArray, Int64Array, StringArray};
 use crossbeam_channel::Sender;
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec};
-use voxlake_stream::hooks::{Hooks, Stage};
+use voxlake_format::TensorSpec;
+use voxlake_stream::hooks::Hooks;
 use voxlake_stream::mixer::Mixer;
 use voxlake_stream::order::{RowSet, deal};
 use voxlake_stream::replay::{OrderSettings, remaining, replay};
-use voxlake_stream::{RowGroupBatch, StreamError, TableStream, panic_message};
+use voxlake_stream::{TableStream, panic_message};
 
 use crate::LoaderError;
-use crate::batch::{self, Batch, RowOrigin, Tensors};
+use crate::assemble::{Group, Row};
+use crate::batch::{Batch, Tensors};
 use crate::state::Position;
 
 /// What the producer sends.
@@ -46,34 +46,6 @@ pub(crate) struct Counters {
     pub first_batch_ns: AtomicU64,
 }
 
-/// A decoded row group and typed views of its columns.
-pub(crate) struct Group {
-    data: RowGroupBatch,
-    /// Once loose: the unit's kept rows that `data` still holds, ascending (row `i` of `data`
-    /// is kept row `kept[i]`).
-    kept: Option<Vec<u64>>,
-    file: Arc<str>,
-    ids: Option<StringArray>,
-    labels: Option<Int64Array>,
-    tensors: Option<BinaryViewArray>,
-}
-
-impl Group {
-    /// The index in `data` of the unit's `kept`-th kept row.
-    fn index_of(&self, kept: u64) -> Option<usize> {
-        match &self.kept {
-            None => self.data.unit.kept_row(kept).map(|i| i as usize),
-            Some(rows) => rows.binary_search(&kept).ok(),
-        }
-    }
-}
-
-/// One row drawn for a batch: its group and its index in the group's data.
-struct Row {
-    group: Arc<Group>,
-    index: usize,
-}
-
 pub(crate) struct Producer {
     pub stream: TableStream,
     pub spec: TensorSpec,
@@ -92,6 +64,8 @@ pub(crate) struct Producer {
     pub device: Option<tch::Device>,
     pub tx: Sender<Msg>,
     pub recycled: Arc<Mutex<Vec<Tensors>>>,
+    /// Threads that copy each batch's samples in parallel (`None`: the producer's thread).
+    pub pool: Option<Arc<rayon::ThreadPool>>,
     /// Units received from the stream (and read again on resume), to compare with the
     /// stream's reserved units.
     pub received: AtomicU64,
@@ -333,176 +307,5 @@ impl Producer {
             p.waiting_bytes,
             held + p.waiting_bytes
         ))
-    }
-
-    fn group(&self, data: RowGroupBatch) -> Result<Group, LoaderError> {
-        let column = |name: &str| data.batch.column_by_name(name).cloned();
-        let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
-        let labels =
-            column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
-        let tensors = column(TENSOR_COLUMN)
-            .and_then(|c| c.as_any().downcast_ref::<BinaryViewArray>().cloned());
-        let snapshot = self.stream.snapshot();
-        let file: Arc<str> = snapshot.files()[data.file()].path.as_str().into();
-        if let Some(tensors) = &tensors {
-            let expected = self.spec.nbytes();
-            for i in 0..tensors.len() {
-                let found = tensors.value(i).len();
-                if found != expected || tensors.is_null(i) {
-                    return Err(LoaderError::BadRow {
-                        location: snapshot.location().to_string(),
-                        file: file.to_string(),
-                        id: ids
-                            .as_ref()
-                            .map_or_else(|| format!("#{i}"), |ids| ids.value(i).to_string()),
-                        found,
-                        expected,
-                        spec: self.spec.to_string(),
-                    });
-                }
-            }
-        }
-        Ok(Group {
-            kept: None,
-            file,
-            ids,
-            labels,
-            tensors,
-            data,
-        })
-    }
-
-    /// Keeps only the rows `kept` (the unit's kept-row numbers the mixer still has to draw)
-    /// of a buffered group, copied out so the rest of its row group and budget are freed.
-    fn loosen(&self, group: Arc<Group>, kept: &[u64]) -> Result<Arc<Group>, LoaderError> {
-        let indices = kept
-            .iter()
-            .map(|&k| group.index_of(k).map(|i| i as u64))
-            .collect::<Option<Vec<u64>>>()
-            .ok_or_else(|| {
-                LoaderError::Internal(format!(
-                    "a row to keep is not in the buffered group of {}",
-                    group.file
-                ))
-            })?;
-        let data = match Arc::try_unwrap(group) {
-            Ok(group) => group.data,
-            Err(shared) => shared.data.clone(),
-        };
-        let mut loose = self.group(data.take(&indices)?)?;
-        loose.kept = Some(kept.to_vec());
-        self.counters
-            .loosened_rows
-            .fetch_add(kept.len() as u64, Ordering::Relaxed);
-        Ok(Arc::new(loose))
-    }
-
-    /// [`assemble`](Self::assemble), with a panic in it reported as an error.
-    fn assemble_caught(&self, rows: &[Row], epoch: u64, index: u64) -> Result<Batch, LoaderError> {
-        let object = rows
-            .first()
-            .map_or_else(String::new, |r| r.group.file.to_string());
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            self.hooks
-                .check(Stage::Assemble, &object)
-                .map_err(|e| LoaderError::Stream(StreamError::Internal(e)))?;
-            self.assemble(rows, epoch, index)
-        }))
-        .unwrap_or_else(|panic| {
-            Err(LoaderError::Panicked {
-                stage: Stage::Assemble.to_string(),
-                object: format!("batch {index} of epoch {epoch} (first row from {object})"),
-                message: panic_message(panic.as_ref()),
-            })
-        })
-    }
-
-    fn assemble(&self, rows: &[Row], epoch: u64, index: u64) -> Result<Batch, LoaderError> {
-        let shape = self.spec.shape();
-        let mut batch_shape = vec![rows.len()];
-        match self.channels {
-            Some(c) => {
-                batch_shape.push(c);
-                batch_shape.extend_from_slice(&shape[..shape.len() - 1]);
-            }
-            None => batch_shape.extend_from_slice(shape),
-        }
-        let samples: Vec<&[u8]> = rows
-            .iter()
-            .map(|r| {
-                r.group
-                    .tensors
-                    .as_ref()
-                    .map_or(&[][..], |t| t.value(r.index))
-            })
-            .collect();
-        let has_tensors = rows.first().is_some_and(|r| r.group.tensors.is_some());
-        #[cfg(feature = "tch")]
-        if let (Some(device), true) = (self.device, has_tensors) {
-            let tensors =
-                crate::torch::assemble(self.spec.dtype(), shape, &samples, self.channels, device)?;
-            return Ok(self.batch_of(rows, tensors, epoch, index));
-        }
-        let tensors = if has_tensors {
-            let reuse = self.recycled.lock().ok().and_then(|mut r| r.pop());
-            let (tensors, recycled) = batch::build_tensors_into(
-                self.spec.dtype(),
-                &batch_shape,
-                &samples,
-                self.channels,
-                reuse,
-            )?;
-            if recycled {
-                self.counters.recycled.fetch_add(1, Ordering::Relaxed);
-            }
-            tensors
-        } else {
-            batch_shape.truncate(1);
-            batch_shape.push(0);
-            batch::build_tensors(self.spec.dtype(), &batch_shape, &[], None)?
-        };
-        Ok(self.batch_of(rows, tensors, epoch, index))
-    }
-
-    fn batch_of(&self, rows: &[Row], tensors: Tensors, epoch: u64, index: u64) -> Batch {
-        let ids: Vec<String> = rows
-            .iter()
-            .map(|r| {
-                r.group
-                    .ids
-                    .as_ref()
-                    .map_or_else(String::new, |ids| ids.value(r.index).to_string())
-            })
-            .collect();
-        Batch {
-            tensors,
-            labels: rows
-                .iter()
-                .map(|r| {
-                    r.group
-                        .labels
-                        .as_ref()
-                        .and_then(|l| (!l.is_null(r.index)).then(|| l.value(r.index)))
-                })
-                .collect(),
-            lineage: rows
-                .iter()
-                .zip(&ids)
-                .map(|(r, id)| {
-                    let unit = &r.group.data.unit;
-                    RowOrigin {
-                        file: r.group.file.clone(),
-                        row_group: unit.row_group,
-                        row: unit.first_row
-                            + r.group.data.row_in_group(r.index).unwrap_or(r.index as u64),
-                        id: id.clone(),
-                        pad: unit.pad,
-                    }
-                })
-                .collect(),
-            ids,
-            epoch,
-            index,
-        }
     }
 }

@@ -106,6 +106,7 @@ pub(crate) fn assemble(
     samples: &[&[u8]],
     channels: Option<usize>,
     device: Device,
+    pool: Option<&rayon::ThreadPool>,
 ) -> Result<Tensors, LoaderError> {
     let kind = kind_of(dtype)?;
     let numel: usize = sample_shape.iter().product();
@@ -132,7 +133,7 @@ pub(crate) fn assemble(
     } else {
         host
     };
-    fill(&host, dtype, numel, samples, host_channels);
+    fill(&host, dtype, numel, samples, host_channels, pool);
     if !cuda {
         return Ok(Tensors::Tch(TchTensor(host)));
     }
@@ -158,8 +159,21 @@ pub(crate) fn assemble(
 }
 
 /// Writes the samples into a fresh contiguous CPU tensor's memory.
-fn fill(host: &Tensor, dtype: DType, numel: usize, samples: &[&[u8]], channels: Option<usize>) {
-    fn typed<T: Element>(host: &Tensor, numel: usize, samples: &[&[u8]], channels: Option<usize>) {
+fn fill(
+    host: &Tensor,
+    dtype: DType,
+    numel: usize,
+    samples: &[&[u8]],
+    channels: Option<usize>,
+    pool: Option<&rayon::ThreadPool>,
+) {
+    fn typed<T: Element>(
+        host: &Tensor,
+        numel: usize,
+        samples: &[&[u8]],
+        channels: Option<usize>,
+        pool: Option<&rayon::ThreadPool>,
+    ) {
         let len = numel * samples.len();
         assert_eq!(host.numel(), len, "tensor size");
         // SAFETY: `host` is a contiguous CPU tensor of `len` elements of T (its kind matches
@@ -167,18 +181,18 @@ fn fill(host: &Tensor, dtype: DType, numel: usize, samples: &[&[u8]], channels: 
         let dst = unsafe {
             std::slice::from_raw_parts_mut(host.data_ptr().cast::<MaybeUninit<T>>(), len)
         };
-        fill_batch(dst, numel, samples, channels);
+        fill_batch(dst, numel, samples, channels, pool);
     }
     match dtype {
-        DType::Bool => typed::<bool>(host, numel, samples, channels),
-        DType::I8 => typed::<i8>(host, numel, samples, channels),
-        DType::I16 => typed::<i16>(host, numel, samples, channels),
-        DType::I32 => typed::<i32>(host, numel, samples, channels),
-        DType::I64 => typed::<i64>(host, numel, samples, channels),
-        DType::U8 => typed::<u8>(host, numel, samples, channels),
-        DType::F16 => typed::<f16>(host, numel, samples, channels),
-        DType::F32 => typed::<f32>(host, numel, samples, channels),
-        DType::F64 => typed::<f64>(host, numel, samples, channels),
+        DType::Bool => typed::<bool>(host, numel, samples, channels, pool),
+        DType::I8 => typed::<i8>(host, numel, samples, channels, pool),
+        DType::I16 => typed::<i16>(host, numel, samples, channels, pool),
+        DType::I32 => typed::<i32>(host, numel, samples, channels, pool),
+        DType::I64 => typed::<i64>(host, numel, samples, channels, pool),
+        DType::U8 => typed::<u8>(host, numel, samples, channels, pool),
+        DType::F16 => typed::<f16>(host, numel, samples, channels, pool),
+        DType::F32 => typed::<f32>(host, numel, samples, channels, pool),
+        DType::F64 => typed::<f64>(host, numel, samples, channels, pool),
         DType::U16 | DType::U32 | DType::U64 => unreachable!("refused by kind_of"),
     }
 }
@@ -203,7 +217,21 @@ mod tests {
         let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         let shape = [2, 3, 4];
         for channels in [None, Some(4)] {
-            let t = assemble(DType::F32, &shape, &refs, channels, Device::Cpu).unwrap();
+            let t = assemble(DType::F32, &shape, &refs, channels, Device::Cpu, None).unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            let parallel = assemble(
+                DType::F32,
+                &shape,
+                &refs,
+                channels,
+                Device::Cpu,
+                Some(&pool),
+            )
+            .unwrap();
+            assert_eq!(t.as_bytes(), parallel.as_bytes(), "one thread and a pool");
             let batch_shape: Vec<usize> = match channels {
                 Some(c) => vec![3, c, 2, 3],
                 None => vec![3, 2, 3, 4],
