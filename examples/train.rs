@@ -6,7 +6,7 @@
 //! cargo run --release --features tch --example train -- --table demo-data/table --epochs 5
 //! (libtorch from the PyPI torch wheel: see the README.)
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Parser;
 use voxlake::Loader;
@@ -210,12 +210,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     finish_epoch(epoch, loss_sum / loss_n.max(1) as f64, &mut val, &net);
     let measured = start.elapsed();
-    let predicted = forecast.map_or(Duration::ZERO, |f| f.total);
-    println!(
-        "forecast_s={:.1} measured_s={:.1} error={:+.1}%",
-        predicted.as_secs_f64(),
-        measured.as_secs_f64(),
-        100.0 * (predicted.as_secs_f64() / measured.as_secs_f64() - 1.0)
-    );
+    match forecast {
+        Some(f) => println!(
+            "forecast_s={:.1} measured_s={:.1} error={:+.1}%",
+            f.total.as_secs_f64(),
+            measured.as_secs_f64(),
+            100.0 * (f.total.as_secs_f64() / measured.as_secs_f64() - 1.0)
+        ),
+        // An epoch shorter than --forecast-after steps: no forecast was made.
+        None => println!(
+            "measured_s={:.1} (no forecast: the first epoch had fewer than {} steps)",
+            measured.as_secs_f64(),
+            args.forecast_after
+        ),
+    }
     Ok(())
 }
