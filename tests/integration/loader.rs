@@ -13,19 +13,35 @@ use voxlake_testkit::{cube_bytes, data_files};
 
 /// `count` synthetic cubes in a table of small files (≈4 rows each) and row groups of 2 rows.
 async fn table(dir: &Path, count: usize, seed: u64) -> PathBuf {
+    table_of(dir, count, seed, 2, 1_200_000).await
+}
+
+/// `count` synthetic cubes (labelled) in row groups of `rows` rows and files of about
+/// `file_bytes`.
+async fn table_of(dir: &Path, count: usize, seed: u64, rows: usize, file_bytes: u64) -> PathBuf {
     let data = synth::generate(dir, count, seed).unwrap();
     let table = dir.join("table");
     Compactor::new(table.to_str().unwrap())
         .with_labels(data.labels.to_str().unwrap())
         .with_layout(Layout {
-            row_group_rows: 2,
-            target_file_bytes: 1_200_000,
+            row_group_rows: rows,
+            target_file_bytes: file_bytes,
             ..Layout::default()
         })
         .convert(data.cubes.to_str().unwrap())
         .await
         .unwrap();
     table
+}
+
+/// The smallest budget a refusal at build names.
+fn smallest_budget(refusal: &str) -> u64 {
+    refusal
+        .split("smallest budget that works is ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{refusal}"))
 }
 
 /// Runs a loader to the end on a plain thread (it owns its runtime) and returns its batches.
@@ -511,12 +527,7 @@ async fn budgets_either_stream_or_fail_never_hang() {
             .with_memory_budget(2_000_000),
     )
     .to_string();
-    let smallest: u64 = e
-        .split("smallest budget that works is ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{e}"));
+    let smallest = smallest_budget(&e);
     // The stream's share (2 held + 1 being read: 2.88 MB) and the 6 batches of 1.44 MB the
     // loader keeps outside it.
     // (Column chunks are a little larger than their tensors: ids, labels, page headers.)
@@ -557,17 +568,7 @@ async fn budgets_either_stream_or_fail_never_hang() {
 #[tokio::test]
 async fn straggling_rows_are_copied_out_and_the_smallest_budget_streams() {
     let dir = tempfile::tempdir().unwrap();
-    let data = synth::generate(dir.path(), 60, 21).unwrap();
-    let table = dir.path().join("table");
-    Compactor::new(table.to_str().unwrap())
-        .with_layout(Layout {
-            row_group_rows: 6,
-            target_file_bytes: 4_000_000,
-            ..Layout::default()
-        })
-        .convert(data.cubes.to_str().unwrap())
-        .await
-        .unwrap();
+    let table = table_of(dir.path(), 60, 21, 6, 4_000_000).await;
     let path = table.to_str().unwrap().to_string();
     let builder = |budget: u64| {
         Loader::builder(&path)
@@ -575,13 +576,7 @@ async fn straggling_rows_are_copied_out_and_the_smallest_budget_streams() {
             .with_shuffle(5, 7)
             .with_memory_budget(budget)
     };
-    let e = build_err(builder(4_000_000)).to_string();
-    let smallest: u64 = e
-        .split("smallest budget that works is ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{e}"));
+    let smallest = smallest_budget(&build_err(builder(4_000_000)).to_string());
     let run = move |b: voxlake::LoaderBuilder| {
         std::thread::spawn(move || {
             let mut loader = b.build().unwrap();
