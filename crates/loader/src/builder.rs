@@ -419,6 +419,7 @@ impl LoaderBuilder {
         if let Some(device) = self.device {
             crate::torch::kind_of(spec.dtype())?;
             crate::torch::check_device(device)?;
+            crate::torch::warm_up(device, batch_bytes)?;
         }
         let end_epoch = match self.epochs {
             Epochs::Count(n) => Some(self.start_epoch.saturating_add(n)),
