@@ -165,7 +165,12 @@ impl Producer {
                 device,
                 self.pool.as_deref(),
             )?;
-            return Ok(self.batch_of(rows, tensors, epoch, index));
+            let mut batch = self.batch_of(rows, tensors, epoch, index);
+            if device.is_cuda() {
+                // Queued now, behind the batch's copy: `label_tensor` never blocks on it.
+                batch.device_labels = crate::torch::labels_to(device, &batch.labels)?;
+            }
+            return Ok(batch);
         }
         let tensors = if has_tensors {
             let reuse = self.recycled.lock().ok().and_then(|mut r| r.pop());
@@ -228,6 +233,8 @@ impl Producer {
             ids,
             epoch,
             index,
+            #[cfg(feature = "tch")]
+            device_labels: None,
         }
     }
 }

@@ -24,6 +24,9 @@ pub struct Batch {
     pub epoch: u64,
     /// The batch's index inside its epoch (the same on every rank).
     pub index: u64,
+    /// The labels already on their way to the batch's CUDA device (feature `tch`).
+    #[cfg(feature = "tch")]
+    pub(crate) device_labels: Option<crate::torch::TchTensor>,
 }
 
 /// Where one sample of a batch came from.
@@ -59,8 +62,14 @@ impl Batch {
     }
 
     /// The labels as an Int64 tensor on `device`, if every sample has one (feature `tch`).
+    /// For the loader's CUDA device they were copied with the batch, without blocking.
     #[cfg(feature = "tch")]
     pub fn label_tensor(&self, device: tch::Device) -> Option<tch::Tensor> {
+        if let Some(labels) = &self.device_labels
+            && labels.0.device() == device
+        {
+            return Some(labels.0.shallow_clone());
+        }
         let labels: Vec<i64> = self.labels.iter().copied().collect::<Option<_>>()?;
         Some(tch::Tensor::from_slice(&labels).to_device(device))
     }

@@ -234,6 +234,34 @@ fn empty_host(shape: &[i64], dtype: DType, pinned: bool) -> Result<Tensor, Strin
     Ok(unsafe { Tensor::from_ptr(tensor) })
 }
 
+/// The labels as an Int64 tensor on `device`, if every sample has one: from pinned memory with
+/// a non-blocking copy, queued on the same stream as the batch's copy (on CPU, the host tensor).
+pub(crate) fn labels_to(
+    device: Device,
+    labels: &[Option<i64>],
+) -> Result<Option<TchTensor>, LoaderError> {
+    let Some(labels) = labels.iter().copied().collect::<Option<Vec<i64>>>() else {
+        return Ok(None);
+    };
+    let n = labels.len() as i64;
+    let host = match device.is_cuda() {
+        true => empty_pinned(&[n], DType::I64)
+            .unwrap_or_else(|_| Tensor::empty([n], (Kind::Int64, Device::Cpu))),
+        false => Tensor::empty([n], (Kind::Int64, Device::Cpu)),
+    };
+    // SAFETY: `host` is a fresh contiguous CPU tensor of `n` Int64 elements, owned here.
+    let dst =
+        unsafe { std::slice::from_raw_parts_mut(host.data_ptr().cast::<i64>(), labels.len()) };
+    dst.copy_from_slice(&labels);
+    if !device.is_cuda() {
+        return Ok(Some(TchTensor(host)));
+    }
+    let on_device = host
+        .f_to_device_(device, Kind::Int64, true, false)
+        .map_err(|e| LoaderError::Internal(format!("copying labels to {device:?}: {e}")))?;
+    Ok(Some(TchTensor(on_device)))
+}
+
 /// Writes the samples into a fresh contiguous CPU tensor's memory.
 fn fill(
     host: &Tensor,
@@ -363,6 +391,30 @@ mod tests {
             assert_eq!((t.kind(), t.size()), (kind_of(dtype).unwrap(), vec![4, 2]));
             assert_eq!(t.device(), Device::Cpu);
         }
+    }
+
+    #[test]
+    fn labels_are_a_tensor_when_every_sample_has_one() {
+        let t = labels_to(Device::Cpu, &[Some(3), Some(-5), Some(7)])
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.0.kind(), Kind::Int64);
+        assert_eq!(Vec::<i64>::try_from(&t.0).unwrap(), vec![3, -5, 7]);
+        assert!(labels_to(Device::Cpu, &[Some(1), None]).unwrap().is_none());
+        // A batch hands out the labels copied with it when asked for on their device.
+        let zeros = [0u8; 4];
+        let batch = crate::batch::Batch {
+            tensors: crate::batch::build_tensors(DType::F32, &[3, 1], &[&zeros[..]; 3], None)
+                .unwrap(),
+            labels: vec![Some(0), Some(0), Some(0)],
+            ids: vec![String::new(); 3],
+            lineage: Vec::new(),
+            epoch: 0,
+            index: 0,
+            device_labels: Some(t),
+        };
+        let got = batch.label_tensor(Device::Cpu).unwrap();
+        assert_eq!(Vec::<i64>::try_from(&got).unwrap(), vec![3, -5, 7]);
     }
 
     #[test]
