@@ -2,7 +2,8 @@
 // LD_LIBRARY_PATH) and libtorch_cuda linked with --no-as-needed: it is only reached through
 // static initializers, so an as-needed link drops it and CUDA is never found, even on a GPU
 // machine (tch-rs #980). torch-sys reports where libtorch is (links = "tch"). Also builds
-// cuda/pinned.cpp (pinned host tensors, which tch does not expose) against libtorch's headers.
+// cuda/*.cpp (pinned host tensors, copies on a stream of their own: what tch does not expose)
+// against libtorch's headers.
 use std::path::Path;
 
 fn main() {
@@ -23,18 +24,21 @@ fn main() {
     }
 }
 
-/// Compiles the pinned-tensor shim; libtorch's headers sit beside its `lib` folder.
+/// Compiles the shims (pinned host tensors; copies on a stream of their own) against the
+/// headers beside libtorch's `lib` folder.
 #[cfg(feature = "tch")]
 fn pinned(lib: &Path) {
     println!("cargo:rerun-if-changed=cuda/pinned.cpp");
+    println!("cargo:rerun-if-changed=cuda/copy.cpp");
     let root = lib.parent().unwrap_or(lib);
     cc::Build::new()
         .cpp(true)
         .file("cuda/pinned.cpp")
+        .file("cuda/copy.cpp")
         .include(root.join("include"))
         .include(root.join("include/torch/csrc/api/include"))
         .flag("-std=c++17")
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
         .warnings(false)
-        .compile("voxlake_pinned");
+        .compile("voxlake_cuda");
 }

@@ -154,11 +154,8 @@ pub(crate) fn assemble(
         return Ok(Tensors::Tch(TchTensor(host)));
     }
     // CUDA only from here: an asynchronous copy, then the permutation on the device.
-    let failed =
-        |e: tch::TchError| LoaderError::Internal(format!("copying a batch to {device:?}: {e}"));
-    let on_device = host
-        .f_to_device_(device, kind, true, false)
-        .map_err(failed)?;
+    let failed = |e: String| LoaderError::Internal(format!("copying a batch to {device:?}: {e}"));
+    let on_device = to_device(&host, device).map_err(failed)?;
     let on_device = match channels {
         Some(_) => {
             let rank = on_device.dim() as i64;
@@ -167,7 +164,7 @@ pub(crate) fn assemble(
             on_device
                 .f_permute(order.as_slice())
                 .and_then(|t| t.f_contiguous())
-                .map_err(failed)?
+                .map_err(|e| failed(e.to_string()))?
         }
         None => on_device,
     };
@@ -175,6 +172,15 @@ pub(crate) fn assemble(
 }
 
 unsafe extern "C" {
+    /// `cuda/copy.cpp`: `host` copied to CUDA device `device` on a stream of its own (a new
+    /// `at::Tensor*`), or null with the error.
+    fn voxlake_copy_to_cuda(
+        host: *const torch_sys::C_tensor,
+        device: std::ffi::c_int,
+        error: *mut std::ffi::c_char,
+        error_len: usize,
+    ) -> *mut torch_sys::C_tensor;
+
     /// `cuda/pinned.cpp`: a new `at::Tensor*` (tch's tensor handle), or null with the error.
     fn voxlake_empty_host(
         sizes: *const i64,
@@ -256,10 +262,35 @@ pub(crate) fn labels_to(
     if !device.is_cuda() {
         return Ok(Some(TchTensor(host)));
     }
-    let on_device = host
-        .f_to_device_(device, Kind::Int64, true, false)
+    let on_device = to_device(&host, device)
         .map_err(|e| LoaderError::Internal(format!("copying labels to {device:?}: {e}")))?;
     Ok(Some(TchTensor(on_device)))
+}
+
+/// An asynchronous copy of a (pinned) host tensor to a CUDA `device`: on a stream of its own,
+/// the device's default stream waiting for it (`cuda/copy.cpp`). On CPU, the tensor itself.
+fn to_device(host: &Tensor, device: Device) -> Result<Tensor, String> {
+    let Device::Cuda(index) = device else {
+        return Ok(host.shallow_clone());
+    };
+    let mut error = vec![0 as std::ffi::c_char; 512];
+    // SAFETY: `host` is a live tensor handle for the call, `error` valid for its length; the
+    // shim returns a fresh `at::Tensor*` that tch's `Tensor` takes over, or null.
+    let copied = unsafe {
+        voxlake_copy_to_cuda(
+            host.as_ptr(),
+            index as std::ffi::c_int,
+            error.as_mut_ptr(),
+            error.len(),
+        )
+    };
+    if !copied.is_null() {
+        // SAFETY: a fresh `at::Tensor*` owned by nobody else.
+        return Ok(unsafe { Tensor::from_ptr(copied) });
+    }
+    // SAFETY: the shim wrote a NUL-terminated string into `error` (zeroed before).
+    let reason = unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) };
+    Err(reason.to_string_lossy().into_owned())
 }
 
 /// Writes the samples into a fresh contiguous CPU tensor's memory.
@@ -391,6 +422,28 @@ mod tests {
             assert_eq!((t.kind(), t.size()), (kind_of(dtype).unwrap(), vec![4, 2]));
             assert_eq!(t.device(), Device::Cpu);
         }
+    }
+
+    #[test]
+    fn copies_to_a_cuda_device_go_through_the_stream_shim() {
+        let host = Tensor::from_slice(&[1.5f32, 2.5]);
+        match to_device(&host, Device::Cuda(0)) {
+            // A GPU machine: the values arrive (the default stream waits for the copy).
+            Ok(t) => {
+                assert_eq!(t.device(), Device::Cuda(0));
+                let back = Vec::<f32>::try_from(&t.to_device(Device::Cpu)).unwrap();
+                assert_eq!(back, vec![1.5, 2.5]);
+            }
+            // No GPU: libtorch's own reason, never a crash.
+            Err(e) => {
+                assert!(!tch::Cuda::is_available(), "{e}");
+                assert!(!e.is_empty());
+            }
+        }
+        assert_eq!(
+            Vec::<f32>::try_from(&to_device(&host, Device::Cpu).unwrap()).unwrap(),
+            vec![1.5, 2.5]
+        );
     }
 
     #[test]
