@@ -3,7 +3,7 @@
 //! The batch is assembled straight into the tensor's memory: one copy from the Arrow buffers.
 //! On CPU that tensor is the batch (channels moved first during the copy). For a CUDA device
 //! — the only code here that needs a GPU, kept small — the host tensor is allocated pinned,
-//! straight from libtorch's caching host allocator ([`empty_pinned`], a few lines of C++ in
+//! straight from libtorch's caching host allocator (`empty_pinned`, a few lines of C++ in
 //! `cuda/pinned.cpp`, since tch only offers `pin_memory`, a second copy that warns on every
 //! call), filled, copied with `non_blocking`, and the channel axis is moved on the device. The
 //! allocator keeps a block out of reuse until the copy that reads it has finished, so dropping
@@ -69,7 +69,7 @@ pub fn check_device(device: Device) -> Result<(), LoaderError> {
 /// Sets CUDA up at `build()` rather than at the first batch (measured 0.24–0.41 s there on an
 /// H100 machine): libtorch's context on `device`, and a pinned block of one batch's size in
 /// the caching host allocator, which the first batches then reuse. Nothing to do on CPU.
-pub fn warm_up(device: Device, batch_bytes: u64) -> Result<(), LoaderError> {
+pub(crate) fn warm_up(device: Device, batch_bytes: u64) -> Result<(), LoaderError> {
     if !device.is_cuda() {
         return Ok(());
     }
@@ -210,7 +210,7 @@ fn scalar_type(dtype: DType) -> Option<std::ffi::c_int> {
 
 /// An uninitialised contiguous CPU tensor in pinned memory, from libtorch's caching host
 /// allocator; an error (libtorch's text) where there is no CUDA device to pin for.
-pub fn empty_pinned(shape: &[i64], dtype: DType) -> Result<Tensor, String> {
+pub(crate) fn empty_pinned(shape: &[i64], dtype: DType) -> Result<Tensor, String> {
     empty_host(shape, dtype, true)
 }
 
