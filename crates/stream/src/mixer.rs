@@ -3,20 +3,21 @@
 //! The buffer holds row groups, and its memory is counted in *row-equivalents*: a whole group
 //! (kept zero-copy by the loader) counts its physical rows until its last row leaves; a
 //! *loose* group, whose rows still to draw the caller copied out of their row group, counts
-//! the rows it was given until it is loosened again or its last row leaves. The buffer asks for another group while it holds fewer row-equivalents
-//! than its window, or fewer rows than a batch. Each row of a batch is drawn uniformly from all
-//! the rows left. Shuffling starts from a window of a few groups that grows by one group per
-//! batch up to the full buffer, so the first batch does not wait for the whole buffer.
-//! Unshuffled, rows leave in the order they came.
+//! the rows it was given until it is loosened again or its last row leaves. The buffer asks
+//! for another group while it holds fewer row-equivalents than its window, or fewer rows than
+//! a batch. Each row of a batch is drawn uniformly from all the rows left. Shuffling starts
+//! from a window of a few groups that grows by one group per batch up to the full buffer, so
+//! the first batch does not wait for the whole buffer. Unshuffled, rows leave in the order
+//! they came.
 //!
 //! Two kinds of groups become loose (the mixer lists them; [`Mixer::loosen`] hands them to
 //! the caller to copy): a group pushed with fewer rows to draw than it holds (a piece at the
 //! edge of a rank's span), and, when shuffling, every group that holds more than its rows
-//! still to draw once the buffer holds its window but less than a batch. Uniform draws leave the last rows of many groups behind when
-//! the buffer is close to a batch; loosening them is what bounds the memory: whenever the
-//! mixer asks for a group it holds fewer than `max(buffer, batch)` row-equivalents shuffled,
-//! and fewer than `batch + rows − 1` unshuffled ([`Mixer::held_rows`]). Loosening does not
-//! change which rows are drawn.
+//! still to draw once the buffer holds its window but less than a batch. Uniform draws leave
+//! the last rows of many groups behind when the buffer is close to a batch; loosening them is
+//! what bounds the memory: whenever the mixer asks for a group it holds fewer than
+//! `max(buffer, batch)` row-equivalents shuffled, and fewer than `batch + rows − 1` unshuffled
+//! ([`Mixer::held_rows`]). Loosening does not change which rows are drawn.
 //!
 //! The mixer is generic over what a group is: the loader pushes decoded row groups, a replay
 //! pushes unit numbers. Given the same pushes, both draw the same rows: this is what lets a
