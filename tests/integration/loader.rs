@@ -594,6 +594,59 @@ async fn straggling_rows_are_copied_out_and_the_smallest_budget_streams() {
     assert_eq!((tight.len(), unique.len()), (60, 60));
 }
 
+/// Resuming where the buffer holds loosened row groups, at the smallest budget `build()`
+/// accepts: the groups are read again one by one and trimmed as they arrive (read whole all at
+/// once they outgrew the budget and the resume waited forever), and the rest of the epoch is
+/// the uninterrupted run's.
+#[tokio::test]
+async fn resuming_with_loosened_groups_at_the_smallest_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table_of(dir.path(), 120, 22, 6, 4_000_000).await;
+    let path = table.to_str().unwrap().to_string();
+    let builder = move |budget: u64| {
+        Loader::builder(&path)
+            .with_batch_size(7)
+            .with_shuffle(6, 7)
+            .with_memory_budget(budget)
+    };
+    let smallest = smallest_budget(&build_err(builder(4_000_000)).to_string());
+    let full = ids(&collect(builder(smallest)));
+    assert_eq!(full.len(), 120);
+    let mut loosened_before_a_cut = 0;
+    for cut in 1usize..17 {
+        let b = builder(smallest);
+        let (state, loosened) = std::thread::spawn(move || {
+            let mut loader = b.build().unwrap();
+            for _ in 0..cut {
+                loader.next().unwrap().unwrap();
+            }
+            (loader.state(), loader.stats().loosened_rows)
+        })
+        .join()
+        .unwrap();
+        loosened_before_a_cut += loosened;
+        let resumed = builder(smallest).with_state(state);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(
+                resumed
+                    .build()
+                    .map(|l| l.map(|b| b.map(|b| b.ids)).collect::<Vec<_>>()),
+            );
+        });
+        // A liveness bound, not a timing assertion: a hang never answers.
+        let rest: Vec<String> = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the resume hung")
+            .unwrap()
+            .into_iter()
+            .flat_map(Result::unwrap)
+            .collect();
+        assert_eq!(rest, full[cut * 7..], "cut {cut}");
+    }
+    assert!(loosened_before_a_cut > 0, "no cut had loose groups");
+}
+
 /// Batches assembled on a pool of threads are the batches of one thread, bit for bit.
 #[tokio::test]
 async fn parallel_assembly_gives_the_same_batches_bit_for_bit() {

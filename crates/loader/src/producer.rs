@@ -267,25 +267,35 @@ impl Producer {
                 at.batches, replayed.batches, self.rank
             )));
         }
-        // Only the row groups still in the buffer are read again.
-        let live: Vec<usize> = replayed.mixer.live_groups().into_iter().copied().collect();
+        // Only the row groups still in the buffer are read again; a loose one is trimmed to its
+        // rows still to draw as soon as it arrives, so the reads stay within the budget the
+        // mixer's bound allows (read whole all at once, they outgrew it and waited forever).
+        let live: Vec<(usize, Option<Vec<u64>>)> = replayed
+            .mixer
+            .live_rows()
+            .into_iter()
+            .map(|(u, rows)| (*u, rows))
+            .collect();
         let units = &replayed.units;
         let mut groups: HashMap<usize, Arc<Group>> = futures::stream::iter(live)
-            .map(|u| async move {
+            .map(|(u, rows)| async move {
                 let data = self.stream.read_unit(units[u].clone(), u as u64).await?;
                 self.received.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, LoaderError>((u, Arc::new(self.group(data)?)))
+                let group = Arc::new(self.group(data)?);
+                let group = match rows {
+                    Some(rows) => self.loosen(group, &rows)?,
+                    None => group,
+                };
+                Ok::<_, LoaderError>((u, group))
             })
             .buffered(self.settings.interleave.max(4))
             .try_collect()
             .await?;
-        let mut mixer = replayed.mixer.try_map(|u| {
+        let mixer = replayed.mixer.try_map(|u| {
             groups
                 .remove(&u)
                 .ok_or_else(|| LoaderError::Internal(format!("unit {u} was not read again")))
         })?;
-        // Groups that were loose when the state was taken are loose again.
-        mixer.loosen(|group, kept| self.loosen(group, kept))?;
         Ok((left, replayed.pieces, mixer, replayed.next_unit as u64))
     }
 

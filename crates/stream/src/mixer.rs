@@ -272,16 +272,34 @@ impl<T: Clone> Mixer<T> {
         ids.into_iter().map(|id| &self.slots[id].group).collect()
     }
 
-    /// The same state over other group values (a replay's unit numbers → decoded row groups).
-    /// Every loose group is listed for [`loosen`](Self::loosen) again: the new values are
-    /// whole row groups.
+    /// The groups still buffered, in arrival order, each with its rows still to draw
+    /// (ascending) when it is loose: what a resumed caller keeps of each group it reads again.
+    pub fn live_rows(&self) -> Vec<(&T, Option<Vec<u64>>)> {
+        let mut rows: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (id, row) in &self.buffer {
+            if self.slots.get(id).is_some_and(|slot| slot.loose) {
+                rows.entry(*id).or_default().push(*row);
+            }
+        }
+        let mut ids: Vec<&u64> = self.slots.keys().collect();
+        ids.sort();
+        ids.into_iter()
+            .map(|id| {
+                let left = rows.remove(id).map(|mut r| {
+                    r.sort_unstable();
+                    r
+                });
+                (&self.slots[id].group, left)
+            })
+            .collect()
+    }
+
+    /// The same state over other group values (a replay's unit numbers → decoded row groups),
+    /// which must hold what the old ones did: a loose group only its rows still to draw (see
+    /// [`live_rows`](Self::live_rows)). Nothing is left for [`loosen`](Self::loosen).
     pub fn try_map<U, E>(self, mut f: impl FnMut(T) -> Result<U, E>) -> Result<Mixer<U>, E> {
         let mut slots = HashMap::with_capacity(self.slots.len());
-        let mut pending = BTreeSet::new();
         for (id, slot) in self.slots {
-            if slot.loose {
-                pending.insert(id);
-            }
             slots.insert(
                 id,
                 Slot {
@@ -302,7 +320,7 @@ impl<T: Clone> Mixer<T> {
             buffer: self.buffer,
             slots,
             held: self.held,
-            pending,
+            pending: BTreeSet::new(),
             arrived: self.arrived,
             finished: self.finished,
         })
@@ -389,6 +407,14 @@ mod tests {
                 })
                 .unwrap();
                 assert_eq!(m.held_rows(), memory.values().sum::<u64>());
+                // What a resumed caller keeps of each loose group: its rows still to draw.
+                for ((g, generation), rows) in m.live_rows() {
+                    if let Some(rows) = rows {
+                        assert!(*generation > 0, "group {g} is loose but was never loosened");
+                        let expected: Vec<u64> = undrawn[g].iter().copied().collect();
+                        assert_eq!(rows, expected, "rows left of loose group {g}");
+                    }
+                }
             }
         };
         loop {
