@@ -68,6 +68,8 @@ struct SourceObject {
     key: String,
     location: Path,
     size: u64,
+    /// The object's bytes when they were already read (to settle a new table's spec).
+    fetched: Option<Bytes>,
 }
 
 /// A decoded sample ready for the table.
@@ -111,6 +113,7 @@ impl Compactor {
                     key,
                     location: meta.location,
                     size: meta.size,
+                    fetched: None,
                 }
             })
             .try_filter(|o| futures::future::ready(o.key.ends_with(".npy")))
@@ -228,10 +231,14 @@ impl Compactor {
                 let labels = labels.clone();
                 let src_display = src_display.clone();
                 async move {
+                    let mut object = object;
                     let key = object.key.clone();
-                    let bytes = match store.get(&object.location).await {
-                        Ok(r) => r.bytes().await,
-                        Err(e) => Err(e),
+                    let bytes = match object.fetched.take() {
+                        Some(bytes) => Ok(bytes),
+                        None => match store.get(&object.location).await {
+                            Ok(r) => r.bytes().await,
+                            Err(e) => Err(e),
+                        },
                     }
                     .map_err(|e| CompactError::Source {
                         location: format!("{src_display}/{key}"),
@@ -396,6 +403,8 @@ impl Compactor {
                         shape: array.shape().to_vec(),
                         dtype: array.dtype(),
                     });
+                    // Converted from these bytes later, not fetched again.
+                    objects[next].fetched = Some(bytes.clone());
                     next += 1;
                 }
                 Err(e) if self.on_error == OnError::Skip => {

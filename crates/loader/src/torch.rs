@@ -217,7 +217,7 @@ pub(crate) fn empty_pinned(shape: &[i64], dtype: DType) -> Result<Tensor, String
 /// An uninitialised contiguous CPU tensor, pinned or not, through the shim.
 fn empty_host(shape: &[i64], dtype: DType, pinned: bool) -> Result<Tensor, String> {
     let kind = scalar_type(dtype).ok_or_else(|| format!("libtorch has no {dtype} tensors"))?;
-    let mut error = vec![0 as std::ffi::c_char; 512];
+    let mut error = [0 as std::ffi::c_char; 512];
     // SAFETY: `shape` is valid for `shape.len()` reads and `error` for `error.len()` writes
     // during the call; the shim returns a heap `at::Tensor*` that tch's `Tensor` takes over
     // (tch's own handles are the same), or null.
@@ -273,7 +273,7 @@ fn to_device(host: &Tensor, device: Device) -> Result<Tensor, String> {
     let Device::Cuda(index) = device else {
         return Ok(host.shallow_clone());
     };
-    let mut error = vec![0 as std::ffi::c_char; 512];
+    let mut error = [0 as std::ffi::c_char; 512];
     // SAFETY: `host` is a live tensor handle for the call, `error` valid for its length; the
     // shim returns a fresh `at::Tensor*` that tch's `Tensor` takes over, or null.
     let copied = unsafe {

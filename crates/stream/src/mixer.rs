@@ -265,13 +265,6 @@ impl<T: Clone> Mixer<T> {
         Ok(())
     }
 
-    /// The groups still buffered, in arrival order.
-    pub fn live_groups(&self) -> Vec<&T> {
-        let mut ids: Vec<&u64> = self.slots.keys().collect();
-        ids.sort();
-        ids.into_iter().map(|id| &self.slots[id].group).collect()
-    }
-
     /// The groups still buffered, in arrival order, each with its rows still to draw
     /// (ascending) when it is loose: what a resumed caller keeps of each group it reads again.
     pub fn live_rows(&self) -> Vec<(&T, Option<Vec<u64>>)> {

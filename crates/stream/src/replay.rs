@@ -356,7 +356,7 @@ mod tests {
             let full = replay(&settings, &order, epoch, &[], &left, world, rank, u64::MAX, case.footer()).unwrap();
             let cut_at = replay(&settings, &order, epoch, &[], &left, world, rank, cut, case.footer()).unwrap();
             let mut mixer = cut_at.mixer.clone();
-            prop_assert!(mixer.live_groups().len() <= settings.buffer_rows.max(settings.batch_size).max(4) + 1);
+            prop_assert!(mixer.live_rows().len() <= settings.buffer_rows.max(settings.batch_size).max(4) + 1);
             let mut next = cut_at.next_unit;
             let mut rest = Vec::new();
             loop {
