@@ -18,9 +18,6 @@ use crate::producer::Producer;
 /// A decoded row group and typed views of its columns.
 pub(crate) struct Group {
     pub data: RowGroupBatch,
-    /// Once loose: the unit's kept rows that `data` still holds, ascending (row `i` of `data`
-    /// is kept row `kept[i]`).
-    kept: Option<Vec<u64>>,
     file: Arc<str>,
     ids: Option<StringArray>,
     labels: Option<Int64Array>,
@@ -30,10 +27,7 @@ pub(crate) struct Group {
 impl Group {
     /// The index in `data` of the unit's `kept`-th kept row.
     pub fn index_of(&self, kept: u64) -> Option<usize> {
-        match &self.kept {
-            None => self.data.unit.kept_row(kept).map(|i| i as usize),
-            Some(rows) => rows.binary_search(&kept).ok(),
-        }
+        self.data.index_of_row(self.data.unit.kept_row(kept)?)
     }
 }
 
@@ -72,7 +66,6 @@ impl Producer {
             }
         }
         Ok(Group {
-            kept: None,
             file,
             ids,
             labels,
@@ -102,8 +95,7 @@ impl Producer {
             Ok(group) => group.data,
             Err(shared) => shared.data.clone(),
         };
-        let mut loose = self.group(data.take(&indices)?)?;
-        loose.kept = Some(kept.to_vec());
+        let loose = self.group(data.take(&indices)?)?;
         self.counters
             .loosened_rows
             .fetch_add(kept.len() as u64, Ordering::Relaxed);

@@ -60,7 +60,15 @@ impl RowGroupBatch {
         }
     }
 
-    /// Only the rows at `indices` of [`batch`](Self::batch), copied out of the row group's
+    /// The index in [`batch`](Self::batch) of row `row` of the row group, if it holds it.
+    pub fn index_of_row(&self, row: u64) -> Option<usize> {
+        match &self.rows {
+            None => (row < self.batch.num_rows() as u64).then_some(row as usize),
+            Some(rows) => rows.binary_search(&row).ok(),
+        }
+    }
+
+    /// Only the rows at `indices` (ascending) of [`batch`](Self::batch), copied out of the row group's
     /// buffers so that the rest of it is freed, with the budget share shrunk in proportion
     /// (kept whole while another clone shares it). The loader's shuffle buffer does this to the
     /// few rows a row group has left, so its memory follows the rows it buffers.
@@ -73,6 +81,9 @@ impl RowGroupBatch {
                 self.unit.file
             ))
         };
+        if indices.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(fail("indices not ascending".into()));
+        }
         let rows: Arc<[u64]> = indices
             .iter()
             .map(|&i| self.row_in_group(i as usize))
@@ -170,6 +181,7 @@ mod tests {
             (Some(1), Some(6))
         );
         assert_eq!(two.row_in_group(2), None);
+        assert_eq!((two.index_of_row(6), two.index_of_row(2)), (Some(1), None));
         // Taking again composes the row numbers.
         let one = two.take(&[1]).unwrap();
         assert_eq!(one.row_in_group(0), Some(6));
@@ -193,5 +205,7 @@ mod tests {
         assert_eq!(budget.available_permits(), 100);
         let err = group(&budget, 8).take(&[3, 9]).unwrap_err().to_string();
         assert!(err.contains("row group 1 of file #2"), "{err}");
+        let err = group(&budget, 8).take(&[3, 1]).unwrap_err().to_string();
+        assert!(err.contains("not ascending"), "{err}");
     }
 }
