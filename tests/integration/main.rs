@@ -3,5 +3,6 @@
 mod cli;
 mod compact;
 mod distributed;
+mod foreign;
 mod loader;
 mod stores;

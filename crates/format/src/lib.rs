@@ -39,6 +39,7 @@ use parquet::schema::types::ColumnPath;
 mod dtype;
 pub mod npy;
 pub mod reader;
+pub mod sample;
 
 pub use dtype::{Casting, DType};
 

@@ -39,6 +39,7 @@ pub struct LoaderBuilder {
     pub(crate) state: Option<LoaderState>,
     pub(crate) hooks: voxlake_stream::hooks::Hooks,
     pub(crate) verify: bool,
+    pub(crate) hints: voxlake_format::sample::ColumnHints,
     #[cfg(feature = "fault-hooks")]
     pub(crate) fault_hook: Option<voxlake_stream::hooks::FaultHook>,
     #[cfg(feature = "tch")]
@@ -112,6 +113,7 @@ impl LoaderBuilder {
             state: None,
             hooks: Default::default(),
             verify: true,
+            hints: Default::default(),
             #[cfg(feature = "fault-hooks")]
             fault_hook: None,
             #[cfg(feature = "tch")]
@@ -262,6 +264,38 @@ impl LoaderBuilder {
         self
     }
 
+    /// The column holding the tensors, for tables other tools wrote (default: `tensor`, else
+    /// the only BINARY, LIST or FIXED_SIZE_LIST column of numbers). The table may be any Delta
+    /// table or a folder of Parquet files; see [`voxlake_format::sample`] for the encodings
+    /// read (Spark `array<float>`, Arrow fixed-size lists and `arrow.fixed_shape_tensor`,
+    /// Petastorm's `np.save`/`np.savez_compressed` bytes, raw bytes).
+    pub fn with_tensor_column(mut self, name: impl Into<String>) -> Self {
+        self.hints.tensor = Some(name.into());
+        self
+    }
+
+    /// The shape (C order) and element type of one sample: needed for LIST and raw BINARY
+    /// columns, checked against what the table records otherwise.
+    pub fn with_tensor_shape(mut self, shape: Vec<usize>, dtype: voxlake_format::DType) -> Self {
+        self.hints.shape = Some(shape);
+        self.hints.dtype = Some(dtype);
+        self
+    }
+
+    /// The label column: integers, bools or integral floats, handed out as `i64` (default:
+    /// `label` where the table has one, else no labels).
+    pub fn with_label_column(mut self, name: impl Into<String>) -> Self {
+        self.hints.label = Some(name.into());
+        self
+    }
+
+    /// The id column, strings or integers (default: `id` where the table has one, else each
+    /// row is named `<file>#<row in file>`).
+    pub fn with_id_column(mut self, name: impl Into<String>) -> Self {
+        self.hints.id = Some(name.into());
+        self
+    }
+
     /// Threads of the I/O runtime (default 2); decoding runs on its blocking pool.
     pub fn with_runtime_threads(mut self, threads: usize) -> Self {
         self.runtime_threads = threads.max(1);
@@ -320,11 +354,12 @@ impl LoaderBuilder {
             interleave: INTERLEAVE,
         };
         let snapshot = runtime.block_on(async {
-            Snapshot::open_with_store(
+            Snapshot::open_with(
                 &self.table,
                 &self.storage_options,
                 version,
                 self.root_store.clone(),
+                &self.hints,
             )
             .await?
             .with_row_counts()

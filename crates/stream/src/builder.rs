@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
+use voxlake_format::sample::ColumnHints;
 use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 
 use crate::error::StreamError;
@@ -31,6 +32,7 @@ pub struct StreamBuilder {
     root_store: Option<Arc<dyn object_store::ObjectStore>>,
     hooks: Hooks,
     verify: bool,
+    hints: ColumnHints,
 }
 
 impl StreamBuilder {
@@ -118,13 +120,23 @@ impl StreamBuilder {
         self
     }
 
-    /// Opens the snapshot (the log only: no listing, no footer yet).
+    /// How samples are read from a table that is not voxlake's (or from other columns of
+    /// one): tensor column, shape and dtype, label and id columns (see
+    /// [`voxlake_format::sample`]). The stream then hands out row groups in voxlake's layout.
+    pub fn with_sample_columns(mut self, hints: ColumnHints) -> Self {
+        self.hints = hints;
+        self
+    }
+
+    /// Opens the snapshot: a voxlake table's log only; another table's log or listing and its
+    /// first footer.
     pub async fn build(self) -> Result<TableStream, StreamError> {
-        let snapshot = Snapshot::open_with_store(
+        let snapshot = Snapshot::open_with(
             &self.location,
             &self.storage_options,
             self.version,
             self.root_store.clone(),
+            &self.hints,
         )
         .await?
         .with_row_counts()
@@ -186,6 +198,7 @@ impl std::fmt::Debug for StreamBuilder {
             .field("memory_budget", &self.memory_budget)
             .field("prefetch", &self.prefetch)
             .field("custom_store", &self.root_store.is_some())
+            .field("sample_columns", &self.hints)
             .finish()
     }
 }
@@ -210,6 +223,7 @@ impl TableStream {
             root_store: None,
             hooks: Hooks::default(),
             verify: true,
+            hints: ColumnHints::default(),
         }
     }
 }

@@ -90,6 +90,22 @@ pub enum StreamError {
         /// What disagrees.
         reason: String,
     },
+    /// A row that does not decode as the table's tensor column says: a list of the wrong
+    /// length, raw bytes of the wrong size, an npy header of another shape, a codec that does
+    /// not decode, a label that is not an integer.
+    #[error("table {location}, file {file}, row group {row_group}, row {row}: {reason}")]
+    BadRow {
+        /// The table location.
+        location: String,
+        /// The file's path relative to the table.
+        file: String,
+        /// The row group in the file.
+        row_group: usize,
+        /// The row in the file.
+        row: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A fault: a worker task was cancelled, or a test's fault hook failed a stage.
     #[error("internal error: {0}")]
     Internal(String),

@@ -1,5 +1,6 @@
-//! A pinned Delta snapshot of a voxlake table: its data files (from the log, no listing), its
-//! tensor spec, cached footers, and reads of files, columns and row groups.
+//! A pinned snapshot of a table: its data files (from the Delta log, or listed once where there
+//! is no log), how its samples are read (its tensor spec), cached footers, and reads of files,
+//! columns and row groups.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -21,6 +22,7 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 use tokio::sync::OnceCell;
 use voxlake_format::reader::ObjectFileReader;
+use voxlake_format::sample::{ColumnHints, SampleColumns};
 use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec};
 
 use crate::error::{StreamError, redact};
@@ -42,12 +44,14 @@ pub struct DataFile {
     pub rows: Option<u64>,
 }
 
-/// A pinned snapshot of a voxlake table.
+/// A pinned snapshot of a table: a voxlake table, another Delta table, or a folder of Parquet
+/// files (version 0; the files listed once at open).
 #[derive(Debug)]
 pub struct Snapshot {
     location: String,
     version: u64,
-    spec: TensorSpec,
+    columns: SampleColumns,
+    delta: bool,
     files: Vec<DataFile>,
     store: Arc<dyn ObjectStore>,
     footers: Vec<OnceCell<ArrowReaderMetadata>>,
@@ -72,6 +76,28 @@ impl Snapshot {
         options: &HashMap<String, String>,
         version: Option<u64>,
         root_store: Option<Arc<dyn ObjectStore>>,
+    ) -> Result<Snapshot, StreamError> {
+        Snapshot::open_with(
+            location,
+            options,
+            version,
+            root_store,
+            &ColumnHints::default(),
+        )
+        .await
+    }
+
+    /// [`open_with_store`](Self::open_with_store) reading samples as `hints` say: the table
+    /// may be any Delta table, or a folder (prefix) of Parquet files without a log, with its
+    /// tensors in any encoding of [`voxlake_format::sample::TensorEncoding`]. A table that is
+    /// not voxlake's is resolved from the first file's footer (and, for BINARY columns of
+    /// `np.save` bytes, its first value).
+    pub async fn open_with(
+        location: &str,
+        options: &HashMap<String, String>,
+        version: Option<u64>,
+        root_store: Option<Arc<dyn ObjectStore>>,
+        hints: &ColumnHints,
     ) -> Result<Snapshot, StreamError> {
         location::register_handlers();
         let url = location::to_url(location, true)?;
@@ -114,33 +140,44 @@ impl Snapshot {
             let mut table = builder.build().map_err(err)?;
             // Ask first: loading a missing table makes the kernel log an error.
             if !table.verify_deltatable_existence().await.map_err(err)? {
-                return Err(err(DeltaTableError::NotATable(
-                    "no _delta_log at this location".into(),
-                )));
+                // No log: a folder of Parquet files (listed once), unless a version was asked.
+                if let Some(v) = version {
+                    return Err(err(DeltaTableError::NotATable(format!(
+                        "no _delta_log at this location (version {v} pins a Delta table)"
+                    ))));
+                }
+                return Ok(Err(table.object_store()));
             }
             match version {
                 Some(v) => table.load_version(v).await.map_err(err)?,
                 None => table.load().await.map_err(err)?,
             }
-            Ok(table)
+            Ok(Ok(table))
         };
         let (table, ()) = futures::try_join!(open, probe)?;
-        Snapshot::from_table(&table, display).await
+        match table {
+            Ok(table) => Snapshot::from_table_with(&table, display, hints).await,
+            Err(store) => Snapshot::from_listing(store, display, hints).await,
+        }
     }
 
     /// The snapshot of an already loaded table; `location` is used in messages.
     pub async fn from_table(table: &DeltaTable, location: String) -> Result<Snapshot, StreamError> {
+        Snapshot::from_table_with(table, location, &ColumnHints::default()).await
+    }
+
+    /// [`from_table`](Self::from_table) reading samples as `hints` say.
+    pub async fn from_table_with(
+        table: &DeltaTable,
+        location: String,
+        hints: &ColumnHints,
+    ) -> Result<Snapshot, StreamError> {
         let err = |source| StreamError::Table {
             location: location.clone(),
             source: Box::new(source),
         };
         let state = table.snapshot().map_err(err)?;
-        let spec = TensorSpec::from_table_configuration(state.metadata().configuration()).map_err(
-            |e| StreamError::Incompatible {
-                location: location.clone(),
-                reason: e.to_string(),
-            },
-        )?;
+        let config = state.metadata().configuration().clone();
         let log_store = table.log_store();
         let views: Vec<_> = state
             .snapshot()
@@ -164,16 +201,181 @@ impl Snapshot {
         // by write time first so that "table order" is the order the rows were written in.
         files.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| a.path.cmp(&b.path)));
         let files: Vec<DataFile> = files.into_iter().map(|(_, f)| f).collect();
+        Snapshot::new(location, state.version(), true, files, table.object_store())
+            .resolve_columns(&config, hints)
+            .await
+    }
+
+    /// The snapshot of a folder of Parquet files without a Delta log: every `.parquet` object
+    /// under the store's root, listed once and sorted by path, skipping folders and files
+    /// whose names start with `_` or `.` (`_delta_log`, `_SUCCESS`, `.crc` files). Version 0;
+    /// the file set hash tells one listing from another.
+    pub async fn from_listing(
+        store: Arc<dyn ObjectStore>,
+        location: String,
+        hints: &ColumnHints,
+    ) -> Result<Snapshot, StreamError> {
+        let objects: Vec<object_store::ObjectMeta> =
+            store
+                .list(None)
+                .try_collect()
+                .await
+                .map_err(|e| StreamError::Table {
+                    location: location.clone(),
+                    source: Box::new(DeltaTableError::ObjectStore { source: e }),
+                })?;
+        let mut files: Vec<DataFile> = objects
+            .into_iter()
+            .filter(|o| {
+                let parts: Vec<_> = o.location.parts().collect();
+                parts
+                    .iter()
+                    .all(|p| !p.as_ref().starts_with('_') && !p.as_ref().starts_with('.'))
+                    && parts
+                        .last()
+                        .is_some_and(|p| p.as_ref().ends_with(".parquet"))
+            })
+            .map(|o| DataFile {
+                path: o.location.to_string(),
+                object_path: o.location,
+                size: o.size,
+                rows: None,
+            })
+            .collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        if files.is_empty() {
+            return Err(StreamError::Incompatible {
+                location,
+                reason: "neither a Delta table (no _delta_log) nor a folder of .parquet files"
+                    .into(),
+            });
+        }
+        Snapshot::new(location, 0, false, files, store)
+            .resolve_columns(&HashMap::new(), hints)
+            .await
+    }
+
+    fn new(
+        location: String,
+        version: u64,
+        delta: bool,
+        files: Vec<DataFile>,
+        store: Arc<dyn ObjectStore>,
+    ) -> Snapshot {
         let footers = files.iter().map(|_| OnceCell::new()).collect();
         let view_footers = files.iter().map(|_| OnceCell::new()).collect();
-        Ok(Snapshot {
-            version: state.version(),
-            spec,
+        Snapshot {
+            location,
+            version,
+            // Replaced by `resolve_columns` before the snapshot is handed out.
+            columns: SampleColumns {
+                tensor: TENSOR_COLUMN.into(),
+                encoding: voxlake_format::sample::TensorEncoding::Raw,
+                spec: TensorSpec::new(Vec::new(), voxlake_format::DType::U8),
+                label: None,
+                id: None,
+                native: true,
+            },
+            delta,
             files,
-            store: table.object_store(),
+            store,
             footers,
             view_footers,
-            location,
+        }
+    }
+
+    /// Decides how samples are read. A voxlake table read as it is needs its configuration
+    /// only; any other table is resolved from the first file's footer (and, for a BINARY
+    /// tensor column, its first value: `np.save` bytes say their shape).
+    async fn resolve_columns(
+        mut self,
+        config: &HashMap<String, String>,
+        hints: &ColumnHints,
+    ) -> Result<Snapshot, StreamError> {
+        let incompatible = |e: voxlake_format::FormatError| StreamError::Incompatible {
+            location: self.location.clone(),
+            reason: e.to_string(),
+        };
+        let voxlake = config.contains_key(voxlake_format::FORMAT_VERSION_KEY);
+        if voxlake && hints.is_empty() {
+            let spec = TensorSpec::from_table_configuration(config).map_err(incompatible)?;
+            self.columns = SampleColumns {
+                spec,
+                label: Some(LABEL_COLUMN.into()),
+                id: Some(ID_COLUMN.into()),
+                ..self.columns
+            };
+            return Ok(self);
+        }
+        if self.files.is_empty() {
+            return Err(StreamError::Incompatible {
+                location: self.location.clone(),
+                reason: format!(
+                    "version {} has no data files to learn the tensor column from",
+                    self.version
+                ),
+            });
+        }
+        let meta = self.reader_metadata(0).await?;
+        let schema = meta.schema().clone();
+        let tensor = SampleColumns::tensor_field(&schema, hints).map_err(incompatible)?;
+        let first = match tensor.data_type() {
+            arrow_schema::DataType::Binary
+            | arrow_schema::DataType::LargeBinary
+            | arrow_schema::DataType::BinaryView
+                if !voxlake =>
+            {
+                self.first_value(tensor.name()).await?
+            }
+            _ => None,
+        };
+        let columns = SampleColumns::resolve(&schema, config, hints, first.as_deref())
+            .map_err(incompatible)?;
+        tracing::debug!(
+            location = self.location.as_str(),
+            tensor = columns.tensor.as_str(),
+            encoding = columns.encoding.describe(),
+            spec = %columns.spec,
+            "resolved the sample columns"
+        );
+        self.columns = columns;
+        Ok(self)
+    }
+
+    /// The first value of binary column `column` of file 0 (one row of its first row group).
+    async fn first_value(&self, column: &str) -> Result<Option<Vec<u8>>, StreamError> {
+        use arrow_array::Array;
+        use arrow_array::cast::AsArray;
+        let perr = |e| self.file_error(0, e);
+        let meta = self.reader_metadata(0).await?;
+        if meta.metadata().num_row_groups() == 0 {
+            return Ok(None);
+        }
+        let mask =
+            ProjectionMask::columns(meta.metadata().file_metadata().schema_descr(), [column]);
+        let reader = self.reader(0).with_metadata(meta.metadata().clone());
+        let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta)
+            .with_projection(mask)
+            .with_row_groups(vec![0])
+            .with_limit(1)
+            .with_batch_size(1)
+            .build()
+            .map_err(perr)?;
+        let Some(batch) = stream.try_next().await.map_err(perr)? else {
+            return Ok(None);
+        };
+        let Some(array) = batch
+            .columns()
+            .first()
+            .filter(|a| !a.is_empty() && a.is_valid(0))
+        else {
+            return Ok(None);
+        };
+        Ok(match array.data_type() {
+            arrow_schema::DataType::Binary => Some(array.as_binary::<i32>().value(0).to_vec()),
+            arrow_schema::DataType::LargeBinary => Some(array.as_binary::<i64>().value(0).to_vec()),
+            arrow_schema::DataType::BinaryView => Some(array.as_binary_view().value(0).to_vec()),
+            _ => None,
         })
     }
 
@@ -187,9 +389,19 @@ impl Snapshot {
         self.version
     }
 
-    /// The tensor spec from the table configuration.
+    /// The tensor spec: from the table configuration, or resolved from the files.
     pub fn spec(&self) -> &TensorSpec {
-        &self.spec
+        &self.columns.spec
+    }
+
+    /// How samples are read: the tensor column and its encoding, the label and id columns.
+    pub fn columns(&self) -> &SampleColumns {
+        &self.columns
+    }
+
+    /// Whether the snapshot is of a Delta table (else of a folder of Parquet files).
+    pub fn is_delta(&self) -> bool {
+        self.delta
     }
 
     /// The active data files, in write order (modification time, then path).
@@ -366,6 +578,10 @@ impl Snapshot {
             if name == CHECKSUM_COLUMN && schema.index_of(name).is_err() {
                 continue;
             }
+            // voxlake's names map to the table's columns; an id the table lacks is made.
+            let Some(name) = self.columns.source_of(name) else {
+                continue;
+            };
             let index = schema
                 .index_of(name)
                 .map_err(|_| StreamError::Incompatible {
@@ -424,7 +640,7 @@ impl Snapshot {
     ) -> Result<(RecordBatch, ReadTimings), StreamError> {
         let metadata = self.view_metadata(index).await?;
         let rows = metadata.metadata().row_group(row_group).num_rows().max(1) as usize;
-        let mut decoder = ParquetPushDecoderBuilder::new_with_metadata(metadata)
+        let mut decoder = ParquetPushDecoderBuilder::new_with_metadata(metadata.clone())
             .with_row_groups(vec![row_group])
             .with_projection(projection)
             .with_batch_size(rows)
@@ -472,6 +688,12 @@ impl Snapshot {
             (_, Some(first)) => concat_batches(&first.schema(), &batches)
                 .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string()))),
         }?;
+        if !self.columns.native {
+            return Ok((
+                self.normalize(index, row_group, &metadata, batch).await?,
+                timings,
+            ));
+        }
         if batch.column_by_name(CHECKSUM_COLUMN).is_some() {
             let (verified, mismatch) = tokio::task::spawn_blocking(move || {
                 let mismatch = verify_checksums(&batch);
@@ -489,6 +711,36 @@ impl Snapshot {
             return Ok((verified, timings));
         }
         Ok((batch, timings))
+    }
+
+    /// A decoded row group of a table that is not voxlake's, in voxlake's layout (on the
+    /// blocking pool); a row that does not decode is named by file, row group and row.
+    async fn normalize(
+        &self,
+        index: usize,
+        row_group: usize,
+        metadata: &ArrowReaderMetadata,
+        batch: RecordBatch,
+    ) -> Result<RecordBatch, StreamError> {
+        let first_row: u64 = metadata.metadata().row_groups()[..row_group]
+            .iter()
+            .map(|rg| rg.num_rows().max(0) as u64)
+            .sum();
+        let columns = self.columns.clone();
+        let path = self.files[index].path.clone();
+        let named = path.clone();
+        let normalized = tokio::task::spawn_blocking(move || {
+            columns.normalize(&batch, |row| format!("{named}#{}", first_row + row as u64))
+        })
+        .await
+        .map_err(|e| self.task_error("decode", index, e))?;
+        normalized.map_err(|e| StreamError::BadRow {
+            location: self.location.clone(),
+            file: path,
+            row_group,
+            row: first_row + e.row as u64,
+            reason: e.reason,
+        })
     }
 
     /// Streams every record batch of file `index`: only `columns` (all if `None`),

@@ -1,0 +1,500 @@
+//! How a sample is read from a table's columns, for voxlake's own tables and for tables other
+//! tools wrote (Spark, pyarrow/Ray, Petastorm, plain Parquet).
+//!
+//! [`SampleColumns::resolve`] decides, from the schema, the table's configuration and what the
+//! user said ([`ColumnHints`]), which column holds the tensor and how it is encoded
+//! ([`TensorEncoding`]), and which columns hold the label and the id.
+//! [`SampleColumns::normalize`] then turns each decoded record batch into voxlake's layout
+//! (`id` Utf8, `label` Int64, `tensor` BinaryView of little-endian C-order bytes), pointing into
+//! the decoded buffers wherever the layout allows: the rest of the pipeline reads every table the
+//! same way.
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::Arc;
+//! use arrow_array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
+//! use arrow_array::cast::AsArray;
+//! use arrow_schema::{DataType, Field, Schema};
+//! use voxlake_format::{DType, TENSOR_COLUMN};
+//! use voxlake_format::sample::{ColumnHints, SampleColumns, TensorEncoding};
+//!
+//! // A pyarrow-style fixed_size_list<float>[4] column named "volume".
+//! let item = Arc::new(Field::new("item", DataType::Float32, true));
+//! let values = Float32Array::from(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+//! let volume = FixedSizeListArray::new(item, 4, Arc::new(values), None);
+//! let schema = Arc::new(Schema::new(vec![Field::new("volume", volume.data_type().clone(), false)]));
+//! let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(volume)])?;
+//!
+//! let hints = ColumnHints::default().with_tensor_shape(vec![2, 2], DType::F32);
+//! let columns = SampleColumns::resolve(&schema, &HashMap::new(), &hints, None)?;
+//! assert_eq!(columns.encoding, TensorEncoding::FixedSizeList);
+//! let out = columns.normalize(&batch, |row| format!("part-0#{row}"))?;
+//! let tensors = out.column_by_name(TENSOR_COLUMN).unwrap().as_binary_view();
+//! assert_eq!(tensors.value(1), [5.0f32, 6.0, 7.0, 8.0].map(f32::to_le_bytes).concat());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::HashMap;
+use std::io::Read;
+
+use arrow_schema::{DataType, Field, Schema};
+
+use crate::npy::NpyArray;
+use crate::{
+    DType, FORMAT_VERSION_KEY, FormatError, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec,
+};
+
+/// Field metadata key naming an Arrow extension type.
+pub const EXTENSION_NAME_KEY: &str = "ARROW:extension:name";
+/// Field metadata key of an extension type's parameters.
+pub const EXTENSION_METADATA_KEY: &str = "ARROW:extension:metadata";
+/// The canonical Arrow extension type of fixed-shape tensors (pyarrow's
+/// `FixedShapeTensorArray`, Ray Data).
+pub const FIXED_SHAPE_TENSOR: &str = "arrow.fixed_shape_tensor";
+
+const NPY_MAGIC: &[u8] = b"\x93NUMPY";
+const ZIP_MAGIC: &[u8] = b"PK\x03\x04";
+
+/// How a table stores its tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TensorEncoding {
+    /// BINARY of the values' little-endian bytes in C order (voxlake's layout;
+    /// `ndarray.tobytes()` from Spark or pandas): read as is.
+    Raw,
+    /// LIST of numbers (Spark's `array<float>`): the values point into the decoded list.
+    List,
+    /// FIXED_SIZE_LIST of numbers, also as the `arrow.fixed_shape_tensor` extension type.
+    FixedSizeList,
+    /// BINARY of `np.save` bytes per row (Petastorm's `NdarrayCodec`): the data after each
+    /// row's header, converted where it is big-endian or in Fortran order.
+    Npy,
+    /// BINARY of `np.savez_compressed` bytes per row (Petastorm's `CompressedNdarrayCodec`):
+    /// inflated, one copy per row.
+    Npz,
+}
+
+impl TensorEncoding {
+    /// A short description for `inspect` and messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            TensorEncoding::Raw => "raw little-endian bytes (read in place)",
+            TensorEncoding::List => "a list of numbers per row (read in place)",
+            TensorEncoding::FixedSizeList => "a fixed-size list of numbers (read in place)",
+            TensorEncoding::Npy => "np.save bytes per row (read in place after each header)",
+            TensorEncoding::Npz => "np.savez_compressed bytes per row (inflated, one copy)",
+        }
+    }
+}
+
+/// What the user says about a table's columns; whatever is left out is found from the table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ColumnHints {
+    /// The tensor column (default: `tensor`, else the only column that can hold tensors).
+    pub tensor: Option<String>,
+    /// The shape of one sample, C order (needed for LIST and raw BINARY columns).
+    pub shape: Option<Vec<usize>>,
+    /// The element type (needed for raw BINARY columns; checked against the others).
+    pub dtype: Option<DType>,
+    /// The label column: any integer, bool or integral float column (default: `label` if
+    /// there is one).
+    pub label: Option<String>,
+    /// The id column, string or integer (default: `id` if there is one, else each row is
+    /// named by its file and row number).
+    pub id: Option<String>,
+}
+
+impl ColumnHints {
+    /// The tensor column's name.
+    pub fn with_tensor_column(mut self, name: impl Into<String>) -> Self {
+        self.tensor = Some(name.into());
+        self
+    }
+
+    /// The shape and element type of one sample.
+    pub fn with_tensor_shape(mut self, shape: Vec<usize>, dtype: DType) -> Self {
+        self.shape = Some(shape);
+        self.dtype = Some(dtype);
+        self
+    }
+
+    /// The label column's name.
+    pub fn with_label_column(mut self, name: impl Into<String>) -> Self {
+        self.label = Some(name.into());
+        self
+    }
+
+    /// The id column's name.
+    pub fn with_id_column(mut self, name: impl Into<String>) -> Self {
+        self.id = Some(name.into());
+        self
+    }
+
+    /// Whether nothing was said (a voxlake table is then read as its configuration says).
+    pub fn is_empty(&self) -> bool {
+        *self == ColumnHints::default()
+    }
+}
+
+/// How each sample is read: resolved by [`SampleColumns::resolve`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleColumns {
+    /// The column holding the tensors.
+    pub tensor: String,
+    /// How it holds them.
+    pub encoding: TensorEncoding,
+    /// Shape and element type of one sample.
+    pub spec: TensorSpec,
+    /// The label column, if any.
+    pub label: Option<String>,
+    /// The id column, if any (else ids are made from file and row).
+    pub id: Option<String>,
+    /// voxlake's own layout: batches are used as decoded, checksums are verified.
+    pub native: bool,
+}
+
+/// A row that does not decode as the resolved columns say.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("row {row}: {reason}")]
+pub struct RowError {
+    /// The row in the record batch.
+    pub row: usize,
+    /// Why.
+    pub reason: String,
+}
+
+fn meta(message: String) -> FormatError {
+    FormatError::Metadata(message)
+}
+
+/// The element type of an Arrow number type.
+fn dtype_of(data_type: &DataType) -> Option<DType> {
+    Some(match data_type {
+        DataType::Int8 => DType::I8,
+        DataType::Int16 => DType::I16,
+        DataType::Int32 => DType::I32,
+        DataType::Int64 => DType::I64,
+        DataType::UInt8 => DType::U8,
+        DataType::UInt16 => DType::U16,
+        DataType::UInt32 => DType::U32,
+        DataType::UInt64 => DType::U64,
+        DataType::Float16 => DType::F16,
+        DataType::Float32 => DType::F32,
+        DataType::Float64 => DType::F64,
+        _ => return None,
+    })
+}
+
+fn is_binary(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+    )
+}
+
+fn can_hold_tensors(data_type: &DataType) -> bool {
+    match data_type {
+        DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) => {
+            dtype_of(item.data_type()).is_some()
+        }
+        other => is_binary(other),
+    }
+}
+
+/// The shape recorded by an `arrow.fixed_shape_tensor` field, if it is one.
+fn fixed_shape_of(field: &Field) -> Result<Option<Vec<usize>>, FormatError> {
+    if field.metadata().get(EXTENSION_NAME_KEY).map(String::as_str) != Some(FIXED_SHAPE_TENSOR) {
+        return Ok(None);
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        shape: Vec<usize>,
+        permutation: Option<Vec<usize>>,
+    }
+    let text = field
+        .metadata()
+        .get(EXTENSION_METADATA_KEY)
+        .map_or("", String::as_str);
+    let params: Params = serde_json::from_str(text).map_err(|e| {
+        meta(format!(
+            "column '{}': {FIXED_SHAPE_TENSOR} parameters '{text}' do not parse: {e}",
+            field.name()
+        ))
+    })?;
+    if let Some(p) = params.permutation
+        && p.iter().enumerate().any(|(i, &d)| i != d)
+    {
+        return Err(meta(format!(
+            "column '{}': {FIXED_SHAPE_TENSOR} with dimension permutation {p:?} is not supported (only the identity)",
+            field.name()
+        )));
+    }
+    Ok(Some(params.shape))
+}
+
+/// The tensor a row of `np.save` or `np.savez_compressed` bytes holds, as (`spec`, bytes).
+pub(crate) fn decode_npy_row(bytes: &[u8], encoding: TensorEncoding) -> Result<Vec<u8>, String> {
+    match encoding {
+        TensorEncoding::Npz => {
+            let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+                .map_err(|e| format!("not a readable npz archive: {e}"))?;
+            if archive.len() != 1 {
+                return Err(format!(
+                    "an npz archive of {} arrays (expected one)",
+                    archive.len()
+                ));
+            }
+            let mut member = archive
+                .by_index(0)
+                .map_err(|e| format!("npz member does not open: {e}"))?;
+            let mut out = Vec::with_capacity(member.size().min(1 << 30) as usize);
+            member
+                .read_to_end(&mut out)
+                .map_err(|e| format!("npz member '{}' does not inflate: {e}", member.name()))?;
+            Ok(out)
+        }
+        _ => Ok(bytes.to_vec()),
+    }
+}
+
+/// The spec of one npy array, checked to be one voxlake can stream.
+fn npy_spec(bytes: &[u8]) -> Result<TensorSpec, String> {
+    let array = NpyArray::parse(bytes).map_err(|e| e.to_string())?;
+    Ok(TensorSpec::new(array.shape().to_vec(), array.dtype()))
+}
+
+impl SampleColumns {
+    /// The column that holds the tensors: the one `hints` names, else `tensor`, else the only
+    /// column that can hold tensors (a BINARY, or a LIST or FIXED_SIZE_LIST of numbers).
+    pub fn tensor_field<'a>(
+        schema: &'a Schema,
+        hints: &ColumnHints,
+    ) -> Result<&'a Field, FormatError> {
+        let names = || {
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+        };
+        let field_named = |name: &str| {
+            schema
+                .field_with_name(name)
+                .map_err(|_| meta(format!("no column '{name}' (the table has {:?})", names())))
+        };
+        match &hints.tensor {
+            Some(name) => field_named(name),
+            None => match schema.field_with_name(TENSOR_COLUMN) {
+                Ok(f) => Ok(f),
+                Err(_) => {
+                    let candidates: Vec<&Field> = schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.as_ref())
+                        .filter(|f| can_hold_tensors(f.data_type()))
+                        .collect();
+                    match candidates.as_slice() {
+                        [only] => Ok(*only),
+                        [] => Err(meta(format!(
+                            "no column can hold tensors (a BINARY, LIST or FIXED_SIZE_LIST of numbers); the table has {:?}",
+                            names()
+                        ))),
+                        many => Err(meta(format!(
+                            "several columns can hold tensors ({:?}): name one (with_tensor_column, --tensor-column)",
+                            many.iter().map(|f| f.name()).collect::<Vec<_>>()
+                        ))),
+                    }
+                }
+            },
+        }
+    }
+
+    /// Decides how samples are read from a table of `schema` (the Arrow schema of its files)
+    /// with Delta configuration `config` (empty without a log), following `hints`. `first` is
+    /// the first value of the tensor column when it is BINARY and the table is not voxlake's:
+    /// `np.save`/`np.savez_compressed` bytes say their shape and dtype themselves.
+    pub fn resolve(
+        schema: &Schema,
+        config: &HashMap<String, String>,
+        hints: &ColumnHints,
+        first: Option<&[u8]>,
+    ) -> Result<SampleColumns, FormatError> {
+        let names = || {
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+        };
+        let field_named = |name: &str| {
+            schema
+                .field_with_name(name)
+                .map_err(|_| meta(format!("no column '{name}' (the table has {:?})", names())))
+        };
+        let tensor = SampleColumns::tensor_field(schema, hints)?;
+        let name = tensor.name().clone();
+        let native = config.contains_key(FORMAT_VERSION_KEY) && name == TENSOR_COLUMN;
+        let given = match (&hints.shape, hints.dtype) {
+            (Some(shape), Some(dtype)) => Some(TensorSpec::new(shape.clone(), dtype)),
+            _ => None,
+        };
+        let mismatch = |what: &str, found: String, said: String| {
+            meta(format!(
+                "column '{name}': the table holds {what} {found}, the settings say {said}"
+            ))
+        };
+        if let DataType::FixedSizeList(item, _) | DataType::List(item) | DataType::LargeList(item) =
+            tensor.data_type()
+            && dtype_of(item.data_type()).is_none()
+        {
+            return Err(meta(format!(
+                "column '{name}': lists of {} cannot be read as tensors (numbers only)",
+                item.data_type()
+            )));
+        }
+        let (encoding, spec) = match tensor.data_type() {
+            DataType::FixedSizeList(item, size) => {
+                let dtype = dtype_of(item.data_type()).unwrap_or(DType::F32);
+                let numel = (*size).max(0) as usize;
+                let shape = match (fixed_shape_of(tensor)?, &hints.shape) {
+                    (Some(recorded), Some(said)) if recorded != *said => {
+                        return Err(mismatch(
+                            "tensors of shape",
+                            format!("{recorded:?}"),
+                            format!("{said:?}"),
+                        ));
+                    }
+                    (Some(recorded), _) => recorded,
+                    (None, Some(said)) => said.clone(),
+                    (None, None) => vec![numel],
+                };
+                if shape.iter().product::<usize>() != numel {
+                    return Err(meta(format!(
+                        "column '{name}': shape {shape:?} is not {numel} values, the list size"
+                    )));
+                }
+                (TensorEncoding::FixedSizeList, TensorSpec::new(shape, dtype))
+            }
+            DataType::List(item) | DataType::LargeList(item) => {
+                let dtype = dtype_of(item.data_type()).unwrap_or(DType::F32);
+                let Some(shape) = hints.shape.clone() else {
+                    return Err(meta(format!(
+                        "column '{name}' is a list of {dtype} without a fixed length: give the shape of one sample (with_tensor_shape, --shape)"
+                    )));
+                };
+                (TensorEncoding::List, TensorSpec::new(shape, dtype))
+            }
+            t if is_binary(t) && native => {
+                let spec = TensorSpec::from_table_configuration(config)?;
+                (TensorEncoding::Raw, spec)
+            }
+            t if is_binary(t) => match first {
+                Some(bytes) if bytes.starts_with(NPY_MAGIC) || bytes.starts_with(ZIP_MAGIC) => {
+                    let encoding = if bytes.starts_with(NPY_MAGIC) {
+                        TensorEncoding::Npy
+                    } else {
+                        TensorEncoding::Npz
+                    };
+                    let spec = decode_npy_row(bytes, encoding)
+                        .and_then(|b| npy_spec(&b))
+                        .map_err(|e| meta(format!("column '{name}', first row: {e}")))?;
+                    (encoding, spec)
+                }
+                _ => match &given {
+                    Some(spec) => (TensorEncoding::Raw, spec.clone()),
+                    None => {
+                        return Err(meta(format!(
+                            "column '{name}' holds raw bytes: give the shape and dtype of one sample (with_tensor_shape, --shape, --dtype)"
+                        )));
+                    }
+                },
+            },
+            other => {
+                return Err(meta(format!(
+                    "column '{name}' is {other}: tensors are read from BINARY, LIST or FIXED_SIZE_LIST columns"
+                )));
+            }
+        };
+        if let Some(shape) = &hints.shape
+            && shape != spec.shape()
+        {
+            return Err(mismatch(
+                "tensors of shape",
+                format!("{:?}", spec.shape()),
+                format!("{shape:?}"),
+            ));
+        }
+        if let Some(dtype) = hints.dtype
+            && dtype != spec.dtype()
+        {
+            return Err(mismatch(
+                "elements of type",
+                spec.dtype().to_string(),
+                dtype.to_string(),
+            ));
+        }
+        let label = match &hints.label {
+            Some(l) => Some(field_named(l)?),
+            None => schema.field_with_name(LABEL_COLUMN).ok(),
+        };
+        if let Some(l) = label
+            && !matches!(
+                l.data_type(),
+                DataType::Boolean | DataType::Float32 | DataType::Float64
+            )
+            && !l.data_type().is_integer()
+        {
+            return Err(meta(format!(
+                "label column '{}' is {}: labels are integers, bools or integral floats",
+                l.name(),
+                l.data_type()
+            )));
+        }
+        let id = match &hints.id {
+            Some(i) => Some(field_named(i)?),
+            None => schema.field_with_name(ID_COLUMN).ok(),
+        };
+        if let Some(i) = id
+            && !matches!(
+                i.data_type(),
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+            )
+            && !i.data_type().is_integer()
+        {
+            return Err(meta(format!(
+                "id column '{}' is {}: ids are strings or integers",
+                i.name(),
+                i.data_type()
+            )));
+        }
+        let label = label.map(|f| f.name().clone());
+        let id = id.map(|f| f.name().clone());
+        let native = native
+            && encoding == TensorEncoding::Raw
+            && label.as_deref().is_none_or(|l| l == LABEL_COLUMN)
+            && id.as_deref() == Some(ID_COLUMN);
+        Ok(SampleColumns {
+            tensor: name,
+            encoding,
+            spec,
+            label,
+            id,
+            native,
+        })
+    }
+
+    /// The source column to read for `column` of voxlake's layout (`id`, `label`, `tensor`),
+    /// or `None` when the table has none (ids are then made). Other names are read as named.
+    pub fn source_of<'a>(&'a self, column: &'a str) -> Option<&'a str> {
+        match column {
+            TENSOR_COLUMN => Some(&self.tensor),
+            LABEL_COLUMN => self.label.as_deref(),
+            ID_COLUMN => self.id.as_deref(),
+            other => Some(other),
+        }
+    }
+}
+
+mod normalize;
+#[cfg(test)]
+mod tests;

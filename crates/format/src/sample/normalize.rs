@@ -1,0 +1,337 @@
+//! [`SampleColumns::normalize`]: decoded record batches of any encoding in voxlake's layout,
+//! pointing into the decoded buffers wherever the layout allows.
+
+use std::sync::Arc;
+
+use arrow_array::builder::BinaryViewBuilder;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
+    UInt16Type, UInt32Type, UInt64Type,
+};
+use arrow_array::{Array, ArrayRef, BinaryViewArray, Int64Array, RecordBatch, StringArray};
+use arrow_buffer::Buffer;
+use arrow_schema::{DataType, Field, Schema};
+
+use super::{RowError, SampleColumns, TensorEncoding, decode_npy_row};
+use crate::npy::NpyArray;
+use crate::{Casting, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+
+impl SampleColumns {
+    /// `batch` (read from the source columns) in voxlake's layout: `id` (Utf8; from
+    /// `make_id(row)` when the table has no id column), `label` (Int64) and `tensor`
+    /// (BinaryView of `spec.nbytes()` little-endian bytes per row), where `batch` has them;
+    /// other columns as they are. A row that does not decode is an error naming it.
+    pub fn normalize(
+        &self,
+        batch: &RecordBatch,
+        make_id: impl Fn(usize) -> String,
+    ) -> Result<RecordBatch, RowError> {
+        if self.native {
+            return Ok(batch.clone());
+        }
+        let rows = batch.num_rows();
+        let mut fields = Vec::new();
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        let mut push = |name: &str, array: ArrayRef| {
+            fields.push(Field::new(name, array.data_type().clone(), true));
+            columns.push(array);
+        };
+        let used: Vec<&str> = [
+            Some(self.tensor.as_str()),
+            self.label.as_deref(),
+            self.id.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        match self.id.as_deref().and_then(|c| batch.column_by_name(c)) {
+            Some(ids) => push(ID_COLUMN, Arc::new(ids_of(ids)?)),
+            None => push(
+                ID_COLUMN,
+                Arc::new(StringArray::from_iter_values((0..rows).map(&make_id))),
+            ),
+        }
+        if let Some(labels) = self.label.as_deref().and_then(|c| batch.column_by_name(c)) {
+            let labels = labels_of(labels).map_err(|e| RowError {
+                row: e.row,
+                reason: format!(
+                    "label column '{}': {}",
+                    self.label.as_deref().unwrap_or(""),
+                    e.reason
+                ),
+            })?;
+            push(LABEL_COLUMN, Arc::new(labels));
+        }
+        if let Some(tensors) = batch.column_by_name(&self.tensor) {
+            let views = self.tensors_of(tensors).map_err(|e| RowError {
+                row: e.row,
+                reason: format!("column '{}': {}", self.tensor, e.reason),
+            })?;
+            push(TENSOR_COLUMN, Arc::new(views));
+        }
+        for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+            let name = field.name().as_str();
+            if !used.contains(&name) && ![ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN].contains(&name) {
+                push(name, column.clone());
+            }
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| RowError {
+            row: 0,
+            reason: e.to_string(),
+        })
+    }
+
+    /// The tensor column as BinaryView of each row's little-endian C-order bytes.
+    fn tensors_of(&self, array: &ArrayRef) -> Result<BinaryViewArray, RowError> {
+        let numel = self.spec.numel();
+        let size = self.spec.dtype().size();
+        let err = |row: usize, reason: String| RowError { row, reason };
+        if let Some(nulls) = array.logical_nulls()
+            && let Some(row) = (0..array.len()).find(|&i| nulls.is_null(i))
+        {
+            return Err(err(row, "the tensor is null".into()));
+        }
+        match self.encoding {
+            TensorEncoding::Raw => {
+                let views = binary_views(array).map_err(|e| err(0, e))?;
+                let expected = self.spec.nbytes();
+                if let Some(row) = (0..views.len()).find(|&i| views.value(i).len() != expected) {
+                    return Err(err(
+                        row,
+                        format!(
+                            "{} bytes, a tensor of {} is {expected}",
+                            views.value(row).len(),
+                            self.spec
+                        ),
+                    ));
+                }
+                Ok(views)
+            }
+            TensorEncoding::FixedSizeList => {
+                let lists = array.as_fixed_size_list_opt().ok_or_else(|| {
+                    err(
+                        0,
+                        format!("expected a fixed-size list, found {}", array.data_type()),
+                    )
+                })?;
+                // The values of row i start at element (offset + i) * numel of the child.
+                let values = lists.values();
+                let starts = (0..lists.len()).map(|i| (lists.value_offset(i) as usize, numel));
+                views_into(values, starts, size, numel)
+            }
+            TensorEncoding::List => {
+                let (values, bounds): (&ArrayRef, Vec<(usize, usize)>) = match array.data_type() {
+                    DataType::List(_) => {
+                        let l = array.as_list::<i32>();
+                        let o = l.value_offsets();
+                        (
+                            l.values(),
+                            o.windows(2)
+                                .map(|w| (w[0] as usize, (w[1] - w[0]) as usize))
+                                .collect(),
+                        )
+                    }
+                    DataType::LargeList(_) => {
+                        let l = array.as_list::<i64>();
+                        let o = l.value_offsets();
+                        (
+                            l.values(),
+                            o.windows(2)
+                                .map(|w| (w[0] as usize, (w[1] - w[0]) as usize))
+                                .collect(),
+                        )
+                    }
+                    other => return Err(err(0, format!("expected a list, found {other}"))),
+                };
+                if let Some(row) = bounds.iter().position(|&(_, len)| len != numel) {
+                    return Err(err(
+                        row,
+                        format!(
+                            "a list of {} values, a tensor of {} has {numel}",
+                            bounds[row].1, self.spec
+                        ),
+                    ));
+                }
+                views_into(values, bounds.into_iter(), size, numel)
+            }
+            TensorEncoding::Npy | TensorEncoding::Npz => self.npy_rows(array),
+        }
+    }
+
+    /// Rows of `np.save` / `np.savez_compressed` bytes: each header is checked against the
+    /// spec; little-endian C-order data is used in place, the rest converted.
+    fn npy_rows(&self, array: &ArrayRef) -> Result<BinaryViewArray, RowError> {
+        let err = |row: usize, reason: String| RowError { row, reason };
+        let views = binary_views(array).map_err(|e| err(0, e))?;
+        let mut out = BinaryViewBuilder::with_capacity(views.len());
+        let blocks: Vec<u32> = views
+            .data_buffers()
+            .iter()
+            .map(|b| out.append_block(b.clone()))
+            .collect();
+        for (row, view) in views.views().iter().enumerate() {
+            let bytes = views.value(row);
+            let inflated;
+            let file: &[u8] = match self.encoding {
+                TensorEncoding::Npz => {
+                    inflated = decode_npy_row(bytes, self.encoding).map_err(|e| err(row, e))?;
+                    &inflated
+                }
+                _ => bytes,
+            };
+            let npy = NpyArray::parse(file).map_err(|e| err(row, e.to_string()))?;
+            if npy.shape() != self.spec.shape() || npy.dtype() != self.spec.dtype() {
+                return Err(err(
+                    row,
+                    format!(
+                        "an array of {:?} {}, the table's tensors are {}",
+                        npy.shape(),
+                        npy.dtype(),
+                        self.spec
+                    ),
+                ));
+            }
+            let len = (*view as u32) as usize;
+            if self.encoding == TensorEncoding::Npy && npy.is_le_c(self.spec.dtype()) && len > 12 {
+                // The data is the tail of the row's bytes: a view into the same buffer.
+                let header = file.len() - npy.data().len();
+                let buffer = (*view >> 64) as u32;
+                let offset = (*view >> 96) as u32 + header as u32;
+                out.try_append_view(blocks[buffer as usize], offset, npy.data().len() as u32)
+                    .map_err(|e| err(row, e.to_string()))?;
+            } else {
+                let mut converted = Vec::with_capacity(self.spec.nbytes());
+                npy.write_le_c(self.spec.dtype(), Casting::Safe, &mut converted)
+                    .map_err(|e| err(row, e.to_string()))?;
+                out.append_value(&converted);
+            }
+        }
+        Ok(out.finish())
+    }
+}
+
+/// Any binary column as BinaryView (the pipeline decodes BINARY as views already).
+fn binary_views(array: &ArrayRef) -> Result<BinaryViewArray, String> {
+    match array.data_type() {
+        DataType::BinaryView => Ok(array.as_binary_view().clone()),
+        DataType::Binary => Ok(BinaryViewArray::from_iter(array.as_binary::<i32>().iter())),
+        DataType::LargeBinary => Ok(BinaryViewArray::from_iter(array.as_binary::<i64>().iter())),
+        other => Err(format!("expected binary values, found {other}")),
+    }
+}
+
+/// Views of `numel` values of `size` bytes each from element `start` of `values`, for each
+/// `(start, len)`: no copy, the views point into the values' buffer.
+fn views_into(
+    values: &ArrayRef,
+    rows: impl Iterator<Item = (usize, usize)>,
+    size: usize,
+    numel: usize,
+) -> Result<BinaryViewArray, RowError> {
+    let err = |row: usize, reason: String| RowError { row, reason };
+    if values.null_count() > 0 {
+        let nulls = values.logical_nulls();
+        let row = nulls
+            .and_then(|n| (0..values.len()).find(|&i| n.is_null(i)))
+            .map_or(0, |i| i / numel.max(1));
+        return Err(err(row, "a null value inside the tensor".into()));
+    }
+    let buffer: Buffer = match values.data_type() {
+        DataType::Int8 => values.as_primitive::<Int8Type>().values().inner().clone(),
+        DataType::Int16 => values.as_primitive::<Int16Type>().values().inner().clone(),
+        DataType::Int32 => values.as_primitive::<Int32Type>().values().inner().clone(),
+        DataType::Int64 => values.as_primitive::<Int64Type>().values().inner().clone(),
+        DataType::UInt8 => values.as_primitive::<UInt8Type>().values().inner().clone(),
+        DataType::UInt16 => values.as_primitive::<UInt16Type>().values().inner().clone(),
+        DataType::UInt32 => values.as_primitive::<UInt32Type>().values().inner().clone(),
+        DataType::UInt64 => values.as_primitive::<UInt64Type>().values().inner().clone(),
+        DataType::Float16 => values
+            .as_primitive::<Float16Type>()
+            .values()
+            .inner()
+            .clone(),
+        DataType::Float32 => values
+            .as_primitive::<Float32Type>()
+            .values()
+            .inner()
+            .clone(),
+        DataType::Float64 => values
+            .as_primitive::<Float64Type>()
+            .values()
+            .inner()
+            .clone(),
+        other => return Err(err(0, format!("values of {other} are not numbers"))),
+    };
+    if buffer.len() >= u32::MAX as usize {
+        return Err(err(
+            0,
+            format!(
+                "{} bytes of values in one row group: views address at most 4 GiB; write smaller row groups",
+                buffer.len()
+            ),
+        ));
+    }
+    let (lower, _) = rows.size_hint();
+    let mut out = BinaryViewBuilder::with_capacity(lower);
+    let block = out.append_block(buffer);
+    for (row, (start, len)) in rows.enumerate() {
+        out.try_append_view(block, (start * size) as u32, (len * size) as u32)
+            .map_err(|e| err(row, e.to_string()))?;
+    }
+    Ok(out.finish())
+}
+
+/// Ids as strings: string columns as they are, integers written out.
+fn ids_of(array: &ArrayRef) -> Result<StringArray, RowError> {
+    let err = |reason: String| RowError { row: 0, reason };
+    match array.data_type() {
+        DataType::Utf8 => Ok(array.as_string::<i32>().clone()),
+        DataType::LargeUtf8 => Ok(array.as_string::<i64>().iter().collect()),
+        DataType::Utf8View => Ok(array.as_string_view().iter().collect()),
+        t if t.is_integer() => {
+            let cast = arrow_cast::cast(array, &DataType::Utf8).map_err(|e| err(e.to_string()))?;
+            Ok(cast.as_string::<i32>().clone())
+        }
+        other => Err(err(format!("ids of {other} are not strings or integers"))),
+    }
+}
+
+/// Labels as Int64: integers as they are, bools as 0/1, floats only when integral.
+fn labels_of(array: &ArrayRef) -> Result<Int64Array, RowError> {
+    let err = |row: usize, reason: String| RowError { row, reason };
+    let floats: Option<Vec<Option<f64>>> = match array.data_type() {
+        DataType::Float32 => Some(
+            array
+                .as_primitive::<Float32Type>()
+                .iter()
+                .map(|v| v.map(f64::from))
+                .collect(),
+        ),
+        DataType::Float64 => Some(array.as_primitive::<Float64Type>().iter().collect()),
+        _ => None,
+    };
+    if let Some(floats) = floats {
+        if let Some(row) = floats
+            .iter()
+            .position(|v| v.is_some_and(|v| v.fract() != 0.0 || !v.is_finite() || v.abs() > 9.0e15))
+        {
+            return Err(err(
+                row,
+                format!("label {:?} is not an integer", floats[row]),
+            ));
+        }
+        return Ok(floats.iter().map(|v| v.map(|v| v as i64)).collect());
+    }
+    if !(array.data_type().is_integer() || *array.data_type() == DataType::Boolean) {
+        return Err(err(
+            0,
+            format!("labels of {} are not numbers", array.data_type()),
+        ));
+    }
+    let cast = arrow_cast::cast(array, &DataType::Int64).map_err(|e| err(0, e.to_string()))?;
+    if let Some(row) = (0..array.len()).find(|&i| array.is_valid(i) && cast.is_null(i)) {
+        return Err(err(row, "label out of the range of an Int64".into()));
+    }
+    Ok(cast.as_primitive::<Int64Type>().clone())
+}

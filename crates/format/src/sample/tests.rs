@@ -1,0 +1,247 @@
+//! Unit tests of resolving and normalizing sample columns.
+
+use super::*;
+use crate::npy::{EncodeOptions, encode};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_array::{
+    BinaryArray, BooleanArray, FixedSizeListArray, Float32Array, Float64Array, Int32Array,
+    ListArray,
+};
+use arrow_buffer::OffsetBuffer;
+use std::io::Write;
+use std::sync::Arc;
+
+fn le(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+    RecordBatch::try_from_iter(columns).unwrap()
+}
+
+fn resolve(b: &RecordBatch, hints: &ColumnHints, first: Option<&[u8]>) -> SampleColumns {
+    SampleColumns::resolve(&b.schema(), &HashMap::new(), hints, first).unwrap()
+}
+
+fn tensors(out: &RecordBatch) -> Vec<Vec<u8>> {
+    let t = out.column_by_name(TENSOR_COLUMN).unwrap().as_binary_view();
+    t.iter().map(|v| v.unwrap().to_vec()).collect()
+}
+
+fn fsl(values: Vec<f32>, size: i32) -> FixedSizeListArray {
+    let item = Arc::new(Field::new("item", DataType::Float32, true));
+    FixedSizeListArray::new(item, size, Arc::new(Float32Array::from(values)), None)
+}
+
+#[test]
+fn fixed_shape_tensors_are_viewed_in_place_with_their_recorded_shape() {
+    let values: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    // A slice: row 0 of the sliced array is row 1 of the values.
+    let array = fsl(values.clone(), 4).slice(1, 2);
+    let values_at = array.values().to_data().buffers()[0].as_ptr();
+    let field =
+        Field::new("volume", array.data_type().clone(), false).with_metadata(HashMap::from([
+            (EXTENSION_NAME_KEY.into(), FIXED_SHAPE_TENSOR.into()),
+            (EXTENSION_METADATA_KEY.into(), r#"{"shape":[2,2]}"#.into()),
+        ]));
+    let schema = Arc::new(Schema::new(vec![field]));
+    let b = RecordBatch::try_new(schema, vec![Arc::new(array)]).unwrap();
+    let columns = resolve(&b, &ColumnHints::default(), None);
+    assert_eq!(columns.spec, TensorSpec::new(vec![2, 2], DType::F32));
+    assert!(!columns.native);
+    let out = columns.normalize(&b, |r| format!("f#{r}")).unwrap();
+    assert_eq!(tensors(&out), vec![le(&values[4..8]), le(&values[8..12])]);
+    let ids = out.column_by_name(ID_COLUMN).unwrap().as_string::<i32>();
+    assert_eq!(ids.value(1), "f#1");
+    // In place: the view's data is the values' buffer.
+    let view = out.column_by_name(TENSOR_COLUMN).unwrap().as_binary_view();
+    assert_eq!(view.data_buffers().len(), 1);
+    assert_eq!(view.data_buffers()[0].as_ptr(), values_at);
+    // A shape the metadata contradicts is refused.
+    let hints = ColumnHints::default().with_tensor_shape(vec![4], DType::F32);
+    let e = SampleColumns::resolve(&b.schema(), &HashMap::new(), &hints, None).unwrap_err();
+    assert!(e.to_string().contains("shape [2, 2]"), "{e}");
+}
+
+#[test]
+fn lists_are_checked_row_by_row() {
+    let offsets = OffsetBuffer::new(vec![0, 3, 6, 8].into());
+    let values = Float64Array::from(vec![1., 2., 3., 4., 5., 6., 7., 8.]);
+    let item = Arc::new(Field::new("element", DataType::Float64, false));
+    let list = ListArray::new(item, offsets, Arc::new(values), None);
+    let b = batch(vec![
+        ("volume", Arc::new(list) as ArrayRef),
+        (
+            "target",
+            Arc::new(BooleanArray::from(vec![true, false, true])),
+        ),
+    ]);
+    let e = SampleColumns::resolve(&b.schema(), &HashMap::new(), &ColumnHints::default(), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("give the shape"), "{e}");
+    let hints = ColumnHints {
+        shape: Some(vec![3]),
+        label: Some("target".into()),
+        ..ColumnHints::default()
+    };
+    let columns = resolve(&b, &hints, None);
+    assert_eq!(columns.spec.dtype(), DType::F64);
+    let e = columns
+        .normalize(&b.slice(0, 3), |r| r.to_string())
+        .unwrap_err();
+    assert_eq!(e.row, 2);
+    assert!(e.reason.contains("a list of 2 values"), "{e}");
+    let out = columns
+        .normalize(&b.slice(1, 1), |r| r.to_string())
+        .unwrap();
+    assert_eq!(
+        tensors(&out)[0],
+        [4.0f64, 5., 6.].map(f64::to_le_bytes).concat()
+    );
+    let labels = out
+        .column_by_name(LABEL_COLUMN)
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    assert_eq!(labels.value(0), 0);
+}
+
+#[test]
+fn raw_bytes_need_a_shape_and_the_right_length() {
+    let rows = [le(&[1., 2.]), le(&[3., 4.]), le(&[5.])];
+    let b = batch(vec![
+        (
+            "x",
+            Arc::new(BinaryArray::from_iter_values(rows.iter())) as ArrayRef,
+        ),
+        ("n", Arc::new(Int32Array::from(vec![7, 8, 9]))),
+    ]);
+    let e = SampleColumns::resolve(
+        &b.schema(),
+        &HashMap::new(),
+        &ColumnHints::default(),
+        Some(&rows[0]),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("raw bytes"), "{e}");
+    let hints = ColumnHints::default()
+        .with_tensor_shape(vec![2], DType::F32)
+        .with_id_column("n");
+    let columns = resolve(&b, &hints, Some(&rows[0]));
+    assert_eq!(columns.encoding, TensorEncoding::Raw);
+    let out = columns
+        .normalize(&b.slice(0, 2), |_| unreachable!())
+        .unwrap();
+    assert_eq!(tensors(&out), rows[..2].to_vec());
+    let ids = out.column_by_name(ID_COLUMN).unwrap().as_string::<i32>();
+    assert_eq!((ids.value(0), ids.value(1)), ("7", "8"));
+    let e = columns.normalize(&b, |r| r.to_string()).unwrap_err();
+    assert_eq!((e.row, e.reason.contains("4 bytes")), (2, true), "{e}");
+}
+
+fn npz(npy: &[u8]) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut zip = zip::ZipWriter::new(&mut out);
+    let options =
+        zip::write::FileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    zip.start_file("arr_0.npy", options).unwrap();
+    zip.write_all(npy).unwrap();
+    zip.finish().unwrap();
+    drop(zip);
+    out.into_inner()
+}
+
+#[test]
+fn npy_and_npz_rows_decode_whatever_their_byte_order_and_layout() {
+    let values: Vec<f32> = (0..6).map(|v| v as f32 * 0.5).collect();
+    let c_order = le(&values);
+    let plain = encode(DType::F32, &[2, 3], &c_order, EncodeOptions::default());
+    let other = encode(
+        DType::F32,
+        &[2, 3],
+        &c_order,
+        EncodeOptions {
+            big_endian: true,
+            fortran_order: true,
+            ..EncodeOptions::default()
+        },
+    );
+    for (encoding, rows) in [
+        (TensorEncoding::Npy, vec![plain.clone(), other.clone()]),
+        (TensorEncoding::Npz, vec![npz(&plain), npz(&other)]),
+    ] {
+        let b = batch(vec![(
+            "volume",
+            Arc::new(BinaryArray::from_iter_values(rows.iter())) as ArrayRef,
+        )]);
+        let columns = resolve(&b, &ColumnHints::default(), Some(&rows[0]));
+        assert_eq!(columns.encoding, encoding);
+        assert_eq!(columns.spec, TensorSpec::new(vec![2, 3], DType::F32));
+        let out = columns.normalize(&b, |r| r.to_string()).unwrap();
+        assert_eq!(
+            tensors(&out),
+            vec![c_order.clone(), c_order.clone()],
+            "{encoding:?}"
+        );
+    }
+    // A row of another shape is named.
+    let wrong = encode(DType::F32, &[3, 2], &c_order, EncodeOptions::default());
+    let b = batch(vec![(
+        "volume",
+        Arc::new(BinaryArray::from_iter_values([&plain, &wrong])) as ArrayRef,
+    )]);
+    let columns = resolve(&b, &ColumnHints::default(), Some(&plain));
+    let e = columns.normalize(&b, |r| r.to_string()).unwrap_err();
+    assert_eq!(e.row, 1);
+    assert!(e.reason.contains("[3, 2]"), "{e}");
+    let bad = batch(vec![(
+        "volume",
+        Arc::new(BinaryArray::from_iter_values([
+            &npz(&plain),
+            &plain[..20].to_vec(),
+        ])) as ArrayRef,
+    )]);
+    let columns = resolve(&bad, &ColumnHints::default(), Some(&npz(&plain)));
+    let e = columns.normalize(&bad, |r| r.to_string()).unwrap_err();
+    assert_eq!(e.row, 1, "{e}");
+}
+
+#[test]
+fn labels_ids_and_column_choice_are_checked() {
+    let b = batch(vec![
+        ("a", Arc::new(fsl(vec![0.; 4], 2)) as ArrayRef),
+        ("b", Arc::new(fsl(vec![0.; 4], 2))),
+        ("score", Arc::new(Float64Array::from(vec![1.0, 2.5]))),
+    ]);
+    let e = SampleColumns::resolve(&b.schema(), &HashMap::new(), &ColumnHints::default(), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("several columns"), "{e}");
+    let hints = ColumnHints::default()
+        .with_tensor_column("b")
+        .with_label_column("score");
+    let columns = resolve(&b, &hints, None);
+    let e = columns.normalize(&b, |r| r.to_string()).unwrap_err();
+    assert_eq!(e.row, 1);
+    assert!(e.reason.contains("not an integer"), "{e}");
+    let e = SampleColumns::resolve(
+        &b.schema(),
+        &HashMap::new(),
+        &ColumnHints::default().with_tensor_column("c"),
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("no column 'c'"), "{e}");
+    // voxlake's own table: native, used as decoded.
+    let spec = TensorSpec::new(vec![2], DType::F32);
+    let native = RecordBatch::new_empty(spec.arrow_schema());
+    let columns = SampleColumns::resolve(
+        &native.schema(),
+        &spec.table_configuration(),
+        &ColumnHints::default(),
+        None,
+    )
+    .unwrap();
+    assert!(columns.native);
+    assert_eq!(columns.spec, spec);
+}

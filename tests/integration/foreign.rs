@@ -1,0 +1,186 @@
+//! Tables other tools wrote (tests/fixtures/foreign, made by the real pyarrow, deltalake,
+//! Spark and Petastorm with the scripts beside them): every row read back value for value
+//! against numpy's copy, in order and shuffled over ranks; mismatches named by file, row group
+//! and row.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use voxlake::format::DType;
+use voxlake::format::npy::NpyArray;
+use voxlake::loader::Loader;
+
+use crate::loader::first_error;
+
+const SHAPE: [usize; 4] = [3, 4, 2, 2];
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/foreign")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// numpy's values of each cube, as `dtype` little-endian bytes.
+fn expected(dtype: DType) -> Vec<Vec<u8>> {
+    let file = std::fs::read(fixture("expected.npy")).unwrap();
+    let npy = NpyArray::parse(&file).unwrap();
+    assert_eq!(npy.shape()[1..], SHAPE);
+    let mut out = Vec::new();
+    npy.write_le_c(dtype, voxlake::format::Casting::Safe, &mut out)
+        .unwrap();
+    let per = out.len() / npy.shape()[0];
+    out.chunks(per).map(<[u8]>::to_vec).collect()
+}
+
+/// Settings a table needs on top of the common ones.
+type Settings = fn(voxlake::LoaderBuilder) -> voxlake::LoaderBuilder;
+
+/// (table, builder settings, element type of its tensors)
+fn cases() -> Vec<(&'static str, Settings, DType)> {
+    let f32_shape = |b: voxlake::LoaderBuilder| b.with_tensor_shape(SHAPE.to_vec(), DType::F32);
+    vec![
+        ("pyarrow_tensor", |b| b, DType::F32),
+        ("pyarrow_fsl", f32_shape, DType::F32),
+        (
+            "pyarrow_list",
+            |b| b.with_tensor_shape(SHAPE.to_vec(), DType::F64),
+            DType::F64,
+        ),
+        ("pyarrow_raw_hive", f32_shape, DType::F32),
+        ("deltalake_list", f32_shape, DType::F32),
+        ("spark_delta", f32_shape, DType::F32),
+        ("petastorm_ndarray", |b| b, DType::F32),
+        ("petastorm_compressed", |b| b, DType::F32),
+    ]
+}
+
+/// Runs `builder` to the end; every (id, label, tensor) it delivered.
+fn rows(builder: voxlake::LoaderBuilder) -> Vec<(String, Option<i64>, Vec<u8>)> {
+    std::thread::spawn(move || {
+        let loader = builder.build().unwrap();
+        assert_eq!(loader.spec().shape(), SHAPE, "the shape of one sample");
+        let mut out = Vec::new();
+        for batch in loader {
+            let batch = batch.unwrap();
+            let bytes = batch.tensors.as_bytes().unwrap().to_vec();
+            let per = bytes.len() / batch.ids.len();
+            for (i, id) in batch.ids.iter().enumerate() {
+                out.push((
+                    id.clone(),
+                    batch.labels[i],
+                    bytes[i * per..(i + 1) * per].to_vec(),
+                ));
+            }
+        }
+        out
+    })
+    .join()
+    .unwrap()
+}
+
+fn check(name: &str, rows: &[(String, Option<i64>, Vec<u8>)], expected: &[Vec<u8>]) {
+    for (id, label, tensor) in rows {
+        let n: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
+        assert_eq!(*label, Some(n as i64 % 2), "{name}: label of {id}");
+        assert!(
+            *tensor == expected[n],
+            "{name}: values of {id} differ from numpy's"
+        );
+    }
+}
+
+#[test]
+fn foreign_tables_read_value_for_value() {
+    for (name, settings, dtype) in cases() {
+        let expected = expected(dtype);
+        let base = || {
+            Loader::builder(fixture(name))
+                .with_id_column("sample")
+                .with_label_column("target")
+                .with_batch_size(5)
+        };
+        // In table order, every row once.
+        let all = rows(settings(base()));
+        assert_eq!(all.len(), 24, "{name}");
+        check(name, &all, &expected);
+        let mut ids: Vec<&String> = all.iter().map(|r| &r.0).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 24, "{name}: a row twice");
+        // Shuffled over two ranks, two epochs: each epoch covers the table once.
+        let mut seen = HashMap::new();
+        for rank in 0..2 {
+            let b = settings(base())
+                .with_shuffle(3, 8)
+                .with_rank(rank, 2)
+                .with_epochs(2);
+            let got = rows(b);
+            check(name, &got, &expected);
+            for (id, ..) in got {
+                *seen.entry(id).or_insert(0) += 1;
+            }
+        }
+        assert_eq!(seen.len(), 24, "{name}: shuffled ranks cover the table");
+        assert!(seen.values().all(|&n| n == 2), "{name}: {seen:?}");
+    }
+}
+
+#[test]
+fn rows_without_an_id_column_are_named_by_file_and_row() {
+    let got = rows(
+        Loader::builder(fixture("pyarrow_fsl"))
+            .with_tensor_shape(SHAPE.to_vec(), DType::F32)
+            .with_batch_size(24),
+    );
+    let ids: Vec<&str> = got.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(ids[0], "part-00000.parquet#0");
+    assert_eq!(ids[23], "part-00001.parquet#11");
+    // No label column named and none called `label`: no labels.
+    assert!(got.iter().all(|r| r.1.is_none()));
+    let expected = expected(DType::F32);
+    assert!(
+        got[13].2 == expected[13],
+        "row 1 of the second file is cube 13"
+    );
+}
+
+#[test]
+fn foreign_mismatches_are_named() {
+    // A list of 48 values read as 24: the first row names file, row group and row.
+    let e = first_error(
+        Loader::builder(fixture("pyarrow_list"))
+            .with_tensor_shape(vec![3, 4, 2], DType::F64)
+            .with_batch_size(4),
+        "lists of the wrong length",
+    );
+    assert!(
+        e.contains("part-00000.parquet, row group 0, row 0") && e.contains("a list of 48 values"),
+        "{e}"
+    );
+    // A recorded shape the settings contradict is refused at build.
+    let e = first_error(
+        Loader::builder(fixture("pyarrow_tensor")).with_tensor_shape(vec![48], DType::F32),
+        "a contradicted shape",
+    );
+    assert!(e.contains("shape [3, 4, 2, 2]"), "{e}");
+    // Element types are not converted silently.
+    let e = first_error(
+        Loader::builder(fixture("spark_delta")).with_tensor_shape(SHAPE.to_vec(), DType::F64),
+        "another dtype",
+    );
+    assert!(
+        e.contains("elements of type f32") && e.contains("say f64"),
+        "{e}"
+    );
+    // Raw bytes without a shape cannot be read.
+    let e = first_error(Loader::builder(fixture("pyarrow_raw_hive")), "raw bytes");
+    assert!(e.contains("give the shape and dtype"), "{e}");
+    // A label column of strings is refused.
+    let e = first_error(
+        Loader::builder(fixture("petastorm_ndarray")).with_label_column("sample"),
+        "string labels",
+    );
+    assert!(e.contains("label column 'sample' is Utf8"), "{e}");
+}
