@@ -39,6 +39,16 @@ async fn json_summary_has_the_documented_keys() {
     }
     assert_eq!(v["files"], 10);
     assert_eq!(v["version"], 1);
+    // A shape given on the command line (clap once panicked on `--shape`).
+    let other = dir.path().join("shaped");
+    let v = json_output(convert_command(&data, &other).args([
+        "--json",
+        "--shape",
+        "30,30,10,10",
+        "--dtype",
+        "f16",
+    ]));
+    assert_eq!(v["rows"], 10);
     assert_eq!(v["skipped"], serde_json::json!([]));
 
     let v = json_output(Command::new(compact_bin()).args([

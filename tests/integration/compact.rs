@@ -317,7 +317,11 @@ async fn unusable_locations_are_named() {
         .inspect()
         .await
         .unwrap_err();
-    assert!(e.to_string().contains("no Delta table there"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("neither a Delta table (no _delta_log) nor a folder of .parquet files"),
+        "{e}"
+    );
     assert!(!e.is_transient());
 }
 

@@ -184,3 +184,71 @@ fn foreign_mismatches_are_named() {
     );
     assert!(e.contains("label column 'sample' is Utf8"), "{e}");
 }
+
+#[test]
+fn voxlake_bench_reads_a_spark_table_by_its_columns() {
+    let bench = |extra: &[&str]| {
+        std::process::Command::new(voxlake_testkit::voxlake_bin())
+            .args([
+                "bench",
+                &fixture("spark_delta"),
+                "--batch-size",
+                "4",
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = bench(&[
+        "--shape",
+        "3,4,2,2",
+        "--dtype",
+        "f32",
+        "--label-column",
+        "target",
+        "--id-column",
+        "sample",
+        "--shuffle",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["samples"].as_u64(), report["batches"].as_u64()),
+        (Some(24), Some(6))
+    );
+    // Without its shape, a LIST column is refused with a message that says what to give.
+    let out = bench(&[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("column 'volume'") && stderr.contains("--shape"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn inspect_says_how_a_foreign_table_is_read() {
+    let hints = voxlake::format::sample::ColumnHints::default().with_label_column("target");
+    let info = voxlake::compact::Compactor::new(fixture("petastorm_compressed"))
+        .with_sample_columns(hints)
+        .inspect()
+        .await
+        .unwrap();
+    assert_eq!(info.shape, SHAPE);
+    assert_eq!((info.rows, info.files, info.row_groups), (24, 1, 4));
+    assert!(
+        info.encoding.contains("np.savez_compressed"),
+        "{}",
+        info.encoding
+    );
+    assert!(!info.native);
+    assert_eq!(info.label_column.as_deref(), Some("target"));
+    // Bool labels counted as the loader hands them out.
+    assert_eq!(info.labels.get("0"), Some(&12));
+    assert_eq!(info.labels.get("1"), Some(&12));
+}

@@ -9,7 +9,7 @@ use voxlake_format::LABEL_COLUMN;
 
 use crate::Compactor;
 use crate::error::CompactError;
-use voxlake_stream::{READ_CONCURRENCY, location};
+use voxlake_stream::{READ_CONCURRENCY, Snapshot};
 
 /// One data file of a table.
 #[derive(Debug, Clone, Serialize)]
@@ -45,6 +45,16 @@ pub struct TableInfo {
     pub shape: Vec<usize>,
     /// Element type.
     pub dtype: String,
+    /// The column holding the tensors.
+    pub tensor_column: String,
+    /// How the tensors are read from it.
+    pub encoding: String,
+    /// Whether the table is in voxlake's own layout (else read through the encoding above).
+    pub native: bool,
+    /// The label column, if any.
+    pub label_column: Option<String>,
+    /// The id column, if any (else rows are named by file and row).
+    pub id_column: Option<String>,
     /// Rows per label value (`null` for unlabelled rows).
     pub labels: BTreeMap<String, u64>,
     /// Every data file.
@@ -53,10 +63,11 @@ pub struct TableInfo {
 
 impl Compactor {
     pub(crate) async fn run_inspect(&self) -> Result<TableInfo, CompactError> {
-        let options = location::storage_options(&self.storage_options);
-        let table = self.open_existing(&options).await?;
-        let spec = table.spec()?;
-        let snapshot = table.snapshot().await?;
+        let snapshot =
+            Snapshot::open_with(&self.table, &self.storage_options, None, None, &self.hints)
+                .await?;
+        let columns = snapshot.columns().clone();
+        let spec = columns.spec.clone();
         let files = snapshot.files();
 
         let mut footers = futures::stream::iter(0..files.len())
@@ -85,29 +96,39 @@ impl Compactor {
         }
 
         let mut labels = BTreeMap::new();
-        snapshot
-            .scan_column(LABEL_COLUMN, |file, batches| {
-                for batch in batches {
-                    let column = batch
-                        .column(0)
-                        .as_any()
-                        .downcast_ref::<Int64Array>()
-                        .ok_or_else(|| CompactError::Incompatible {
-                            location: table.display.clone(),
-                            reason: format!("file {}: 'label' is not Int64", file.path),
-                        })?;
-                    for value in column.iter() {
-                        let key = value.map_or_else(|| "null".to_string(), |v| v.to_string());
-                        *labels.entry(key).or_insert(0) += 1;
+        if let Some(column) = &columns.label {
+            let location = snapshot.location().to_string();
+            snapshot
+                .scan_column(column, |file, batches| {
+                    for batch in batches {
+                        // Labels as the loader hands them out (Int64, whatever the column).
+                        let normalized =
+                            columns.normalize(&batch, |_| String::new()).map_err(|e| {
+                                CompactError::Incompatible {
+                                    location: location.clone(),
+                                    reason: format!("file {}: {e}", file.path),
+                                }
+                            })?;
+                        let values = normalized
+                            .column_by_name(LABEL_COLUMN)
+                            .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+                            .ok_or_else(|| CompactError::Incompatible {
+                                location: location.clone(),
+                                reason: format!("file {}: '{column}' is not Int64", file.path),
+                            })?;
+                        for value in values.iter() {
+                            let key = value.map_or_else(|| "null".to_string(), |v| v.to_string());
+                            *labels.entry(key).or_insert(0) += 1;
+                        }
                     }
-                }
-                Ok::<_, CompactError>(())
-            })
-            .await?;
+                    Ok::<_, CompactError>(())
+                })
+                .await?;
+        }
 
         Ok(TableInfo {
-            location: table.display.clone(),
-            version: table.version(),
+            location: snapshot.location().to_string(),
+            version: snapshot.version(),
             files: file_list.len(),
             rows: file_list.iter().map(|f| f.rows).sum(),
             bytes: file_list.iter().map(|f| f.bytes).sum(),
@@ -115,6 +136,11 @@ impl Compactor {
             row_group_rows,
             shape: spec.shape().to_vec(),
             dtype: spec.dtype().to_string(),
+            tensor_column: columns.tensor.clone(),
+            encoding: columns.encoding.describe().to_string(),
+            native: columns.native,
+            label_column: columns.label.clone(),
+            id_column: columns.id.clone(),
             labels,
             file_list,
         })

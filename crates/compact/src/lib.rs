@@ -95,6 +95,7 @@ pub struct Compactor {
     labels: Option<String>,
     dtype: Option<DType>,
     shape: Option<Vec<usize>>,
+    hints: voxlake_format::sample::ColumnHints,
     shard: Option<(u32, u32)>,
     on_error: OnError,
     concurrency: usize,
@@ -133,6 +134,7 @@ impl Compactor {
             labels: None,
             dtype: None,
             shape: None,
+            hints: Default::default(),
             shard: None,
             on_error: OnError::Fail,
             concurrency: 16,
@@ -173,6 +175,13 @@ impl Compactor {
     /// ([`infer::settle`]); objects of another shape are bad input.
     pub fn with_shape(mut self, shape: Vec<usize>) -> Self {
         self.shape = Some(shape);
+        self
+    }
+
+    /// How [`inspect`](Self::inspect) reads samples from a table other tools wrote (tensor
+    /// column, shape and dtype, label and id columns; see [`voxlake_format::sample`]).
+    pub fn with_sample_columns(mut self, hints: voxlake_format::sample::ColumnHints) -> Self {
+        self.hints = hints;
         self
     }
 
@@ -225,7 +234,9 @@ impl Compactor {
         self.run_optimize().await
     }
 
-    /// Describes the table: version, files, rows, bytes, row groups, tensor spec, labels.
+    /// Describes the table: version, files, rows, bytes, row groups, tensor spec and how the
+    /// tensor column is read, labels. Any Delta table or folder of Parquet files voxlake can
+    /// stream, not only its own.
     pub async fn inspect(&self) -> Result<TableInfo, CompactError> {
         self.run_inspect().await
     }

@@ -38,7 +38,7 @@ enum Command {
         dtype: Option<DType>,
         /// Shape of a new table's tensors, e.g. 30,30,10,10 (default: what the first source
         /// objects agree on).
-        #[arg(long, value_parser = parse_shape)]
+        #[arg(long, value_delimiter = ',')]
         shape: Option<Vec<usize>>,
         /// Convert only this share of the keys, as I/N (0-based).
         #[arg(long, value_parser = parse_shard)]
@@ -69,10 +69,13 @@ enum Command {
         #[command(flatten)]
         common: CommonArgs,
     },
-    /// Show version, files, rows, bytes, row groups, tensor shape/dtype and label counts.
+    /// Show version, files, rows, bytes, row groups, tensor shape/dtype, how the tensor column
+    /// is read, and label counts: of any Delta table or folder of Parquet files voxlake reads.
     Inspect {
         /// Table: a local path or a URL.
         table: String,
+        #[command(flatten)]
+        sample: SampleArgs,
         #[command(flatten)]
         common: CommonArgs,
     },
@@ -135,6 +138,38 @@ struct CommonArgs {
     /// A storage option KEY=VALUE (object_store keys, e.g. azure_storage_account_name).
     #[arg(long = "storage-option", value_parser = parse_key_value)]
     storage_options: Vec<(String, String)>,
+}
+
+/// How samples are read from a table other tools wrote.
+#[derive(clap::Args)]
+struct SampleArgs {
+    /// The column holding the tensors (default: `tensor`, else the only one that can).
+    #[arg(long)]
+    tensor_column: Option<String>,
+    /// Shape of one sample (`30,30,10,10`): needed for LIST and raw BINARY columns.
+    #[arg(long, value_delimiter = ',', requires = "dtype")]
+    shape: Option<Vec<usize>>,
+    /// Element type of one sample; give --shape with it.
+    #[arg(long, requires = "shape")]
+    dtype: Option<DType>,
+    /// The label column (default `label` if there is one).
+    #[arg(long)]
+    label_column: Option<String>,
+    /// The id column (default `id` if there is one).
+    #[arg(long)]
+    id_column: Option<String>,
+}
+
+impl SampleArgs {
+    fn hints(self) -> voxlake_format::sample::ColumnHints {
+        voxlake_format::sample::ColumnHints {
+            tensor: self.tensor_column,
+            shape: self.shape,
+            dtype: self.dtype,
+            label: self.label_column,
+            id: self.id_column,
+        }
+    }
 }
 
 fn parse_shard(s: &str) -> Result<(u32, u32), String> {
@@ -229,6 +264,21 @@ fn print_inspect(info: &TableInfo, json: bool) {
     println!("version   {}", info.version);
     println!("tensor    {:?} {}", info.shape, info.dtype);
     println!(
+        "column    '{}': {}{}",
+        info.tensor_column,
+        info.encoding,
+        if info.native {
+            ", voxlake's layout"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "label/id  {} / {}",
+        info.label_column.as_deref().unwrap_or("none"),
+        info.id_column.as_deref().unwrap_or("none (file#row)")
+    );
+    println!(
         "files     {} ({:.1} MB, {} row groups of {}..{} rows)",
         info.files,
         info.bytes as f64 / 1e6,
@@ -243,17 +293,6 @@ fn print_inspect(info: &TableInfo, json: bool) {
         .map(|(k, v)| format!("{k}: {v}"))
         .collect();
     println!("labels    {}", labels.join(", "));
-}
-
-/// `30,30,10,10` → `[30, 30, 10, 10]`.
-fn parse_shape(s: &str) -> Result<Vec<usize>, String> {
-    s.split(',')
-        .map(|d| {
-            d.trim()
-                .parse::<usize>()
-                .map_err(|e| format!("'{d}' in shape '{s}': {e}"))
-        })
-        .collect()
 }
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
@@ -320,9 +359,14 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 );
             }
         }
-        Command::Inspect { table, common } => {
+        Command::Inspect {
+            table,
+            sample,
+            common,
+        } => {
             let info = Compactor::new(table)
                 .with_storage_options(HashMap::from_iter(common.storage_options))
+                .with_sample_columns(sample.hints())
                 .inspect()
                 .await?;
             print_inspect(&info, common.json);
