@@ -14,7 +14,7 @@ use crate::loader::first_error;
 
 const SHAPE: [usize; 4] = [3, 4, 2, 2];
 
-fn fixture(name: &str) -> String {
+pub fn fixture(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/foreign")
         .join(name)
@@ -23,7 +23,7 @@ fn fixture(name: &str) -> String {
 }
 
 /// numpy's values of each cube, as `dtype` little-endian bytes.
-fn expected(dtype: DType) -> Vec<Vec<u8>> {
+pub fn expected(dtype: DType) -> Vec<Vec<u8>> {
     let file = std::fs::read(fixture("expected.npy")).unwrap();
     let npy = NpyArray::parse(&file).unwrap();
     assert_eq!(npy.shape()[1..], SHAPE);

@@ -6,3 +6,4 @@ mod distributed;
 mod foreign;
 mod loader;
 mod stores;
+mod transform;

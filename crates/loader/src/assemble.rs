@@ -14,6 +14,7 @@ use voxlake_stream::{RowGroupBatch, StreamError, panic_message};
 use crate::LoaderError;
 use crate::batch::{self, Batch, RowOrigin, Tensors};
 use crate::producer::Producer;
+use crate::transform::{self, Sample, SampleFn};
 
 /// A decoded row group and typed views of its columns.
 pub(crate) struct Group {
@@ -30,6 +31,9 @@ impl Group {
         self.data.index_of_row(self.data.unit.kept_row(kept)?)
     }
 }
+
+/// A sample after the per-sample transform: its bytes in the loader's spec, and its label.
+type Transformed = (Vec<u8>, Option<i64>);
 
 /// One row drawn for a batch: its group and its index in the group's data.
 pub(crate) struct Row {
@@ -48,7 +52,7 @@ impl Producer {
         let snapshot = self.stream.snapshot();
         let file: Arc<str> = snapshot.files()[data.file()].path.as_str().into();
         if let Some(tensors) = &tensors {
-            let expected = self.spec.nbytes();
+            let expected = self.input_spec.nbytes();
             for i in 0..tensors.len() {
                 let found = tensors.value(i).len();
                 if found != expected || tensors.is_null(i) {
@@ -60,7 +64,7 @@ impl Producer {
                             .map_or_else(|| format!("#{i}"), |ids| ids.value(i).to_string()),
                         found,
                         expected,
-                        spec: self.spec.to_string(),
+                        spec: self.input_spec.to_string(),
                     });
                 }
             }
@@ -116,7 +120,8 @@ impl Producer {
             self.hooks
                 .check(Stage::Assemble, &object)
                 .map_err(|e| LoaderError::Stream(StreamError::Internal(e)))?;
-            self.assemble(rows, epoch, index)
+            let batch = self.assemble(rows, epoch, index)?;
+            self.transform_batch(batch, epoch, index)
         }))
         .unwrap_or_else(|panic| {
             Err(LoaderError::Panicked {
@@ -147,17 +152,38 @@ impl Producer {
             })
             .collect();
         let has_tensors = rows.first().is_some_and(|r| r.group.tensors.is_some());
+        if has_tensors && let Some(f) = &self.transforms.sample {
+            let transformed = self.transform_samples(f, rows, &samples, epoch)?;
+            let samples: Vec<&[u8]> = transformed.iter().map(|(b, _)| b.as_slice()).collect();
+            let labels = transformed.iter().map(|(_, l)| *l).collect();
+            return self.assemble_samples(rows, &samples, Some(labels), batch_shape, epoch, index);
+        }
+        self.assemble_samples(rows, &samples, None, batch_shape, epoch, index)
+    }
+
+    /// Copies `samples` (one per row, of the loader's spec) into a batch, with `labels`
+    /// instead of the rows' own when a transform changed them.
+    fn assemble_samples(
+        &self,
+        rows: &[Row],
+        samples: &[&[u8]],
+        labels: Option<Vec<Option<i64>>>,
+        mut batch_shape: Vec<usize>,
+        epoch: u64,
+        index: u64,
+    ) -> Result<Batch, LoaderError> {
+        let has_tensors = rows.first().is_some_and(|r| r.group.tensors.is_some());
         #[cfg(feature = "tch")]
         if let (Some(device), true) = (self.device, has_tensors) {
             let tensors = crate::torch::assemble(
                 self.spec.dtype(),
-                shape,
-                &samples,
+                self.spec.shape(),
+                samples,
                 self.channels,
                 device,
                 self.pool.as_deref(),
             )?;
-            let mut batch = self.batch_of(rows, tensors, epoch, index);
+            let mut batch = self.batch_of(rows, tensors, labels, epoch, index);
             if device.is_cuda() {
                 // Queued now, behind the batch's copy: `label_tensor` never blocks on it.
                 batch.device_labels = crate::torch::labels_to(device, &batch.labels)?;
@@ -169,7 +195,7 @@ impl Producer {
             let (tensors, recycled) = batch::build_tensors_into(
                 self.spec.dtype(),
                 &batch_shape,
-                &samples,
+                samples,
                 self.channels,
                 reuse,
                 self.pool.as_deref(),
@@ -183,10 +209,100 @@ impl Producer {
             batch_shape.push(0);
             batch::build_tensors(self.spec.dtype(), &batch_shape, &[], None)?
         };
-        Ok(self.batch_of(rows, tensors, epoch, index))
+        Ok(self.batch_of(rows, tensors, labels, epoch, index))
     }
 
-    fn batch_of(&self, rows: &[Row], tensors: Tensors, epoch: u64, index: u64) -> Batch {
+    /// Each row's sample through the per-sample transform (on the assembly pool): its bytes
+    /// in the loader's spec and its label, or an error naming the row.
+    fn transform_samples(
+        &self,
+        f: &Arc<SampleFn>,
+        rows: &[Row],
+        samples: &[&[u8]],
+        epoch: u64,
+    ) -> Result<Vec<Transformed>, LoaderError> {
+        let (input, output, seed) = (&self.input_spec, &self.spec, self.settings.seed);
+        let one = |(row, bytes): (&Row, &&[u8])| {
+            let group = &row.group;
+            let id = group
+                .ids
+                .as_ref()
+                .map_or_else(String::new, |ids| ids.value(row.index).to_string());
+            let fail = |message: String| LoaderError::Transform {
+                object: format!("row {id} of {}", group.file),
+                message,
+            };
+            let label = group
+                .labels
+                .as_ref()
+                .and_then(|l| (!l.is_null(row.index)).then(|| l.value(row.index)));
+            let tensor = Tensors::sample_from_le(input.dtype(), input.shape(), bytes)?;
+            let mut sample = Sample {
+                tensor,
+                label,
+                id: &id,
+            };
+            let mut rng = transform::sample_rng(seed, epoch, &id);
+            match std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut sample, &mut rng))) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(fail(e.to_string())),
+                Err(panic) => {
+                    return Err(fail(format!("panicked: {}", panic_message(panic.as_ref()))));
+                }
+            }
+            let (shape, dtype) = (sample.tensor.shape(), sample.tensor.dtype());
+            if shape != output.shape() || dtype != output.dtype() {
+                return Err(fail(format!(
+                    "it returned a tensor of {shape:?} {dtype}, the loader hands out {output} (with_transform_to sets that)"
+                )));
+            }
+            let bytes = sample.tensor.to_le_bytes().ok_or_else(|| {
+                fail(
+                    "it returned a libtorch tensor: per-sample transforms return ndarray tensors"
+                        .into(),
+                )
+            })?;
+            Ok((bytes, sample.label))
+        };
+        match self.pool.as_deref() {
+            Some(pool) if rows.len() > 1 => {
+                use rayon::prelude::*;
+                pool.install(|| rows.par_iter().zip(samples.par_iter()).map(one).collect())
+            }
+            _ => rows.iter().zip(samples).map(one).collect(),
+        }
+    }
+
+    /// The batch through the per-batch transform, if there is one.
+    fn transform_batch(
+        &self,
+        mut batch: Batch,
+        epoch: u64,
+        index: u64,
+    ) -> Result<Batch, LoaderError> {
+        let Some(f) = &self.transforms.batch else {
+            return Ok(batch);
+        };
+        let fail = |message: String| LoaderError::Transform {
+            object: format!("batch {index} of epoch {epoch}"),
+            message,
+        };
+        let mut rng = transform::batch_rng(self.settings.seed, epoch, index);
+        match std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut batch, &mut rng))) {
+            Ok(Ok(())) => Ok(batch),
+            Ok(Err(e)) => Err(fail(e.to_string())),
+            Err(panic) => Err(fail(format!("panicked: {}", panic_message(panic.as_ref())))),
+        }
+    }
+
+    fn batch_of(
+        &self,
+        rows: &[Row],
+        tensors: Tensors,
+        labels: Option<Vec<Option<i64>>>,
+        epoch: u64,
+        index: u64,
+    ) -> Batch {
         let ids: Vec<String> = rows
             .iter()
             .map(|r| {
@@ -198,15 +314,16 @@ impl Producer {
             .collect();
         Batch {
             tensors,
-            labels: rows
-                .iter()
-                .map(|r| {
-                    r.group
-                        .labels
-                        .as_ref()
-                        .and_then(|l| (!l.is_null(r.index)).then(|| l.value(r.index)))
-                })
-                .collect(),
+            labels: labels.unwrap_or_else(|| {
+                rows.iter()
+                    .map(|r| {
+                        r.group
+                            .labels
+                            .as_ref()
+                            .and_then(|l| (!l.is_null(r.index)).then(|| l.value(r.index)))
+                    })
+                    .collect()
+            }),
             lineage: rows
                 .iter()
                 .zip(&ids)

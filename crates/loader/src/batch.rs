@@ -196,11 +196,69 @@ impl Tensors {
     }
 }
 
+macro_rules! map_tensor {
+    ($value:expr, $a:ident => $body:expr) => {
+        match $value {
+            Tensors::Bool($a) => Tensors::Bool($body),
+            Tensors::I8($a) => Tensors::I8($body),
+            Tensors::I16($a) => Tensors::I16($body),
+            Tensors::I32($a) => Tensors::I32($body),
+            Tensors::I64($a) => Tensors::I64($body),
+            Tensors::U8($a) => Tensors::U8($body),
+            Tensors::U16($a) => Tensors::U16($body),
+            Tensors::U32($a) => Tensors::U32($body),
+            Tensors::U64($a) => Tensors::U64($body),
+            Tensors::F16($a) => Tensors::F16($body),
+            Tensors::F32($a) => Tensors::F32($body),
+            Tensors::F64($a) => Tensors::F64($body),
+            #[cfg(feature = "tch")]
+            Tensors::Tch(t) => Tensors::Tch(t),
+        }
+    };
+}
+
+impl Tensors {
+    /// One sample of `shape` from its little-endian C-order `bytes` (checked by the caller),
+    /// without a batch axis.
+    pub(crate) fn sample_from_le(
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<Tensors, LoaderError> {
+        let batch_shape: Vec<usize> = std::iter::once(1).chain(shape.iter().copied()).collect();
+        let batch = build_tensors(dtype, &batch_shape, &[bytes], None)?;
+        Ok(map_tensor!(batch, a => a.index_axis_move(ndarray::Axis(0), 0)))
+    }
+
+    /// The values as little-endian bytes in C order, whatever the memory layout (a transform
+    /// may hand back a flipped or transposed view); `None` for a libtorch tensor.
+    pub(crate) fn to_le_bytes(&self) -> Option<Vec<u8>> {
+        fn le<T: Element>(a: &ArrayD<T>) -> Vec<u8> {
+            let mut out = Vec::with_capacity(a.len() * std::mem::size_of::<T>());
+            for v in a.iter() {
+                v.write_le(&mut out);
+            }
+            out
+        }
+        #[cfg(feature = "tch")]
+        if let Tensors::Tch(_) = self {
+            return None;
+        }
+        if cfg!(target_endian = "little")
+            && let Some(bytes) = self.as_bytes()
+        {
+            return Some(bytes.to_vec());
+        }
+        Some(each_tensor!(self, a => le(a)))
+    }
+}
+
 /// An element type the loader can fill from little-endian bytes.
 pub(crate) trait Element: Copy + Send + Sync + 'static {
     /// Whether every bit pattern is a valid value (so bytes may be copied as they are).
     const ANY_BITS: bool;
     fn from_le(bytes: &[u8]) -> Self;
+    fn write_le(self, out: &mut Vec<u8>);
 }
 
 macro_rules! element {
@@ -209,6 +267,9 @@ macro_rules! element {
             const ANY_BITS: bool = true;
             fn from_le(bytes: &[u8]) -> Self {
                 <$t>::from_le_bytes(bytes.try_into().expect("item size"))
+            }
+            fn write_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
             }
         }
     )*};
@@ -220,6 +281,9 @@ impl Element for f16 {
     fn from_le(bytes: &[u8]) -> Self {
         f16::from_le_bytes([bytes[0], bytes[1]])
     }
+    fn write_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
 }
 
 impl Element for bool {
@@ -227,6 +291,9 @@ impl Element for bool {
     const ANY_BITS: bool = false;
     fn from_le(bytes: &[u8]) -> Self {
         bytes[0] != 0
+    }
+    fn write_le(self, out: &mut Vec<u8>) {
+        out.push(u8::from(self));
     }
 }
 

@@ -10,8 +10,10 @@ use voxlake_stream::order::Uneven;
 use voxlake_stream::replay::OrderSettings;
 use voxlake_stream::{Shard, Snapshot, TableStream};
 
+use crate::batch::Batch;
 use crate::producer::{Counters, Producer};
 use crate::state::{LoaderState, Position, STATE_FORMAT};
+use crate::transform::{Sample, TransformError, TransformRng};
 use crate::{Epochs, Loader, LoaderError, budget, stall};
 
 /// Configures a [`Loader`].
@@ -40,6 +42,7 @@ pub struct LoaderBuilder {
     pub(crate) hooks: voxlake_stream::hooks::Hooks,
     pub(crate) verify: bool,
     pub(crate) hints: voxlake_format::sample::ColumnHints,
+    pub(crate) transforms: crate::transform::Transforms,
     #[cfg(feature = "fault-hooks")]
     pub(crate) fault_hook: Option<voxlake_stream::hooks::FaultHook>,
     #[cfg(feature = "tch")]
@@ -114,6 +117,7 @@ impl LoaderBuilder {
             hooks: Default::default(),
             verify: true,
             hints: Default::default(),
+            transforms: Default::default(),
             #[cfg(feature = "fault-hooks")]
             fault_hook: None,
             #[cfg(feature = "tch")]
@@ -296,6 +300,53 @@ impl LoaderBuilder {
         self
     }
 
+    /// Runs `f` on every sample before it is copied into its batch, on the assembly threads
+    /// (see [`with_assembly_threads`](Self::with_assembly_threads)), not the training thread:
+    /// normalisation, crops, flips. It gets the sample (tensor without batch axis, label, id)
+    /// and a generator seeded from (seed, epoch, row id): the same on every run and after a
+    /// resume. It must hand back a tensor of the table's shape and type; use
+    /// [`with_transform_to`](Self::with_transform_to) when it changes them. An error or panic
+    /// in it ends the run with [`LoaderError::Transform`](crate::LoaderError::Transform)
+    /// naming the row.
+    pub fn with_transform<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&mut Sample<'_>, &mut TransformRng) -> Result<(), TransformError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.transforms.sample = Some(Arc::new(f));
+        self.transforms.output = None;
+        self
+    }
+
+    /// [`with_transform`](Self::with_transform) for a transform that hands back samples of
+    /// `output`'s shape and element type (a cast to f16, a crop): batches, the memory budget
+    /// and [`Loader::spec`] follow `output`.
+    pub fn with_transform_to<F>(mut self, output: voxlake_format::TensorSpec, f: F) -> Self
+    where
+        F: Fn(&mut Sample<'_>, &mut TransformRng) -> Result<(), TransformError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.transforms.sample = Some(Arc::new(f));
+        self.transforms.output = Some(output);
+        self
+    }
+
+    /// Runs `f` on every batch after it is assembled, on the loader's thread (not the
+    /// training thread), with a generator seeded from (seed, epoch, batch index). An error or
+    /// panic in it ends the run with [`LoaderError::Transform`](crate::LoaderError::Transform)
+    /// naming the batch.
+    pub fn with_batch_transform<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&mut Batch, &mut TransformRng) -> Result<(), TransformError> + Send + Sync + 'static,
+    {
+        self.transforms.batch = Some(Arc::new(f));
+        self
+    }
+
     /// Threads of the I/O runtime (default 2); decoding runs on its blocking pool.
     pub fn with_runtime_threads(mut self, threads: usize) -> Self {
         self.runtime_threads = threads.max(1);
@@ -365,8 +416,14 @@ impl LoaderBuilder {
             .with_row_counts()
             .await
         })?;
-        let spec = snapshot.spec().clone();
-        let sample_bytes = spec.nbytes().max(1) as u64;
+        // The table's samples, and what the loader hands out (a transform may change them).
+        let input_spec = snapshot.spec().clone();
+        let spec = self
+            .transforms
+            .output
+            .clone()
+            .unwrap_or_else(|| input_spec.clone());
+        let sample_bytes = spec.nbytes().max(input_spec.nbytes()).max(1) as u64;
         let batch_bytes = self.batch_size as u64 * sample_bytes;
         // The budget covers the batches outside the stream too: those queued for the caller,
         // the one being assembled, the caller's, and the spares kept for recycling.
@@ -478,6 +535,8 @@ impl LoaderBuilder {
         let producer = Producer {
             stream: stream.clone(),
             spec: spec.clone(),
+            input_spec,
+            transforms: self.transforms.clone(),
             settings,
             rank: self.rank,
             world_size: self.world_size,

@@ -47,6 +47,7 @@ pub mod stall;
 pub mod state;
 #[cfg(feature = "tch")]
 pub mod torch;
+pub mod transform;
 
 pub use batch::{Batch, RowOrigin, Tensors};
 pub use builder::LoaderBuilder;
@@ -98,6 +99,14 @@ pub enum LoaderError {
         /// What it was working on.
         object: String,
         /// The panic's message.
+        message: String,
+    },
+    /// A user transform returned an error or panicked.
+    #[error("the transform failed on {object}: {message}")]
+    Transform {
+        /// The row (id and file) or the batch it was given.
+        object: String,
+        /// Its error, or its panic's message.
         message: String,
     },
     /// The background thread or runtime failed.

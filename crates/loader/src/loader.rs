@@ -84,7 +84,8 @@ impl Loader {
         LoaderBuilder::new(table.into())
     }
 
-    /// The table's tensor spec (per sample, as stored).
+    /// The spec of one sample as handed out: the table's (as stored), or the per-sample
+    /// transform's output (`with_transform_to`).
     pub fn spec(&self) -> &TensorSpec {
         &self.spec
     }

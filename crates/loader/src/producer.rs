@@ -48,7 +48,11 @@ pub(crate) struct Counters {
 
 pub(crate) struct Producer {
     pub stream: TableStream,
+    /// The samples handed out (the transform's output, else the table's).
     pub spec: TensorSpec,
+    /// The table's samples.
+    pub input_spec: TensorSpec,
+    pub transforms: crate::transform::Transforms,
     pub settings: OrderSettings,
     pub rank: usize,
     pub world_size: usize,

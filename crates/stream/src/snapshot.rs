@@ -140,8 +140,9 @@ impl Snapshot {
             let mut table = builder.build().map_err(err)?;
             // Ask first: loading a missing table makes the kernel log an error.
             if !table.verify_deltatable_existence().await.map_err(err)? {
-                // No log: a folder of Parquet files (listed once), unless a version was asked.
-                if let Some(v) = version {
+                // No log: a folder of Parquet files (listed once), whose only version is 0 (a
+                // loader state pins it; the state's file-set hash tells listings apart).
+                if let Some(v) = version.filter(|&v| v != 0) {
                     return Err(err(DeltaTableError::NotATable(format!(
                         "no _delta_log at this location (version {v} pins a Delta table)"
                     ))));

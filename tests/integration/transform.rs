@@ -1,0 +1,215 @@
+//! Transforms on the loader's threads: values, reproducible generators (the same draws for a
+//! row whatever the ranks, the order or a resume), errors and panics named by row or batch.
+
+use std::collections::HashMap;
+
+use half::f16;
+use ndarray::Axis;
+use voxlake::LoaderBuilder;
+use voxlake::format::{DType, TensorSpec};
+use voxlake::loader::transform::{Rng, Sample};
+use voxlake::loader::{Loader, Tensors};
+
+use crate::foreign::{expected, fixture};
+use crate::loader::first_error;
+
+const SHAPE: [usize; 4] = [3, 4, 2, 2];
+
+/// Doubles each value, casts to f16, flips the first axis when the generator says so, and
+/// adds 10 to the label.
+fn augmented(builder: LoaderBuilder) -> LoaderBuilder {
+    builder
+        .with_id_column("sample")
+        .with_label_column("target")
+        .with_transform_to(
+            TensorSpec::new(SHAPE.to_vec(), DType::F16),
+            |s: &mut Sample<'_>, rng| {
+                let x = s.tensor.as_f32().ok_or("f32 expected")?;
+                let mut y = x.mapv(|v| f16::from_f32(v * 2.0));
+                if rng.random_bool(0.5) {
+                    y.invert_axis(Axis(0));
+                }
+                s.tensor = Tensors::F16(y);
+                s.label = s.label.map(|l| l + 10);
+                Ok(())
+            },
+        )
+}
+
+/// (epoch, id) → (label, f16 values) of every row delivered.
+fn run(builder: LoaderBuilder) -> HashMap<(u64, String), (Option<i64>, Vec<f16>)> {
+    std::thread::spawn(move || {
+        let loader = builder.build().unwrap();
+        assert_eq!(loader.spec().dtype(), DType::F16);
+        let mut out = HashMap::new();
+        for batch in loader {
+            let batch = batch.unwrap();
+            let Tensors::F16(t) = &batch.tensors else {
+                panic!("f16 batches expected")
+            };
+            for (i, id) in batch.ids.iter().enumerate() {
+                let values = t.index_axis(Axis(0), i).iter().copied().collect();
+                let old = out.insert((batch.epoch, id.clone()), (batch.labels[i], values));
+                assert!(old.is_none(), "{id} twice in epoch {}", batch.epoch);
+            }
+        }
+        out
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn sample_transforms_are_exact_and_reproducible_across_ranks() {
+    let numpy = expected(DType::F32);
+    let table = fixture("pyarrow_tensor");
+    let base = || {
+        augmented(Loader::builder(table.clone()))
+            .with_batch_size(5)
+            .with_epochs(2)
+            .with_shuffle(11, 8)
+    };
+    let one = run(base());
+    assert_eq!(one.len(), 48);
+    let mut flips = HashMap::new();
+    for ((epoch, id), (label, values)) in &one {
+        let n: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
+        assert_eq!(*label, Some(10 + n as i64 % 2));
+        let x = ndarray::ArrayD::from_shape_vec(
+            SHAPE.to_vec(),
+            numpy[n]
+                .chunks(4)
+                .map(|b| f16::from_f32(2.0 * f32::from_le_bytes(b.try_into().unwrap())))
+                .collect(),
+        )
+        .unwrap();
+        let mut flipped = x.clone();
+        flipped.invert_axis(Axis(0));
+        let flip = if *values == x.iter().copied().collect::<Vec<_>>() {
+            false
+        } else {
+            assert_eq!(*values, flipped.iter().copied().collect::<Vec<_>>(), "{id}");
+            true
+        };
+        flips.insert((*epoch, id.clone()), flip);
+    }
+    let count = flips.values().filter(|&&f| f).count();
+    assert!(
+        count > 8 && count < 40,
+        "the generator decides: {count} of 48 flipped"
+    );
+    assert!(
+        (0..24).any(|n| {
+            let id = format!("cube-{n:03}");
+            flips[&(0, id.clone())] != flips[&(1, id)]
+        }),
+        "epochs draw anew"
+    );
+    // Over three ranks, with one assembly thread: the same draws for every row.
+    let mut ranks = HashMap::new();
+    for rank in 0..3 {
+        ranks.extend(run(base().with_rank(rank, 3).with_assembly_threads(1)));
+    }
+    assert_eq!(ranks, one, "the draws follow (seed, epoch, id) only");
+    // Resumed after 3 batches: the rest as in the uninterrupted run.
+    let (first, state) = std::thread::spawn({
+        let b = base();
+        move || {
+            let mut loader = b.build().unwrap();
+            let first: Vec<_> = (0..3).map(|_| loader.next().unwrap().unwrap()).collect();
+            (first.len(), loader.state())
+        }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(first, 3);
+    let rest = run(base().with_state(state));
+    assert!(!rest.is_empty());
+    for (key, value) in &rest {
+        assert_eq!(one.get(key), Some(value), "{key:?} after the resume");
+    }
+}
+
+#[test]
+fn transform_failures_name_the_row_or_batch() {
+    let table = fixture("pyarrow_tensor");
+    let base = || {
+        Loader::builder(table.clone())
+            .with_id_column("sample")
+            .with_batch_size(4)
+    };
+    let e = first_error(
+        base().with_transform(|s: &mut Sample<'_>, _| {
+            if s.id == "cube-013" {
+                return Err("no cube 13 today".into());
+            }
+            Ok(())
+        }),
+        "an error in a transform",
+    );
+    assert!(
+        e.contains("row cube-013 of part-00001.parquet") && e.contains("no cube 13 today"),
+        "{e}"
+    );
+    let e = first_error(
+        base().with_transform(|s: &mut Sample<'_>, _| {
+            assert_ne!(s.id, "cube-002", "a bad cube");
+            Ok(())
+        }),
+        "a panic in a transform",
+    );
+    assert!(
+        e.contains("row cube-002") && e.contains("panicked") && e.contains("a bad cube"),
+        "{e}"
+    );
+    let e = first_error(
+        base().with_transform(|s: &mut Sample<'_>, _| {
+            s.tensor = Tensors::F32(ndarray::ArrayD::zeros(vec![2]));
+            Ok(())
+        }),
+        "a transform that changes the shape unannounced",
+    );
+    assert!(
+        e.contains("[2] f32") && e.contains("with_transform_to"),
+        "{e}"
+    );
+    let e = first_error(
+        base().with_batch_transform(|b, _| {
+            if b.index == 2 {
+                return Err("batch two".into());
+            }
+            Ok(())
+        }),
+        "an error in a batch transform",
+    );
+    assert!(
+        e.contains("batch 2 of epoch 0") && e.contains("batch two"),
+        "{e}"
+    );
+}
+
+#[test]
+fn batch_transforms_run_on_every_batch_with_their_own_generator() {
+    let draws = |seed: u64| {
+        std::thread::spawn(move || {
+            Loader::builder(fixture("pyarrow_tensor"))
+                .with_batch_size(6)
+                .with_shuffle(seed, 8)
+                .with_batch_transform(|b, rng| {
+                    let draw = rng.random_range(0..1000);
+                    b.labels = vec![Some(draw); b.len()];
+                    Ok(())
+                })
+                .build()
+                .unwrap()
+                .map(|b| b.unwrap().labels[0].unwrap())
+                .collect::<Vec<i64>>()
+        })
+        .join()
+        .unwrap()
+    };
+    let a = draws(5);
+    assert_eq!(a.len(), 4, "every batch");
+    assert_eq!(a, draws(5), "reproducible");
+    assert_ne!(a, draws(6), "seeded");
+}
