@@ -319,7 +319,7 @@ async fn unusable_locations_are_named() {
         .unwrap_err();
     assert!(
         e.to_string()
-            .contains("neither a Delta table (no _delta_log) nor a folder of .parquet files"),
+            .contains("nothing at this location: no Delta table"),
         "{e}"
     );
     assert!(!e.is_transient());

@@ -388,7 +388,10 @@ async fn bad_settings_and_locations_are_errors() {
         .join()
         .unwrap()
         .to_string();
-    assert!(e.contains("nope") && e.contains("Not a Delta table"), "{e}");
+    assert!(
+        e.contains("nope") && e.contains("nothing at this location"),
+        "{e}"
+    );
 }
 
 /// The table copied into an in-memory store at its absolute path (ThrottledStore cannot wrap

@@ -339,7 +339,7 @@ async fn permanent_errors(backend: Backend) {
     .unwrap()
     .to_string();
     assert!(
-        e.contains("nothing") && e.contains("Not a Delta table"),
+        e.contains("/nothing") && e.contains("nothing at this location"),
         "{e}"
     );
 }

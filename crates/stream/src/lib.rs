@@ -21,6 +21,7 @@
 mod ahead;
 mod builder;
 mod error;
+pub mod filter;
 mod group;
 pub mod hooks;
 #[cfg(unix)]

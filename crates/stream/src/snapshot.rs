@@ -225,6 +225,7 @@ impl Snapshot {
                     location: location.clone(),
                     source: Box::new(DeltaTableError::ObjectStore { source: e }),
                 })?;
+        let listed = objects.len();
         let mut files: Vec<DataFile> = objects
             .into_iter()
             .filter(|o| {
@@ -245,11 +246,16 @@ impl Snapshot {
             .collect();
         files.sort_by(|a, b| a.path.cmp(&b.path));
         if files.is_empty() {
-            return Err(StreamError::Incompatible {
-                location,
-                reason: "neither a Delta table (no _delta_log) nor a folder of .parquet files"
-                    .into(),
-            });
+            let reason = match listed {
+                0 => {
+                    "nothing at this location: no Delta table (no _delta_log) and no .parquet files"
+                        .to_string()
+                }
+                n => format!(
+                    "neither a Delta table (no _delta_log) nor a folder of .parquet files ({n} other objects)"
+                ),
+            };
+            return Err(StreamError::Incompatible { location, reason });
         }
         Snapshot::new(location, 0, false, files, store)
             .resolve_columns(&HashMap::new(), hints)
