@@ -114,6 +114,9 @@ struct BenchArgs {
     /// The id column (strings or integers; default `id` if there is one, else file#row).
     #[arg(long)]
     id_column: Option<String>,
+    /// Only the rows this SQL expression keeps, e.g. "label = 1 AND region IN ('a', 'b')".
+    #[arg(long)]
+    filter: Option<String>,
     /// Hand out libtorch tensors on this device (`cpu`, `cuda`, `cuda:N`; feature `tch`).
     #[cfg(feature = "tch")]
     #[arg(long)]
@@ -225,6 +228,9 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(column) = &args.id_column {
         builder = builder.with_id_column(column);
     }
+    if let Some(filter) = &args.filter {
+        builder = builder.with_filter(filter);
+    }
     if let Some(path) = &args.resume {
         let json = std::fs::read_to_string(path)
             .map_err(|e| format!("reading the state {}: {e}", path.display()))?;
@@ -280,6 +286,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let stats = loader.stats();
     let samples = stats.samples;
     let mb = stats.tensor_bytes as f64 / 1e6;
+    let filtered = loader.filter_stats().unwrap_or_default();
     let report = serde_json::json!({
         "table": voxlake::stream::redact(&args.table),
         "version": loader.version(),
@@ -313,6 +320,11 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "next_epoch": state.epoch,
         "next_batch_in_segment": state.batches,
         "checksum": checksum,
+        "filter": args.filter,
+        "filter_files_skipped": filtered.files_skipped,
+        "filter_row_groups_skipped": filtered.row_groups_skipped,
+        "filter_rows_decided": filtered.rows_decided,
+        "filter_rows_selected": filtered.rows_selected,
     });
     if args.json {
         println!("{report}");
@@ -335,6 +347,16 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
             stats.consumer_wait.as_secs_f64(),
             stats.stream.budget_wait.as_secs_f64(),
         );
+        if let Some(f) = loader.filter_stats() {
+            println!(
+                "filter: {} of {} rows kept; {} files and {} row groups skipped unread, {} rows decided one by one",
+                f.rows_selected,
+                f.rows_before,
+                f.files_skipped,
+                f.row_groups_skipped,
+                f.rows_decided
+            );
+        }
     }
     Ok(())
 }

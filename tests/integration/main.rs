@@ -3,6 +3,7 @@
 mod cli;
 mod compact;
 mod distributed;
+mod filter;
 mod foreign;
 mod loader;
 mod stores;

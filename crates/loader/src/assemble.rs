@@ -332,8 +332,11 @@ impl Producer {
                     RowOrigin {
                         file: r.group.file.clone(),
                         row_group: unit.row_group,
-                        row: unit.first_row
-                            + r.group.data.row_in_group(r.index).unwrap_or(r.index as u64),
+                        row: r
+                            .group
+                            .data
+                            .file_row(r.index)
+                            .unwrap_or(unit.first_row + r.index as u64),
                         id: id.clone(),
                         pad: unit.pad,
                     }

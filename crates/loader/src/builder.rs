@@ -43,6 +43,7 @@ pub struct LoaderBuilder {
     pub(crate) verify: bool,
     pub(crate) hints: voxlake_format::sample::ColumnHints,
     pub(crate) transforms: crate::transform::Transforms,
+    pub(crate) filter: Option<String>,
     #[cfg(feature = "fault-hooks")]
     pub(crate) fault_hook: Option<voxlake_stream::hooks::FaultHook>,
     #[cfg(feature = "tch")]
@@ -118,6 +119,7 @@ impl LoaderBuilder {
             verify: true,
             hints: Default::default(),
             transforms: Default::default(),
+            filter: None,
             #[cfg(feature = "fault-hooks")]
             fault_hook: None,
             #[cfg(feature = "tch")]
@@ -300,6 +302,19 @@ impl LoaderBuilder {
         self
     }
 
+    /// Delivers only the rows `filter` keeps: one SQL boolean expression over the table's
+    /// columns (as the files name them) and partition values, e.g.
+    /// `label = 1 AND region IN ('a', 'b') AND depth >= 100`. It is applied at `build()` where
+    /// it is cheapest: files and row groups that cannot match are skipped unread (partition
+    /// values, Delta and Parquet statistics), the filter's columns of the rest read and decided
+    /// row by row; ranks then share the kept rows in equal batch counts as without a filter,
+    /// and a state resumes only under the same filter. [`Loader::filter_stats`] counts what was
+    /// skipped.
+    pub fn with_filter(mut self, filter: impl Into<String>) -> Self {
+        self.filter = Some(filter.into());
+        self
+    }
+
     /// Runs `f` on every sample before it is copied into its batch, on the assembly threads
     /// (see [`with_assembly_threads`](Self::with_assembly_threads)), not the training thread:
     /// normalisation, crops, flips. It gets the sample (tensor without batch axis, label, id)
@@ -405,7 +420,7 @@ impl LoaderBuilder {
             interleave: INTERLEAVE,
         };
         let snapshot = runtime.block_on(async {
-            Snapshot::open_with(
+            let snapshot = Snapshot::open_with(
                 &self.table,
                 &self.storage_options,
                 version,
@@ -414,7 +429,11 @@ impl LoaderBuilder {
             )
             .await?
             .with_row_counts()
-            .await
+            .await?;
+            match &self.filter {
+                Some(filter) => snapshot.with_filter(filter).await,
+                None => Ok(snapshot),
+            }
         })?;
         // The table's samples, and what the loader hands out (a transform may change them).
         let input_spec = snapshot.spec().clone();

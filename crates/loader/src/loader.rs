@@ -84,6 +84,11 @@ impl Loader {
         LoaderBuilder::new(table.into())
     }
 
+    /// What the filter skipped and kept (`None` without `with_filter`).
+    pub fn filter_stats(&self) -> Option<voxlake_stream::FilterStats> {
+        self.stream.snapshot().filter_stats().cloned()
+    }
+
     /// The spec of one sample as handed out: the table's (as stored), or the per-sample
     /// transform's output (`with_transform_to`).
     pub fn spec(&self) -> &TensorSpec {

@@ -33,6 +33,7 @@ pub struct StreamBuilder {
     hooks: Hooks,
     verify: bool,
     hints: ColumnHints,
+    filter: Option<String>,
 }
 
 impl StreamBuilder {
@@ -128,6 +129,13 @@ impl StreamBuilder {
         self
     }
 
+    /// Streams only the rows `filter` keeps: one SQL boolean expression over the table's
+    /// columns and partition values (see [`Snapshot::with_filter`] and [`crate::filter`]).
+    pub fn with_filter(mut self, filter: impl Into<String>) -> Self {
+        self.filter = Some(filter.into());
+        self
+    }
+
     /// Opens the snapshot: a voxlake table's log only; another table's log or listing and its
     /// first footer.
     pub async fn build(self) -> Result<TableStream, StreamError> {
@@ -141,6 +149,10 @@ impl StreamBuilder {
         .await?
         .with_row_counts()
         .await?;
+        let snapshot = match &self.filter {
+            Some(filter) => snapshot.with_filter(filter).await?,
+            None => snapshot,
+        };
         Ok(self.build_on(Arc::new(snapshot)))
     }
 
@@ -199,6 +211,7 @@ impl std::fmt::Debug for StreamBuilder {
             .field("prefetch", &self.prefetch)
             .field("custom_store", &self.root_store.is_some())
             .field("sample_columns", &self.hints)
+            .field("filter", &self.filter)
             .finish()
     }
 }
@@ -224,6 +237,7 @@ impl TableStream {
             hooks: Hooks::default(),
             verify: true,
             hints: ColumnHints::default(),
+            filter: None,
         }
     }
 }

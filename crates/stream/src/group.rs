@@ -24,6 +24,9 @@ pub struct RowGroupBatch {
     /// `i` of `batch` is row `rows[i]` of the row group.
     rows: Option<Arc<[u64]>>,
     permit: Arc<OwnedSemaphorePermit>,
+    /// Under a filter: the row group's first row in the file and the rows of it selected
+    /// (the unit's rows count only those).
+    file_rows: Option<(u64, Option<Arc<[u32]>>)>,
 }
 
 impl RowGroupBatch {
@@ -39,6 +42,7 @@ impl RowGroupBatch {
             position,
             rows: None,
             permit: Arc::new(permit),
+            file_rows: None,
         }
     }
 
@@ -90,23 +94,7 @@ impl RowGroupBatch {
             .collect::<Option<Vec<u64>>>()
             .ok_or_else(|| fail(format!("an index past its {} rows", self.batch.num_rows())))?
             .into();
-        let taken = arrow_select::take::take_record_batch(
-            &self.batch,
-            &UInt64Array::from(indices.to_vec()),
-        )
-        .map_err(|e| fail(e.to_string()))?;
-        // `take` of a view column shares the original data buffers: copy the rows out.
-        let columns: Vec<ArrayRef> = taken
-            .columns()
-            .iter()
-            .map(|c| match c.data_type() {
-                DataType::BinaryView => Arc::new(c.as_binary_view().gc()) as ArrayRef,
-                DataType::Utf8View => Arc::new(c.as_string_view().gc()) as ArrayRef,
-                _ => c.clone(),
-            })
-            .collect();
-        let batch =
-            RecordBatch::try_new(taken.schema(), columns).map_err(|e| fail(e.to_string()))?;
+        let batch = copy_rows(&self.batch, indices).map_err(|e| fail(e.to_string()))?;
         let total = self.batch.num_rows().max(1);
         let permit = match Arc::try_unwrap(self.permit) {
             Ok(mut permit) => {
@@ -123,8 +111,48 @@ impl RowGroupBatch {
             position: self.position,
             rows: Some(rows),
             permit,
+            file_rows: self.file_rows,
         })
     }
+
+    /// The row in the file of row `i` of [`batch`](Self::batch) (lineage): under a filter the
+    /// row group holds only its selected rows, and this maps them back.
+    pub fn file_row(&self, i: usize) -> Option<u64> {
+        let row = self.row_in_group(i)?;
+        match &self.file_rows {
+            None => Some(self.unit.first_row + row),
+            Some((first, None)) => Some(first + row),
+            Some((first, Some(selected))) => {
+                Some(first + u64::from(*selected.get(usize::try_from(row).ok()?)?))
+            }
+        }
+    }
+
+    /// Marks the batch as the rows `selected` (all: `None`) of its row group, whose first row
+    /// is `first_row` of the file: a filtered snapshot's units count selected rows only.
+    pub(crate) fn with_file_rows(mut self, first_row: u64, selected: Option<Arc<[u32]>>) -> Self {
+        self.file_rows = Some((first_row, selected));
+        self
+    }
+}
+
+/// The rows at `indices` of `batch`, copied out of its buffers (view columns too, which
+/// `take` would leave pointing into the whole row group's pages).
+pub(crate) fn copy_rows(
+    batch: &RecordBatch,
+    indices: &[u64],
+) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let taken = arrow_select::take::take_record_batch(batch, &UInt64Array::from(indices.to_vec()))?;
+    let columns: Vec<ArrayRef> = taken
+        .columns()
+        .iter()
+        .map(|c| match c.data_type() {
+            DataType::BinaryView => Arc::new(c.as_binary_view().gc()) as ArrayRef,
+            DataType::Utf8View => Arc::new(c.as_string_view().gc()) as ArrayRef,
+            _ => c.clone(),
+        })
+        .collect();
+    RecordBatch::try_new(taken.schema(), columns)
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub mod order;
 mod pipeline;
 pub mod plan;
 pub mod replay;
+mod select;
 mod snapshot;
 mod stats;
 
@@ -43,5 +44,6 @@ pub use object_store::ObjectStore;
 pub use order::Uneven;
 pub use pipeline::TableStream;
 pub use plan::Shard;
+pub use select::FilterStats;
 pub use snapshot::{DataFile, READ_CONCURRENCY, ReadTimings, Snapshot};
 pub use stats::{BudgetProgress, GroupBudget, StreamStats};

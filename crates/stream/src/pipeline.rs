@@ -396,11 +396,16 @@ impl Inner {
             .check(Stage::Footer, path)
             .map_err(StreamError::Internal)?;
         let meta = snapshot.reader_metadata(file).await?;
+        // Under a filter a row group's rows are those it selects.
         let rows: Vec<u64> = meta
             .metadata()
             .row_groups()
             .iter()
-            .map(|rg| rg.num_rows().max(0) as u64)
+            .enumerate()
+            .map(|(g, rg)| match snapshot.selected_rows(file, g) {
+                Some(selected) => selected.len() as u64,
+                None => rg.num_rows().max(0) as u64,
+            })
             .collect();
         let total: u64 = rows.iter().sum();
         if total != self.rows_per_file[file] {
@@ -427,9 +432,33 @@ impl Inner {
         let (batch, fetched) = self.read(&unit, projection).await?;
         // The fetched bytes are gone once decoded: give their share back.
         let fetched_kib = fetched.div_ceil(1024) as usize;
-        let keep = permit.num_permits().saturating_sub(fetched_kib).max(1);
+        let mut keep = permit.num_permits().saturating_sub(fetched_kib).max(1);
+        let mut group = None;
+        if self.snapshot.filter().is_some() {
+            // Units count the rows the filter selects: lineage needs the rows in the file,
+            // and only the selected rows were kept (copied out), with their share.
+            let selected = self
+                .snapshot
+                .selected_rows(unit.file, unit.row_group)
+                .cloned();
+            let meta = self.snapshot.reader_metadata(unit.file).await?;
+            let groups = meta.metadata().row_groups();
+            if let Some(rows) = &selected {
+                let physical = groups[unit.row_group].num_rows().max(1) as usize;
+                keep = (keep * rows.len()).div_ceil(physical).max(1);
+            }
+            let first_row: u64 = groups[..unit.row_group]
+                .iter()
+                .map(|rg| rg.num_rows().max(0) as u64)
+                .sum();
+            group = Some((first_row, selected));
+        }
         drop(permit.split(permit.num_permits() - keep));
-        Ok(RowGroupBatch::new(batch, unit, position, permit))
+        let batch = RowGroupBatch::new(batch, unit, position, permit);
+        Ok(match group {
+            Some((first_row, selected)) => batch.with_file_rows(first_row, selected),
+            None => batch,
+        })
     }
 
     /// Takes this row group's share of the budget: its projected chunks as fetched plus as

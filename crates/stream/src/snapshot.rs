@@ -31,7 +31,7 @@ use crate::location;
 /// Footers and small-column reads in flight at once.
 pub const READ_CONCURRENCY: usize = 16;
 
-/// One active data file, as the Delta log records it.
+/// One active data file, as the Delta log records it (or as listed).
 #[derive(Debug, Clone)]
 pub struct DataFile {
     /// Path relative to the table root (the add action's path).
@@ -40,8 +40,14 @@ pub struct DataFile {
     pub object_path: Path,
     /// Size in bytes.
     pub size: u64,
-    /// Rows, from the add action's statistics (`None` if the writer recorded none).
+    /// Rows, from the add action's statistics (`None` if the writer recorded none); under a
+    /// filter, the rows it selects.
     pub rows: Option<u64>,
+    /// Partition values: the add action's, or a listed file's hive `key=value` folders
+    /// (`None`: null).
+    pub partitions: Vec<(String, Option<String>)>,
+    /// The add action's statistics (JSON), for filters.
+    pub(crate) delta_stats: Option<String>,
 }
 
 /// A pinned snapshot of a table: a voxlake table, another Delta table, or a folder of Parquet
@@ -52,6 +58,7 @@ pub struct Snapshot {
     version: u64,
     columns: SampleColumns,
     delta: bool,
+    selection: Option<crate::select::Selection>,
     files: Vec<DataFile>,
     store: Arc<dyn ObjectStore>,
     footers: Vec<OnceCell<ArrowReaderMetadata>>,
@@ -189,11 +196,16 @@ impl Snapshot {
         let mut files: Vec<(i64, DataFile)> = views
             .iter()
             .map(|f| {
+                let mut partitions: Vec<(String, Option<String>)> =
+                    f.partition_values_map().into_iter().collect();
+                partitions.sort();
                 let file = DataFile {
                     path: f.path().to_string(),
                     object_path: f.object_store_path(),
                     size: f.size() as u64,
                     rows: f.num_records().map(|n| n as u64),
+                    partitions,
+                    delta_stats: f.stats(),
                 };
                 (f.modification_time(), file)
             })
@@ -238,10 +250,12 @@ impl Snapshot {
                         .is_some_and(|p| p.as_ref().ends_with(".parquet"))
             })
             .map(|o| DataFile {
+                partitions: crate::select::hive_partitions(o.location.as_ref()),
                 path: o.location.to_string(),
                 object_path: o.location,
                 size: o.size,
                 rows: None,
+                delta_stats: None,
             })
             .collect();
         files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -284,11 +298,105 @@ impl Snapshot {
                 native: true,
             },
             delta,
+            selection: None,
             files,
             store,
             footers,
             view_footers,
         }
+    }
+
+    /// The snapshot of only the rows `filter` (one SQL boolean expression over the files'
+    /// columns and partition values, e.g. `label = 1 AND region IN ('a', 'b')`) keeps: files
+    /// and row groups that cannot match are skipped unread (partition values, Delta and footer
+    /// statistics), the filter's columns of the rest read and decided row by row. Files without
+    /// a selected row leave the snapshot; each file's row count is then its selected rows, and
+    /// row groups read keep only those. Call it after [`with_row_counts`](Self::with_row_counts).
+    pub async fn with_filter(mut self, filter: &str) -> Result<Snapshot, StreamError> {
+        let parsed =
+            crate::filter::Filter::parse(filter).map_err(|reason| StreamError::Incompatible {
+                location: self.location.clone(),
+                reason,
+            })?;
+        let mut selection = self.select(&parsed, filter).await?;
+        let counts: Vec<u64> = (0..self.files.len())
+            .map(|i| match selection.rows.get(i) {
+                Some(groups) if !groups.is_empty() => self.selected_count(i, groups),
+                _ => 0,
+            })
+            .collect();
+        selection.stats.rows_selected = counts.iter().sum();
+        let keep: Vec<bool> = counts.iter().map(|&n| n > 0).collect();
+        let mut kept = keep.iter();
+        let files = std::mem::take(&mut self.files);
+        self.files = files
+            .into_iter()
+            .zip(&counts)
+            .filter(|_| kept.next() == Some(&true))
+            .map(|(f, &n)| DataFile { rows: Some(n), ..f })
+            .collect();
+        let pick = |cells: Vec<OnceCell<ArrowReaderMetadata>>| {
+            cells
+                .into_iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|(c, _)| c)
+                .collect()
+        };
+        self.footers = pick(std::mem::take(&mut self.footers));
+        self.view_footers = pick(std::mem::take(&mut self.view_footers));
+        selection.rows = selection
+            .rows
+            .into_iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(r, _)| r)
+            .collect();
+        tracing::debug!(
+            location = self.location.as_str(),
+            filter,
+            stats = ?selection.stats,
+            "filter applied"
+        );
+        self.selection = Some(selection);
+        Ok(self)
+    }
+
+    /// Rows of file `index` the groups' selection keeps (its footer is cached by then).
+    fn selected_count(&self, index: usize, groups: &[Option<Arc<[u32]>>]) -> u64 {
+        let rows = self.footers[index]
+            .get()
+            .map(|m| m.metadata().row_groups().to_vec())
+            .unwrap_or_default();
+        groups
+            .iter()
+            .zip(rows.iter())
+            .map(|(g, rg)| match g {
+                Some(selected) => selected.len() as u64,
+                None => rg.num_rows().max(0) as u64,
+            })
+            .sum()
+    }
+
+    /// The filter's text, if the snapshot was filtered.
+    pub fn filter(&self) -> Option<&str> {
+        self.selection.as_ref().map(|s| s.text.as_str())
+    }
+
+    /// What the filter skipped and kept (`None` without a filter).
+    pub fn filter_stats(&self) -> Option<&crate::select::FilterStats> {
+        self.selection.as_ref().map(|s| &s.stats)
+    }
+
+    /// The rows of row group `row_group` of file `index` the filter selects (ascending rows of
+    /// the row group), or `None` when it keeps them all (or there is no filter).
+    pub fn selected_rows(&self, index: usize, row_group: usize) -> Option<&Arc<[u32]>> {
+        self.selection
+            .as_ref()?
+            .rows
+            .get(index)?
+            .get(row_group)?
+            .as_ref()
     }
 
     /// Decides how samples are read. A voxlake table read as it is needs its configuration
@@ -424,11 +532,15 @@ impl Snapshot {
     /// A hash of the file set, in plan order: `fnv1a64:` and 16 hex digits over each file's
     /// path and size. Two snapshots with the same hash plan the same epochs.
     pub fn file_set_hash(&self) -> String {
-        let listing: String = self
+        let mut listing: String = self
             .files
             .iter()
             .map(|f| format!("{}\0{}\n", f.path, f.size))
             .collect();
+        // Another filter plans other rows.
+        if let Some(filter) = self.filter() {
+            listing.push_str(&format!("filter\0{filter}\n"));
+        }
         format!("fnv1a64:{:016x}", location::stable_hash(&listing))
     }
 
@@ -495,7 +607,7 @@ impl Snapshot {
         }
     }
 
-    fn reader(&self, index: usize) -> ObjectFileReader {
+    pub(crate) fn reader(&self, index: usize) -> ObjectFileReader {
         let file = &self.files[index];
         ObjectFileReader::new(self.store.clone(), file.object_path.clone(), file.size)
     }
@@ -637,8 +749,34 @@ impl Snapshot {
         .await
     }
 
-    /// [`read_row_group_timed`](Self::read_row_group_timed) with a test's fault hooks.
+    /// [`read_row_group_timed`](Self::read_row_group_timed) with a test's fault hooks: the row
+    /// group's rows the filter selects (all without one), copied out of the decoded pages when
+    /// it keeps only some (on the blocking pool).
     pub(crate) async fn read_row_group_hooked(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+        hooks: &crate::hooks::Hooks,
+    ) -> Result<(RecordBatch, ReadTimings), StreamError> {
+        let (batch, timings) = self
+            .read_whole_row_group(index, row_group, projection, hooks)
+            .await?;
+        let Some(rows) = self.selected_rows(index, row_group).cloned() else {
+            return Ok((batch, timings));
+        };
+        let selected = tokio::task::spawn_blocking(move || {
+            let indices: Vec<u64> = rows.iter().map(|&r| u64::from(r)).collect();
+            crate::group::copy_rows(&batch, &indices)
+        })
+        .await
+        .map_err(|e| self.task_error("decode", index, e))?
+        .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))?;
+        Ok((selected, timings))
+    }
+
+    /// Every row of one row group, decoded, verified and in voxlake's layout.
+    async fn read_whole_row_group(
         &self,
         index: usize,
         row_group: usize,

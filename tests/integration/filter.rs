@@ -1,0 +1,277 @@
+//! Filters: files skipped by partition values and Delta statistics, row groups by footer
+//! statistics, rows decided one by one; the kept rows exactly those numpy's copy says, value for
+//! value, over ranks in equal batch counts, resumable only under the same filter, lineage naming
+//! the rows in the files.
+
+use std::collections::{BTreeSet, HashMap};
+
+use voxlake::LoaderBuilder;
+use voxlake::format::DType;
+use voxlake::loader::{Batch, Loader};
+
+use crate::foreign::{expected, fixture};
+use crate::loader::first_error;
+
+const SHAPE: [usize; 4] = [3, 4, 2, 2];
+
+/// The fixtures' columns, as make_pyarrow.py and make_spark.py write them.
+fn region(n: usize) -> &'static str {
+    ["a", "b", "c"][n % 3]
+}
+fn depth(n: usize) -> i64 {
+    100 + 10 * n as i64
+}
+
+fn batches(builder: LoaderBuilder) -> (Vec<Batch>, voxlake::stream::FilterStats) {
+    std::thread::spawn(move || {
+        let loader = builder.build().unwrap();
+        let stats = loader.filter_stats().unwrap();
+        (loader.map(Result::unwrap).collect(), stats)
+    })
+    .join()
+    .unwrap()
+}
+
+/// The cube numbers delivered, each checked value for value against numpy's copy.
+fn cubes(batches: &[Batch]) -> Vec<usize> {
+    let numpy = expected(DType::F32);
+    let mut out = Vec::new();
+    for b in batches {
+        let bytes = b.tensors.as_bytes().unwrap();
+        let per = bytes.len() / b.len();
+        for (i, id) in b.ids.iter().enumerate() {
+            let n: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
+            assert!(
+                bytes[i * per..(i + 1) * per] == numpy[n][..],
+                "values of {id}"
+            );
+            assert_eq!(b.labels[i], Some(n as i64 % 2), "label of {id}");
+            out.push(n);
+        }
+    }
+    out
+}
+
+fn base(table: &str) -> LoaderBuilder {
+    let b = Loader::builder(fixture(table))
+        .with_id_column("sample")
+        .with_label_column("target")
+        .with_batch_size(3);
+    if table == "pyarrow_tensor" {
+        b
+    } else {
+        b.with_tensor_shape(SHAPE.to_vec(), DType::F32)
+    }
+}
+
+#[test]
+fn filters_keep_exactly_the_matching_rows_and_skip_what_they_can() {
+    let filter = "region IN ('a', 'b') AND depth >= 150 AND target = 1";
+    let want: BTreeSet<usize> = (0..24)
+        .filter(|&n| region(n) != "c" && depth(n) >= 150 && n % 2 == 1)
+        .collect();
+    for (table, files_skipped) in [
+        ("pyarrow_raw_hive", 1),
+        ("spark_delta", 0),
+        ("deltalake_list", 0),
+    ] {
+        let (got, stats) = batches(base(table).with_filter(filter));
+        let got = cubes(&got);
+        assert_eq!(
+            got.iter().copied().collect::<BTreeSet<_>>(),
+            want,
+            "{table}"
+        );
+        assert_eq!(got.len(), want.len(), "{table}: a row twice");
+        assert_eq!(stats.rows_selected, want.len() as u64, "{table}");
+        assert_eq!(stats.files_skipped, files_skipped, "{table}: {stats:?}");
+        assert_eq!(stats.rows_before, 24, "{table}");
+    }
+    // Delta statistics skip a Spark file; footers skip row groups of plain Parquet.
+    let (got, stats) = batches(base("spark_delta").with_filter("depth > 300"));
+    assert_eq!(
+        cubes(&got).into_iter().collect::<BTreeSet<_>>(),
+        (21..24).collect()
+    );
+    assert_eq!(stats.files_skipped, 1, "{stats:?}");
+    let (got, stats) = batches(base("pyarrow_tensor").with_filter("depth >= 300"));
+    assert_eq!(
+        cubes(&got).into_iter().collect::<BTreeSet<_>>(),
+        (20..24).collect()
+    );
+    assert_eq!(
+        (
+            stats.files_skipped,
+            stats.row_groups_skipped,
+            stats.rows_decided
+        ),
+        (0, 4, 7),
+        "{stats:?}"
+    );
+    // Lineage names the rows in the files, not in the filtered row groups.
+    for b in &got {
+        for origin in b.lineage() {
+            let n: usize = origin.id.strip_prefix("cube-").unwrap().parse().unwrap();
+            assert_eq!(origin.file.as_ref(), "part-00001.parquet");
+            assert_eq!(origin.row, n as u64 - 12, "{origin:?}");
+            assert_eq!(origin.row_group, (n - 12) / 5, "{origin:?}");
+        }
+    }
+    // Nothing matches: an empty epoch, not an error.
+    let (got, stats) = batches(base("pyarrow_fsl").with_filter("depth < 0 OR sample IS NULL"));
+    assert!(got.is_empty());
+    assert_eq!(stats.rows_selected, 0);
+}
+
+#[test]
+fn filtered_epochs_are_dealt_evenly_and_resume_only_under_their_filter() {
+    let filter = "NOT region = 'c'";
+    let want: BTreeSet<usize> = (0..24).filter(|&n| region(n) != "c").collect();
+    let world = 3;
+    let mut seen = HashMap::new();
+    let mut counts = Vec::new();
+    for rank in 0..world {
+        let b = base("pyarrow_tensor")
+            .with_filter(filter)
+            .with_shuffle(4, 6)
+            .with_rank(rank, world)
+            .with_epochs(2);
+        let (got, _) = batches(b);
+        counts.push(got.len());
+        let numbers = cubes(&got);
+        let pads = got.iter().flat_map(|b| b.lineage().iter().map(|o| o.pad));
+        for (n, pad) in numbers.into_iter().zip(pads) {
+            if !pad {
+                *seen.entry(n).or_insert(0) += 1;
+            }
+        }
+    }
+    assert!(
+        counts.iter().all(|&c| c == counts[0]),
+        "equal batch counts: {counts:?}"
+    );
+    assert_eq!(seen.keys().copied().collect::<BTreeSet<_>>(), want);
+    assert!(
+        seen.values().all(|&c| c == 2),
+        "every kept row once per epoch: {seen:?}"
+    );
+    // A state resumes under its filter: the rest of the uninterrupted run.
+    let b = || {
+        base("pyarrow_tensor")
+            .with_filter(filter)
+            .with_shuffle(4, 6)
+            .with_epochs(2)
+    };
+    let (all, _) = batches(b());
+    let (head, state) = std::thread::spawn({
+        let b = b();
+        move || {
+            let mut loader = b.build().unwrap();
+            let head: Vec<Batch> = (0..4).map(|_| loader.next().unwrap().unwrap()).collect();
+            (head, loader.state())
+        }
+    })
+    .join()
+    .unwrap();
+    let (rest, _) = batches(b().with_state(state.clone()));
+    let ids = |bs: &[Batch]| bs.iter().flat_map(|b| b.ids.clone()).collect::<Vec<_>>();
+    assert_eq!([ids(&head), ids(&rest)].concat(), ids(&all));
+    // … and is refused under another.
+    let e = first_error(
+        base("pyarrow_tensor")
+            .with_filter("region = 'a'")
+            .with_shuffle(4, 6)
+            .with_epochs(2)
+            .with_state(state),
+        "a state under another filter",
+    );
+    assert!(e.contains("file set"), "{e}");
+}
+
+#[test]
+fn bad_filters_are_named() {
+    for (filter, says) in [
+        ("nope = 1", "no column 'nope'"),
+        (
+            "region = 1",
+            "column 'region' holds strings, the filter compares it with a number",
+        ),
+        ("depth >= 'deep'", "column 'depth' holds numbers"),
+        ("depth >=", "does not parse"),
+        (
+            "volume IS NULL",
+            "filters compare numbers, strings and bools",
+        ),
+    ] {
+        let e = first_error(base("spark_delta").with_filter(filter), filter);
+        assert!(e.contains(says) && e.contains(filter), "{filter}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn voxlake_tables_filter_on_their_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = voxlake::compact::synth::generate(dir.path(), 30, 5).unwrap();
+    let table = dir.path().join("table").to_string_lossy().into_owned();
+    voxlake::compact::Compactor::new(&table)
+        .with_labels(data.labels.to_string_lossy())
+        .with_layout(voxlake::format::Layout {
+            row_group_rows: 4,
+            ..Default::default()
+        })
+        .convert(&data.cubes.to_string_lossy())
+        .await
+        .unwrap();
+    let (got, stats) = batches(
+        Loader::builder(table)
+            .with_batch_size(4)
+            .with_filter("label = 1")
+            .with_shuffle(1, 8),
+    );
+    let labels: Vec<Option<i64>> = got.iter().flat_map(|b| b.labels.clone()).collect();
+    assert_eq!(labels.len() as u64, data.positives as u64);
+    assert!(labels.iter().all(|&l| l == Some(1)));
+    assert_eq!(stats.rows_selected, data.positives as u64);
+    // Every tensor still matches its row's checksum and the cube it came from.
+    for b in &got {
+        let bytes = b.tensors.as_bytes().unwrap();
+        let per = bytes.len() / b.len();
+        for (i, id) in b.ids.iter().enumerate() {
+            let cube = std::fs::read(data.cubes.join(id)).unwrap();
+            let npy = voxlake::format::npy::NpyArray::parse(&cube).unwrap();
+            assert!(npy.data() == &bytes[i * per..(i + 1) * per], "{id}");
+        }
+    }
+}
+
+#[test]
+fn voxlake_bench_filters_and_reports_what_it_skipped() {
+    let out = std::process::Command::new(voxlake_testkit::voxlake_bin())
+        .args([
+            "bench",
+            &fixture("spark_delta"),
+            "--json",
+            "--batch-size",
+            "2",
+        ])
+        .args([
+            "--shape",
+            "3,4,2,2",
+            "--dtype",
+            "f32",
+            "--filter",
+            "depth > 300",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["samples"], 3);
+    assert_eq!(report["filter_rows_selected"], 3);
+    assert_eq!(report["filter_files_skipped"], 1);
+    assert_eq!(report["filter"], "depth > 300");
+}
