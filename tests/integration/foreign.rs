@@ -252,3 +252,97 @@ async fn inspect_says_how_a_foreign_table_is_read() {
     assert_eq!(info.labels.get("0"), Some(&12));
     assert_eq!(info.labels.get("1"), Some(&12));
 }
+
+#[tokio::test]
+async fn convert_moves_foreign_tables_onto_voxlakes_layout_exactly_once() {
+    use voxlake::compact::Compactor;
+    use voxlake::format::sample::ColumnHints;
+    let dir = tempfile::tempdir().unwrap();
+    let expected = expected(DType::F32);
+    for (name, shape) in [
+        ("spark_delta", Some(SHAPE.to_vec())),
+        ("petastorm_compressed", None),
+        ("pyarrow_tensor", None),
+    ] {
+        let table = dir.path().join(name).to_string_lossy().into_owned();
+        let convert = || {
+            let mut c = Compactor::new(&table).with_sample_columns(
+                ColumnHints::default()
+                    .with_id_column("sample")
+                    .with_label_column("target"),
+            );
+            if let Some(shape) = &shape {
+                c = c.with_shape(shape.clone()).with_dtype(DType::F32);
+            }
+            c
+        };
+        let summary = convert().convert(&fixture(name)).await.unwrap();
+        assert_eq!((summary.rows, summary.already_present), (24, 0), "{name}");
+        // A re-run converts nothing.
+        let again = convert().convert(&fixture(name)).await.unwrap();
+        assert_eq!(
+            (again.rows, again.already_present, again.commits),
+            (0, 24, 0),
+            "{name}"
+        );
+        // Read back as a voxlake table: native layout, checksums, every value.
+        let got = std::thread::spawn({
+            let table = table.clone();
+            move || {
+                let loader = Loader::builder(table).with_batch_size(7).build().unwrap();
+                assert_eq!(loader.spec().shape(), SHAPE);
+                loader.map(Result::unwrap).collect::<Vec<_>>()
+            }
+        })
+        .join()
+        .unwrap();
+        let mut n = 0;
+        for b in &got {
+            let bytes = b.tensors.as_bytes().unwrap();
+            let per = bytes.len() / b.len();
+            for (i, id) in b.ids.iter().enumerate() {
+                let k: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
+                assert!(
+                    bytes[i * per..(i + 1) * per] == expected[k][..],
+                    "{name}: {id}"
+                );
+                assert_eq!(b.labels[i], Some(k as i64 % 2), "{name}: {id}");
+                n += 1;
+            }
+        }
+        assert_eq!(n, 24, "{name}");
+        let info = Compactor::new(&table).inspect().await.unwrap();
+        assert!(info.native, "{name}: {info:?}");
+    }
+    // Ids must be unique: a label column as the id repeats.
+    let table = dir.path().join("dups").to_string_lossy().into_owned();
+    let e = Compactor::new(&table)
+        .with_sample_columns(ColumnHints::default().with_id_column("target"))
+        .convert(&fixture("pyarrow_tensor"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("id '0' appears twice") && e.contains("--id-column"),
+        "{e}"
+    );
+}
+
+#[test]
+fn compact_convert_reads_a_petastorm_folder_by_its_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t").to_string_lossy().into_owned();
+    let out = std::process::Command::new(voxlake_testkit::compact_bin())
+        .args(["convert", &fixture("petastorm_ndarray"), &table, "--json"])
+        .args(["--id-column", "sample", "--label-column", "target"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["rows"], 24);
+    assert_eq!(summary["tensor"], "[3, 4, 2, 2] f32");
+}

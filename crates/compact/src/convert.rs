@@ -73,18 +73,21 @@ struct SourceObject {
 }
 
 /// A decoded sample ready for the table.
-struct Row {
-    key: String,
-    label: Option<i64>,
-    tensor: Bytes,
+pub(crate) struct Row {
+    pub key: String,
+    pub label: Option<i64>,
+    pub tensor: Bytes,
     /// CRC-32 of the row, computed where the tensor was made (on the blocking pool when
     /// converted).
-    checksum: i64,
-    bytes_read: u64,
+    pub checksum: i64,
+    pub bytes_read: u64,
 }
 
 impl Compactor {
     pub(crate) async fn run_convert(&self, source: &str) -> Result<ConvertSummary, CompactError> {
+        if !self.hints.is_empty() {
+            return self.run_convert_table(source).await;
+        }
         let start = Instant::now();
         let options = location::storage_options(&self.storage_options);
         let src = location::open_store(source, true, &options)?;
@@ -116,13 +119,19 @@ impl Compactor {
                     fetched: None,
                 }
             })
-            .try_filter(|o| futures::future::ready(o.key.ends_with(".npy")))
             .try_collect()
             .await
             .map_err(|e| CompactError::Source {
                 location: src.display.clone(),
                 source: e,
             })?;
+        // No `.npy` objects but Parquet files (or a Delta log): a table to rewrite.
+        let is_table =
+            |o: &SourceObject| o.key.ends_with(".parquet") || o.key.starts_with("_delta_log/");
+        if !objects.iter().any(|o| o.key.ends_with(".npy")) && objects.iter().any(is_table) {
+            return self.run_convert_table(source).await;
+        }
+        objects.retain(|o| o.key.ends_with(".npy"));
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         // Labels for objects the source does not hold: a wrong prefix or a stale file.
         let labels_unmatched = match &labels {
@@ -338,7 +347,7 @@ impl Compactor {
     }
 
     /// Flushes the writer's files and commits them in one Delta version.
-    async fn commit(
+    pub(crate) async fn commit(
         &self,
         writer: &mut deltalake::writer::RecordBatchWriter,
         table: &mut Table,
@@ -437,7 +446,7 @@ impl Compactor {
         )
     }
 
-    fn report_progress(&self, summary: &ConvertSummary, window: &Window, total: usize) {
+    pub(crate) fn report_progress(&self, summary: &ConvertSummary, window: &Window, total: usize) {
         if let Some(progress) = &self.progress {
             progress(&Progress {
                 files_total: total,
@@ -449,16 +458,16 @@ impl Compactor {
         }
     }
 
-    fn report(&self, summary: &ConvertSummary, total: usize) {
+    pub(crate) fn report(&self, summary: &ConvertSummary, total: usize) {
         self.report_progress(summary, &Window::default(), total);
     }
 }
 
 /// Files and rows flushed but not yet committed.
 #[derive(Default)]
-struct Window {
-    files: usize,
-    bytes_read: u64,
+pub(crate) struct Window {
+    pub files: usize,
+    pub bytes_read: u64,
 }
 
 fn decode(
@@ -522,7 +531,7 @@ fn decode(
 }
 
 /// Accumulates one row group's worth of rows.
-struct BatchBuilder {
+pub(crate) struct BatchBuilder {
     rows: usize,
     ids: StringBuilder,
     labels: Int64Builder,
@@ -534,7 +543,7 @@ struct BatchBuilder {
 }
 
 impl BatchBuilder {
-    fn new(rows: usize, sample_bytes: usize, checksums: bool) -> Self {
+    pub fn new(rows: usize, sample_bytes: usize, checksums: bool) -> Self {
         let rows = rows.max(1);
         BatchBuilder {
             rows,
@@ -546,7 +555,7 @@ impl BatchBuilder {
             sample_bytes,
         }
     }
-    fn push(&mut self, row: Row) {
+    pub fn push(&mut self, row: Row) {
         self.ids.append_value(&row.key);
         self.labels.append_option(row.label);
         self.tensors.append_value(&row.tensor);
@@ -555,13 +564,13 @@ impl BatchBuilder {
         }
         self.len += 1;
     }
-    fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
-    fn is_full(&self) -> bool {
+    pub fn is_full(&self) -> bool {
         self.len >= self.rows
     }
-    fn finish(&mut self, spec: &TensorSpec) -> Result<RecordBatch, CompactError> {
+    pub fn finish(&mut self, spec: &TensorSpec) -> Result<RecordBatch, CompactError> {
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(self.ids.finish()),
             Arc::new(self.labels.finish()),

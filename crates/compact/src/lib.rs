@@ -45,6 +45,7 @@ use voxlake_format::{DType, Layout};
 pub mod cli;
 mod convert;
 mod error;
+mod from_table;
 pub mod infer;
 mod inspect;
 mod labels;
@@ -178,8 +179,10 @@ impl Compactor {
         self
     }
 
-    /// How [`inspect`](Self::inspect) reads samples from a table other tools wrote (tensor
-    /// column, shape and dtype, label and id columns; see [`voxlake_format::sample`]).
+    /// How [`inspect`](Self::inspect) and [`convert`](Self::convert) read samples from a table
+    /// other tools wrote (tensor column, shape and dtype, label and id columns; see
+    /// [`voxlake_format::sample`]). `convert` from a table also takes the shape and dtype of
+    /// [`with_shape`](Self::with_shape) and [`with_dtype`](Self::with_dtype).
     pub fn with_sample_columns(mut self, hints: voxlake_format::sample::ColumnHints) -> Self {
         self.hints = hints;
         self

@@ -24,7 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Convert the .npy objects under SRC that are not in TABLE yet.
+    /// Convert the .npy objects under SRC that are not in TABLE yet; or, when SRC is a table
+    /// (a Delta table or a folder of Parquet files another tool wrote), its rows that are not.
     Convert {
         /// Source prefix: a local folder or a URL (az://, abfss://, gs://, s3://, file://).
         src: String,
@@ -43,6 +44,15 @@ enum Command {
         /// Convert only this share of the keys, as I/N (0-based).
         #[arg(long, value_parser = parse_shard)]
         shard: Option<(u32, u32)>,
+        /// A table source's tensor column (default `tensor`, else the only one that can).
+        #[arg(long)]
+        tensor_column: Option<String>,
+        /// A table source's label column (default `label` if there is one).
+        #[arg(long)]
+        label_column: Option<String>,
+        /// A table source's id column (default `id` if there is one, else file#row).
+        #[arg(long)]
+        id_column: Option<String>,
         /// `fail` stops at the first bad object; `skip` lists it and goes on.
         #[arg(long, default_value = "fail", value_parser = parse_on_error)]
         on_error: OnError,
@@ -304,13 +314,23 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             dtype,
             shape,
             shard,
+            tensor_column,
+            label_column,
+            id_column,
             on_error,
             concurrency,
             files_per_commit,
             layout,
             common,
         } => {
+            let hints = voxlake_format::sample::ColumnHints {
+                tensor: tensor_column,
+                label: label_column,
+                id: id_column,
+                ..Default::default()
+            };
             let mut compactor = Compactor::new(table)
+                .with_sample_columns(hints)
                 .with_storage_options(HashMap::from_iter(common.storage_options))
                 .with_layout(layout.layout())
                 .with_on_error(on_error)

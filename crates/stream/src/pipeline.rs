@@ -134,7 +134,7 @@ impl TableStream {
             .metadata()
             .row_groups()
             .iter()
-            .map(|rg| group_budget(rg, &projection))
+            .map(|rg| group_budget(rg, &projection, inner.sample_bytes()))
             .collect())
     }
 
@@ -307,23 +307,39 @@ impl TableStream {
 }
 
 /// A row group's rows and budget shares for `projection`: its projected chunks decoded
-/// (`held`), and as fetched plus decoded (`peak`).
-fn group_budget(rg: &RowGroupMetaData, projection: &ProjectionMask) -> GroupBudget {
-    let (compressed, uncompressed) = rg
+/// (`held`), and as fetched plus decoded (`peak`). `sample_bytes` is one sample's tensor in
+/// voxlake's layout: a foreign encoding may decode to more than its chunks hold (an inflated
+/// `np.savez_compressed` row), so rows × sample bytes bound `held` from below. Repeated
+/// columns (Parquet LISTs: Spark's `array<float>`) decode each value's repetition and
+/// definition levels (two `i16`s) before the values: 4 bytes per value more at the peak.
+fn group_budget(
+    rg: &RowGroupMetaData,
+    projection: &ProjectionMask,
+    sample_bytes: u64,
+) -> GroupBudget {
+    let (compressed, uncompressed, levels) = rg
         .columns()
         .iter()
         .enumerate()
         .filter(|(i, _)| projection.leaf_included(*i))
-        .fold((0u64, 0u64), |(c, u), (_, col)| {
+        .fold((0u64, 0u64, 0u64), |(c, u, l), (_, col)| {
+            let repeated = col.column_descr().max_rep_level() > 0;
             (
                 c + col.compressed_size().max(0) as u64,
                 u + col.uncompressed_size().max(0) as u64,
+                l + if repeated {
+                    col.num_values().max(0) as u64 * 4
+                } else {
+                    0
+                },
             )
         });
+    let rows = rg.num_rows().max(0) as u64;
+    let held = uncompressed.max(rows * sample_bytes).max(1024);
     GroupBudget {
-        rows: rg.num_rows().max(0) as u64,
-        held: uncompressed.max(1024),
-        peak: (compressed + uncompressed).max(1024),
+        rows,
+        held,
+        peak: compressed + held + levels,
     }
 }
 
@@ -389,6 +405,19 @@ impl Inner {
     }
 
     /// Row counts of a file's row groups, from its footer, checked against the log.
+    /// One sample's tensor bytes, where the stream reads the tensor column (else 0).
+    fn sample_bytes(&self) -> u64 {
+        if self
+            .columns
+            .iter()
+            .any(|c| c == voxlake_format::TENSOR_COLUMN)
+        {
+            self.snapshot.spec().nbytes() as u64
+        } else {
+            0
+        }
+    }
+
     async fn row_group_rows(&self, file: usize) -> Result<Vec<u64>, StreamError> {
         let snapshot = &self.snapshot;
         let path = &snapshot.file(file)?.path;
@@ -470,7 +499,12 @@ impl Inner {
     ) -> Result<(OwnedSemaphorePermit, ProjectionMask), StreamError> {
         let meta = self.snapshot.reader_metadata(unit.file).await?;
         let projection = self.snapshot.projection(&meta, &self.columns)?;
-        let peak = group_budget(meta.metadata().row_group(unit.row_group), &projection).peak;
+        let peak = group_budget(
+            meta.metadata().row_group(unit.row_group),
+            &projection,
+            self.sample_bytes(),
+        )
+        .peak;
         let kib = peak.div_ceil(1024).max(1);
         let kib = kib.min(self.budget_bytes / 1024).max(1) as u32;
         let start = Instant::now();
