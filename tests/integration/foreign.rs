@@ -346,3 +346,56 @@ fn compact_convert_reads_a_petastorm_folder_by_its_flags() {
     assert_eq!(summary["rows"], 24);
     assert_eq!(summary["tensor"], "[3, 4, 2, 2] f32");
 }
+
+#[test]
+fn every_fixture_reads_through_a_filter_and_a_transform() {
+    use voxlake::loader::Tensors;
+    use voxlake::loader::transform::Sample;
+    for (name, settings, dtype) in cases() {
+        let expected = expected(dtype);
+        let mut seen = HashMap::new();
+        for rank in 0..2 {
+            let b = settings(
+                Loader::builder(fixture(name))
+                    .with_id_column("sample")
+                    .with_label_column("target")
+                    .with_batch_size(4)
+                    .with_shuffle(2, 8)
+                    .with_rank(rank, 2)
+                    // Petastorm's labels are bools.
+                    .with_filter(if name.starts_with("petastorm") {
+                        "target = true"
+                    } else {
+                        "target = 1"
+                    })
+                    // Negate every value, label 1 → 7.
+                    .with_transform(|s: &mut Sample<'_>, _| {
+                        s.tensor = match &s.tensor {
+                            Tensors::F32(a) => Tensors::F32(a.mapv(|v| -v)),
+                            Tensors::F64(a) => Tensors::F64(a.mapv(|v| -v)),
+                            _ => return Err("float tensors expected".into()),
+                        };
+                        s.label = s.label.map(|l| l * 7);
+                        Ok(())
+                    }),
+            );
+            for (id, label, tensor) in rows(b) {
+                let n: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
+                assert_eq!((n % 2, label), (1, Some(7)), "{name}: {id}");
+                let size = dtype.size();
+                let negated: Vec<u8> = expected[n]
+                    .chunks(size)
+                    .flat_map(|b| {
+                        let mut b = b.to_vec();
+                        b[size - 1] ^= 0x80; // the sign bit of a little-endian float
+                        b
+                    })
+                    .collect();
+                assert!(tensor == negated, "{name}: values of {id}");
+                *seen.entry(id).or_insert(0) += 1;
+            }
+        }
+        assert_eq!(seen.len(), 12, "{name}: the odd cubes");
+        assert!(seen.values().all(|&c| c == 1), "{name}: {seen:?}");
+    }
+}
