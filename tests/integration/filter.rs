@@ -9,7 +9,7 @@ use voxlake::LoaderBuilder;
 use voxlake::format::DType;
 use voxlake::loader::{Batch, Loader};
 
-use crate::foreign::{expected, fixture};
+use crate::foreign::{check_cubes, expected, fixture};
 use crate::loader::first_error;
 
 const SHAPE: [usize; 4] = [3, 4, 2, 2];
@@ -34,22 +34,7 @@ fn batches(builder: LoaderBuilder) -> (Vec<Batch>, voxlake::stream::FilterStats)
 
 /// The cube numbers delivered, each checked value for value against numpy's copy.
 fn cubes(batches: &[Batch]) -> Vec<usize> {
-    let numpy = expected(DType::F32);
-    let mut out = Vec::new();
-    for b in batches {
-        let bytes = b.tensors.as_bytes().unwrap();
-        let per = bytes.len() / b.len();
-        for (i, id) in b.ids.iter().enumerate() {
-            let n: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
-            assert!(
-                bytes[i * per..(i + 1) * per] == numpy[n][..],
-                "values of {id}"
-            );
-            assert_eq!(b.labels[i], Some(n as i64 % 2), "label of {id}");
-            out.push(n);
-        }
-    }
-    out
+    check_cubes("filtered", batches, &expected(DType::F32))
 }
 
 fn base(table: &str) -> LoaderBuilder {
@@ -246,30 +231,24 @@ async fn voxlake_tables_filter_on_their_labels() {
 
 #[test]
 fn voxlake_bench_filters_and_reports_what_it_skipped() {
-    let out = std::process::Command::new(voxlake_testkit::voxlake_bin())
-        .args([
-            "bench",
-            &fixture("spark_delta"),
-            "--json",
-            "--batch-size",
-            "2",
-        ])
-        .args([
-            "--shape",
-            "3,4,2,2",
-            "--dtype",
-            "f32",
-            "--filter",
-            "depth > 300",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let report = voxlake_testkit::json_output(
+        std::process::Command::new(voxlake_testkit::voxlake_bin())
+            .args([
+                "bench",
+                &fixture("spark_delta"),
+                "--json",
+                "--batch-size",
+                "2",
+            ])
+            .args([
+                "--shape",
+                "3,4,2,2",
+                "--dtype",
+                "f32",
+                "--filter",
+                "depth > 300",
+            ]),
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["samples"], 3);
     assert_eq!(report["filter_rows_selected"], 3);
     assert_eq!(report["filter_files_skipped"], 1);

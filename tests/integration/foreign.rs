@@ -4,7 +4,6 @@
 //! and row.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use voxlake::format::DType;
 use voxlake::format::npy::NpyArray;
@@ -14,12 +13,33 @@ use crate::loader::first_error;
 
 const SHAPE: [usize; 4] = [3, 4, 2, 2];
 
+/// A fixture's path in this checkout (not the one compiled in: test binaries may be shared
+/// between checkouts through the target directory).
 pub fn fixture(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/foreign")
+    voxlake_testkit::checkout("tests/fixtures/foreign")
         .join(name)
         .to_string_lossy()
         .into_owned()
+}
+
+/// The cube numbers of `batches`, each row's values checked against numpy's `expected` and
+/// its label against the fixtures' (cube number mod 2).
+pub fn check_cubes(what: &str, batches: &[voxlake::Batch], expected: &[Vec<u8>]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for b in batches {
+        let bytes = b.tensors.as_bytes().unwrap();
+        let per = bytes.len() / b.len();
+        for (i, id) in b.ids.iter().enumerate() {
+            let n: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
+            assert!(
+                bytes[i * per..(i + 1) * per] == expected[n][..],
+                "{what}: values of {id}"
+            );
+            assert_eq!(b.labels[i], Some(n as i64 % 2), "{what}: label of {id}");
+            out.push(n);
+        }
+    }
+    out
 }
 
 /// numpy's values of each cube, as `dtype` little-endian bytes.
@@ -296,20 +316,7 @@ async fn convert_moves_foreign_tables_onto_voxlakes_layout_exactly_once() {
         })
         .join()
         .unwrap();
-        let mut n = 0;
-        for b in &got {
-            let bytes = b.tensors.as_bytes().unwrap();
-            let per = bytes.len() / b.len();
-            for (i, id) in b.ids.iter().enumerate() {
-                let k: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
-                assert!(
-                    bytes[i * per..(i + 1) * per] == expected[k][..],
-                    "{name}: {id}"
-                );
-                assert_eq!(b.labels[i], Some(k as i64 % 2), "{name}: {id}");
-                n += 1;
-            }
-        }
+        let n = check_cubes(name, &got, &expected).len();
         assert_eq!(n, 24, "{name}");
         let info = Compactor::new(&table).inspect().await.unwrap();
         assert!(info.native, "{name}: {info:?}");
@@ -332,17 +339,11 @@ async fn convert_moves_foreign_tables_onto_voxlakes_layout_exactly_once() {
 fn compact_convert_reads_a_petastorm_folder_by_its_flags() {
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("t").to_string_lossy().into_owned();
-    let out = std::process::Command::new(voxlake_testkit::compact_bin())
-        .args(["convert", &fixture("petastorm_ndarray"), &table, "--json"])
-        .args(["--id-column", "sample", "--label-column", "target"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let summary = voxlake_testkit::json_output(
+        std::process::Command::new(voxlake_testkit::compact_bin())
+            .args(["convert", &fixture("petastorm_ndarray"), &table, "--json"])
+            .args(["--id-column", "sample", "--label-column", "target"]),
     );
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["rows"], 24);
     assert_eq!(summary["tensor"], "[3, 4, 2, 2] f32");
 }

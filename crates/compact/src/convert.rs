@@ -279,26 +279,14 @@ impl Compactor {
             |panic| CompactError::Internal(format!("reading the source panicked: {panic}")),
         );
 
-        let mut writer = writer_for(&table, &self.layout)?;
-        let mut batch = BatchBuilder::new(
-            self.layout.row_group_rows,
-            spec.nbytes(),
-            table.has_checksums()?,
-        );
-        let mut window = Window::default();
-        let commit_bytes = self
-            .layout
-            .target_file_bytes
-            .saturating_mul(self.files_per_commit as u64);
-
+        let mut sink = self.row_sink(&table, &spec)?;
         let result: Result<(), CompactError> = async {
             while let Some(read) = rows.next().await {
                 let (key, decoded) = read?;
                 match decoded {
                     Ok(row) => {
-                        window.bytes_read += row.bytes_read;
-                        window.files += 1;
-                        batch.push(row);
+                        self.sink_row(&mut sink, row, &mut table, &mut summary)
+                            .await?
                     }
                     Err(e) if self.on_error == OnError::Skip => {
                         tracing::warn!(%key, error = %e, "skipping");
@@ -309,41 +297,29 @@ impl Compactor {
                     }
                     Err(e) => return Err(e),
                 }
-                if batch.is_full() {
-                    writer
-                        .write(batch.finish(&spec)?)
-                        .await
-                        .map_err(|e| table.error(e))?;
-                }
-                if writer.buffer_len() as u64 >= commit_bytes {
-                    self.commit(&mut writer, &mut table, &mut window, &mut summary)
-                        .await?;
-                }
-                self.report_progress(&summary, &window, total);
-            }
-            if batch.len() > 0 {
-                writer
-                    .write(batch.finish(&spec)?)
-                    .await
-                    .map_err(|e| table.error(e))?;
-            }
-            if window.files > 0 {
-                self.commit(&mut writer, &mut table, &mut window, &mut summary)
-                    .await?;
+                self.report_progress(&summary, &sink.window, total);
             }
             Ok(())
         }
         .await;
         drop(rows);
-        if let Err(e) = result {
-            // Nothing of the open window is committed; uploads in progress are aborted.
-            writer.reset();
-            return Err(e);
-        }
+        self.finish_sink(sink, result, &mut table, &mut summary)
+            .await?;
+        Ok(self.summarized(summary, &table, start, total))
+    }
+
+    /// The summary of a finished conversion, reported.
+    pub(crate) fn summarized(
+        &self,
+        mut summary: ConvertSummary,
+        table: &Table,
+        start: Instant,
+        total: usize,
+    ) -> ConvertSummary {
         summary.version = table.version();
         summary.seconds = start.elapsed().as_secs_f64();
         self.report(&summary, total);
-        Ok(summary)
+        summary
     }
 
     /// Flushes the writer's files and commits them in one Delta version.
@@ -468,6 +444,93 @@ impl Compactor {
 pub(crate) struct Window {
     pub files: usize,
     pub bytes_read: u64,
+}
+
+/// Where converted rows go: row groups built, written, and committed in windows of about
+/// `files_per_commit` target-size files. Nothing of an open window is visible until its commit.
+pub(crate) struct RowSink {
+    writer: deltalake::writer::RecordBatchWriter,
+    batch: BatchBuilder,
+    pub window: Window,
+    commit_bytes: u64,
+    spec: TensorSpec,
+}
+
+impl Compactor {
+    pub(crate) fn row_sink(
+        &self,
+        table: &Table,
+        spec: &TensorSpec,
+    ) -> Result<RowSink, CompactError> {
+        Ok(RowSink {
+            writer: writer_for(table, &self.layout)?,
+            batch: BatchBuilder::new(
+                self.layout.row_group_rows,
+                spec.nbytes(),
+                table.has_checksums()?,
+            ),
+            window: Window::default(),
+            commit_bytes: self
+                .layout
+                .target_file_bytes
+                .saturating_mul(self.files_per_commit as u64),
+            spec: spec.clone(),
+        })
+    }
+
+    /// Adds a row: a full row group is written, a full window committed.
+    pub(crate) async fn sink_row(
+        &self,
+        sink: &mut RowSink,
+        row: Row,
+        table: &mut Table,
+        summary: &mut ConvertSummary,
+    ) -> Result<(), CompactError> {
+        sink.window.bytes_read += row.bytes_read;
+        sink.window.files += 1;
+        sink.batch.push(row);
+        if sink.batch.is_full() {
+            let batch = sink.batch.finish(&sink.spec)?;
+            sink.writer.write(batch).await.map_err(|e| table.error(e))?;
+        }
+        if sink.writer.buffer_len() as u64 >= sink.commit_bytes {
+            self.commit(&mut sink.writer, table, &mut sink.window, summary)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Writes and commits what is left; on `Err` (from the caller's loop or here) nothing of
+    /// the open window is committed and uploads in progress are aborted.
+    pub(crate) async fn finish_sink(
+        &self,
+        mut sink: RowSink,
+        result: Result<(), CompactError>,
+        table: &mut Table,
+        summary: &mut ConvertSummary,
+    ) -> Result<(), CompactError> {
+        let result = match result {
+            Ok(()) => {
+                async {
+                    if sink.batch.len() > 0 {
+                        let batch = sink.batch.finish(&sink.spec)?;
+                        sink.writer.write(batch).await.map_err(|e| table.error(e))?;
+                    }
+                    if sink.window.files > 0 {
+                        self.commit(&mut sink.writer, table, &mut sink.window, summary)
+                            .await?;
+                    }
+                    Ok(())
+                }
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            sink.writer.reset();
+        }
+        result
+    }
 }
 
 fn decode(

@@ -11,16 +11,15 @@ use std::time::Instant;
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, Int64Array, StringArray};
 use bytes::Bytes;
-use deltalake::writer::DeltaWriter;
 use futures::StreamExt;
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 use voxlake_stream::location::{self, stable_hash};
 use voxlake_stream::{Snapshot, TableStream};
 
 use crate::Compactor;
-use crate::convert::{BatchBuilder, ConvertSummary, Row, Window, read_ids};
+use crate::convert::{ConvertSummary, Row, read_ids};
 use crate::error::CompactError;
-use crate::table::{Table, writer_for};
+use crate::table::Table;
 
 impl Compactor {
     pub(crate) async fn run_convert_table(
@@ -90,21 +89,12 @@ impl Compactor {
             .with_sample_columns(hints)
             .build_on(Arc::new(snapshot));
         let mut groups = stream.epoch(0);
-        let mut writer = writer_for(&table, &self.layout)?;
-        let mut batch = BatchBuilder::new(
-            self.layout.row_group_rows,
-            spec.nbytes(),
-            table.has_checksums()?,
-        );
-        let mut window = Window::default();
-        let commit_bytes = self
-            .layout
-            .target_file_bytes
-            .saturating_mul(self.files_per_commit as u64);
+        let mut sink = self.row_sink(&table, &spec)?;
         let mut seen = HashSet::new();
         let result: Result<(), CompactError> = async {
             while let Some(group) = groups.next().await {
                 let group = group?;
+                let file = &stream.snapshot().files()[group.file()].path;
                 let data = &group.batch;
                 let column = |name: &str| data.column_by_name(name);
                 let (Some(ids), Some(tensors)) = (
@@ -112,9 +102,8 @@ impl Compactor {
                     column(TENSOR_COLUMN).map(|c| c.as_binary_view()),
                 ) else {
                     return Err(CompactError::Internal(format!(
-                        "row group {} of file #{} came without ids or tensors",
-                        group.row_group(),
-                        group.file()
+                        "row group {} of {file} came without ids or tensors",
+                        group.row_group()
                     )));
                 };
                 let labels = column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>());
@@ -134,58 +123,31 @@ impl Compactor {
                         return Err(CompactError::Incompatible {
                             location: source_display.clone(),
                             reason: format!(
-                                "id '{id}' appears twice (row {} of file #{}): ids must be unique, name another column with --id-column",
-                                group.file_row(i).unwrap_or(0),
-                                group.file()
+                                "id '{id}' appears twice (row {} of {file}): ids must be unique, name another column with --id-column",
+                                group.file_row(i).unwrap_or(0)
                             ),
                         });
                     }
                     let label = labels.and_then(|l| (!l.is_null(i)).then(|| l.value(i)));
                     let tensor = Bytes::copy_from_slice(tensors.value(i));
-                    window.bytes_read += tensor.len() as u64;
-                    window.files += 1;
-                    batch.push(Row {
+                    let row = Row {
                         checksum: voxlake_format::row_checksum(id, label, &tensor),
                         key: id.to_string(),
                         label,
+                        bytes_read: tensor.len() as u64,
                         tensor,
-                        bytes_read: 0,
-                    });
-                    if batch.is_full() {
-                        writer
-                            .write(batch.finish(&spec)?)
-                            .await
-                            .map_err(|e| table.error(e))?;
-                    }
-                    if writer.buffer_len() as u64 >= commit_bytes {
-                        self.commit(&mut writer, &mut table, &mut window, &mut summary)
-                            .await?;
-                    }
+                    };
+                    self.sink_row(&mut sink, row, &mut table, &mut summary)
+                        .await?;
                 }
-                self.report_progress(&summary, &window, total);
-            }
-            if batch.len() > 0 {
-                writer
-                    .write(batch.finish(&spec)?)
-                    .await
-                    .map_err(|e| table.error(e))?;
-            }
-            if window.files > 0 {
-                self.commit(&mut writer, &mut table, &mut window, &mut summary)
-                    .await?;
+                self.report_progress(&summary, &sink.window, total);
             }
             Ok(())
         }
         .await;
         drop(groups);
-        if let Err(e) = result {
-            // Nothing of the open window is committed; uploads in progress are aborted.
-            writer.reset();
-            return Err(e);
-        }
-        summary.version = table.version();
-        summary.seconds = start.elapsed().as_secs_f64();
-        self.report(&summary, total);
-        Ok(summary)
+        self.finish_sink(sink, result, &mut table, &mut summary)
+            .await?;
+        Ok(self.summarized(summary, &table, start, total))
     }
 }

@@ -167,6 +167,14 @@ fn meta(message: String) -> FormatError {
     FormatError::Metadata(message)
 }
 
+/// The field `name` of `schema`, or an error listing the columns there are.
+fn field_named<'a>(schema: &'a Schema, name: &str) -> Result<&'a Field, FormatError> {
+    schema.field_with_name(name).map_err(|_| {
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        meta(format!("no column '{name}' (the table has {names:?})"))
+    })
+}
+
 /// The element type of an Arrow number type.
 fn dtype_of(data_type: &DataType) -> Option<DType> {
     Some(match data_type {
@@ -270,18 +278,7 @@ impl SampleColumns {
         schema: &'a Schema,
         hints: &ColumnHints,
     ) -> Result<&'a Field, FormatError> {
-        let names = || {
-            schema
-                .fields()
-                .iter()
-                .map(|f| f.name().as_str())
-                .collect::<Vec<_>>()
-        };
-        let field_named = |name: &str| {
-            schema
-                .field_with_name(name)
-                .map_err(|_| meta(format!("no column '{name}' (the table has {:?})", names())))
-        };
+        let field_named = |name: &str| field_named(schema, name);
         match &hints.tensor {
             Some(name) => field_named(name),
             None => match schema.field_with_name(TENSOR_COLUMN) {
@@ -297,7 +294,7 @@ impl SampleColumns {
                         [only] => Ok(*only),
                         [] => Err(meta(format!(
                             "no column can hold tensors (a BINARY, LIST or FIXED_SIZE_LIST of numbers); the table has {:?}",
-                            names()
+                            schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
                         ))),
                         many => Err(meta(format!(
                             "several columns can hold tensors ({:?}): name one (with_tensor_column, --tensor-column)",
@@ -319,18 +316,7 @@ impl SampleColumns {
         hints: &ColumnHints,
         first: Option<&[u8]>,
     ) -> Result<SampleColumns, FormatError> {
-        let names = || {
-            schema
-                .fields()
-                .iter()
-                .map(|f| f.name().as_str())
-                .collect::<Vec<_>>()
-        };
-        let field_named = |name: &str| {
-            schema
-                .field_with_name(name)
-                .map_err(|_| meta(format!("no column '{name}' (the table has {:?})", names())))
-        };
+        let field_named = |name: &str| field_named(schema, name);
         let tensor = SampleColumns::tensor_field(schema, hints)?;
         let name = tensor.name().clone();
         let native = config.contains_key(FORMAT_VERSION_KEY) && name == TENSOR_COLUMN;
@@ -433,40 +419,33 @@ impl SampleColumns {
                 dtype.to_string(),
             ));
         }
-        let label = match &hints.label {
-            Some(l) => Some(field_named(l)?),
-            None => schema.field_with_name(LABEL_COLUMN).ok(),
-        };
-        if let Some(l) = label
-            && !matches!(
-                l.data_type(),
-                DataType::Boolean | DataType::Float32 | DataType::Float64
-            )
-            && !l.data_type().is_integer()
-        {
-            return Err(meta(format!(
-                "label column '{}' is {}: labels are integers, bools or integral floats",
-                l.name(),
-                l.data_type()
-            )));
-        }
-        let id = match &hints.id {
-            Some(i) => Some(field_named(i)?),
-            None => schema.field_with_name(ID_COLUMN).ok(),
-        };
-        if let Some(i) = id
-            && !matches!(
-                i.data_type(),
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-            )
-            && !i.data_type().is_integer()
-        {
-            return Err(meta(format!(
-                "id column '{}' is {}: ids are strings or integers",
-                i.name(),
-                i.data_type()
-            )));
-        }
+        // Label and id columns: named, else the usual names where the table has them.
+        let pick =
+            |named: &Option<String>, default: &str, what: &str, ok: fn(&DataType) -> bool| {
+                let field = match named {
+                    Some(name) => Some(field_named(name)?),
+                    None => schema.field_with_name(default).ok(),
+                };
+                match field {
+                    Some(f) if !ok(f.data_type()) => Err(meta(format!(
+                        "{what} column '{}' is {}: {what}s are {}",
+                        f.name(),
+                        f.data_type(),
+                        if what == "label" {
+                            "integers, bools or integral floats"
+                        } else {
+                            "strings or integers"
+                        }
+                    ))),
+                    other => Ok(other),
+                }
+            };
+        let label = pick(&hints.label, LABEL_COLUMN, "label", |t| {
+            t.is_integer() || matches!(t, DataType::Boolean | DataType::Float32 | DataType::Float64)
+        })?;
+        let id = pick(&hints.id, ID_COLUMN, "id", |t| {
+            t.is_integer() || matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+        })?;
         let label = label.map(|f| f.name().clone());
         let id = id.map(|f| f.name().clone());
         let native = native
