@@ -400,3 +400,53 @@ fn every_fixture_reads_through_a_filter_and_a_transform() {
         assert!(seen.values().all(|&c| c == 1), "{name}: {seen:?}");
     }
 }
+
+#[test]
+fn labels_and_ids_may_come_from_partition_folders() {
+    // Folder-per-class: region a's file under cls=3, region b's under cls=4 (and a null class).
+    let dir = tempfile::tempdir().unwrap();
+    for (region, class) in [("a", "3"), ("b", "4"), ("c", "__HIVE_DEFAULT_PARTITION__")] {
+        let to = dir.path().join(format!("cls={class}"));
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::copy(
+            std::path::Path::new(&fixture("pyarrow_raw_hive"))
+                .join(format!("region={region}/part-0.parquet")),
+            to.join("part-0.parquet"),
+        )
+        .unwrap();
+    }
+    let table = dir.path().to_string_lossy().into_owned();
+    let got = std::thread::spawn(move || {
+        Loader::builder(table)
+            .with_tensor_shape(SHAPE.to_vec(), DType::F32)
+            .with_label_column("cls")
+            .with_id_column("sample")
+            .with_filter("cls IS NOT NULL")
+            .with_batch_size(5)
+            .with_shuffle(1, 8)
+            .build()
+            .unwrap()
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+    })
+    .join()
+    .unwrap();
+    let expected = expected(DType::F32);
+    let mut n = 0;
+    for b in &got {
+        for (i, id) in b.ids.iter().enumerate() {
+            let k: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
+            let class = match k % 3 {
+                0 => 3,
+                1 => 4,
+                _ => panic!("{id}: the null class is filtered out"),
+            };
+            assert_eq!(b.labels[i], Some(class), "{id}");
+            let bytes = b.tensors.as_bytes().unwrap();
+            let per = bytes.len() / b.len();
+            assert!(bytes[i * per..(i + 1) * per] == expected[k][..], "{id}");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 16);
+}

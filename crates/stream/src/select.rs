@@ -228,7 +228,7 @@ impl Snapshot {
         let mut in_files = Vec::new();
         for column in filter.columns() {
             let kind = if partition_columns.contains(&column) {
-                None
+                self.partition_type(column).and_then(kind_of)
             } else {
                 let field = schema.field_with_name(column).map_err(|_| {
                     incompatible(format!(
@@ -261,10 +261,18 @@ impl Snapshot {
             }
         }
         let like = |column: &str| filter.literals_of(column).first().map(|v| (*v).clone());
+        // A partition value, typed as the column is (else as the filter's literal is).
         let partition = |file: &DataFile, column: &str| -> Option<Option<Value>> {
             let (_, raw) = file.partitions.iter().find(|(k, _)| k == column)?;
-            let like = like(column)?;
-            Some(raw.as_deref().and_then(|r| Value::parse_like(r, &like)))
+            let Some(raw) = raw.as_deref() else {
+                return Some(None);
+            };
+            let kind = match self.partition_type(column) {
+                Some(DataType::Int64) => Value::Int(0),
+                Some(_) => Value::Str(String::new()),
+                None => like(column).unwrap_or(Value::Str(String::new())),
+            };
+            Some(Value::parse_like(raw, &kind))
         };
         let mut stats = FilterStats {
             rows_before: files.iter().filter_map(|f| f.rows).sum(),

@@ -57,6 +57,9 @@ pub struct Snapshot {
     location: String,
     version: u64,
     columns: SampleColumns,
+    /// Partition columns the files do not hold (hive folders, Delta partitions): Int64 where
+    /// every value is an integer, else Utf8. Label and id may be read from them.
+    partition_types: HashMap<String, arrow_schema::DataType>,
     delta: bool,
     selection: Option<crate::select::Selection>,
     files: Vec<DataFile>,
@@ -297,6 +300,7 @@ impl Snapshot {
                 id: None,
                 native: true,
             },
+            partition_types: HashMap::new(),
             delta,
             selection: None,
             files,
@@ -378,6 +382,12 @@ impl Snapshot {
             .sum()
     }
 
+    /// The type of partition column `name` where the files do not hold it (Int64 when every
+    /// value is an integer, else Utf8), once the sample columns were resolved.
+    pub(crate) fn partition_type(&self, name: &str) -> Option<&arrow_schema::DataType> {
+        self.partition_types.get(name)
+    }
+
     /// The filter's text, if the snapshot was filtered.
     pub fn filter(&self) -> Option<&str> {
         self.selection.as_ref().map(|s| s.text.as_str())
@@ -432,7 +442,46 @@ impl Snapshot {
             });
         }
         let meta = self.reader_metadata(0).await?;
-        let schema = meta.schema().clone();
+        let file_schema = meta.schema().clone();
+        // Partition columns join the schema the columns are resolved against.
+        let mut keys: Vec<&str> = self
+            .files
+            .iter()
+            .flat_map(|f| f.partitions.iter().map(|(k, _)| k.as_str()))
+            .filter(|k| file_schema.field_with_name(k).is_err())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let partition_types: HashMap<String, arrow_schema::DataType> = keys
+            .into_iter()
+            .map(|key| {
+                let integers = self.files.iter().all(|f| {
+                    f.partitions
+                        .iter()
+                        .filter(|(k, _)| k == key)
+                        .all(|(_, v)| v.as_deref().is_none_or(|v| v.parse::<i64>().is_ok()))
+                });
+                let t = if integers {
+                    arrow_schema::DataType::Int64
+                } else {
+                    arrow_schema::DataType::Utf8
+                };
+                (key.to_string(), t)
+            })
+            .collect();
+        let mut fields: Vec<arrow_schema::FieldRef> =
+            file_schema.fields().iter().cloned().collect();
+        let mut partition_names: Vec<&String> = partition_types.keys().collect();
+        partition_names.sort();
+        for name in partition_names {
+            fields.push(Arc::new(arrow_schema::Field::new(
+                name.as_str(),
+                partition_types[name].clone(),
+                true,
+            )));
+        }
+        let schema = arrow_schema::Schema::new(fields);
+        self.partition_types = partition_types;
         let tensor = SampleColumns::tensor_field(&schema, hints).map_err(incompatible)?;
         let first = match tensor.data_type() {
             arrow_schema::DataType::Binary
@@ -697,10 +746,14 @@ impl Snapshot {
             if name == CHECKSUM_COLUMN && schema.index_of(name).is_err() {
                 continue;
             }
-            // voxlake's names map to the table's columns; an id the table lacks is made.
+            // voxlake's names map to the table's columns; an id the table lacks is made, and
+            // partition columns come from the file's path or add action.
             let Some(name) = self.columns.source_of(name) else {
                 continue;
             };
+            if self.partition_types.contains_key(name) && schema.index_of(name).is_err() {
+                continue;
+            }
             let index = schema
                 .index_of(name)
                 .map_err(|_| StreamError::Incompatible {
@@ -874,6 +927,7 @@ impl Snapshot {
         let columns = self.columns.clone();
         let path = self.files[index].path.clone();
         let named = path.clone();
+        let batch = self.with_partition_columns(index, batch)?;
         let normalized = tokio::task::spawn_blocking(move || {
             columns.normalize(&batch, |row| format!("{named}#{}", first_row + row as u64))
         })
@@ -886,6 +940,51 @@ impl Snapshot {
             row: first_row + e.row as u64,
             reason: e.reason,
         })
+    }
+
+    /// `batch` of file `index` with the partition columns the label or id are read from, as
+    /// constant columns of the file's values.
+    fn with_partition_columns(
+        &self,
+        index: usize,
+        batch: RecordBatch,
+    ) -> Result<RecordBatch, StreamError> {
+        let wanted: Vec<&String> = [&self.columns.label, &self.columns.id]
+            .into_iter()
+            .flatten()
+            .filter(|c| self.partition_types.contains_key(*c) && batch.column_by_name(c).is_none())
+            .collect();
+        if wanted.is_empty() {
+            return Ok(batch);
+        }
+        let rows = batch.num_rows();
+        let schema = batch.schema();
+        let mut fields: Vec<arrow_schema::FieldRef> = schema.fields().iter().cloned().collect();
+        let mut arrays = batch.columns().to_vec();
+        let file = &self.files[index];
+        for name in wanted {
+            let value = file
+                .partitions
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.clone());
+            let array: arrow_array::ArrayRef =
+                match self.partition_types[name] {
+                    arrow_schema::DataType::Int64 => Arc::new(arrow_array::Int64Array::from(vec![
+                    value.and_then(|v| v.parse::<i64>().ok());
+                    rows
+                ])),
+                    _ => Arc::new(arrow_array::StringArray::from(vec![value; rows])),
+                };
+            fields.push(Arc::new(arrow_schema::Field::new(
+                name.as_str(),
+                array.data_type().clone(),
+                true,
+            )));
+            arrays.push(array);
+        }
+        RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), arrays)
+            .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))
     }
 
     /// Streams every record batch of file `index`: only `columns` (all if `None`),
