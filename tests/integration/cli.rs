@@ -49,6 +49,22 @@ async fn json_summary_has_the_documented_keys() {
         "f16",
     ]));
     assert_eq!(v["rows"], 10);
+    // bfloat16, which numpy has no type for: the table holds it, the loader hands it out.
+    let bf16 = dir.path().join("bf16");
+    let v = json_output(convert_command(&data, &bf16).args(["--json", "--dtype", "bf16"]));
+    assert_eq!(v["tensor"], "[30, 30, 10, 10] bf16");
+    let batch = std::thread::spawn(move || {
+        voxlake::Loader::builder(bf16.to_str().unwrap())
+            .with_batch_size(10)
+            .build()
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(batch.tensors.dtype(), voxlake::format::DType::BF16);
     assert_eq!(v["skipped"], serde_json::json!([]));
 
     let v = json_output(Command::new(compact_bin()).args([

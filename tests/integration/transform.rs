@@ -213,3 +213,49 @@ fn batch_transforms_run_on_every_batch_with_their_own_generator() {
     assert_eq!(a, draws(5), "reproducible");
     assert_ne!(a, draws(6), "seeded");
 }
+
+#[test]
+fn transforms_cast_to_bfloat16_on_every_path() {
+    let numpy = expected(DType::F32);
+    let bf16 = TensorSpec::new(SHAPE.to_vec(), DType::BF16);
+    let cast = move |b: LoaderBuilder| {
+        b.with_id_column("sample")
+            .with_batch_size(5)
+            .with_transform_to(bf16.clone(), |s: &mut Sample<'_>, _| {
+                let x = s.tensor.as_f32().ok_or("f32 expected")?;
+                s.tensor = Tensors::BF16(x.mapv(half::bf16::from_f32));
+                Ok(())
+            })
+    };
+    let mut paths = vec![cast(Loader::builder(fixture("pyarrow_tensor")))];
+    #[cfg(feature = "tch")]
+    paths.push(
+        cast(Loader::builder(fixture("pyarrow_tensor")))
+            .with_device(voxlake::loader::tch::Device::Cpu),
+    );
+    for builder in paths {
+        let batches: Vec<voxlake::Batch> =
+            std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).collect())
+                .join()
+                .unwrap();
+        let mut n = 0;
+        for b in &batches {
+            assert_eq!(b.tensors.dtype(), DType::BF16);
+            let bytes = b.tensors.as_bytes().unwrap();
+            let per = bytes.len() / b.len();
+            for (i, id) in b.ids.iter().enumerate() {
+                let k: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
+                let want: Vec<u8> = numpy[k]
+                    .chunks(4)
+                    .flat_map(|c| {
+                        half::bf16::from_f32(f32::from_le_bytes(c.try_into().unwrap()))
+                            .to_le_bytes()
+                    })
+                    .collect();
+                assert!(bytes[i * per..(i + 1) * per] == want[..], "{id}");
+                n += 1;
+            }
+        }
+        assert_eq!(n, 24);
+    }
+}

@@ -34,7 +34,7 @@ enum Command {
         /// CSV with columns `file,label` (file = key relative to SRC).
         #[arg(long)]
         labels: Option<String>,
-        /// Element type of the table (f16, f32, f64, i8..i64, u8..u64, bool); converts.
+        /// Element type of the table (f16, bf16, f32, f64, i8..i64, u8..u64, bool); converts.
         #[arg(long)]
         dtype: Option<DType>,
         /// Shape of a new table's tensors, e.g. 30,30,10,10 (default: what the first source

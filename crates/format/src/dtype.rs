@@ -31,6 +31,10 @@ pub enum DType {
     U64,
     /// `float16` (IEEE half).
     F16,
+    /// `bfloat16` (brain float: f32's exponent, 8 bits of mantissa). numpy has no such type:
+    /// no `.npy` file holds it, but a table may (`compact convert --dtype bf16`) and a
+    /// transform may hand it out.
+    BF16,
     /// `float32`.
     F32,
     /// `float64`.
@@ -58,7 +62,7 @@ enum Kind {
 
 impl DType {
     /// Every element type, in a stable order.
-    pub const ALL: [DType; 12] = [
+    pub const ALL: [DType; 13] = [
         DType::Bool,
         DType::I8,
         DType::I16,
@@ -69,6 +73,7 @@ impl DType {
         DType::U32,
         DType::U64,
         DType::F16,
+        DType::BF16,
         DType::F32,
         DType::F64,
     ];
@@ -77,7 +82,7 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::Bool | DType::I8 | DType::U8 => 1,
-            DType::I16 | DType::U16 | DType::F16 => 2,
+            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
             DType::I32 | DType::U32 | DType::F32 => 4,
             DType::I64 | DType::U64 | DType::F64 => 8,
         }
@@ -96,6 +101,7 @@ impl DType {
             DType::U32 => "u32",
             DType::U64 => "u64",
             DType::F16 => "f16",
+            DType::BF16 => "bf16",
             DType::F32 => "f32",
             DType::F64 => "f64",
         }
@@ -135,7 +141,7 @@ impl DType {
             DType::Bool => Kind::Bool,
             DType::U8 | DType::U16 | DType::U32 | DType::U64 => Kind::Unsigned,
             DType::I8 | DType::I16 | DType::I32 | DType::I64 => Kind::Signed,
-            DType::F16 | DType::F32 | DType::F64 => Kind::Float,
+            DType::F16 | DType::BF16 | DType::F32 | DType::F64 => Kind::Float,
         }
     }
 
@@ -156,6 +162,7 @@ impl DType {
                 (Kind::Unsigned | Kind::Signed, Kind::Float) => {
                     let bits = self.size() * 8 - usize::from(from_kind == Kind::Signed);
                     let mantissa = match to {
+                        DType::BF16 => 8,
                         DType::F16 => 11,
                         DType::F32 => 24,
                         _ => 53,
@@ -193,6 +200,7 @@ impl FromStr for DType {
                     DType::U32 => t == "uint32",
                     DType::U64 => t == "uint64",
                     DType::F16 => t == "float16",
+                    DType::BF16 => t == "bfloat16",
                     DType::F32 => t == "float32",
                     DType::F64 => t == "float64",
                 }
@@ -219,9 +227,12 @@ mod tests {
     fn names_round_trip() {
         for d in DType::ALL {
             assert_eq!(d.name().parse::<DType>().unwrap(), d);
+            // numpy has no bf16: its code is f16's.
             let code = format!("<{}{}", d.numpy_kind(), d.size());
-            assert_eq!(code.parse::<DType>().unwrap(), d);
+            let numpy = if d == DType::BF16 { DType::F16 } else { d };
+            assert_eq!(code.parse::<DType>().unwrap(), numpy);
         }
+        assert_eq!("bfloat16".parse::<DType>().unwrap(), DType::BF16);
         assert_eq!("float32".parse::<DType>().unwrap(), DType::F32);
         assert!("complex64".parse::<DType>().is_err());
         assert!("f3".parse::<DType>().is_err());
@@ -230,6 +241,10 @@ mod tests {
     #[test]
     fn casting_rules_follow_numpy() {
         use DType::*;
+        // bf16: f32's range, 8 bits of mantissa.
+        assert!(BF16.can_cast(F32, Casting::Safe) && U8.can_cast(BF16, Casting::Safe));
+        assert!(!F16.can_cast(BF16, Casting::Safe) && !I16.can_cast(BF16, Casting::Safe));
+        assert!(F32.can_cast(BF16, Casting::SameKind) && !BF16.can_cast(F16, Casting::Safe));
         assert!(F16.can_cast(F32, Casting::Safe));
         assert!(!F64.can_cast(F32, Casting::Safe));
         assert!(F64.can_cast(F32, Casting::SameKind));

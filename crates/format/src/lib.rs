@@ -92,7 +92,7 @@ pub enum FormatError {
     #[error("{0}")]
     Npy(String),
     /// A dtype name that voxlake does not know.
-    #[error("unknown dtype '{0}' (expected one of bool, i8..i64, u8..u64, f16, f32, f64)")]
+    #[error("unknown dtype '{0}' (expected one of bool, i8..i64, u8..u64, f16, bf16, f32, f64)")]
     UnknownDType(String),
     /// Values of one type cannot be converted to another under the casting rule.
     #[error("dtype {from} cannot be converted to {to} under {casting:?} casting")]

@@ -286,6 +286,7 @@ fn read_value(dtype: DType, b: &[u8]) -> Value {
         DType::I64 => Value::Int(i128::from(i64::from_le_bytes(le(b)))),
         DType::U64 => Value::Int(i128::from(u64::from_le_bytes(le(b)))),
         DType::F16 => Value::Float(f16::from_le_bytes([b[0], b[1]]).to_f64()),
+        DType::BF16 => Value::Float(half::bf16::from_le_bytes([b[0], b[1]]).to_f64()),
         DType::F32 => Value::Float(f64::from(f32::from_le_bytes(le(b)))),
         DType::F64 => Value::Float(f64::from_le_bytes(le(b))),
     }
@@ -322,6 +323,7 @@ fn write_value(to: DType, value: Value, out: &mut Vec<u8>) {
         DType::I64 => out.extend_from_slice(&(as_int(value) as i64).to_le_bytes()),
         DType::U64 => out.extend_from_slice(&(as_int(value) as u64).to_le_bytes()),
         DType::F16 => out.extend_from_slice(&f16::from_f64(as_f64(value)).to_le_bytes()),
+        DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(as_f64(value)).to_le_bytes()),
         DType::F32 => out.extend_from_slice(&(as_f64(value) as f32).to_le_bytes()),
         DType::F64 => out.extend_from_slice(&as_f64(value).to_le_bytes()),
     }
@@ -515,8 +517,10 @@ impl Default for EncodeOptions {
 /// Writes an `.npy` file of `dtype` and `shape` from values given little-endian in C order.
 ///
 /// # Panics
-/// If `values` is not `shape`'s element count times the item size, or the version is not 1–3.
+/// If `values` is not `shape`'s element count times the item size, the version is not 1–3, or
+/// the type is bf16 (numpy has none).
 pub fn encode(dtype: DType, shape: &[usize], values: &[u8], options: EncodeOptions) -> Vec<u8> {
+    assert!(dtype != DType::BF16, "numpy has no bfloat16 type");
     let size = dtype.size();
     let numel: usize = shape.iter().product();
     assert_eq!(values.len(), numel * size, "values do not match the shape");
@@ -602,7 +606,8 @@ mod tests {
     #[test]
     fn every_dtype_order_endian_and_version_round_trips() {
         let shape = [3, 4, 5];
-        for dtype in DType::ALL {
+        // numpy has no bf16 (conversions to it are tested below).
+        for dtype in DType::ALL.into_iter().filter(|&d| d != DType::BF16) {
             let values = ramp(dtype, 60);
             for version in 1..=3 {
                 for big_endian in [false, true] {
@@ -765,6 +770,17 @@ mod tests {
             [1.5f32, -2.25]
                 .iter()
                 .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>()
+        );
+        // To bfloat16 (both values exact in its 8-bit mantissa).
+        let mut bf = Vec::new();
+        a.write_le_c(DType::BF16, Casting::SameKind, &mut bf)
+            .unwrap();
+        assert_eq!(
+            bf,
+            [1.5f32, -2.25]
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
                 .collect::<Vec<_>>()
         );
         assert!(

@@ -98,6 +98,7 @@ pub enum Tensors {
     U32(ArrayD<u32>),
     U64(ArrayD<u64>),
     F16(ArrayD<f16>),
+    BF16(ArrayD<half::bf16>),
     F32(ArrayD<f32>),
     F64(ArrayD<f64>),
     /// A libtorch tensor (feature `tch`), on the loader's device.
@@ -118,6 +119,7 @@ macro_rules! each_tensor {
             Tensors::U32($a) => $body,
             Tensors::U64($a) => $body,
             Tensors::F16($a) => $body,
+            Tensors::BF16($a) => $body,
             Tensors::F32($a) => $body,
             Tensors::F64($a) => $body,
             #[cfg(feature = "tch")]
@@ -156,6 +158,7 @@ impl Tensors {
             Tensors::U32(_) => DType::U32,
             Tensors::U64(_) => DType::U64,
             Tensors::F16(_) => DType::F16,
+            Tensors::BF16(_) => DType::BF16,
             Tensors::F32(_) => DType::F32,
             Tensors::F64(_) => DType::F64,
         }
@@ -209,6 +212,7 @@ macro_rules! map_tensor {
             Tensors::U32($a) => Tensors::U32($body),
             Tensors::U64($a) => Tensors::U64($body),
             Tensors::F16($a) => Tensors::F16($body),
+            Tensors::BF16($a) => Tensors::BF16($body),
             Tensors::F32($a) => Tensors::F32($body),
             Tensors::F64($a) => Tensors::F64($body),
             #[cfg(feature = "tch")]
@@ -280,6 +284,16 @@ impl Element for f16 {
     const ANY_BITS: bool = true;
     fn from_le(bytes: &[u8]) -> Self {
         f16::from_le_bytes([bytes[0], bytes[1]])
+    }
+    fn write_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+
+impl Element for half::bf16 {
+    const ANY_BITS: bool = true;
+    fn from_le(bytes: &[u8]) -> Self {
+        half::bf16::from_le_bytes([bytes[0], bytes[1]])
     }
     fn write_le(self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_le_bytes());
@@ -443,6 +457,7 @@ pub(crate) fn build_tensors_into(
         DType::U32 => build_as!(U32),
         DType::U64 => build_as!(U64),
         DType::F16 => build_as!(F16),
+        DType::BF16 => build_as!(BF16),
         DType::F32 => build_as!(F32),
         DType::F64 => build_as!(F64),
     }

@@ -91,6 +91,7 @@ pub fn kind_of(dtype: DType) -> Result<Kind, LoaderError> {
         DType::I64 => Kind::Int64,
         DType::U8 => Kind::Uint8,
         DType::F16 => Kind::Half,
+        DType::BF16 => Kind::BFloat16,
         DType::F32 => Kind::Float,
         DType::F64 => Kind::Double,
         DType::U16 | DType::U32 | DType::U64 => {
@@ -110,6 +111,7 @@ pub(crate) fn dtype_of(kind: Kind) -> DType {
         Kind::Int64 => DType::I64,
         Kind::Uint8 => DType::U8,
         Kind::Half => DType::F16,
+        Kind::BFloat16 => DType::BF16,
         Kind::Double => DType::F64,
         _ => DType::F32,
     }
@@ -201,6 +203,7 @@ fn scalar_type(dtype: DType) -> Option<std::ffi::c_int> {
         DType::I32 => 3,
         DType::I64 => 4,
         DType::F16 => 5,
+        DType::BF16 => 15,
         DType::F32 => 6,
         DType::F64 => 7,
         DType::Bool => 11,
@@ -326,6 +329,7 @@ fn fill(
         DType::I64 => typed::<i64>(host, numel, samples, channels, pool),
         DType::U8 => typed::<u8>(host, numel, samples, channels, pool),
         DType::F16 => typed::<f16>(host, numel, samples, channels, pool),
+        DType::BF16 => typed::<half::bf16>(host, numel, samples, channels, pool),
         DType::F32 => typed::<f32>(host, numel, samples, channels, pool),
         DType::F64 => typed::<f64>(host, numel, samples, channels, pool),
         DType::U16 | DType::U32 | DType::U64 => unreachable!("refused by kind_of"),
@@ -468,5 +472,6 @@ mod tests {
         assert!(host.f_pin_memory(Device::Cuda(0)).is_err() || tch::Cuda::is_available());
         assert!(kind_of(DType::U32).is_err());
         assert_eq!(dtype_of(kind_of(DType::F16).unwrap()), DType::F16);
+        assert_eq!(dtype_of(kind_of(DType::BF16).unwrap()), DType::BF16);
     }
 }
