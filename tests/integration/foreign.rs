@@ -450,3 +450,79 @@ fn labels_and_ids_may_come_from_partition_folders() {
     }
     assert_eq!(n, 16);
 }
+
+#[test]
+fn large_list_rows_decode_in_pieces_and_name_their_rows() {
+    use arrow::array::{Float32Array, ListArray, StringArray};
+    use arrow::buffer::OffsetBuffer;
+    use arrow::datatypes::{DataType, Field};
+    use arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+    // 12 rows of 200,000 floats (800 KB: one row per decode batch) in row groups of 5; row 8
+    // one value short.
+    let numel = 200_000usize;
+    let lens: Vec<usize> = (0..12)
+        .map(|r| if r == 8 { numel - 1 } else { numel })
+        .collect();
+    let values: Vec<f32> = lens
+        .iter()
+        .enumerate()
+        .flat_map(|(r, &n)| (0..n).map(move |i| (r * 1000) as f32 + (i % 997) as f32))
+        .collect();
+    let item = Arc::new(Field::new("element", DataType::Float32, false));
+    let list = ListArray::new(
+        item,
+        OffsetBuffer::from_lengths(lens.iter().copied()),
+        Arc::new(Float32Array::from(values)),
+        None,
+    );
+    let batch = RecordBatch::try_from_iter([
+        ("volume", Arc::new(list) as arrow::array::ArrayRef),
+        (
+            "sample",
+            Arc::new(StringArray::from_iter_values(
+                (0..12).map(|r| format!("r{r}")),
+            )),
+        ),
+    ])
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(5))
+        .build();
+    let file = std::fs::File::create(dir.path().join("part-0.parquet")).unwrap();
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let table = dir.path().to_string_lossy().into_owned();
+    let builder = |t: String| {
+        Loader::builder(t)
+            .with_tensor_shape(vec![numel], DType::F32)
+            .with_id_column("sample")
+            .with_batch_size(4)
+    };
+    // The first row group (rows 0–4) is whole: 5 decode batches joined, values in place.
+    let first = std::thread::spawn({
+        let b = builder(table.clone());
+        move || {
+            let mut loader = b.build().unwrap();
+            loader.next().unwrap().unwrap()
+        }
+    })
+    .join()
+    .unwrap();
+    let t = first.tensors.as_f32().unwrap();
+    for (i, id) in first.ids.iter().enumerate() {
+        let r: usize = id[1..].parse().unwrap();
+        assert_eq!(r, i);
+        assert_eq!(t[[i, 0]], (r * 1000) as f32);
+        assert_eq!(t[[i, 998]], (r * 1000 + 1) as f32);
+    }
+    // Row 8 (the fourth row of the second row group, a later decode batch) is named.
+    let e = first_error(builder(table), "a short list in a later decode batch");
+    assert!(
+        e.contains("row group 1, row 8") && e.contains("a list of 199999 values"),
+        "{e}"
+    );
+}
