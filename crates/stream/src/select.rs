@@ -86,6 +86,9 @@ fn value_at(array: &ArrayRef, i: usize) -> Option<Value> {
             let v = array.as_primitive::<UInt64Type>().value(i);
             i64::try_from(v).map_or(Value::Float(v as f64), Value::Int)
         }
+        DataType::Float16 => {
+            Value::Float(array.as_primitive::<arrow_array::types::Float16Type>().value(i).to_f64())
+        }
         DataType::Float32 => Value::Float(f64::from(array.as_primitive::<Float32Type>().value(i))),
         DataType::Float64 => Value::Float(array.as_primitive::<Float64Type>().value(i)),
         DataType::Boolean => Value::Bool(array.as_boolean().value(i)),
@@ -429,6 +432,26 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn column_values_as_filters_see_them() {
+        use arrow_array::{BooleanArray, Float16Array, StringArray, UInt64Array};
+        let halves: ArrayRef = Arc::new(Float16Array::from(vec![
+            Some(half::f16::from_f32(1.5)),
+            None,
+        ]));
+        assert_eq!(value_at(&halves, 0), Some(Value::Float(1.5)));
+        assert_eq!(value_at(&halves, 1), None);
+        let big: ArrayRef = Arc::new(UInt64Array::from(vec![u64::MAX, 7]));
+        assert_eq!(value_at(&big, 0), Some(Value::Float(u64::MAX as f64)));
+        assert_eq!(value_at(&big, 1), Some(Value::Int(7)));
+        let text: ArrayRef = Arc::new(StringArray::from(vec!["a"]));
+        assert_eq!(value_at(&text, 0), Some(Value::Str("a".into())));
+        let flags: ArrayRef = Arc::new(BooleanArray::from(vec![true]));
+        assert_eq!(value_at(&flags, 0), Some(Value::Bool(true)));
+        assert_eq!(kind_of(&DataType::Float16), Some("number"));
+        assert_eq!(kind_of(&DataType::Binary), None);
+    }
 
     #[test]
     fn hive_folders_are_partitions() {
