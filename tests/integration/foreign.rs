@@ -451,19 +451,14 @@ fn labels_and_ids_may_come_from_partition_folders() {
     assert_eq!(n, 16);
 }
 
-#[test]
-fn large_list_rows_decode_in_pieces_and_name_their_rows() {
+/// A Parquet folder of one file: rows `r` of `lens[r]` floats (`r * 1000 + i % 997`) in a LIST
+/// column `volume`, ids `r<r>` in `sample`, row groups of 5.
+fn list_table(dir: &std::path::Path, lens: &[usize]) -> String {
     use arrow::array::{Float32Array, ListArray, StringArray};
     use arrow::buffer::OffsetBuffer;
     use arrow::datatypes::{DataType, Field};
     use arrow::record_batch::RecordBatch;
     use std::sync::Arc;
-    // 12 rows of 200,000 floats (800 KB: one row per decode batch) in row groups of 5; row 8
-    // one value short.
-    let numel = 200_000usize;
-    let lens: Vec<usize> = (0..12)
-        .map(|r| if r == 8 { numel - 1 } else { numel })
-        .collect();
     let values: Vec<f32> = lens
         .iter()
         .enumerate()
@@ -481,21 +476,32 @@ fn large_list_rows_decode_in_pieces_and_name_their_rows() {
         (
             "sample",
             Arc::new(StringArray::from_iter_values(
-                (0..12).map(|r| format!("r{r}")),
+                (0..lens.len()).map(|r| format!("r{r}")),
             )),
         ),
     ])
     .unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let props = parquet::file::properties::WriterProperties::builder()
         .set_max_row_group_row_count(Some(5))
         .build();
-    let file = std::fs::File::create(dir.path().join("part-0.parquet")).unwrap();
+    let file = std::fs::File::create(dir.join("part-0.parquet")).unwrap();
     let mut writer =
         parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
     writer.write(&batch).unwrap();
     writer.close().unwrap();
-    let table = dir.path().to_string_lossy().into_owned();
+    dir.to_string_lossy().into_owned()
+}
+
+#[test]
+fn large_list_rows_decode_in_pieces_and_name_their_rows() {
+    // 12 rows of 200,000 floats (800 KB: one row per decode batch) in row groups of 5; row 8
+    // one value short.
+    let numel = 200_000usize;
+    let lens: Vec<usize> = (0..12)
+        .map(|r| if r == 8 { numel - 1 } else { numel })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let table = list_table(dir.path(), &lens);
     let builder = |t: String| {
         Loader::builder(t)
             .with_tensor_shape(vec![numel], DType::F32)
@@ -525,4 +531,41 @@ fn large_list_rows_decode_in_pieces_and_name_their_rows() {
         e.contains("row group 1, row 8") && e.contains("a list of 199999 values"),
         "{e}"
     );
+}
+
+#[test]
+fn foreign_tables_stream_at_the_smallest_budget_build_accepts() {
+    // A LIST table (levels decoded beside the values) and np.savez_compressed rows (inflated to
+    // more than they store): refused below the smallest budget, every row once at it.
+    let numel = 200_000usize;
+    let dir = tempfile::tempdir().unwrap();
+    let list = list_table(dir.path(), &vec![numel; 23]);
+    for (table, shape, rows) in [
+        (list, Some(vec![numel]), 23),
+        (fixture("petastorm_compressed"), None, 24),
+    ] {
+        let builder = |budget: u64| {
+            let b = Loader::builder(table.clone())
+                .with_id_column("sample")
+                .with_batch_size(3)
+                .with_shuffle(5, 6)
+                .with_memory_budget(budget);
+            match &shape {
+                Some(s) => b.with_tensor_shape(s.clone(), DType::F32),
+                None => b,
+            }
+        };
+        let refusal = first_error(builder(1024), "a budget below the smallest");
+        let smallest = crate::loader::smallest_budget(&refusal);
+        let got = std::thread::spawn({
+            let b = builder(smallest);
+            move || b.build().unwrap().map(Result::unwrap).collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+        let mut ids: Vec<String> = got.iter().flat_map(|b| b.ids.clone()).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), rows, "{table} at {smallest} bytes");
+    }
 }

@@ -35,7 +35,7 @@ async fn table_of(dir: &Path, count: usize, seed: u64, rows: usize, file_bytes: 
 }
 
 /// The smallest budget a refusal at build names.
-fn smallest_budget(refusal: &str) -> u64 {
+pub fn smallest_budget(refusal: &str) -> u64 {
     refusal
         .split("smallest budget that works is ")
         .nth(1)

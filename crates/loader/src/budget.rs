@@ -25,10 +25,12 @@ pub fn held_rows_when_asking(rows: u64, batch_size: usize, buffer_rows: Option<u
 }
 
 /// Bytes the budget needs for row groups of `group`'s size: the rows held when the buffer
-/// asks for another group, and that group's peak.
+/// asks for another group, and that group's peak. The stream counts each share in whole KiB,
+/// rounded up: a KiB more for each group held (at most one per row) and for the next one.
 pub fn needed(group: GroupBudget, batch_size: usize, buffer_rows: Option<usize>) -> u64 {
     let per_row = group.held.div_ceil(group.rows.max(1));
-    held_rows_when_asking(group.rows, batch_size, buffer_rows) * per_row + group.peak
+    let rows = held_rows_when_asking(group.rows, batch_size, buffer_rows);
+    rows * per_row + group.peak + (rows + 1) * 1024
 }
 
 /// The shuffle buffer a budget allows: half of it in samples, at least one batch.
@@ -78,7 +80,7 @@ mod tests {
         // Unshuffled batches of 48: less than a batch buffered and up to 31 rows drawn from
         // the front group (less than three groups), plus the next one's peak.
         let need = needed(CUBES, 48, None);
-        assert_eq!(need, (47 + 31) * 360_000 + CUBES.peak);
+        assert_eq!(need, (47 + 31) * 360_000 + CUBES.peak + (78 + 1) * 1024);
         assert!(need > 21 << 20, "21 MiB stalls");
         assert_eq!(smallest(CUBES, 48, 360_000, None), need);
         // A large shuffle buffer: its rows.
@@ -163,6 +165,9 @@ mod tests {
             held: 720_000,
             peak: 1_440_000,
         };
-        assert_eq!(needed(tiny, 4, None), (3 + 1) * 360_000 + 1_440_000);
+        assert_eq!(
+            needed(tiny, 4, None),
+            (3 + 1) * 360_000 + 1_440_000 + (4 + 1) * 1024
+        );
     }
 }

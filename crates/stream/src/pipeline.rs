@@ -458,10 +458,15 @@ impl Inner {
         mut permit: OwnedSemaphorePermit,
         projection: ProjectionMask,
     ) -> Result<RowGroupBatch, StreamError> {
-        let (batch, fetched) = self.read(&unit, projection).await?;
-        // The fetched bytes are gone once decoded: give their share back.
-        let fetched_kib = fetched.div_ceil(1024) as usize;
-        let mut keep = permit.num_permits().saturating_sub(fetched_kib).max(1);
+        let held = {
+            let meta = self.snapshot.reader_metadata(unit.file).await?;
+            let rg = meta.metadata().row_group(unit.row_group);
+            group_budget(rg, &projection, self.sample_bytes()).held
+        };
+        let (batch, _) = self.read(&unit, projection).await?;
+        // The fetched pages and the decode's transients (a LIST's levels) are gone once
+        // decoded: keep the share of what the group holds, as `build()` counted it.
+        let mut keep = (held.div_ceil(1024) as usize).clamp(1, permit.num_permits().max(1));
         let mut group = None;
         if self.snapshot.filter().is_some() {
             // Units count the rows the filter selects: lineage needs the rows in the file,

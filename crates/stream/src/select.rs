@@ -86,9 +86,12 @@ fn value_at(array: &ArrayRef, i: usize) -> Option<Value> {
             let v = array.as_primitive::<UInt64Type>().value(i);
             i64::try_from(v).map_or(Value::Float(v as f64), Value::Int)
         }
-        DataType::Float16 => {
-            Value::Float(array.as_primitive::<arrow_array::types::Float16Type>().value(i).to_f64())
-        }
+        DataType::Float16 => Value::Float(
+            array
+                .as_primitive::<arrow_array::types::Float16Type>()
+                .value(i)
+                .to_f64(),
+        ),
         DataType::Float32 => Value::Float(f64::from(array.as_primitive::<Float32Type>().value(i))),
         DataType::Float64 => Value::Float(array.as_primitive::<Float64Type>().value(i)),
         DataType::Boolean => Value::Bool(array.as_boolean().value(i)),
