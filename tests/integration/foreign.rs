@@ -539,7 +539,7 @@ fn foreign_tables_stream_at_the_smallest_budget_build_accepts() {
     // more than they store): refused below the smallest budget, every row once at it.
     let numel = 200_000usize;
     let dir = tempfile::tempdir().unwrap();
-    let list = list_table(dir.path(), &vec![numel; 23]);
+    let list = list_table(dir.path(), &[numel; 23]);
     for (table, shape, rows) in [
         (list, Some(vec![numel]), 23),
         (fixture("petastorm_compressed"), None, 24),
