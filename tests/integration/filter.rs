@@ -254,3 +254,73 @@ fn voxlake_bench_filters_and_reports_what_it_skipped() {
     assert_eq!(report["filter_files_skipped"], 1);
     assert_eq!(report["filter"], "depth > 300");
 }
+
+#[test]
+fn dates_and_timestamps_filter_as_iso_text() {
+    use arrow::array::{BinaryArray, Date32Array, StringArray, TimestampMillisecondArray};
+    use arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+    // 20 rows: day 2024-01-01 + i, at 2024-01-01T00:00:00 + i s, in row groups of 5.
+    let jan1 = 19_723; // days from 1970-01-01 to 2024-01-01
+    let batch = RecordBatch::try_from_iter([
+        (
+            "x",
+            Arc::new(BinaryArray::from_iter_values(
+                (0..20).map(|i| [i as f32, -(i as f32)].map(f32::to_le_bytes).concat()),
+            )) as arrow::array::ArrayRef,
+        ),
+        (
+            "sample",
+            Arc::new(StringArray::from_iter_values(
+                (0..20).map(|i| format!("s{i:02}")),
+            )),
+        ),
+        (
+            "day",
+            Arc::new(Date32Array::from_iter_values((0..20).map(|i| jan1 + i))),
+        ),
+        (
+            "at",
+            Arc::new(TimestampMillisecondArray::from_iter_values(
+                (0..20).map(|i| (jan1 as i64 * 86_400 + i) * 1000),
+            )),
+        ),
+    ])
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(5))
+        .build();
+    let file = std::fs::File::create(dir.path().join("part-0.parquet")).unwrap();
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let table = dir.path().to_string_lossy().into_owned();
+    let run = |filter: &str| {
+        let (got, stats) = batches(
+            Loader::builder(table.clone())
+                .with_tensor_shape(vec![2], DType::F32)
+                .with_id_column("sample")
+                .with_batch_size(4)
+                .with_filter(filter),
+        );
+        let ids: Vec<String> = got.iter().flat_map(|b| b.ids.clone()).collect();
+        (ids, stats)
+    };
+    let (ids, stats) = run("day >= DATE '2024-01-08' AND day < '2024-01-15'");
+    assert_eq!(ids, (7..14).map(|i| format!("s{i:02}")).collect::<Vec<_>>());
+    assert_eq!(
+        stats.row_groups_skipped, 2,
+        "date statistics skip: {stats:?}"
+    );
+    let (ids, _) = run("at >= TIMESTAMP '2024-01-01T00:00:10' AND at <= '2024-01-01T00:00:12'");
+    assert_eq!(ids, ["s10", "s11", "s12"]);
+    let e = first_error(
+        Loader::builder(table.clone())
+            .with_tensor_shape(vec![2], DType::F32)
+            .with_filter("day > 5"),
+        "a date compared with a number",
+    );
+    assert!(e.contains("column 'day' holds dates or timestamps"), "{e}");
+}

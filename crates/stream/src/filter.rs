@@ -400,6 +400,13 @@ fn literal_of(expr: &Expr) -> Result<Value, String> {
             other => Err(format!("-{other:?} is not a number")),
         },
         Expr::Nested(e) => literal_of(e),
+        // DATE '2024-01-05', TIMESTAMP '…': compared as ISO text, like the columns.
+        Expr::TypedString(t) => match &t.value.value {
+            SqlValue::SingleQuotedString(s) | SqlValue::DoubleQuotedString(s) => {
+                Ok(Value::Str(s.clone()))
+            }
+            other => Err(format!("literal {other} is not supported")),
+        },
         other => Err(format!("expected a literal, found '{other}'")),
     }
 }

@@ -108,7 +108,26 @@ fn kind_of(data_type: &DataType) -> Option<&'static str> {
         t if t.is_integer() || t.is_floating() => Some("number"),
         DataType::Boolean => Some("bool"),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some("string"),
+        // Dates and timestamps compare as their ISO text ('2024-01-05', '2024-01-05T10:00:00'),
+        // whose order is time order.
+        t if is_temporal(t) => Some("string"),
         _ => None,
+    }
+}
+
+fn is_temporal(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, _)
+    )
+}
+
+/// A date or timestamp column as its ISO text; other columns as they are.
+fn comparable(array: &ArrayRef) -> Result<ArrayRef, arrow_schema::ArrowError> {
+    if is_temporal(array.data_type()) {
+        arrow_cast::cast(array, &DataType::Utf8)
+    } else {
+        Ok(array.clone())
     }
 }
 
@@ -120,15 +139,31 @@ fn stats_of(rg: &RowGroupMetaData, column: &str) -> Option<Stats> {
         .find(|c| c.column_path().string() == column)?;
     let s = chunk.statistics()?;
     let pair = |min: Option<Value>, max: Option<Value>| (min, max);
+    let logical = chunk.column_descr().logical_type_ref();
+    let is_date = matches!(logical, Some(parquet::basic::LogicalType::Date));
+    let is_timestamp = matches!(logical, Some(parquet::basic::LogicalType::Timestamp { .. }))
+        || chunk.column_type() == parquet::basic::Type::INT96;
     let (min, max) = match s {
         Statistics::Boolean(v) => pair(
             v.min_opt().map(|&b| Value::Bool(b)),
             v.max_opt().map(|&b| Value::Bool(b)),
         ),
+        Statistics::Int32(v) if is_date => {
+            let day = |d: i32| {
+                arrow_array::temporal_conversions::date32_to_datetime(d)
+                    .map(|t| Value::Str(t.date().to_string()))
+            };
+            (
+                v.min_opt().and_then(|&d| day(d)),
+                v.max_opt().and_then(|&d| day(d)),
+            )
+        }
         Statistics::Int32(v) => pair(
             v.min_opt().map(|&x| Value::Int(i64::from(x))),
             v.max_opt().map(|&x| Value::Int(i64::from(x))),
         ),
+        // Timestamps: their statistics are not turned into text (no skipping, rows decide).
+        Statistics::Int64(_) if is_timestamp => (None, None),
         Statistics::Int64(v) => pair(
             v.min_opt().map(|&x| Value::Int(x)),
             v.max_opt().map(|&x| Value::Int(x)),
@@ -232,6 +267,9 @@ impl Snapshot {
             .collect();
         // Every column must exist, and its literals be of its kind.
         let mut in_files = Vec::new();
+        // Delta writes timestamp statistics in another text form than the rows compare in
+        // ('…T10:00:00.000Z' against '…T10:00:00'): not used, lest a file be skipped wrongly.
+        let mut timestamps = Vec::new();
         for column in filter.columns() {
             let kind = if partition_columns.contains(&column) {
                 self.partition_type(column).and_then(kind_of)
@@ -248,6 +286,9 @@ impl Snapshot {
                     ))
                 })?;
                 in_files.push(column.to_string());
+                if matches!(field.data_type(), DataType::Timestamp(_, _)) {
+                    timestamps.push(column);
+                }
                 Some(kind_of(field.data_type()).ok_or_else(|| {
                     incompatible(format!(
                         "column '{column}' is {}: filters compare numbers, strings and bools",
@@ -259,8 +300,17 @@ impl Snapshot {
                 if let Some(kind) = kind
                     && literal.kind() != kind
                 {
+                    let holds = if timestamps.contains(&column)
+                        || schema
+                            .field_with_name(column)
+                            .is_ok_and(|f| is_temporal(f.data_type()))
+                    {
+                        "dates or timestamps, compared as ISO text ('2024-01-05')".to_string()
+                    } else {
+                        format!("{kind}s")
+                    };
                     return Err(incompatible(format!(
-                        "column '{column}' holds {kind}s, the filter compares it with a {}",
+                        "column '{column}' holds {holds}, the filter compares it with a {}",
                         literal.kind()
                     )));
                 }
@@ -293,6 +343,7 @@ impl Snapshot {
                 .and_then(|s| serde_json::from_str(s).ok());
             let may = filter.may_match(&|column| match partition(file, column) {
                 Some(value) => Some(Stats::exactly(value, file.rows)),
+                None if timestamps.contains(&column) => None,
                 None => json
                     .as_ref()
                     .and_then(|j| delta_stats(j, column, like(column).as_ref())),
@@ -397,10 +448,17 @@ impl Snapshot {
                 parquet::errors::ParquetError::ArrowError(e.to_string()),
             )
         })?;
-        let columns: HashMap<&str, &ArrayRef> = in_files
+        let columns: HashMap<&str, ArrayRef> = in_files
             .iter()
             .filter_map(|c| Some((c.as_str(), all.column_by_name(c)?)))
-            .collect();
+            .map(|(c, a)| Ok((c, comparable(a)?)))
+            .collect::<Result<_, arrow_schema::ArrowError>>()
+            .map_err(|e| {
+                self.file_error(
+                    index,
+                    parquet::errors::ParquetError::ArrowError(e.to_string()),
+                )
+            })?;
         let mut at = 0usize;
         let mut decided = 0u64;
         for &g in &survivors {
