@@ -416,21 +416,15 @@ fn labels_and_ids_may_come_from_partition_folders() {
         .unwrap();
     }
     let table = dir.path().to_string_lossy().into_owned();
-    let got = std::thread::spawn(move || {
+    let got = crate::loader::collect(
         Loader::builder(table)
             .with_tensor_shape(SHAPE.to_vec(), DType::F32)
             .with_label_column("cls")
             .with_id_column("sample")
             .with_filter("cls IS NOT NULL")
             .with_batch_size(5)
-            .with_shuffle(1, 8)
-            .build()
-            .unwrap()
-            .map(Result::unwrap)
-            .collect::<Vec<_>>()
-    })
-    .join()
-    .unwrap();
+            .with_shuffle(1, 8),
+    );
     let expected = expected(DType::F32);
     let mut n = 0;
     for b in &got {

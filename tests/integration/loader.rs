@@ -45,7 +45,7 @@ pub fn smallest_budget(refusal: &str) -> u64 {
 }
 
 /// Runs a loader to the end on a plain thread (it owns its runtime) and returns its batches.
-fn collect(builder: voxlake::LoaderBuilder) -> Vec<Batch> {
+pub fn collect(builder: voxlake::LoaderBuilder) -> Vec<Batch> {
     std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).collect())
         .join()
         .unwrap()
