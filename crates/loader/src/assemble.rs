@@ -32,8 +32,8 @@ impl Group {
     }
 }
 
-/// A sample after the per-sample transform: its bytes in the loader's spec, and its label.
-type Transformed = (Vec<u8>, Option<i64>);
+/// A sample after the per-sample transform (the loader's spec, standard layout), and its label.
+type Transformed = (Tensors, Option<i64>);
 
 /// One row drawn for a batch: its group and its index in the group's data.
 pub(crate) struct Row {
@@ -154,7 +154,13 @@ impl Producer {
         let has_tensors = rows.first().is_some_and(|r| r.group.tensors.is_some());
         if has_tensors && let Some(f) = &self.transforms.sample {
             let transformed = self.transform_samples(f, rows, &samples, epoch)?;
-            let samples: Vec<&[u8]> = transformed.iter().map(|(b, _)| b.as_slice()).collect();
+            // Checked readable by `transform_samples`: borrowed, not copied, on little-endian
+            // hosts.
+            let bytes: Vec<std::borrow::Cow<'_, [u8]>> = transformed
+                .iter()
+                .map(|(t, _)| t.le_bytes().unwrap_or_default())
+                .collect();
+            let samples: Vec<&[u8]> = bytes.iter().map(|b| b.as_ref()).collect();
             let labels = transformed.iter().map(|(_, l)| *l).collect();
             return self.assemble_samples(rows, &samples, Some(labels), batch_shape, epoch, index);
         }
@@ -212,7 +218,7 @@ impl Producer {
         Ok(self.batch_of(rows, tensors, labels, epoch, index))
     }
 
-    /// Each row's sample through the per-sample transform (on the assembly pool): its bytes
+    /// Each row's sample through the per-sample transform (on the assembly pool): its tensor
     /// in the loader's spec and its label, or an error naming the row.
     fn transform_samples(
         &self,
@@ -256,13 +262,14 @@ impl Producer {
                     "it returned a tensor of {shape:?} {dtype}, the loader hands out {output} (with_transform_to sets that)"
                 )));
             }
-            let bytes = sample.tensor.to_le_bytes().ok_or_else(|| {
-                fail(
-                    "it returned a libtorch tensor: per-sample transforms return ndarray tensors"
+            let tensor = sample.tensor.into_standard_layout();
+            if tensor.le_bytes().is_none() {
+                return Err(fail(
+                    "it returned a libtorch tensor not on the CPU: per-sample transforms return ndarray tensors"
                         .into(),
-                )
-            })?;
-            Ok((bytes, sample.label))
+                ));
+            }
+            Ok((tensor, sample.label))
         };
         match self.pool.as_deref() {
             Some(pool) if rows.len() > 1 => {

@@ -234,9 +234,19 @@ impl Tensors {
         Ok(map_tensor!(batch, a => a.index_axis_move(ndarray::Axis(0), 0)))
     }
 
-    /// The values as little-endian bytes in C order, whatever the memory layout (a transform
-    /// may hand back a flipped or transposed view); `None` for a libtorch tensor.
-    pub(crate) fn to_le_bytes(&self) -> Option<Vec<u8>> {
+    /// The same values in standard (C-contiguous) layout: a copy only of a flipped or
+    /// transposed view a transform handed back.
+    pub(crate) fn into_standard_layout(self) -> Tensors {
+        map_tensor!(self, a => if a.is_standard_layout() {
+            a
+        } else {
+            a.as_standard_layout().into_owned()
+        })
+    }
+
+    /// The values as little-endian bytes in C order: borrowed on a little-endian host when
+    /// they are contiguous, else written out; `None` for a libtorch tensor not on the CPU.
+    pub(crate) fn le_bytes(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
         fn le<T: Element>(a: &ArrayD<T>) -> Vec<u8> {
             let mut out = Vec::with_capacity(a.len() * std::mem::size_of::<T>());
             for v in a.iter() {
@@ -244,16 +254,16 @@ impl Tensors {
             }
             out
         }
+        if cfg!(target_endian = "little")
+            && let Some(bytes) = self.as_bytes()
+        {
+            return Some(std::borrow::Cow::Borrowed(bytes));
+        }
         #[cfg(feature = "tch")]
         if let Tensors::Tch(_) = self {
             return None;
         }
-        if cfg!(target_endian = "little")
-            && let Some(bytes) = self.as_bytes()
-        {
-            return Some(bytes.to_vec());
-        }
-        Some(each_tensor!(self, a => le(a)))
+        Some(std::borrow::Cow::Owned(each_tensor!(self, a => le(a))))
     }
 }
 

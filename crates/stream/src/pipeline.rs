@@ -206,13 +206,13 @@ impl TableStream {
     /// the rank's reading order.
     pub async fn read_unit(&self, unit: Unit, position: u64) -> Result<RowGroupBatch, StreamError> {
         let inner = &self.inner;
-        let (permit, projection) = inner.reserve(&unit).await?;
+        let reserved = inner.reserve(&unit).await?;
         let file = unit.file;
         inner
             .caught(
                 Stage::Fetch,
                 file,
-                inner.finish_read(Arc::new(unit), position, permit, projection),
+                inner.finish_read(Arc::new(unit), position, reserved),
             )
             .await
     }
@@ -272,8 +272,8 @@ impl TableStream {
             units.and_then(move |(position, unit)| {
                 let inner = inner.clone();
                 async move {
-                    let (permit, projection) = inner.reserve(&unit).await?;
-                    Ok((position, unit, permit, projection))
+                    let reserved = inner.reserve(&unit).await?;
+                    Ok((position, unit, reserved))
                 }
             })
         };
@@ -283,7 +283,7 @@ impl TableStream {
         // first batch waits for) arrive sooner than with `prefetch` reads all started at once.
         let ramp = Arc::new(Ramp::new(prefetch));
         reserve
-            .map_ok(move |(position, unit, permit, projection)| {
+            .map_ok(move |(position, unit, reserved)| {
                 let inner = inner.clone();
                 let ramp = ramp.clone();
                 async move {
@@ -293,7 +293,7 @@ impl TableStream {
                         .caught(
                             Stage::Fetch,
                             file,
-                            inner.finish_read(Arc::new(unit), position, permit, projection),
+                            inner.finish_read(Arc::new(unit), position, reserved),
                         )
                         .await?;
                     drop(slot);
@@ -341,6 +341,14 @@ fn group_budget(
         held,
         peak: compressed + held + levels,
     }
+}
+
+/// A row group's budget share, taken before it is read.
+struct Reserved {
+    permit: OwnedSemaphorePermit,
+    projection: ProjectionMask,
+    /// Bytes it holds once decoded (what it keeps of the share).
+    held: u64,
 }
 
 /// Reads in flight: a slow start from [`RAMP_START`] up to the prefetch depth.
@@ -404,7 +412,6 @@ impl Inner {
             })
     }
 
-    /// Row counts of a file's row groups, from its footer, checked against the log.
     /// One sample's tensor bytes, where the stream reads the tensor column (else 0).
     fn sample_bytes(&self) -> u64 {
         if self
@@ -418,6 +425,8 @@ impl Inner {
         }
     }
 
+    /// Row counts of a file's row groups (under a filter, their selected rows), from its
+    /// footer, checked against the log.
     async fn row_group_rows(&self, file: usize) -> Result<Vec<u64>, StreamError> {
         let snapshot = &self.snapshot;
         let path = &snapshot.file(file)?.path;
@@ -450,20 +459,20 @@ impl Inner {
         Ok(rows)
     }
 
-    /// Fetches and decodes a reserved unit, then gives back the fetched bytes' budget.
+    /// Fetches and decodes a reserved unit, then gives back what the decoded group does not
+    /// hold of its budget share.
     async fn finish_read(
         &self,
         unit: Arc<Unit>,
         position: u64,
-        mut permit: OwnedSemaphorePermit,
-        projection: ProjectionMask,
+        reserved: Reserved,
     ) -> Result<RowGroupBatch, StreamError> {
-        let held = {
-            let meta = self.snapshot.reader_metadata(unit.file).await?;
-            let rg = meta.metadata().row_group(unit.row_group);
-            group_budget(rg, &projection, self.sample_bytes()).held
-        };
-        let (batch, _) = self.read(&unit, projection).await?;
+        let Reserved {
+            mut permit,
+            projection,
+            held,
+        } = reserved;
+        let batch = self.read(&unit, projection).await?;
         // The fetched pages and the decode's transients (a LIST's levels) are gone once
         // decoded: keep the share of what the group holds, as `build()` counted it.
         let mut keep = (held.div_ceil(1024) as usize).clamp(1, permit.num_permits().max(1));
@@ -497,19 +506,15 @@ impl Inner {
 
     /// Takes this row group's share of the budget: its projected chunks as fetched plus as
     /// decoded, capped at the whole budget so one large row group cannot wait forever. Returns
-    /// the permit and the projection, which the read reuses.
-    async fn reserve(
-        &self,
-        unit: &Unit,
-    ) -> Result<(OwnedSemaphorePermit, ProjectionMask), StreamError> {
+    /// the permit, the projection (the read reuses it) and what the group holds once decoded.
+    async fn reserve(&self, unit: &Unit) -> Result<Reserved, StreamError> {
         let meta = self.snapshot.reader_metadata(unit.file).await?;
         let projection = self.snapshot.projection(&meta, &self.columns)?;
-        let peak = group_budget(
+        let GroupBudget { peak, held, .. } = group_budget(
             meta.metadata().row_group(unit.row_group),
             &projection,
             self.sample_bytes(),
-        )
-        .peak;
+        );
         let kib = peak.div_ceil(1024).max(1);
         let kib = kib.min(self.budget_bytes / 1024).max(1) as u32;
         let start = Instant::now();
@@ -521,15 +526,19 @@ impl Inner {
         c.reserved_units.fetch_add(1, Ordering::SeqCst);
         c.budget_wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok((permit, projection))
+        Ok(Reserved {
+            permit,
+            projection,
+            held,
+        })
     }
 
-    /// Fetches and decodes a row group; returns it and the bytes fetched.
+    /// Fetches and decodes a row group.
     async fn read(
         &self,
         unit: &Unit,
         projection: ProjectionMask,
-    ) -> Result<(RecordBatch, u64), StreamError> {
+    ) -> Result<RecordBatch, StreamError> {
         self.hooks
             .check(Stage::Fetch, &self.snapshot.files()[unit.file].path)
             .map_err(StreamError::Internal)?;
@@ -545,7 +554,7 @@ impl Inner {
         c.bytes.fetch_add(timings.bytes, Ordering::Relaxed);
         c.row_groups.fetch_add(1, Ordering::Relaxed);
         c.rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-        Ok((batch, timings.bytes))
+        Ok(batch)
     }
 }
 

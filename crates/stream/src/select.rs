@@ -390,13 +390,22 @@ impl Snapshot {
         partition: &PartitionValue<'_>,
     ) -> Result<FileSelection, StreamError> {
         let file = &self.files()[index];
+        // This file's partition values, typed once (not per row).
+        let partitions: HashMap<&str, Option<Value>> = filter
+            .columns()
+            .into_iter()
+            .filter_map(|c| Some((c, partition(file, c)?)))
+            .collect();
         let meta = self.reader_metadata(index).await?;
         let groups = meta.metadata().row_groups();
         let mut survivors = Vec::new();
         let mut skipped = 0;
         for (g, rg) in groups.iter().enumerate() {
-            let may = filter.may_match(&|column| match partition(file, column) {
-                Some(value) => Some(Stats::exactly(value, Some(rg.num_rows().max(0) as u64))),
+            let may = filter.may_match(&|column| match partitions.get(column) {
+                Some(value) => Some(Stats::exactly(
+                    value.clone(),
+                    Some(rg.num_rows().max(0) as u64),
+                )),
                 None => stats_of(rg, column),
             });
             if may {
@@ -465,8 +474,8 @@ impl Snapshot {
             let n = groups[g].num_rows().max(0) as usize;
             let selected: Vec<u32> = (0..n)
                 .filter(|&r| {
-                    filter.matches(&|column| match partition(file, column) {
-                        Some(value) => value,
+                    filter.matches(&|column| match partitions.get(column) {
+                        Some(value) => value.clone(),
                         None => columns.get(column).and_then(|a| value_at(a, at + r)),
                     })
                 })

@@ -63,7 +63,6 @@ pub struct Snapshot {
     /// Partition columns the files do not hold (hive folders, Delta partitions): Int64 where
     /// every value is an integer, else Utf8. Label and id may be read from them.
     partition_types: HashMap<String, arrow_schema::DataType>,
-    delta: bool,
     selection: Option<crate::select::Selection>,
     files: Vec<DataFile>,
     store: Arc<dyn ObjectStore>,
@@ -220,7 +219,7 @@ impl Snapshot {
         // by write time first so that "table order" is the order the rows were written in.
         files.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| a.path.cmp(&b.path)));
         let files: Vec<DataFile> = files.into_iter().map(|(_, f)| f).collect();
-        Snapshot::new(location, state.version(), true, files, table.object_store())
+        Snapshot::new(location, state.version(), files, table.object_store())
             .resolve_columns(&config, hints)
             .await
     }
@@ -277,7 +276,7 @@ impl Snapshot {
             };
             return Err(StreamError::Incompatible { location, reason });
         }
-        Snapshot::new(location, 0, false, files, store)
+        Snapshot::new(location, 0, files, store)
             .resolve_columns(&HashMap::new(), hints)
             .await
     }
@@ -285,7 +284,6 @@ impl Snapshot {
     fn new(
         location: String,
         version: u64,
-        delta: bool,
         files: Vec<DataFile>,
         store: Arc<dyn ObjectStore>,
     ) -> Snapshot {
@@ -304,7 +302,6 @@ impl Snapshot {
                 native: true,
             },
             partition_types: HashMap::new(),
-            delta,
             selection: None,
             files,
             store,
@@ -371,13 +368,12 @@ impl Snapshot {
 
     /// Rows of file `index` the groups' selection keeps (its footer is cached by then).
     fn selected_count(&self, index: usize, groups: &[Option<Arc<[u32]>>]) -> u64 {
-        let rows = self.footers[index]
-            .get()
-            .map(|m| m.metadata().row_groups().to_vec())
-            .unwrap_or_default();
+        let Some(meta) = self.footers[index].get() else {
+            return 0;
+        };
         groups
             .iter()
-            .zip(rows.iter())
+            .zip(meta.metadata().row_groups())
             .map(|(g, rg)| match g {
                 Some(selected) => selected.len() as u64,
                 None => rg.num_rows().max(0) as u64,
@@ -564,11 +560,6 @@ impl Snapshot {
     /// How samples are read: the tensor column and its encoding, the label and id columns.
     pub fn columns(&self) -> &SampleColumns {
         &self.columns
-    }
-
-    /// Whether the snapshot is of a Delta table (else of a folder of Parquet files).
-    pub fn is_delta(&self) -> bool {
-        self.delta
     }
 
     /// The active data files, in write order (modification time, then path).

@@ -240,29 +240,24 @@ fn fixed_shape_of(field: &Field) -> Result<Option<Vec<usize>>, FormatError> {
     Ok(Some(params.shape))
 }
 
-/// The tensor a row of `np.save` or `np.savez_compressed` bytes holds, as (`spec`, bytes).
-pub(crate) fn decode_npy_row(bytes: &[u8], encoding: TensorEncoding) -> Result<Vec<u8>, String> {
-    match encoding {
-        TensorEncoding::Npz => {
-            let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
-                .map_err(|e| format!("not a readable npz archive: {e}"))?;
-            if archive.len() != 1 {
-                return Err(format!(
-                    "an npz archive of {} arrays (expected one)",
-                    archive.len()
-                ));
-            }
-            let mut member = archive
-                .by_index(0)
-                .map_err(|e| format!("npz member does not open: {e}"))?;
-            let mut out = Vec::with_capacity(member.size().min(1 << 30) as usize);
-            member
-                .read_to_end(&mut out)
-                .map_err(|e| format!("npz member '{}' does not inflate: {e}", member.name()))?;
-            Ok(out)
-        }
-        _ => Ok(bytes.to_vec()),
+/// The `.npy` file an `np.savez_compressed` row holds (its only member), inflated.
+pub(crate) fn inflate_npz(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| format!("not a readable npz archive: {e}"))?;
+    if archive.len() != 1 {
+        return Err(format!(
+            "an npz archive of {} arrays (expected one)",
+            archive.len()
+        ));
     }
+    let mut member = archive
+        .by_index(0)
+        .map_err(|e| format!("npz member does not open: {e}"))?;
+    let mut out = Vec::with_capacity(member.size().min(1 << 30) as usize);
+    member
+        .read_to_end(&mut out)
+        .map_err(|e| format!("npz member '{}' does not inflate: {e}", member.name()))?;
+    Ok(out)
 }
 
 /// The spec of one npy array, checked to be one voxlake can stream.
@@ -381,9 +376,11 @@ impl SampleColumns {
                     } else {
                         TensorEncoding::Npz
                     };
-                    let spec = decode_npy_row(bytes, encoding)
-                        .and_then(|b| npy_spec(&b))
-                        .map_err(|e| meta(format!("column '{name}', first row: {e}")))?;
+                    let spec = match encoding {
+                        TensorEncoding::Npz => inflate_npz(bytes).and_then(|b| npy_spec(&b)),
+                        _ => npy_spec(bytes),
+                    }
+                    .map_err(|e| meta(format!("column '{name}', first row: {e}")))?;
                     (encoding, spec)
                 }
                 _ => match &given {

@@ -5,15 +5,12 @@ use std::sync::Arc;
 
 use arrow_array::builder::BinaryViewBuilder;
 use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
-    UInt16Type, UInt32Type, UInt64Type,
-};
+use arrow_array::types::{Float32Type, Float64Type, Int64Type};
 use arrow_array::{Array, ArrayRef, BinaryViewArray, Int64Array, RecordBatch, StringArray};
 use arrow_buffer::Buffer;
 use arrow_schema::{DataType, Field, Schema};
 
-use super::{RowError, SampleColumns, TensorEncoding, decode_npy_row};
+use super::{RowError, SampleColumns, TensorEncoding, inflate_npz};
 use crate::npy::NpyArray;
 use crate::{Casting, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 
@@ -170,16 +167,14 @@ impl SampleColumns {
             .iter()
             .map(|b| out.append_block(b.clone()))
             .collect();
+        let mut converted = Vec::new();
         for (row, view) in views.views().iter().enumerate() {
             let bytes = views.value(row);
-            let inflated;
-            let file: &[u8] = match self.encoding {
-                TensorEncoding::Npz => {
-                    inflated = decode_npy_row(bytes, self.encoding).map_err(|e| err(row, e))?;
-                    &inflated
-                }
-                _ => bytes,
+            let inflated = match self.encoding {
+                TensorEncoding::Npz => Some(inflate_npz(bytes).map_err(|e| err(row, e))?),
+                _ => None,
             };
+            let file: &[u8] = inflated.as_deref().unwrap_or(bytes);
             let npy = NpyArray::parse(file).map_err(|e| err(row, e.to_string()))?;
             if npy.shape() != self.spec.shape() || npy.dtype() != self.spec.dtype() {
                 return Err(err(
@@ -192,31 +187,41 @@ impl SampleColumns {
                     ),
                 ));
             }
-            let len = (*view as u32) as usize;
-            if self.encoding == TensorEncoding::Npy && npy.is_le_c(self.spec.dtype()) && len > 12 {
-                // The data is the tail of the row's bytes: a view into the same buffer.
-                let header = file.len() - npy.data().len();
-                let buffer = (*view >> 64) as u32;
-                let offset = (*view >> 96) as u32 + header as u32;
-                out.try_append_view(blocks[buffer as usize], offset, npy.data().len() as u32)
-                    .map_err(|e| err(row, e.to_string()))?;
-            } else {
-                let mut converted = Vec::with_capacity(self.spec.nbytes());
+            let header = (file.len() - npy.data().len()) as u32;
+            let len = npy.data().len() as u32;
+            if !npy.is_le_c(self.spec.dtype()) {
+                converted.clear();
                 npy.write_le_c(self.spec.dtype(), Casting::Safe, &mut converted)
                     .map_err(|e| err(row, e.to_string()))?;
                 out.append_value(&converted);
+            } else if let Some(inflated) = inflated {
+                // The inflated file becomes a block of its own: the view skips its header.
+                let block = out.append_block(Buffer::from_vec(inflated));
+                out.try_append_view(block, header, len)
+                    .map_err(|e| err(row, e.to_string()))?;
+            } else if (*view as u32) > 12 {
+                // The data is the tail of the row's bytes: a view into the same buffer.
+                let buffer = (*view >> 64) as u32;
+                let offset = (*view >> 96) as u32 + header;
+                out.try_append_view(blocks[buffer as usize], offset, len)
+                    .map_err(|e| err(row, e.to_string()))?;
+            } else {
+                out.append_value(npy.data());
             }
         }
         Ok(out.finish())
     }
 }
 
-/// Any binary column as BinaryView (the pipeline decodes BINARY as views already).
+/// Any binary column as BinaryView (the pipeline decodes BINARY as views already; arrow's
+/// cast views the same buffers).
 fn binary_views(array: &ArrayRef) -> Result<BinaryViewArray, String> {
     match array.data_type() {
-        DataType::BinaryView => Ok(array.as_binary_view().clone()),
-        DataType::Binary => Ok(BinaryViewArray::from_iter(array.as_binary::<i32>().iter())),
-        DataType::LargeBinary => Ok(BinaryViewArray::from_iter(array.as_binary::<i64>().iter())),
+        DataType::BinaryView | DataType::Binary | DataType::LargeBinary => {
+            let views =
+                arrow_cast::cast(array, &DataType::BinaryView).map_err(|e| e.to_string())?;
+            Ok(views.as_binary_view().clone())
+        }
         other => Err(format!("expected binary values, found {other}")),
     }
 }
@@ -237,31 +242,21 @@ fn views_into(
             .map_or(0, |i| i / numel.max(1));
         return Err(err(row, "a null value inside the tensor".into()));
     }
-    let buffer: Buffer = match values.data_type() {
-        DataType::Int8 => values.as_primitive::<Int8Type>().values().inner().clone(),
-        DataType::Int16 => values.as_primitive::<Int16Type>().values().inner().clone(),
-        DataType::Int32 => values.as_primitive::<Int32Type>().values().inner().clone(),
-        DataType::Int64 => values.as_primitive::<Int64Type>().values().inner().clone(),
-        DataType::UInt8 => values.as_primitive::<UInt8Type>().values().inner().clone(),
-        DataType::UInt16 => values.as_primitive::<UInt16Type>().values().inner().clone(),
-        DataType::UInt32 => values.as_primitive::<UInt32Type>().values().inner().clone(),
-        DataType::UInt64 => values.as_primitive::<UInt64Type>().values().inner().clone(),
-        DataType::Float16 => values
-            .as_primitive::<Float16Type>()
-            .values()
-            .inner()
-            .clone(),
-        DataType::Float32 => values
-            .as_primitive::<Float32Type>()
-            .values()
-            .inner()
-            .clone(),
-        DataType::Float64 => values
-            .as_primitive::<Float64Type>()
-            .values()
-            .inner()
-            .clone(),
-        other => return Err(err(0, format!("values of {other} are not numbers"))),
+    // The values' buffer, from the values' first element (a sliced array starts inside it).
+    let data = values.to_data();
+    let buffer: Buffer = match (values.data_type().primitive_width(), data.buffers().first()) {
+        (Some(width), Some(buffer)) if width == size => {
+            buffer.slice_with_length(data.offset() * size, data.len() * size)
+        }
+        _ => {
+            return Err(err(
+                0,
+                format!(
+                    "values of {} are not {size}-byte numbers",
+                    values.data_type()
+                ),
+            ));
+        }
     };
     if buffer.len() >= u32::MAX as usize {
         return Err(err(
@@ -287,9 +282,7 @@ fn ids_of(array: &ArrayRef) -> Result<StringArray, RowError> {
     let err = |reason: String| RowError { row: 0, reason };
     match array.data_type() {
         DataType::Utf8 => Ok(array.as_string::<i32>().clone()),
-        DataType::LargeUtf8 => Ok(array.as_string::<i64>().iter().collect()),
-        DataType::Utf8View => Ok(array.as_string_view().iter().collect()),
-        t if t.is_integer() => {
+        t if t.is_integer() || matches!(t, DataType::LargeUtf8 | DataType::Utf8View) => {
             let cast = arrow_cast::cast(array, &DataType::Utf8).map_err(|e| err(e.to_string()))?;
             Ok(cast.as_string::<i32>().clone())
         }
