@@ -416,6 +416,21 @@ fn labels_and_ids_may_come_from_partition_folders() {
         .unwrap();
     }
     let table = dir.path().to_string_lossy().into_owned();
+    // inspect counts the folders' labels by their files' rows.
+    let info = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(
+            voxlake::compact::Compactor::new(&table)
+                .with_sample_columns(
+                    voxlake::format::sample::ColumnHints::default()
+                        .with_tensor_shape(SHAPE.to_vec(), DType::F32)
+                        .with_label_column("cls"),
+                )
+                .inspect(),
+        )
+        .unwrap();
+    let labels: Vec<(&str, u64)> = info.labels.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    assert_eq!(labels, [("3", 8), ("4", 8), ("null", 8)]);
     let got = crate::loader::collect(
         Loader::builder(table)
             .with_tensor_shape(SHAPE.to_vec(), DType::F32)

@@ -96,7 +96,21 @@ impl Compactor {
         }
 
         let mut labels = BTreeMap::new();
-        if let Some(column) = &columns.label {
+        let partition_label = columns
+            .label
+            .as_deref()
+            .is_some_and(|c| snapshot.partition_type(c).is_some());
+        if partition_label {
+            // A label from the folders (a partition column): each file's value, its rows.
+            let column = columns.label.as_deref().unwrap_or_default();
+            for (file, info) in files.iter().zip(&file_list) {
+                let value = file.partitions.iter().find(|(k, _)| k == column);
+                let key = value
+                    .and_then(|(_, v)| v.clone())
+                    .unwrap_or_else(|| "null".to_string());
+                *labels.entry(key).or_insert(0) += info.rows;
+            }
+        } else if let Some(column) = &columns.label {
             let location = snapshot.location().to_string();
             snapshot
                 .scan_column(column, |file, batches| {

@@ -383,7 +383,7 @@ impl Snapshot {
 
     /// The type of partition column `name` where the files do not hold it (Int64 when every
     /// value is an integer, else Utf8), once the sample columns were resolved.
-    pub(crate) fn partition_type(&self, name: &str) -> Option<&arrow_schema::DataType> {
+    pub fn partition_type(&self, name: &str) -> Option<&arrow_schema::DataType> {
         self.partition_types.get(name)
     }
 
