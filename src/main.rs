@@ -97,23 +97,8 @@ struct BenchArgs {
     /// Write the delivered ids, in order, one per line.
     #[arg(long)]
     ids_out: Option<PathBuf>,
-    /// The column holding the tensors, for tables other tools wrote (default: `tensor`, else
-    /// the only column that can hold them).
-    #[arg(long)]
-    tensor_column: Option<String>,
-    /// Shape of one sample, comma-separated (`30,30,10,10`): needed for LIST and raw BINARY
-    /// tensor columns; give --dtype with it.
-    #[arg(long, value_delimiter = ',', requires = "dtype")]
-    shape: Option<Vec<usize>>,
-    /// Element type of one sample (`f32`, `f64`, `u8`, …); give --shape with it.
-    #[arg(long, requires = "shape")]
-    dtype: Option<voxlake::format::DType>,
-    /// The label column (integers, bools or integral floats; default `label` if there is one).
-    #[arg(long)]
-    label_column: Option<String>,
-    /// The id column (strings or integers; default `id` if there is one, else file#row).
-    #[arg(long)]
-    id_column: Option<String>,
+    #[command(flatten)]
+    sample: cli::SampleArgs,
     /// Only the rows this SQL expression keeps, e.g. "label = 1 AND region IN ('a', 'b')".
     #[arg(long)]
     filter: Option<String>,
@@ -216,18 +201,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(v) = args.version {
         builder = builder.with_version(v);
     }
-    if let Some(column) = &args.tensor_column {
-        builder = builder.with_tensor_column(column);
-    }
-    if let (Some(shape), Some(dtype)) = (&args.shape, args.dtype) {
-        builder = builder.with_tensor_shape(shape.clone(), dtype);
-    }
-    if let Some(column) = &args.label_column {
-        builder = builder.with_label_column(column);
-    }
-    if let Some(column) = &args.id_column {
-        builder = builder.with_id_column(column);
-    }
+    builder = builder.with_sample_columns(args.sample.hints());
     if let Some(filter) = &args.filter {
         builder = builder.with_filter(filter);
     }

@@ -85,7 +85,7 @@ enum Command {
         /// Table: a local path or a URL.
         table: String,
         #[command(flatten)]
-        sample: SampleArgs,
+        sample: cli::SampleArgs,
         #[command(flatten)]
         common: CommonArgs,
     },
@@ -148,38 +148,6 @@ struct CommonArgs {
     /// A storage option KEY=VALUE (object_store keys, e.g. azure_storage_account_name).
     #[arg(long = "storage-option", value_parser = parse_key_value)]
     storage_options: Vec<(String, String)>,
-}
-
-/// How samples are read from a table other tools wrote.
-#[derive(clap::Args)]
-struct SampleArgs {
-    /// The column holding the tensors (default: `tensor`, else the only one that can).
-    #[arg(long)]
-    tensor_column: Option<String>,
-    /// Shape of one sample (`30,30,10,10`): needed for LIST and raw BINARY columns.
-    #[arg(long, value_delimiter = ',', requires = "dtype")]
-    shape: Option<Vec<usize>>,
-    /// Element type of one sample; give --shape with it.
-    #[arg(long, requires = "shape")]
-    dtype: Option<DType>,
-    /// The label column (default `label` if there is one).
-    #[arg(long)]
-    label_column: Option<String>,
-    /// The id column (default `id` if there is one).
-    #[arg(long)]
-    id_column: Option<String>,
-}
-
-impl SampleArgs {
-    fn hints(self) -> voxlake_format::sample::ColumnHints {
-        voxlake_format::sample::ColumnHints {
-            tensor: self.tensor_column,
-            shape: self.shape,
-            dtype: self.dtype,
-            label: self.label_column,
-            id: self.id_column,
-        }
-    }
 }
 
 fn parse_shard(s: &str) -> Result<(u32, u32), String> {

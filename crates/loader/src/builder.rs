@@ -270,6 +270,13 @@ impl LoaderBuilder {
         self
     }
 
+    /// How samples are read from a table other tools wrote, all at once (the same settings
+    /// as the `with_tensor_*`, `with_label_column` and `with_id_column` methods).
+    pub fn with_sample_columns(mut self, hints: voxlake_format::sample::ColumnHints) -> Self {
+        self.hints = hints;
+        self
+    }
+
     /// The column holding the tensors, for tables other tools wrote (default: `tensor`, else
     /// the only BINARY, LIST or FIXED_SIZE_LIST column of numbers). The table may be any Delta
     /// table or a folder of Parquet files; see [`voxlake_format::sample`] for the encodings
