@@ -1,20 +1,25 @@
-//! Local tables: object_store's `LocalFileSystem`, except that range reads land in recycled
-//! buffers.
+//! Local tables: object_store's `LocalFileSystem`, except that large range reads are views of
+//! the page cache.
 //!
-//! `LocalFileSystem` reads every range into a fresh, zero-filled `Vec`. For row groups of
-//! megabytes that is a `memset` and a page fault per 4 KiB on every read: measured on the
-//! reference table, 79 % of the loader's page faults and most of its system time. Here a range
-//! of at least [`POOLED_MIN`] bytes is read into a buffer from a pool; the `Bytes` handed out own
-//! it, and it goes back to the pool when the last of them (the decoded row group's views) is
-//! dropped. Every other call goes to `LocalFileSystem` unchanged.
+//! `LocalFileSystem` reads every range into a fresh, zero-filled `Vec`: a `memset`, a page
+//! fault per 4 KiB and a copy out of the page cache on every read (measured on the reference
+//! table: 79 % of the loader's page faults and most of its system time; a pool of recycled
+//! buffers removed the first two, not the copy). Here a range of at least [`MAPPED_MIN`]
+//! bytes (the tensor chunks) is mapped instead (`mmap`, populated in one call): the `Bytes`
+//! handed out are the page cache's pages themselves, unmapped when the last of them (the decoded
+//! row group's views) is dropped. Every other call goes to `LocalFileSystem` unchanged.
+//!
+//! Data files of a Delta table are never rewritten in place, so a mapping sees fixed bytes; a
+//! file deleted meanwhile (a vacuum) stays readable through it. A file *truncated* under a
+//! running loader would fault on the missing pages (the ranges are checked against the file's
+//! size when mapped): no tool of this stack does that.
 
 use std::fmt;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
+use memmap2::MmapOptions;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
@@ -22,132 +27,52 @@ use object_store::{
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 
-/// Ranges smaller than this are read into fresh buffers (ids, labels, footers).
-pub const POOLED_MIN: usize = 1 << 20;
+/// Ranges smaller than this are read into fresh buffers (ids, labels, footers): mapping costs a
+/// few system calls, worth it only where a copy costs more.
+pub const MAPPED_MIN: usize = 1 << 20;
 
-/// Idle buffers the pool keeps, in bytes; beyond that, returned buffers are freed.
-const POOL_MAX_BYTES: usize = 1 << 30;
-
-/// `LocalFileSystem` rooted at `/`, with range reads into recycled buffers.
+/// `LocalFileSystem` rooted at `/`, with large range reads mapped from the page cache.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> object_store::Result<()> {
 /// use object_store::ObjectStore;
 /// use object_store::path::Path;
-/// use voxlake_stream::local::PooledLocalStore;
+/// use voxlake_stream::local::MappedLocalStore;
 ///
 /// let dir = tempfile::tempdir().unwrap();
-/// std::fs::write(dir.path().join("part.parquet"), vec![7u8; 3 << 20]).unwrap();
-/// let store = PooledLocalStore::new();
+/// let data: Vec<u8> = (0..3u32 << 20).map(|i| i as u8).collect();
+/// std::fs::write(dir.path().join("part.parquet"), &data).unwrap();
+/// let store = MappedLocalStore::new();
 /// let file = Path::from_filesystem_path(dir.path().join("part.parquet"))?;
-/// let chunks = store.get_ranges(&file, &[0..(2 << 20), 10..20]).await?;
-/// assert_eq!((chunks[0].len(), chunks[1].len()), (2 << 20, 10));
-/// drop(chunks);
-/// // The large buffer is back in the pool for the next read; the small one was not pooled.
-/// assert_eq!(store.pooled(), (1, 2 << 20));
+/// let chunks = store.get_ranges(&file, &[5..(2 << 20), 10..20]).await?;
+/// assert_eq!(chunks[0], &data[5..2 << 20]);
+/// assert_eq!(chunks[1], &data[10..20]);
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-pub struct PooledLocalStore {
+pub struct MappedLocalStore {
     inner: LocalFileSystem,
-    pool: Arc<BufferPool>,
 }
 
-impl PooledLocalStore {
+impl MappedLocalStore {
     /// The local filesystem, `/` at its root.
     pub fn new() -> Self {
-        PooledLocalStore {
+        MappedLocalStore {
             inner: LocalFileSystem::new(),
-            pool: Arc::new(BufferPool::default()),
         }
-    }
-
-    /// Buffers waiting in the pool, and their bytes.
-    pub fn pooled(&self) -> (usize, usize) {
-        let free = self
-            .pool
-            .free
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        (free.len(), free.iter().map(Vec::len).sum())
     }
 }
 
-impl Default for PooledLocalStore {
+impl Default for MappedLocalStore {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl fmt::Display for PooledLocalStore {
+impl fmt::Display for MappedLocalStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PooledLocalStore({})", self.inner)
-    }
-}
-
-/// Initialised buffers, ready to be read into again.
-#[derive(Debug, Default)]
-struct BufferPool {
-    free: Mutex<Vec<Vec<u8>>>,
-}
-
-impl BufferPool {
-    /// The smallest idle buffer of at least `len` bytes, else the largest grown to `len`, else a
-    /// new one. Its first `len` bytes are initialised (zeroed only where never written before).
-    fn take(&self, len: usize) -> Vec<u8> {
-        let mut buf = {
-            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
-            let fit = free
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| b.len() >= len)
-                .min_by_key(|(_, b)| b.len())
-                .map(|(i, _)| i);
-            let largest = || {
-                free.iter()
-                    .enumerate()
-                    .max_by_key(|(_, b)| b.len())
-                    .map(|(i, _)| i)
-            };
-            match fit.or_else(largest) {
-                Some(i) => free.swap_remove(i),
-                None => Vec::new(),
-            }
-        };
-        if buf.len() < len {
-            buf.resize(len, 0);
-        }
-        buf
-    }
-
-    fn give(&self, buf: Vec<u8>) {
-        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
-        let held: usize = free.iter().map(Vec::len).sum();
-        if held + buf.len() <= POOL_MAX_BYTES {
-            free.push(buf);
-        }
-    }
-}
-
-/// A pooled buffer behind `Bytes`: the first `len` bytes are the data; back to the pool on drop.
-struct Pooled {
-    buf: Vec<u8>,
-    len: usize,
-    pool: Weak<BufferPool>,
-}
-
-impl AsRef<[u8]> for Pooled {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        if let Some(pool) = self.pool.upgrade() {
-            pool.give(std::mem::take(&mut self.buf));
-        }
+        write!(f, "MappedLocalStore({})", self.inner)
     }
 }
 
@@ -164,35 +89,54 @@ fn io_error(path: &std::path::Path, e: std::io::Error) -> object_store::Error {
     }
 }
 
+/// `range` of `file` (of `size` bytes), mapped, or read when small.
+fn read_range(
+    file: &std::fs::File,
+    path: &std::path::Path,
+    size: u64,
+    range: Range<u64>,
+) -> Result<Bytes> {
+    if range.end > size || range.start > range.end {
+        return Err(io_error(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("range {range:?} is past the end of the file ({size} bytes)"),
+            ),
+        ));
+    }
+    let len = (range.end - range.start) as usize;
+    if len < MAPPED_MIN {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0; len];
+        file.read_exact_at(&mut buf, range.start)
+            .map_err(|e| io_error(path, e))?;
+        return Ok(Bytes::from(buf));
+    }
+    // SAFETY: the file is an immutable Delta data file (see the module's note on truncation);
+    // the mapping is read-only and lives as long as the `Bytes` that view it.
+    let map = unsafe {
+        MmapOptions::new()
+            .offset(range.start)
+            .len(len)
+            .populate()
+            .map(file)
+    }
+    .map_err(|e| io_error(path, e))?;
+    Ok(Bytes::from_owner(map))
+}
+
 #[async_trait::async_trait]
-impl ObjectStore for PooledLocalStore {
+impl ObjectStore for MappedLocalStore {
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let path = self.inner.path_to_filesystem(location)?;
         let ranges = ranges.to_vec();
-        let pool = self.pool.clone();
         tokio::task::spawn_blocking(move || {
             let file = std::fs::File::open(&path).map_err(|e| io_error(&path, e))?;
+            let size = file.metadata().map_err(|e| io_error(&path, e))?.len();
             ranges
                 .into_iter()
-                .map(|range| {
-                    let len = (range.end - range.start) as usize;
-                    let mut buf = if len >= POOLED_MIN {
-                        pool.take(len)
-                    } else {
-                        vec![0; len]
-                    };
-                    file.read_exact_at(&mut buf[..len], range.start)
-                        .map_err(|e| io_error(&path, e))?;
-                    Ok(if len >= POOLED_MIN {
-                        Bytes::from_owner(Pooled {
-                            buf,
-                            len,
-                            pool: Arc::downgrade(&pool),
-                        })
-                    } else {
-                        Bytes::from(buf)
-                    })
-                })
+                .map(|range| read_range(&file, &path, size, range))
                 .collect()
         })
         .await
@@ -266,35 +210,43 @@ mod tests {
     use object_store::ObjectStoreExt;
 
     #[tokio::test]
-    async fn ranges_are_read_into_recycled_buffers() {
+    async fn large_ranges_are_mapped_small_ones_read() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("data");
         let data: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&file, &data).unwrap();
-        let store = PooledLocalStore::new();
+        let store = MappedLocalStore::new();
         let location = Path::from_filesystem_path(&file).unwrap();
-        let ranges = [0..2_000_000u64, 2_500_000..4_700_000, 10..20];
-        for round in 0..3 {
-            let got = store.get_ranges(&location, &ranges).await.unwrap();
-            for (bytes, range) in got.iter().zip(&ranges) {
-                assert!(
-                    bytes.as_ref() == &data[range.start as usize..range.end as usize],
-                    "round {round}, range {range:?}"
-                );
-            }
-            drop(got);
-            // The two large buffers are back; the small read was never pooled.
-            assert_eq!(store.pooled().0, 2, "round {round}");
+        // Page-aligned and not, at the file's end, small.
+        let ranges = [
+            0..2_000_000u64,
+            2_500_003..4_700_000,
+            3_000_000..5_000_000,
+            10..20,
+        ];
+        let got = store.get_ranges(&location, &ranges).await.unwrap();
+        for (bytes, range) in got.iter().zip(&ranges) {
+            assert!(
+                bytes.as_ref() == &data[range.start as usize..range.end as usize],
+                "range {range:?}"
+            );
         }
-        // A buffer is reused for a smaller range: only the requested bytes are handed out.
-        let small = store
-            .get_ranges(&location, &[100..1_100_100, 0..10])
-            .await
-            .unwrap();
-        assert_eq!(small[0].len(), 1_100_000);
-        assert!(small[0].as_ref() == &data[100..1_100_100]);
-        assert_eq!(store.pooled().0, 1);
+        // Slices of a mapped range (the decoder's views) outlive the rest of it.
+        let view = got[1].slice(100..200);
+        drop(got);
+        assert!(view.as_ref() == &data[2_500_103..2_500_203]);
 
+        // Past the end: an error naming the file, whether mapped or read.
+        for range in [4_000_000..5_000_001u64, 4_999_990..5_000_001] {
+            let e = store
+                .get_ranges(&location, &[0..1, range])
+                .await
+                .unwrap_err();
+            assert!(
+                e.to_string().contains("past the end") && e.to_string().contains("data"),
+                "{e}"
+            );
+        }
         // Everything else is LocalFileSystem's: a missing file is NotFound.
         let missing = Path::from_filesystem_path(dir.path()).unwrap().join("nope");
         let e = store
@@ -306,5 +258,21 @@ mod tests {
             store.get(&location).await.unwrap().bytes().await.unwrap(),
             data
         );
+    }
+
+    #[tokio::test]
+    async fn a_mapped_range_outlives_the_file_deleted() {
+        // A vacuum deleting a data file under a running loader: the mapping still reads it.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data");
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 13) as u8).collect();
+        std::fs::write(&file, &data).unwrap();
+        let location = Path::from_filesystem_path(&file).unwrap();
+        let got = MappedLocalStore::new()
+            .get_ranges(&location, &[1..2_999_999, 0..1])
+            .await
+            .unwrap();
+        std::fs::remove_file(&file).unwrap();
+        assert!(got[0].as_ref() == &data[1..2_999_999]);
     }
 }

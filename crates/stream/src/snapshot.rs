@@ -129,7 +129,7 @@ impl Snapshot {
         #[cfg(unix)]
         let root_store = root_store.or_else(|| {
             (url.scheme() == "file")
-                .then(|| Arc::new(crate::local::PooledLocalStore::new()) as Arc<dyn ObjectStore>)
+                .then(|| Arc::new(crate::local::MappedLocalStore::new()) as Arc<dyn ObjectStore>)
         });
         // The reachability probe runs beside the open, not before it: it costs no round trip,
         // and when nothing answers its error comes first and ends the open.
