@@ -287,6 +287,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "bytes_fetched": stats.stream.bytes,
         "row_groups": stats.stream.row_groups,
         "recycled_batches": stats.recycled,
+        "staging_waits": stats.staging_waits,
         "loosened_rows": stats.loosened_rows,
         "iterations_per_epoch": loader.iterations_per_epoch(),
         "rank": args.rank,

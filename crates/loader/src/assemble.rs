@@ -181,19 +181,44 @@ impl Producer {
         let has_tensors = rows.first().is_some_and(|r| r.group.tensors.is_some());
         #[cfg(feature = "tch")]
         if let (Some(device), true) = (self.device, has_tensors) {
-            let tensors = crate::torch::assemble(
-                self.spec.dtype(),
-                self.spec.shape(),
-                samples,
-                self.channels,
-                device,
-                self.pool.as_deref(),
-            )?;
-            let mut batch = self.batch_of(rows, tensors, labels, epoch, index);
-            if device.is_cuda() {
-                // Queued now, behind the batch's copy: `label_tensor` never blocks on it.
-                batch.device_labels = crate::torch::labels_to(device, &batch.labels)?;
-            }
+            let labels = labels.unwrap_or_else(|| self.row_labels(rows));
+            let Some(feed) = &self.feed else {
+                let tensors = crate::torch::assemble_cpu(
+                    self.spec.dtype(),
+                    self.spec.shape(),
+                    samples,
+                    self.channels,
+                    self.pool.as_deref(),
+                )?;
+                return Ok(self.batch_of(rows, tensors, Some(labels), epoch, index));
+            };
+            let failed = |message: String| LoaderError::Device {
+                device: format!("{device:?}"),
+                object: format!("batch {index} of epoch {epoch}"),
+                message,
+            };
+            let mut feed = feed
+                .lock()
+                .map_err(|_| failed("the staging ring was poisoned by an earlier panic".into()))?;
+            let sent = feed
+                .send(
+                    self.spec.dtype(),
+                    self.spec.shape(),
+                    samples,
+                    &labels,
+                    self.pool.as_deref(),
+                )
+                .map_err(failed)?;
+            self.counters
+                .staging_waits
+                .store(feed.waits(), Ordering::Relaxed);
+            drop(feed);
+            let tensors =
+                crate::torch::channels_first(sent.tensors, self.channels).map_err(failed)?;
+            let tensors = Tensors::Tch(crate::torch::TchTensor(tensors));
+            let mut batch = self.batch_of(rows, tensors, Some(labels), epoch, index);
+            // Copied with the batch: `label_tensor` never blocks on them.
+            batch.device_labels = sent.labels.map(crate::torch::TchTensor);
             return Ok(batch);
         }
         let tensors = if has_tensors {
@@ -295,11 +320,32 @@ impl Producer {
             message,
         };
         let mut rng = transform::batch_rng(self.settings.seed, epoch, index);
+        #[cfg(feature = "tch")]
+        let labels = batch.device_labels.is_some().then(|| batch.labels.clone());
         match std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut batch, &mut rng))) {
-            Ok(Ok(())) => Ok(batch),
+            Ok(Ok(())) => {
+                // Labels the transform changed are no longer the ones copied with the batch.
+                #[cfg(feature = "tch")]
+                if labels.is_some_and(|l| l != batch.labels) {
+                    batch.device_labels = None;
+                }
+                Ok(batch)
+            }
             Ok(Err(e)) => Err(fail(e.to_string())),
             Err(panic) => Err(fail(format!("panicked: {}", panic_message(panic.as_ref())))),
         }
+    }
+
+    /// The rows' own labels.
+    fn row_labels(&self, rows: &[Row]) -> Vec<Option<i64>> {
+        rows.iter()
+            .map(|r| {
+                r.group
+                    .labels
+                    .as_ref()
+                    .and_then(|l| (!l.is_null(r.index)).then(|| l.value(r.index)))
+            })
+            .collect()
     }
 
     fn batch_of(
@@ -321,16 +367,7 @@ impl Producer {
             .collect();
         Batch {
             tensors,
-            labels: labels.unwrap_or_else(|| {
-                rows.iter()
-                    .map(|r| {
-                        r.group
-                            .labels
-                            .as_ref()
-                            .and_then(|l| (!l.is_null(r.index)).then(|| l.value(r.index)))
-                    })
-                    .collect()
-            }),
+            labels: labels.unwrap_or_else(|| self.row_labels(rows)),
             lineage: rows
                 .iter()
                 .zip(&ids)

@@ -67,6 +67,22 @@ pub(crate) fn batches_outside(prefetch: usize) -> u64 {
     (prefetch + 2 + RECYCLED_SPARES) as u64
 }
 
+impl LoaderBuilder {
+    /// Host bytes the loader holds outside the stream: [`batches_outside`] batches, or for a
+    /// CUDA device (whose queued batches are in device memory) the staging ring's buffers of
+    /// a batch and its labels, whichever is more.
+    pub(crate) fn outside_bytes(&self, batch_size: usize, sample_bytes: u64) -> u64 {
+        let batches = batches_outside(self.prefetch) * batch_size as u64 * sample_bytes;
+        #[cfg(feature = "tch")]
+        if self.device.is_some_and(|d| d.is_cuda()) {
+            let staged =
+                crate::feed::STAGING_BUFFERS as u64 * batch_size as u64 * (sample_bytes + 8);
+            return batches.max(staged);
+        }
+        batches
+    }
+}
+
 impl std::fmt::Debug for LoaderBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Storage options may hold secrets: their keys only.
@@ -453,7 +469,7 @@ impl LoaderBuilder {
         let batch_bytes = self.batch_size as u64 * sample_bytes;
         // The budget covers the batches outside the stream too: those queued for the caller,
         // the one being assembled, the caller's, and the spares kept for recycling.
-        let outside = batches_outside(self.prefetch) * batch_bytes;
+        let outside = self.outside_bytes(self.batch_size, sample_bytes);
         // (Too little left for the stream is refused below, with the smallest budget that works.)
         let stream_budget = self.memory_budget.saturating_sub(outside).max(1024);
         let stream = TableStream::builder(self.table.clone())
@@ -533,12 +549,17 @@ impl LoaderBuilder {
             }
             (false, _) => None,
         };
+        // CUDA set up now (context, staging ring), not at the first batch.
         #[cfg(feature = "tch")]
-        if let Some(device) = self.device {
-            crate::torch::kind_of(spec.dtype())?;
-            crate::torch::check_device(device)?;
-            crate::torch::warm_up(device, batch_bytes)?;
-        }
+        let feed = match self.device {
+            Some(device) => {
+                crate::torch::kind_of(spec.dtype())?;
+                crate::torch::check_device(device)?;
+                crate::torch::warm_up(device)?;
+                crate::feed::cuda(device, self.batch_size, spec.nbytes())?.map(Mutex::new)
+            }
+            None => None,
+        };
         let end_epoch = match self.epochs {
             Epochs::Count(n) => Some(self.start_epoch.saturating_add(n)),
             Epochs::Infinite => None,
@@ -575,6 +596,8 @@ impl LoaderBuilder {
             hooks: self.hooks.clone(),
             #[cfg(feature = "tch")]
             device: self.device,
+            #[cfg(feature = "tch")]
+            feed,
             tx,
             recycled: recycled.clone(),
             pool,

@@ -4,7 +4,7 @@
 use voxlake_stream::replay::{OrderSettings, Segment};
 use voxlake_stream::{GroupBudget, TableStream};
 
-use crate::builder::{LoaderBuilder, batches_outside};
+use crate::builder::LoaderBuilder;
 use crate::state::{LoaderState, Position};
 use crate::{LoaderError, budget};
 
@@ -35,7 +35,7 @@ impl LoaderBuilder {
         };
         let buffer = settings.shuffle.then_some(settings.buffer_rows);
         let batch_bytes = settings.batch_size as u64 * sample_bytes;
-        let outside = batches_outside(self.prefetch) * batch_bytes;
+        let outside = self.outside_bytes(settings.batch_size, sample_bytes);
         let need = budget::needed(group, settings.batch_size, buffer).max(batch_bytes);
         if outside + need > self.memory_budget {
             let smallest = outside
@@ -106,8 +106,7 @@ impl LoaderBuilder {
         }
         // The buffer it used must fit this budget (the buffer this budget allows is settled).
         if theirs.shuffle && theirs.buffer_rows > settings.buffer_rows {
-            let outside =
-                batches_outside(self.prefetch) * settings.batch_size as u64 * sample_bytes;
+            let outside = self.outside_bytes(settings.batch_size, sample_bytes);
             return Err(LoaderError::Config(format!(
                 "the state's shuffle buffer of {} rows is larger than this budget allows ({} rows): give at least {} bytes, the budget it was taken with or more",
                 theirs.buffer_rows,

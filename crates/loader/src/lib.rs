@@ -41,8 +41,13 @@ mod batch;
 pub mod budget;
 mod builder;
 mod checks;
+#[cfg(feature = "tch")]
+mod feed;
 mod loader;
 mod producer;
+// The staging ring feeds the CUDA path; pure, so it is built and tested without libtorch.
+#[cfg_attr(not(feature = "tch"), allow(dead_code))]
+mod ring;
 pub mod stall;
 pub mod state;
 #[cfg(feature = "tch")]
@@ -107,6 +112,16 @@ pub enum LoaderError {
         /// The row (id and file) or the batch it was given.
         object: String,
         /// Its error, or its panic's message.
+        message: String,
+    },
+    /// Staging or copying a batch to the device failed (libtorch's or CUDA's reason).
+    #[error("copying {object} to {device} failed: {message}")]
+    Device {
+        /// The device (`Cuda(0)`, …).
+        device: String,
+        /// The batch (epoch and index).
+        object: String,
+        /// libtorch's message.
         message: String,
     },
     /// The background thread or runtime failed.

@@ -33,6 +33,9 @@ pub struct LoaderStats {
     pub assemble: Duration,
     /// Batches assembled into memory given back with [`Loader::recycle`].
     pub recycled: u64,
+    /// Batches for a CUDA device that found their staging buffer still being copied from
+    /// (the assembler waited for that copy to finish): a device too busy to take the copies.
+    pub staging_waits: u64,
     /// Rows copied out of row groups that had only those rows left in the shuffle buffer (a
     /// piece at the edge of the rank's span, stragglers of a buffer close to a batch), so that
     /// the rest of the row group could be freed.
@@ -213,6 +216,7 @@ impl Loader {
             first_batch: ns(&c.first_batch_ns),
             assemble: ns(&c.assemble_ns),
             recycled: c.recycled.load(Ordering::Relaxed),
+            staging_waits: c.staging_waits.load(Ordering::Relaxed),
             loosened_rows: c.loosened_rows.load(Ordering::Relaxed),
             producer_wait: ns(&c.producer_wait_ns),
             consumer_wait: ns(&c.consumer_wait_ns),

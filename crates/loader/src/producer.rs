@@ -40,6 +40,7 @@ pub(crate) struct Counters {
     pub tensor_bytes: AtomicU64,
     pub assemble_ns: AtomicU64,
     pub recycled: AtomicU64,
+    pub staging_waits: AtomicU64,
     pub loosened_rows: AtomicU64,
     pub producer_wait_ns: AtomicU64,
     pub consumer_wait_ns: AtomicU64,
@@ -66,6 +67,9 @@ pub(crate) struct Producer {
     pub hooks: Hooks,
     #[cfg(feature = "tch")]
     pub device: Option<tch::Device>,
+    /// The staging ring for a CUDA device.
+    #[cfg(feature = "tch")]
+    pub feed: Option<Mutex<crate::feed::DeviceFeed<crate::feed::Cuda>>>,
     pub tx: Sender<Msg>,
     pub recycled: Arc<Mutex<Vec<Tensors>>>,
     /// Threads that copy each batch's samples in parallel (`None`: the producer's thread).
