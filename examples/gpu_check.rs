@@ -1,5 +1,7 @@
-//! For people with a GPU: checks that the loader's device batches equal its CPU batches bit
-//! for bit, and prints host-to-device GB/s and the loader's samples/s on the device.
+//! For people with a GPU: checks that the loader's device batches and labels equal its CPU
+//! batches bit for bit (every batch kept, so a staging buffer written over during its copy would
+//! show), and prints host-to-device GB/s, the loader's samples/s on the device and how often a
+//! staging buffer was still being copied when its turn came.
 //! Without a GPU it says so and checks the CPU tensor path against the ndarray path instead.
 //!
 //! cargo run --release --features tch --example gpu_check -- TABLE
@@ -13,7 +15,7 @@ use voxlake::loader::tch::{Cuda, Device, Kind, Tensor};
 fn batches(
     table: &str,
     device: Option<Device>,
-) -> Result<Vec<voxlake::Batch>, Box<dyn std::error::Error>> {
+) -> Result<(Vec<voxlake::Batch>, voxlake::loader::LoaderStats), Box<dyn std::error::Error>> {
     let mut b = Loader::builder(table.to_string())
         .with_batch_size(32)
         .with_shuffle(3, 256)
@@ -21,7 +23,9 @@ fn batches(
     if let Some(d) = device {
         b = b.with_device(d);
     }
-    Ok(b.build()?.collect::<Result<Vec<_>, _>>()?)
+    let mut loader = b.build()?;
+    let batches = loader.by_ref().collect::<Result<Vec<_>, _>>()?;
+    Ok((batches, loader.stats()))
 }
 
 fn as_cpu_tensor(t: &Tensors) -> Tensor {
@@ -40,9 +44,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !gpu {
         println!("no CUDA device: comparing the CPU tensor path with the ndarray path");
     }
-    let reference = batches(&table, None)?;
+    let (reference, _) = batches(&table, None)?;
     let start = Instant::now();
-    let on_device = batches(&table, Some(device))?;
+    let (on_device, stats) = batches(&table, Some(device))?;
     if gpu {
         Cuda::synchronize(0);
     }
@@ -56,14 +60,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             x.size() == y.size() && x.equal(&y),
             "batch {i}: values differ"
         );
+        if let Some(labels) = a.label_array() {
+            let on = b
+                .label_tensor(device)
+                .ok_or("labels missing on the device")?;
+            let back = Vec::<i64>::try_from(&on.to_device(Device::Cpu))?;
+            assert_eq!(back, labels.to_vec(), "batch {i}: labels differ");
+        }
     }
     println!(
         "{} batches equal bit for bit ({samples} samples)",
         on_device.len()
     );
     println!(
-        "loader on {device:?}: {:.0} samples/s",
-        samples as f64 / seconds
+        "loader on {device:?}: {:.0} samples/s, staging buffers waited for {} times",
+        samples as f64 / seconds,
+        stats.staging_waits
     );
     if gpu {
         // Host-to-device bandwidth from pinned memory, for comparison with the loader.
