@@ -47,11 +47,6 @@ pub(crate) struct DeviceFeed<C: Copier> {
     capacity: usize,
 }
 
-// SAFETY: the feed is used by one thread at a time (the producer's, behind a mutex); the
-// tensors and fences it holds are handles to libtorch objects that may move between threads
-// (tch's `Tensor` is `Send`; a CUDA event is too).
-unsafe impl<C: Copier + Send> Send for DeviceFeed<C> {}
-
 /// A batch on the device: its samples in stored layout `[B, …shape]`, and its labels.
 pub(crate) struct OnDevice {
     pub tensors: Tensor,

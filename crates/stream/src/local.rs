@@ -12,7 +12,10 @@
 //! Data files of a Delta table are never rewritten in place, so a mapping sees fixed bytes; a
 //! file deleted meanwhile (a vacuum) stays readable through it. A file *truncated* under a
 //! running loader would fault on the missing pages (the ranges are checked against the file's
-//! size when mapped): no tool of this stack does that.
+//! size when mapped): no tool of this stack does that. A page that cannot be read in is a
+//! `SIGBUS`, not an error: so only files on local disk and memory filesystems are mapped
+//! ([`mappable`]); on network and FUSE mounts (NFS, SMB, blobfuse, s3fs…), where a read can fail
+//! for passing reasons, ranges are read, and a failure is an error naming the file.
 
 use std::fmt;
 use std::ops::Range;
@@ -89,11 +92,49 @@ fn io_error(path: &std::path::Path, e: std::io::Error) -> object_store::Error {
     }
 }
 
-/// `range` of `file` (of `size` bytes), mapped, or read when small.
+/// Whether files on a filesystem of this type (`statfs`'s `f_type`) are mapped: local disk and
+/// memory filesystems only, where reading a page in does not fail for passing reasons.
+pub fn mappable(fs_type: i64) -> bool {
+    const LOCAL: [i64; 9] = [
+        0xEF53,      // ext2/3/4
+        0x5846_5342, // xfs
+        0x9123_683E, // btrfs
+        0x0102_1994, // tmpfs
+        0x794C_7630, // overlayfs (containers)
+        0x2FC1_2FC1, // zfs
+        0xF2F5_2010, // f2fs
+        0x3153_464A, // jfs
+        0x5265_4973, // reiserfs
+    ];
+    LOCAL.contains(&fs_type)
+}
+
+/// Whether `file` may be mapped (see [`mappable`]); `false` where the type cannot be told.
+#[cfg(target_os = "linux")]
+fn on_local_filesystem(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut stat = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: a valid open descriptor and a buffer of the right type for the call to fill.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), stat.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstatfs returned 0, so it filled `stat`.
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between Linux targets
+    mappable(unsafe { stat.assume_init() }.f_type as i64)
+}
+
+/// Other systems: read, never mapped (only Linux's filesystem types are known here).
+#[cfg(not(target_os = "linux"))]
+fn on_local_filesystem(_file: &std::fs::File) -> bool {
+    false
+}
+
+/// `range` of `file` (of `size` bytes), mapped when `map` and large, else read.
 fn read_range(
     file: &std::fs::File,
     path: &std::path::Path,
     size: u64,
+    map: bool,
     range: Range<u64>,
 ) -> Result<Bytes> {
     if range.end > size || range.start > range.end {
@@ -106,7 +147,7 @@ fn read_range(
         ));
     }
     let len = (range.end - range.start) as usize;
-    if len < MAPPED_MIN {
+    if len < MAPPED_MIN || !map {
         use std::os::unix::fs::FileExt;
         let mut buf = vec![0; len];
         file.read_exact_at(&mut buf, range.start)
@@ -134,9 +175,10 @@ impl ObjectStore for MappedLocalStore {
         tokio::task::spawn_blocking(move || {
             let file = std::fs::File::open(&path).map_err(|e| io_error(&path, e))?;
             let size = file.metadata().map_err(|e| io_error(&path, e))?.len();
+            let map = on_local_filesystem(&file);
             ranges
                 .into_iter()
-                .map(|range| read_range(&file, &path, size, range))
+                .map(|range| read_range(&file, &path, size, map, range))
                 .collect()
         })
         .await
@@ -258,6 +300,36 @@ mod tests {
             store.get(&location).await.unwrap().bytes().await.unwrap(),
             data
         );
+    }
+
+    #[test]
+    fn only_local_filesystems_are_mapped() {
+        // ext4, xfs, tmpfs: mapped; NFS, FUSE (blobfuse, s3fs), SMB: read.
+        for local in [0xEF53, 0x5846_5342, 0x0102_1994] {
+            assert!(mappable(local));
+        }
+        for remote in [0x6969, 0x6573_5546, 0xFE53_4D42, 0xFF53_4D42, 0] {
+            assert!(!mappable(remote));
+        }
+        // The tests' own folder is on a local filesystem: the other tests map.
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("f")).unwrap();
+        assert_eq!(on_local_filesystem(&file), cfg!(target_os = "linux"));
+    }
+
+    #[test]
+    fn reads_where_not_mapped_are_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        for map in [false, true] {
+            let got = read_range(&file, &path, 3_000_000, map, 7..2_500_000).unwrap();
+            assert!(got.as_ref() == &data[7..2_500_000], "map {map}");
+            let e = read_range(&file, &path, 3_000_000, map, 7..3_000_001).unwrap_err();
+            assert!(e.to_string().contains("past the end"), "{e}");
+        }
     }
 
     #[tokio::test]
