@@ -329,6 +329,21 @@ mod tests {
     }
 
     #[test]
+    fn channels_moved_on_the_device_match_the_ndarray_path() {
+        // A CUDA batch arrives in stored layout and is permuted there: here, on the CPU.
+        let owned = samples();
+        let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let stored = assemble_cpu(DType::F32, &[2, 3, 4], &refs, None, None).unwrap();
+        let Tensors::Tch(stored) = stored else {
+            unreachable!()
+        };
+        let moved = Tensors::Tch(TchTensor(channels_first(stored.0, Some(4)).unwrap()));
+        let nd = crate::batch::build_tensors(DType::F32, &[3, 4, 2, 3], &refs, Some(4)).unwrap();
+        assert_eq!(moved.shape(), vec![3, 4, 2, 3]);
+        assert_eq!(moved.as_bytes(), nd.as_bytes());
+    }
+
+    #[test]
     fn a_cuda_device_without_cuda_is_refused() {
         if tch::Cuda::device_count() > 0 {
             return; // a GPU machine: nothing to refuse
