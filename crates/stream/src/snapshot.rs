@@ -28,6 +28,8 @@ use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, Te
 use crate::error::{StreamError, redact};
 use crate::location;
 
+mod list_chunk;
+
 /// Values decoded at once from a LIST tensor column (see `read_whole_row_group`).
 const LIST_DECODE_BYTES: usize = 1 << 20;
 
@@ -831,6 +833,15 @@ impl Snapshot {
         hooks: &crate::hooks::Hooks,
     ) -> Result<(RecordBatch, ReadTimings), StreamError> {
         let metadata = self.view_metadata(index).await?;
+        // A LIST tensor column straight from its pages (`list_chunk`), unless it holds a null:
+        // then the Arrow path below names the row.
+        if let Some(leaf) = self.list_leaf(&metadata, &projection)
+            && let Some(read) = self
+                .read_list_row_group(index, row_group, &metadata, &projection, leaf, hooks)
+                .await?
+        {
+            return Ok(read);
+        }
         let rows = metadata.metadata().row_group(row_group).num_rows().max(1) as usize;
         // LIST columns decode a repetition and a definition level per value: in batches of
         // about 1 MiB of values the levels stay in cache (decode time halved on the reference
@@ -843,13 +854,69 @@ impl Snapshot {
             }
             _ => rows,
         };
+        let mut timings = ReadTimings::default();
+        let batches = self
+            .decode_projected(
+                index,
+                row_group,
+                &metadata,
+                projection,
+                batch_rows,
+                hooks,
+                &mut timings,
+            )
+            .await?;
+        if batches.is_empty() {
+            return Err(StreamError::Internal(format!(
+                "file {}: row group {row_group} decoded to nothing",
+                self.files[index].path
+            )));
+        }
+        if !self.columns.native {
+            return Ok((
+                self.normalize(index, row_group, &metadata, batches).await?,
+                timings,
+            ));
+        }
+        let batch = self.concat(index, batches)?;
+        if batch.column_by_name(CHECKSUM_COLUMN).is_some() {
+            let (verified, mismatch) = tokio::task::spawn_blocking(move || {
+                let mismatch = verify_checksums(&batch);
+                (batch, mismatch)
+            })
+            .await
+            .map_err(|e| self.task_error("verify", index, e))?;
+            if let Some(reason) = mismatch {
+                return Err(StreamError::Corrupt {
+                    location: self.location.clone(),
+                    file: self.files[index].path.clone(),
+                    reason: format!("row group {row_group}, {reason}"),
+                });
+            }
+            return Ok((verified, timings));
+        }
+        Ok((batch, timings))
+    }
+
+    /// Row group `row_group` of file `index`, the columns of `projection` decoded in batches
+    /// of `batch_rows` (on the blocking pool), fetching what the decoder asks for.
+    #[allow(clippy::too_many_arguments)]
+    async fn decode_projected(
+        &self,
+        index: usize,
+        row_group: usize,
+        metadata: &ArrowReaderMetadata,
+        projection: ProjectionMask,
+        batch_rows: usize,
+        hooks: &crate::hooks::Hooks,
+        timings: &mut ReadTimings,
+    ) -> Result<Vec<RecordBatch>, StreamError> {
         let mut decoder = ParquetPushDecoderBuilder::new_with_metadata(metadata.clone())
             .with_row_groups(vec![row_group])
             .with_projection(projection)
             .with_batch_size(batch_rows)
             .build()
             .map_err(|e| self.file_error(index, e))?;
-        let mut timings = ReadTimings::default();
         let mut batches = Vec::new();
         let path = &self.files[index].path;
         loop {
@@ -882,36 +949,7 @@ impl Snapshot {
                 .push_ranges(ranges, data)
                 .map_err(|e| self.file_error(index, e))?;
         }
-        if batches.is_empty() {
-            return Err(StreamError::Internal(format!(
-                "file {}: row group {row_group} decoded to nothing",
-                self.files[index].path
-            )));
-        }
-        if !self.columns.native {
-            return Ok((
-                self.normalize(index, row_group, &metadata, batches).await?,
-                timings,
-            ));
-        }
-        let batch = self.concat(index, batches)?;
-        if batch.column_by_name(CHECKSUM_COLUMN).is_some() {
-            let (verified, mismatch) = tokio::task::spawn_blocking(move || {
-                let mismatch = verify_checksums(&batch);
-                (batch, mismatch)
-            })
-            .await
-            .map_err(|e| self.task_error("verify", index, e))?;
-            if let Some(reason) = mismatch {
-                return Err(StreamError::Corrupt {
-                    location: self.location.clone(),
-                    file: self.files[index].path.clone(),
-                    reason: format!("row group {row_group}, {reason}"),
-                });
-            }
-            return Ok((verified, timings));
-        }
-        Ok((batch, timings))
+        Ok(batches)
     }
 
     /// The decoded batches of one row group as one.

@@ -1,0 +1,574 @@
+//! A LIST tensor column (Spark's `array<float>`, pyarrow's lists and `fixed_shape_tensor`)
+//! decoded straight from its column chunk with parquet's column reader.
+//!
+//! Arrow's list reader builds a validity bitmap for every value and walks the repetition
+//! levels to build offsets: 4–5× the time of decoding the levels and values themselves
+//! (measured on the reference cubes, docs/benchmarks.md). A tensor column has no nulls and
+//! lists of one length, so here the levels are decoded a few rows at a time (they stay in
+//! cache), checked (every definition level at its maximum: no null list, no null value), the
+//! row starts read off the repetition levels, and the values appended to one buffer. The result
+//! is the Arrow array the list reader would have made (a `List` or `FixedSizeList` over the
+//! values, no nulls), so the same normalization checks each row's length. A chunk holding a
+//! null is handed back to the Arrow path (`None`), which names the row.
+
+use std::sync::Arc;
+
+use arrow_array::types::{Float32Type, Float64Type};
+use std::time::Instant;
+
+use arrow_array::{
+    ArrayRef, FixedSizeListArray, ListArray, PrimitiveArray, RecordBatch, RecordBatchOptions,
+};
+use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+use arrow_schema::{Field, FieldRef, Schema};
+use bytes::Bytes;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::basic::Type as PhysicalType;
+use parquet::column::reader::{ColumnReaderImpl, get_column_reader, get_typed_column_reader};
+use parquet::data_type::{DataType as ParquetType, DoubleType, FloatType};
+use parquet::errors::{ParquetError, Result};
+use parquet::file::metadata::ColumnChunkMetaData;
+use parquet::file::reader::{ChunkReader, Length};
+use parquet::file::serialized_reader::SerializedPageReader;
+use parquet::schema::types::ColumnDescPtr;
+use voxlake_format::DType;
+
+use super::ReadTimings;
+use crate::error::StreamError;
+
+/// Levels decoded at once, about: two `i16` per value, so 256 Ki values keep them in L2.
+const LEVELS_AT_ONCE: usize = 256 << 10;
+
+/// Whether a tensor column of `dtype` stored in leaf `column` is decoded here: a list's
+/// values (one level of repetition) of FLOAT for f32 or DOUBLE for f64.
+pub(crate) fn applies(column: &ColumnDescPtr, dtype: DType) -> bool {
+    column.max_rep_level() == 1
+        && matches!(
+            (column.physical_type(), dtype),
+            (PhysicalType::FLOAT, DType::F32) | (PhysicalType::DOUBLE, DType::F64)
+        )
+}
+
+/// The column chunk's bytes, read at the file offsets the page reader asks for.
+struct Chunk {
+    bytes: Bytes,
+    start: u64,
+}
+
+impl Length for Chunk {
+    fn len(&self) -> u64 {
+        self.start + self.bytes.len() as u64
+    }
+}
+
+impl Chunk {
+    /// Where file offset `start` is in the chunk, if `length` bytes from there are in it.
+    fn offset(&self, start: u64, length: usize) -> Result<usize> {
+        start
+            .checked_sub(self.start)
+            .map(|s| s as usize)
+            .filter(|&s| s.saturating_add(length) <= self.bytes.len())
+            .ok_or_else(|| {
+                ParquetError::General(format!(
+                    "page bytes {start}+{length} outside the column chunk at {}+{}",
+                    self.start,
+                    self.bytes.len()
+                ))
+            })
+    }
+}
+
+impl ChunkReader for Chunk {
+    type T = bytes::buf::Reader<Bytes>;
+
+    fn get_read(&self, start: u64) -> Result<Self::T> {
+        let from = self.offset(start, 0)?;
+        Ok(bytes::Buf::reader(self.bytes.slice(from..)))
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> Result<Bytes> {
+        let from = self.offset(start, length)?;
+        Ok(self.bytes.slice(from..from + length))
+    }
+}
+
+/// Decodes the column chunk `bytes` (read from `meta.byte_range()`) of leaf `column`, `rows`
+/// rows of samples of `numel` values: a `FixedSizeList` when `fixed`, else a `List`. `None`
+/// where a definition level shows a null (left to the Arrow path to report).
+pub(crate) fn decode(
+    bytes: Bytes,
+    meta: &ColumnChunkMetaData,
+    column: ColumnDescPtr,
+    rows: usize,
+    numel: usize,
+    fixed: bool,
+) -> Result<Option<ArrayRef>> {
+    decode_in(bytes, meta, column, (rows, numel), fixed, LEVELS_AT_ONCE)
+}
+
+/// [`decode`], about `levels_at_once` levels at a time.
+fn decode_in(
+    bytes: Bytes,
+    meta: &ColumnChunkMetaData,
+    column: ColumnDescPtr,
+    (rows, numel): (usize, usize),
+    fixed: bool,
+    levels_at_once: usize,
+) -> Result<Option<ArrayRef>> {
+    let at_once = (levels_at_once / numel.max(1)).max(1);
+    let (start, _) = meta.byte_range();
+    let pages = SerializedPageReader::new(Arc::new(Chunk { bytes, start }), meta, rows, None)?;
+    let reader = get_column_reader(column.clone(), Box::new(pages));
+    match column.physical_type() {
+        PhysicalType::FLOAT => {
+            let reader = get_typed_column_reader::<FloatType>(reader);
+            let Some((values, offsets)) = read(reader, &column, rows, numel, at_once)? else {
+                return Ok(None);
+            };
+            let values = PrimitiveArray::<Float32Type>::new(ScalarBuffer::from(values), None);
+            array(Arc::new(values), offsets, numel, fixed)
+        }
+        PhysicalType::DOUBLE => {
+            let reader = get_typed_column_reader::<DoubleType>(reader);
+            let Some((values, offsets)) = read(reader, &column, rows, numel, at_once)? else {
+                return Ok(None);
+            };
+            let values = PrimitiveArray::<Float64Type>::new(ScalarBuffer::from(values), None);
+            array(Arc::new(values), offsets, numel, fixed)
+        }
+        other => Err(ParquetError::General(format!(
+            "a list of {other} is not decoded here"
+        ))),
+    }
+}
+
+/// A value's position as a List offset.
+fn offset(position: usize) -> Result<i32> {
+    i32::try_from(position)
+        .map_err(|_| ParquetError::General("more list values than a List's offsets hold".into()))
+}
+
+/// A chunk's values and the row offsets into them.
+type Decoded<V> = (Vec<V>, Vec<i32>);
+
+/// The values and the row offsets into them, or `None` at the first null.
+fn read<T: ParquetType>(
+    mut reader: ColumnReaderImpl<T>,
+    column: &ColumnDescPtr,
+    rows: usize,
+    numel: usize,
+    at_once: usize,
+) -> Result<Option<Decoded<T::T>>>
+where
+    T::T: Copy,
+{
+    let max_def = column.max_def_level();
+    let mut values: Vec<T::T> = Vec::with_capacity(rows * numel);
+    let mut offsets: Vec<i32> = Vec::with_capacity(rows + 1);
+    let (mut def, mut rep) = (Vec::new(), Vec::new());
+    loop {
+        def.clear();
+        rep.clear();
+        let before = values.len();
+        let (records, _, levels) =
+            reader.read_records(at_once, Some(&mut def), Some(&mut rep), &mut values)?;
+        if records == 0 {
+            break;
+        }
+        // Branch-free folds, so they vectorize: these loops see every value.
+        if !def.iter().fold(true, |ok, &d| ok & (d == max_def)) {
+            return Ok(None);
+        }
+        // No nulls: one value per level, a row starting at each repetition level 0. Rows of
+        // `numel` values are checked as a block; any other length is found level by level.
+        let rep = &rep[..levels];
+        let mut pos = 0;
+        while pos < levels {
+            offsets.push(offset(before + pos)?);
+            let end = pos + numel;
+            let whole = numel > 0
+                && end <= levels
+                && rep[pos + 1..end].iter().fold(true, |ok, &r| ok & (r != 0))
+                && (end == levels || rep[end] == 0);
+            pos = match whole {
+                true => end,
+                false => rep[pos + 1..]
+                    .iter()
+                    .position(|&r| r == 0)
+                    .map_or(levels, |n| pos + 1 + n),
+            };
+        }
+    }
+    offsets.push(offset(values.len())?);
+    if offsets.len() != rows + 1 {
+        return Err(ParquetError::General(format!(
+            "the column chunk holds {} rows, the row group {rows}",
+            offsets.len() - 1
+        )));
+    }
+    Ok(Some((values, offsets)))
+}
+
+/// The values as the Arrow list the list reader would have made (nullable items, no nulls);
+/// `None` for a fixed-size list with a row of another length (the Arrow path reports it).
+fn array(
+    values: ArrayRef,
+    offsets: Vec<i32>,
+    numel: usize,
+    fixed: bool,
+) -> Result<Option<ArrayRef>> {
+    let item = Arc::new(Field::new("item", values.data_type().clone(), true));
+    let general = |e: arrow_schema::ArrowError| ParquetError::General(e.to_string());
+    if !fixed {
+        let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+        let list = ListArray::try_new(item, offsets, values, None).map_err(general)?;
+        return Ok(Some(Arc::new(list)));
+    }
+    let Ok(size) = i32::try_from(numel) else {
+        return Ok(None);
+    };
+    if offsets.windows(2).any(|w| w[1] - w[0] != size) {
+        return Ok(None);
+    }
+    let list = FixedSizeListArray::try_new(item, size, values, None).map_err(general)?;
+    Ok(Some(Arc::new(list)))
+}
+
+impl super::Snapshot {
+    /// The leaf of a LIST tensor column decoded here (see [`applies`]), when `projection`
+    /// reads it.
+    pub(super) fn list_leaf(
+        &self,
+        metadata: &ArrowReaderMetadata,
+        projection: &ProjectionMask,
+    ) -> Option<usize> {
+        use voxlake_format::sample::TensorEncoding;
+        if !matches!(
+            self.columns.encoding,
+            TensorEncoding::List | TensorEncoding::FixedSizeList
+        ) {
+            return None;
+        }
+        let schema = metadata.metadata().file_metadata().schema_descr();
+        let mut leaves = (0..schema.num_columns())
+            .filter(|&i| schema.column(i).path().parts().first() == Some(&self.columns.tensor));
+        let leaf = leaves.next()?;
+        (leaves.next().is_none()
+            && projection.leaf_included(leaf)
+            && applies(&schema.column(leaf), self.spec().dtype()))
+        .then_some(leaf)
+    }
+
+    /// Row group `row_group` of file `index` with its LIST tensor column (leaf `leaf`) decoded
+    /// here and the other columns by the push decoder, normalized; `None` where the column
+    /// holds a null.
+    pub(super) async fn read_list_row_group(
+        &self,
+        index: usize,
+        row_group: usize,
+        metadata: &ArrowReaderMetadata,
+        projection: &ProjectionMask,
+        leaf: usize,
+        hooks: &crate::hooks::Hooks,
+    ) -> Result<Option<(RecordBatch, ReadTimings)>, StreamError> {
+        let parquet = metadata.metadata();
+        let schema = parquet.file_metadata().schema_descr();
+        let group = parquet.row_group(row_group);
+        let rows = group.num_rows().max(0) as usize;
+        let others: Vec<usize> = (0..schema.num_columns())
+            .filter(|&i| i != leaf && projection.leaf_included(i))
+            .collect();
+        let mut timings = ReadTimings::default();
+        let chunk = group.column(leaf).clone();
+        let (start, len) = chunk.byte_range();
+        let fetch = async {
+            let started = Instant::now();
+            let data = self
+                .reader(index)
+                // Ranges, not one range: stores map or pool those (`MappedLocalStore`).
+                .get_byte_ranges(std::iter::once(start..start + len).collect())
+                .await
+                .map_err(|e| self.file_error(index, e))?;
+            Ok::<_, StreamError>((data, started.elapsed()))
+        };
+        let (mut other_timings, mut decoded) = (ReadTimings::default(), Vec::new());
+        let rest = async {
+            if !others.is_empty() {
+                let mask = ProjectionMask::leaves(schema, others.iter().copied());
+                decoded = self
+                    .decode_projected(
+                        index,
+                        row_group,
+                        metadata,
+                        mask,
+                        rows.max(1),
+                        hooks,
+                        &mut other_timings,
+                    )
+                    .await?;
+            }
+            Ok::<_, StreamError>(())
+        };
+        let ((data, fetched), ()) = tokio::try_join!(fetch, rest)?;
+        timings.fetch += fetched + other_timings.fetch;
+        timings.decode += other_timings.decode;
+        timings.bytes += other_timings.bytes + data.iter().map(|d| d.len() as u64).sum::<u64>();
+        let bytes = data.into_iter().next().unwrap_or_default();
+        let column = schema.column(leaf);
+        let numel = self.spec().numel();
+        let fixed = matches!(
+            self.columns.encoding,
+            voxlake_format::sample::TensorEncoding::FixedSizeList
+        );
+        let object = self.files[index].path.clone();
+        let hooks = hooks.clone();
+        let (array, took) = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            hooks
+                .check(crate::hooks::Stage::Decode, &object)
+                .map_err(|e| Err(StreamError::Internal(e)))?;
+            let array = decode(bytes, &chunk, column, rows, numel, fixed).map_err(Ok)?;
+            Ok::<_, Result<ParquetError, StreamError>>((array, started.elapsed()))
+        })
+        .await
+        .map_err(|e| self.task_error("decode", index, e))?
+        .map_err(|e| match e {
+            Ok(parquet) => self.file_error(index, parquet),
+            Err(stream) => stream,
+        })?;
+        timings.decode += took;
+        let Some(array) = array else {
+            return Ok(None);
+        };
+        let others = match decoded.is_empty() {
+            true => RecordBatch::try_new_with_options(
+                Arc::new(Schema::empty()),
+                Vec::new(),
+                &RecordBatchOptions::new().with_row_count(Some(rows)),
+            )
+            .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))?,
+            false => self.concat(index, decoded)?,
+        };
+        let mut fields: Vec<FieldRef> = others.schema().fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(
+            self.columns.tensor.as_str(),
+            array.data_type().clone(),
+            true,
+        )));
+        let mut columns = others.columns().to_vec();
+        columns.push(array);
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+            .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))?;
+        let normalized = self
+            .normalize(index, row_group, metadata, vec![batch])
+            .await?;
+        Ok(Some((normalized, timings)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Array;
+    use arrow_array::builder::{Float32Builder, Float64Builder, ListBuilder};
+    use parquet::arrow::ArrowWriter;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::basic::Compression;
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use proptest::prelude::*;
+
+    /// One row: its values, or a null row; a value may be null.
+    type Row = Option<Vec<Option<f32>>>;
+
+    /// `rows` written as a one-column Parquet file (a list of floats, or of doubles), pages of
+    /// `page_rows` rows, dictionary and compression as asked.
+    fn file(rows: &[Row], double: bool, page_rows: usize, dictionary: bool, snappy: bool) -> Bytes {
+        let array: ArrayRef = match double {
+            false => {
+                let mut b = ListBuilder::new(Float32Builder::new());
+                for row in rows {
+                    match row {
+                        Some(values) => {
+                            b.values().extend(values.iter().copied());
+                            b.append(true);
+                        }
+                        None => b.append(false),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+            true => {
+                let mut b = ListBuilder::new(Float64Builder::new());
+                for row in rows {
+                    match row {
+                        Some(values) => {
+                            b.values().extend(values.iter().map(|v| v.map(f64::from)));
+                            b.append(true);
+                        }
+                        None => b.append(false),
+                    }
+                }
+                Arc::new(b.finish())
+            }
+        };
+        let batch = RecordBatch::try_from_iter([("volume", array)]).unwrap();
+        let props = WriterProperties::builder()
+            .set_dictionary_enabled(dictionary)
+            .set_data_page_row_count_limit(page_rows)
+            .set_write_batch_size(page_rows)
+            .set_compression(match snappy {
+                true => Compression::SNAPPY,
+                false => Compression::UNCOMPRESSED,
+            })
+            .build();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        Bytes::from(out)
+    }
+
+    /// The column decoded here, and as Arrow's reader decodes it.
+    fn both(file: Bytes, numel: usize, fixed: bool) -> (Option<ArrayRef>, ArrayRef) {
+        both_in(file, numel, fixed, LEVELS_AT_ONCE)
+    }
+
+    /// [`both`], decoding about `levels` levels at a time.
+    fn both_in(
+        file: Bytes,
+        numel: usize,
+        fixed: bool,
+        levels: usize,
+    ) -> (Option<ArrayRef>, ArrayRef) {
+        let reader = SerializedFileReader::new(file.clone()).unwrap();
+        let group = reader.metadata().row_group(0);
+        let chunk = group.column(0);
+        let (start, len) = chunk.byte_range();
+        let bytes = file.slice(start as usize..(start + len) as usize);
+        let column = reader.metadata().file_metadata().schema_descr().column(0);
+        let rows = group.num_rows() as usize;
+        let ours = decode_in(bytes, chunk, column, (rows, numel), fixed, levels).unwrap();
+        let mut arrow = ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap();
+        let theirs = arrow.next().unwrap().unwrap().column(0).clone();
+        (ours, theirs)
+    }
+
+    fn rows(values: &[Vec<f32>]) -> Vec<Row> {
+        values
+            .iter()
+            .map(|v| Some(v.iter().copied().map(Some).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn lists_decode_as_the_arrow_reader_does() {
+        let values: Vec<Vec<f32>> = (0..9)
+            .map(|r| (0..40).map(|i| (r * 40 + i) as f32 * 0.5).collect())
+            .collect();
+        for (double, dictionary, snappy) in [
+            (false, false, false),
+            (false, true, true),
+            (true, false, true),
+            (true, true, false),
+        ] {
+            let (ours, theirs) = both(
+                file(&rows(&values), double, 2, dictionary, snappy),
+                40,
+                false,
+            );
+            assert_eq!(
+                ours.unwrap().as_ref(),
+                theirs.as_ref(),
+                "{double} {dictionary} {snappy}"
+            );
+        }
+        // As a fixed-size list: the same values.
+        let (ours, theirs) = both(file(&rows(&values), false, 4, false, false), 40, true);
+        let ours = ours.unwrap();
+        let fixed = ours.as_any().downcast_ref::<FixedSizeListArray>().unwrap();
+        let list = theirs.as_any().downcast_ref::<ListArray>().unwrap();
+        assert_eq!(fixed.len(), 9);
+        assert_eq!(fixed.values().as_ref(), list.values().as_ref());
+    }
+
+    #[test]
+    fn nulls_go_back_to_the_arrow_path_and_odd_lengths_stay_visible() {
+        let mut values = rows(&vec![vec![1.0; 6]; 5]);
+        // A row of another length: kept, for normalization to name (a fixed-size list: not).
+        values[2] = Some(vec![Some(2.0); 4]);
+        let (ours, theirs) = both(file(&values, false, 2, false, false), 6, false);
+        let ours = ours.unwrap();
+        assert_eq!(ours.as_ref(), theirs.as_ref());
+        let list = ours.as_any().downcast_ref::<ListArray>().unwrap();
+        assert_eq!(list.value_length(2), 4);
+        assert!(
+            both(file(&values, false, 2, false, false), 6, true)
+                .0
+                .is_none()
+        );
+        // Two short rows that add up to one of the expected length stay two rows.
+        let split = rows(&[vec![1.0; 4], vec![2.0; 2], vec![3.0; 2], vec![4.0; 4]]);
+        let (ours, theirs) = both(file(&split, false, 8, false, false), 4, false);
+        assert_eq!(ours.unwrap().as_ref(), theirs.as_ref());
+        // A null value, a null row, an empty row: the Arrow path decides.
+        for odd in [Some(vec![Some(1.0), None]), None, Some(Vec::new())] {
+            let mut values = rows(&vec![vec![1.0; 2]; 3]);
+            values[1] = odd.clone();
+            assert!(
+                both(file(&values, false, 2, false, false), 2, false)
+                    .0
+                    .is_none(),
+                "{odd:?}"
+            );
+        }
+    }
+
+    proptest! {
+        /// Any row count, row lengths, page size, encoding, compression and levels at a time:
+        /// the same array as Arrow's reader, or `None` exactly when there is a null or an
+        /// empty list.
+        #[test]
+        fn decoded_lists_match_arrow(
+            shape in (1usize..12, 1usize..70),
+            page_rows in 1usize..6,
+            dictionary: bool,
+            snappy: bool,
+            double: bool,
+            null_at in proptest::option::of(0usize..12),
+            seed: u32,
+            levels in 1usize..300,
+            odd in proptest::collection::vec((0usize..12, 0usize..5), 0..4),
+        ) {
+            let (count, numel) = shape;
+            let mut values: Vec<Row> = (0..count)
+                .map(|r| Some((0..numel).map(|i| Some(((seed as usize + r * 7 + i) % 13) as f32)).collect()))
+                .collect();
+            // Rows of other lengths (shorter, longer, or empty: empty lists are left to the
+            // Arrow path like nulls).
+            for &(r, k) in odd.iter().filter(|&&(r, _)| r < count) {
+                let len = (numel + k).saturating_sub(2);
+                values[r] = Some((0..len).map(|i| Some(i as f32)).collect());
+            }
+            let empty = values.iter().any(|v| v.as_ref().is_some_and(Vec::is_empty));
+            let nulls = null_at.filter(|&r| r < count);
+            if let Some(r) = nulls {
+                values[r] = None;
+            }
+            let written = file(&values, double, page_rows, dictionary, snappy);
+            let (ours, theirs) = both_in(written, numel, false, levels);
+            match (nulls.is_some() || empty, ours) {
+                (true, ours) => prop_assert!(ours.is_none()),
+                (false, ours) => {
+                    let ours = ours.unwrap();
+                    prop_assert_eq!(ours.as_ref(), theirs.as_ref());
+                }
+            }
+        }
+    }
+}
