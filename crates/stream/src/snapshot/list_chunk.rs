@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::types::{Float32Type, Float64Type};
+use arrow_array::types::{ArrowPrimitiveType, Float32Type, Float64Type};
 use std::time::Instant;
 
 use arrow_array::{
@@ -26,7 +26,9 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::basic::Type as PhysicalType;
-use parquet::column::reader::{ColumnReaderImpl, get_column_reader, get_typed_column_reader};
+use parquet::column::reader::{
+    ColumnReader, ColumnReaderImpl, get_column_reader, get_typed_column_reader,
+};
 use parquet::data_type::{DataType as ParquetType, DoubleType, FloatType};
 use parquet::errors::{ParquetError, Result};
 use parquet::file::metadata::ColumnChunkMetaData;
@@ -121,27 +123,37 @@ fn decode_in(
     let (start, _) = meta.byte_range();
     let pages = SerializedPageReader::new(Arc::new(Chunk { bytes, start }), meta, rows, None)?;
     let reader = get_column_reader(column.clone(), Box::new(pages));
+    let shape = (rows, numel);
     match column.physical_type() {
         PhysicalType::FLOAT => {
-            let reader = get_typed_column_reader::<FloatType>(reader);
-            let Some((values, offsets)) = read(reader, &column, rows, numel, at_once)? else {
-                return Ok(None);
-            };
-            let values = PrimitiveArray::<Float32Type>::new(ScalarBuffer::from(values), None);
-            array(Arc::new(values), offsets, numel, fixed)
+            typed::<FloatType, Float32Type>(reader, &column, shape, fixed, at_once)
         }
         PhysicalType::DOUBLE => {
-            let reader = get_typed_column_reader::<DoubleType>(reader);
-            let Some((values, offsets)) = read(reader, &column, rows, numel, at_once)? else {
-                return Ok(None);
-            };
-            let values = PrimitiveArray::<Float64Type>::new(ScalarBuffer::from(values), None);
-            array(Arc::new(values), offsets, numel, fixed)
+            typed::<DoubleType, Float64Type>(reader, &column, shape, fixed, at_once)
         }
         other => Err(ParquetError::General(format!(
             "a list of {other} is not decoded here"
         ))),
     }
+}
+
+/// [`decode_in`] for values of Parquet type `P`, as Arrow's `A`.
+fn typed<P: ParquetType, A: ArrowPrimitiveType<Native = P::T>>(
+    reader: ColumnReader,
+    column: &ColumnDescPtr,
+    (rows, numel): (usize, usize),
+    fixed: bool,
+    at_once: usize,
+) -> Result<Option<ArrayRef>>
+where
+    P::T: Copy + arrow_buffer::ArrowNativeType,
+{
+    let reader = get_typed_column_reader::<P>(reader);
+    let Some((values, offsets)) = read(reader, column, rows, numel, at_once)? else {
+        return Ok(None);
+    };
+    let values = PrimitiveArray::<A>::new(ScalarBuffer::<A::Native>::from(values), None);
+    array(Arc::new(values), offsets, numel, fixed)
 }
 
 /// A value's position as a List offset.
