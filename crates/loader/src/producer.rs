@@ -82,6 +82,12 @@ pub(crate) struct Producer {
 /// How often a producer waiting for a row group checks that the pipeline is not stalled.
 const STALL_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Checks in a row that must find the pipeline stalled, its budget unchanged, before the run
+/// fails: a reservation whose budget was just granted looks stalled until its task runs again,
+/// which on a loaded machine can take a while (seen once in CI with two checks). A real stall
+/// never changes, so waiting 2 s only delays its error.
+const STALL_CONFIRM: u32 = 20;
+
 impl Producer {
     pub async fn run(self) {
         let msg = match AssertUnwindSafe(self.run_epochs()).catch_unwind().await {
@@ -139,7 +145,7 @@ impl Producer {
         let mut stream = self.stream.pieces(epoch, pieces, from);
         let mut stall_check = tokio::time::interval(STALL_CHECK);
         stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut stalled_ticks = 0;
+        let mut stalled: Option<(voxlake_stream::BudgetProgress, u32)> = None;
         loop {
             while mixer.wants() {
                 if self.stop.load(Ordering::Relaxed) {
@@ -151,8 +157,12 @@ impl Producer {
                         next = stream.next() => break next,
                         _ = self.shutdown.notified() => return Ok(false),
                         _ = stall_check.tick() => {
-                            stalled_ticks = if self.stalled() { stalled_ticks + 1 } else { 0 };
-                            if stalled_ticks >= 2 {
+                            stalled = match (self.stalled(), stalled) {
+                                (Some(now), Some((then, ticks))) if now == then => Some((now, ticks + 1)),
+                                (Some(now), _) => Some((now, 1)),
+                                (None, _) => None,
+                            };
+                            if stalled.is_some_and(|(_, ticks)| ticks >= STALL_CONFIRM) {
                                 return Err(self.stall_error());
                             }
                         }
@@ -307,13 +317,15 @@ impl Producer {
         Ok((left, replayed.pieces, mixer, replayed.next_unit as u64))
     }
 
-    /// Whether the pipeline can never deliver the group the mixer waits for: the next unit
-    /// waits for budget that only buffered groups hold, and nothing else is on its way.
-    fn stalled(&self) -> bool {
+    /// The budget's state if the pipeline looks unable to deliver the group the mixer waits
+    /// for: the next unit waits for budget that only buffered groups hold, and nothing else is
+    /// on its way.
+    fn stalled(&self) -> Option<voxlake_stream::BudgetProgress> {
         let p = self.stream.budget_progress();
-        p.waiting_bytes > 0
+        (p.waiting_bytes > 0
             && p.available_bytes < p.waiting_bytes
-            && p.reserved_units == self.received.load(Ordering::SeqCst)
+            && p.reserved_units == self.received.load(Ordering::SeqCst))
+        .then_some(p)
     }
 
     fn stall_error(&self) -> LoaderError {

@@ -521,9 +521,13 @@ impl Inner {
         let c = &self.counters;
         c.waiting_kib.store(u64::from(kib), Ordering::SeqCst);
         let permit = self.budget.clone().acquire_many_owned(kib).await;
+        // Counted before the wait is cleared: a check in between sees a unit on its way, not
+        // a stall (the loader's stall check).
+        if permit.is_ok() {
+            c.reserved_units.fetch_add(1, Ordering::SeqCst);
+        }
         c.waiting_kib.store(0, Ordering::SeqCst);
         let permit = permit.map_err(|e| StreamError::Internal(e.to_string()))?;
-        c.reserved_units.fetch_add(1, Ordering::SeqCst);
         c.budget_wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(Reserved {
