@@ -291,6 +291,92 @@ mod tests {
         }
     }
 
+    /// A copier like a DMA engine behind a busy stream: a copy reads the staged bytes only when
+    /// it runs, which is when its fence is waited for (or at `finish`), in queue order.
+    #[derive(Default)]
+    struct Deferred {
+        queue: std::cell::RefCell<std::collections::VecDeque<(u64, Tensor, Tensor)>>,
+        queued: Cell<u64>,
+        finished: Cell<u64>,
+    }
+
+    impl Deferred {
+        fn run_to(&self, ticket: u64) {
+            while self.finished.get() <= ticket {
+                let Some((n, staged, mut out)) = self.queue.borrow_mut().pop_front() else {
+                    return;
+                };
+                out.copy_(&staged);
+                self.finished.set(n + 1);
+            }
+        }
+
+        fn finish(&self) {
+            self.run_to(self.queued.get());
+        }
+    }
+
+    struct Ticket<'a>(u64, &'a Deferred);
+
+    impl Fence for Ticket<'_> {
+        fn passed(&self) -> Result<bool, String> {
+            Ok(self.1.finished.get() > self.0)
+        }
+        fn wait(&self) -> Result<(), String> {
+            self.1.run_to(self.0);
+            Ok(())
+        }
+    }
+
+    impl<'a> Copier for &'a Deferred {
+        type Fence = Ticket<'a>;
+        fn copy(&self, host: &Tensor) -> Result<(Tensor, Ticket<'a>), String> {
+            let ticket = self.queued.get();
+            self.queued.set(ticket + 1);
+            let out = host.zeros_like();
+            // The staged bytes themselves (a view of the ring's buffer), read when the copy runs.
+            let queue = (ticket, host.shallow_clone(), out.shallow_clone());
+            self.queue.borrow_mut().push_back(queue);
+            Ok((out, Ticket(ticket, self)))
+        }
+        fn pinned(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn batches_arrive_whole_when_copies_run_late() {
+        // Every copy runs as late as the ring allows: a buffer written again before its copy
+        // ran would hand out the later batch's bytes.
+        let engine = Deferred::default();
+        let mut feed = DeviceFeed::new(&engine, 4, 6 * 4).unwrap();
+        let mut sent = Vec::new();
+        for batch in 0..11usize {
+            let owned: Vec<Vec<u8>> = (0..4)
+                .map(|r| (0..24).map(|i| (batch * 40 + r * 7 + i) as u8).collect())
+                .collect();
+            let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+            let labels: Vec<Option<i64>> = (0..4).map(|r| Some((batch * 4 + r) as i64)).collect();
+            let got = feed
+                .send(DType::F32, &[2, 3], &refs, &labels, None)
+                .unwrap();
+            let nd = crate::batch::build_tensors(DType::F32, &[4, 2, 3], &refs, None).unwrap();
+            sent.push((got, nd, labels));
+        }
+        assert!(
+            feed.waits() >= 8,
+            "the ring waited for each buffer's copy: {}",
+            feed.waits()
+        );
+        engine.finish();
+        for (batch, (got, nd, labels)) in sent.into_iter().enumerate() {
+            let tensors = crate::batch::Tensors::Tch(crate::torch::TchTensor(got.tensors));
+            assert_eq!(tensors.as_bytes(), nd.as_bytes(), "batch {batch}");
+            let want: Vec<i64> = labels.into_iter().map(Option::unwrap).collect();
+            assert_eq!(Vec::<i64>::try_from(&got.labels.unwrap()).unwrap(), want);
+        }
+    }
+
     fn samples(dtype: DType, rows: usize, numel: usize) -> Vec<Vec<u8>> {
         (0..rows)
             .map(|r| {
