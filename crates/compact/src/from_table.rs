@@ -129,6 +129,8 @@ impl Compactor {
                         });
                     }
                     let label = labels.and_then(|l| (!l.is_null(i)).then(|| l.value(i)));
+                    // Copied, not viewed: the row group's budget share goes back when it is
+                    // dropped, and the sink may hold the row longer.
                     let tensor = Bytes::copy_from_slice(tensors.value(i));
                     let row = Row {
                         checksum: voxlake_format::row_checksum(id, label, &tensor),

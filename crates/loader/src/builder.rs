@@ -299,29 +299,28 @@ impl LoaderBuilder {
     /// read (Spark `array<float>`, Arrow fixed-size lists and `arrow.fixed_shape_tensor`,
     /// Petastorm's `np.save`/`np.savez_compressed` bytes, raw bytes).
     pub fn with_tensor_column(mut self, name: impl Into<String>) -> Self {
-        self.hints.tensor = Some(name.into());
+        self.hints = self.hints.with_tensor_column(name);
         self
     }
 
     /// The shape (C order) and element type of one sample: needed for LIST and raw BINARY
     /// columns, checked against what the table records otherwise.
     pub fn with_tensor_shape(mut self, shape: Vec<usize>, dtype: voxlake_format::DType) -> Self {
-        self.hints.shape = Some(shape);
-        self.hints.dtype = Some(dtype);
+        self.hints = self.hints.with_tensor_shape(shape, dtype);
         self
     }
 
     /// The label column: integers, bools or integral floats, handed out as `i64` (default:
     /// `label` where the table has one, else no labels).
     pub fn with_label_column(mut self, name: impl Into<String>) -> Self {
-        self.hints.label = Some(name.into());
+        self.hints = self.hints.with_label_column(name);
         self
     }
 
     /// The id column, strings or integers (default: `id` where the table has one, else each
     /// row is named `<file>#<row in file>`).
     pub fn with_id_column(mut self, name: impl Into<String>) -> Self {
-        self.hints.id = Some(name.into());
+        self.hints = self.hints.with_id_column(name);
         self
     }
 

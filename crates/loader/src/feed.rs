@@ -23,10 +23,10 @@ use crate::LoaderError;
 use crate::ring::{Fence, Ring};
 use crate::torch::{empty_host, fill_raw, kind_of};
 
-/// Staging buffers in the ring: a batch's copy finishes long before the ring comes round
-/// (0.5 ms for 11.5 MB at PCIe gen4 rates), so three keep the assembler from ever waiting on one
-/// while the previous batch's copy is queued. Counted in the memory budget among the batches
-/// the loader holds outside the stream.
+/// Staging buffers in the ring: a batch's copy should finish long before the ring comes round
+/// (11.5 MB at PCIe gen4's ~25 GB/s is ~0.5 ms: an estimate, not measured here), so three keep
+/// the assembler from waiting while the previous batch's copy is queued; `staging_waits` says
+/// when they do not. Counted in the memory budget (see `LoaderBuilder::outside_bytes`).
 pub(crate) const STAGING_BUFFERS: usize = 3;
 
 /// Copies a host tensor to a device, with a fence that passes once the copy has finished.
@@ -60,14 +60,17 @@ impl<C: Copier> DeviceFeed<C> {
     pub fn new(copier: C, batch_size: usize, sample_bytes: usize) -> Result<Self, LoaderError> {
         let capacity = batch_size * (std::mem::size_of::<i64>() + sample_bytes);
         let size = [capacity as i64];
+        // Pinned where the copier asks and libtorch can; else pageable, said once.
+        let mut pinned = copier.pinned();
         let mut buffers = Vec::with_capacity(STAGING_BUFFERS);
         for _ in 0..STAGING_BUFFERS {
-            let buffer = match copier.pinned() {
-                true => empty_host(&size, DType::U8, true).or_else(|reason| {
+            let buffer = match empty_host(&size, DType::U8, pinned) {
+                Err(reason) if pinned => {
                     tracing::warn!(%reason, "staging buffers not pinned: batch copies will not overlap");
+                    pinned = false;
                     empty_host(&size, DType::U8, false)
-                }),
-                false => empty_host(&size, DType::U8, false),
+                }
+                other => other,
             }
             .map_err(|e| {
                 LoaderError::Config(format!("allocating {capacity} bytes of staging buffer: {e}"))

@@ -251,6 +251,17 @@ mod tests {
     use super::*;
     use object_store::ObjectStoreExt;
 
+    /// The process's mappings of `file` (Linux's `/proc/self/maps`; 0 elsewhere).
+    fn mappings_of(file: &std::path::Path) -> usize {
+        let name = file.canonicalize().unwrap();
+        let name = name.to_str().unwrap();
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.ends_with(name))
+            .count()
+    }
+
     #[tokio::test]
     async fn large_ranges_are_mapped_small_ones_read() {
         let dir = tempfile::tempdir().unwrap();
@@ -273,10 +284,17 @@ mod tests {
                 "range {range:?}"
             );
         }
-        // Slices of a mapped range (the decoder's views) outlive the rest of it.
+        // The three large ranges are mappings of the file; the small one was read.
+        let linux = cfg!(target_os = "linux");
+        assert_eq!(mappings_of(&file), if linux { 3 } else { 0 });
+        // Slices of a mapped range (the decoder's views) outlive the rest of it, and the
+        // mapping goes with the last of them.
         let view = got[1].slice(100..200);
         drop(got);
         assert!(view.as_ref() == &data[2_500_103..2_500_203]);
+        assert_eq!(mappings_of(&file), usize::from(linux));
+        drop(view);
+        assert_eq!(mappings_of(&file), 0);
 
         // Past the end: an error naming the file, whether mapped or read.
         for range in [4_000_000..5_000_001u64, 4_999_990..5_000_001] {
@@ -327,6 +345,8 @@ mod tests {
         for map in [false, true] {
             let got = read_range(&file, &path, 3_000_000, map, 7..2_500_000).unwrap();
             assert!(got.as_ref() == &data[7..2_500_000], "map {map}");
+            let mapped = map && cfg!(target_os = "linux");
+            assert_eq!(mappings_of(&path), usize::from(mapped), "map {map}");
             let e = read_range(&file, &path, 3_000_000, map, 7..3_000_001).unwrap_err();
             assert!(e.to_string().contains("past the end"), "{e}");
         }
@@ -344,6 +364,7 @@ mod tests {
             .get_ranges(&location, &[1..2_999_999, 0..1])
             .await
             .unwrap();
+        assert_eq!(mappings_of(&file), usize::from(cfg!(target_os = "linux")));
         std::fs::remove_file(&file).unwrap();
         assert!(got[0].as_ref() == &data[1..2_999_999]);
     }

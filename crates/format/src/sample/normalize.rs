@@ -6,8 +6,12 @@ use std::sync::Arc;
 use arrow_array::builder::BinaryViewBuilder;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type, Int64Type};
-use arrow_array::{Array, ArrayRef, BinaryViewArray, Int64Array, RecordBatch, StringArray};
+use arrow_array::{
+    Array, ArrayRef, BinaryViewArray, GenericListArray, Int64Array, OffsetSizeTrait, RecordBatch,
+    StringArray,
+};
 use arrow_buffer::Buffer;
+use arrow_data::{ByteView, MAX_INLINE_VIEW_LEN};
 use arrow_schema::{DataType, Field, Schema};
 
 use super::{RowError, SampleColumns, TensorEncoding, inflate_npz};
@@ -118,27 +122,9 @@ impl SampleColumns {
                 views_into(values, starts, size, numel)
             }
             TensorEncoding::List => {
-                let (values, bounds): (&ArrayRef, Vec<(usize, usize)>) = match array.data_type() {
-                    DataType::List(_) => {
-                        let l = array.as_list::<i32>();
-                        let o = l.value_offsets();
-                        (
-                            l.values(),
-                            o.windows(2)
-                                .map(|w| (w[0] as usize, (w[1] - w[0]) as usize))
-                                .collect(),
-                        )
-                    }
-                    DataType::LargeList(_) => {
-                        let l = array.as_list::<i64>();
-                        let o = l.value_offsets();
-                        (
-                            l.values(),
-                            o.windows(2)
-                                .map(|w| (w[0] as usize, (w[1] - w[0]) as usize))
-                                .collect(),
-                        )
-                    }
+                let (values, bounds) = match array.data_type() {
+                    DataType::List(_) => list_bounds(array.as_list::<i32>()),
+                    DataType::LargeList(_) => list_bounds(array.as_list::<i64>()),
                     other => return Err(err(0, format!("expected a list, found {other}"))),
                 };
                 if let Some(row) = bounds.iter().position(|&(_, len)| len != numel) {
@@ -199,11 +185,11 @@ impl SampleColumns {
                 let block = out.append_block(Buffer::from_vec(inflated));
                 out.try_append_view(block, header, len)
                     .map_err(|e| err(row, e.to_string()))?;
-            } else if (*view as u32) > 12 {
+            } else if bytes.len() > MAX_INLINE_VIEW_LEN as usize {
                 // The data is the tail of the row's bytes: a view into the same buffer.
-                let buffer = (*view >> 64) as u32;
-                let offset = (*view >> 96) as u32 + header;
-                out.try_append_view(blocks[buffer as usize], offset, len)
+                let view = ByteView::from(*view);
+                let block = blocks[view.buffer_index as usize];
+                out.try_append_view(block, view.offset + header, len)
                     .map_err(|e| err(row, e.to_string()))?;
             } else {
                 out.append_value(npy.data());
@@ -211,6 +197,16 @@ impl SampleColumns {
         }
         Ok(out.finish())
     }
+}
+
+/// A list array's values and each row's (start, length) in them.
+fn list_bounds<O: OffsetSizeTrait>(list: &GenericListArray<O>) -> (&ArrayRef, Vec<(usize, usize)>) {
+    let bounds = list
+        .value_offsets()
+        .windows(2)
+        .map(|w| (w[0].as_usize(), (w[1] - w[0]).as_usize()))
+        .collect();
+    (list.values(), bounds)
 }
 
 /// Any binary column as BinaryView (the pipeline decodes BINARY as views already; arrow's

@@ -2,20 +2,20 @@
 //! decoded straight from its column chunk with parquet's column reader.
 //!
 //! Arrow's list reader builds a validity bitmap for every value and walks the repetition
-//! levels to build offsets: 4–5× the time of decoding the levels and values themselves
-//! (measured on the reference cubes, docs/benchmarks.md). A tensor column has no nulls and
+//! levels to build offsets: on a file of reference cubes it took 4–5× the time of this decode
+//! (docs/benchmarks.md, "Foreign tables"). A tensor column has no nulls and
 //! lists of one length, so here the levels are decoded a few rows at a time (they stay in
 //! cache), checked (every definition level at its maximum: no null list, no null value), the
 //! row starts read off the repetition levels, and the values appended to one buffer. The result
 //! is the Arrow array the list reader would have made (a `List` or `FixedSizeList` over the
 //! values, no nulls), so the same normalization checks each row's length. A chunk holding a
-//! null is handed back to the Arrow path (`None`), which names the row.
+//! null or an empty list is handed back to the Arrow path (`None`), which names the row (its
+//! other columns then decoded again: only on the way to that error).
 
 use std::sync::Arc;
-
-use arrow_array::types::{ArrowPrimitiveType, Float32Type, Float64Type};
 use std::time::Instant;
 
+use arrow_array::types::{ArrowPrimitiveType, Float32Type, Float64Type};
 use arrow_array::{
     ArrayRef, FixedSizeListArray, ListArray, PrimitiveArray, RecordBatch, RecordBatchOptions,
 };
@@ -45,7 +45,7 @@ const LEVELS_AT_ONCE: usize = 256 << 10;
 
 /// Whether a tensor column of `dtype` stored in leaf `column` is decoded here: a list's
 /// values (one level of repetition) of FLOAT for f32 or DOUBLE for f64.
-pub(crate) fn applies(column: &ColumnDescPtr, dtype: DType) -> bool {
+fn applies(column: &ColumnDescPtr, dtype: DType) -> bool {
     column.max_rep_level() == 1
         && matches!(
             (column.physical_type(), dtype),
@@ -99,7 +99,7 @@ impl ChunkReader for Chunk {
 /// Decodes the column chunk `bytes` (read from `meta.byte_range()`) of leaf `column`, `rows`
 /// rows of samples of `numel` values: a `FixedSizeList` when `fixed`, else a `List`. `None`
 /// where a definition level shows a null (left to the Arrow path to report).
-pub(crate) fn decode(
+fn decode(
     bytes: Bytes,
     meta: &ColumnChunkMetaData,
     column: ColumnDescPtr,
@@ -299,7 +299,7 @@ impl super::Snapshot {
             let started = Instant::now();
             let data = self
                 .reader(index)
-                // Ranges, not one range: stores map or pool those (`MappedLocalStore`).
+                // `get_ranges`, not `get_range`: `MappedLocalStore` maps large ranges there.
                 .get_byte_ranges(std::iter::once(start..start + len).collect())
                 .await
                 .map_err(|e| self.file_error(index, e))?;
