@@ -1,0 +1,392 @@
+//! Opening a snapshot: the Delta log (or a listing), the data files, how samples are read.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use futures::TryStreamExt;
+use object_store::ObjectStore;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use tokio::sync::OnceCell;
+use voxlake_format::sample::{ColumnHints, SampleColumns};
+use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec};
+
+use super::{DataFile, Snapshot};
+use crate::error::{StreamError, redact};
+use crate::location;
+
+impl Snapshot {
+    /// Opens the table at `location` (a local path or URL) at `version`, or the latest.
+    pub async fn open(
+        location: &str,
+        options: &HashMap<String, String>,
+        version: Option<u64>,
+    ) -> Result<Snapshot, StreamError> {
+        Snapshot::open_with_store(location, options, version, None).await
+    }
+
+    /// [`open`](Self::open) through a store of the caller's: `root_store` has `/` at the root
+    /// of the store that `location` names (e.g. a `LocalFileSystem::new()` wrapped in object
+    /// store's `ThrottledStore`, or a store with a custom client).
+    pub async fn open_with_store(
+        location: &str,
+        options: &HashMap<String, String>,
+        version: Option<u64>,
+        root_store: Option<Arc<dyn ObjectStore>>,
+    ) -> Result<Snapshot, StreamError> {
+        Snapshot::open_with(
+            location,
+            options,
+            version,
+            root_store,
+            &ColumnHints::default(),
+        )
+        .await
+    }
+
+    /// [`open_with_store`](Self::open_with_store) reading samples as `hints` say: the table
+    /// may be any Delta table, or a folder (prefix) of Parquet files without a log, with its
+    /// tensors in any encoding of [`voxlake_format::sample::TensorEncoding`]. A table that is
+    /// not voxlake's is resolved from the first file's footer (and, for BINARY columns of
+    /// `np.save` bytes, its first value).
+    pub async fn open_with(
+        location: &str,
+        options: &HashMap<String, String>,
+        version: Option<u64>,
+        root_store: Option<Arc<dyn ObjectStore>>,
+        hints: &ColumnHints,
+    ) -> Result<Snapshot, StreamError> {
+        location::register_handlers();
+        let url = location::to_url(location, true)?;
+        let display = redact(url.as_str());
+        let err = |source| StreamError::Table {
+            location: display.clone(),
+            source: Box::new(source),
+        };
+        let options = location::storage_options(options);
+        let shown: &str = &display;
+        tracing::debug!(
+            location = shown,
+            credentials = location::credential_method(&url, &options),
+            "opening table"
+        );
+        // Local tables read row groups into recycled buffers (see `local`).
+        #[cfg(unix)]
+        let root_store = root_store.or_else(|| {
+            (url.scheme() == "file")
+                .then(|| Arc::new(crate::local::MappedLocalStore::new()) as Arc<dyn ObjectStore>)
+        });
+        // The reachability probe runs beside the open, not before it: it costs no round trip,
+        // and when nothing answers its error comes first and ends the open.
+        let probe = async {
+            match root_store {
+                None => location::ensure_reachable(location, &options).await,
+                Some(_) => Ok(()),
+            }
+        };
+        let open = async {
+            let mut builder = DeltaTableBuilder::from_url(url.clone())
+                .map_err(err)?
+                .with_storage_options(options.clone());
+            if let Some(store) = root_store.clone() {
+                builder = builder.with_storage_backend(store, url.clone());
+            }
+            if let Some(v) = version {
+                builder = builder.with_version(v);
+            }
+            let mut table = builder.build().map_err(err)?;
+            // Ask first: loading a missing table makes the kernel log an error.
+            if !table.verify_deltatable_existence().await.map_err(err)? {
+                // No log: a folder of Parquet files (listed once), whose only version is 0 (a
+                // loader state pins it; the state's file-set hash tells listings apart).
+                if let Some(v) = version.filter(|&v| v != 0) {
+                    return Err(err(DeltaTableError::NotATable(format!(
+                        "no _delta_log at this location (version {v} pins a Delta table)"
+                    ))));
+                }
+                return Ok(Err(table.object_store()));
+            }
+            match version {
+                Some(v) => table.load_version(v).await.map_err(err)?,
+                None => table.load().await.map_err(err)?,
+            }
+            Ok(Ok(table))
+        };
+        let (table, ()) = futures::try_join!(open, probe)?;
+        match table {
+            Ok(table) => Snapshot::from_table_with(&table, display, hints).await,
+            Err(store) => Snapshot::from_listing(store, display, hints).await,
+        }
+    }
+
+    /// The snapshot of an already loaded table; `location` is used in messages.
+    pub async fn from_table(table: &DeltaTable, location: String) -> Result<Snapshot, StreamError> {
+        Snapshot::from_table_with(table, location, &ColumnHints::default()).await
+    }
+
+    /// [`from_table`](Self::from_table) reading samples as `hints` say.
+    pub async fn from_table_with(
+        table: &DeltaTable,
+        location: String,
+        hints: &ColumnHints,
+    ) -> Result<Snapshot, StreamError> {
+        let err = |source| StreamError::Table {
+            location: location.clone(),
+            source: Box::new(source),
+        };
+        let state = table.snapshot().map_err(err)?;
+        let config = state.metadata().configuration().clone();
+        let log_store = table.log_store();
+        let views: Vec<_> = state
+            .snapshot()
+            .file_views(log_store.as_ref(), None)
+            .try_collect()
+            .await
+            .map_err(err)?;
+        let mut files: Vec<(i64, DataFile)> = views
+            .iter()
+            .map(|f| {
+                let mut partitions: Vec<(String, Option<String>)> =
+                    f.partition_values_map().into_iter().collect();
+                partitions.sort();
+                let file = DataFile {
+                    path: f.path().to_string(),
+                    object_path: f.object_store_path(),
+                    size: f.size() as u64,
+                    rows: f.num_records().map(|n| n as u64),
+                    partitions,
+                    delta_stats: f.stats(),
+                };
+                (f.modification_time(), file)
+            })
+            .collect();
+        // The log's order is not stable across checkpoints: sort so plans are reproducible,
+        // by write time first so that "table order" is the order the rows were written in.
+        files.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| a.path.cmp(&b.path)));
+        let files: Vec<DataFile> = files.into_iter().map(|(_, f)| f).collect();
+        Snapshot::new(location, state.version(), files, table.object_store())
+            .resolve_columns(&config, hints)
+            .await
+    }
+
+    /// The snapshot of a folder of Parquet files without a Delta log: every `.parquet` object
+    /// under the store's root, listed once and sorted by path, skipping folders and files
+    /// whose names start with `_` or `.` (`_delta_log`, `_SUCCESS`, `.crc` files). Version 0;
+    /// the file set hash tells one listing from another.
+    pub async fn from_listing(
+        store: Arc<dyn ObjectStore>,
+        location: String,
+        hints: &ColumnHints,
+    ) -> Result<Snapshot, StreamError> {
+        let objects: Vec<object_store::ObjectMeta> =
+            store
+                .list(None)
+                .try_collect()
+                .await
+                .map_err(|e| StreamError::Table {
+                    location: location.clone(),
+                    source: Box::new(DeltaTableError::ObjectStore { source: e }),
+                })?;
+        let listed = objects.len();
+        let mut files: Vec<DataFile> = objects
+            .into_iter()
+            .filter(|o| {
+                let parts: Vec<_> = o.location.parts().collect();
+                parts
+                    .iter()
+                    .all(|p| !p.as_ref().starts_with('_') && !p.as_ref().starts_with('.'))
+                    && parts
+                        .last()
+                        .is_some_and(|p| p.as_ref().ends_with(".parquet"))
+            })
+            .map(|o| DataFile {
+                partitions: crate::select::hive_partitions(o.location.as_ref()),
+                path: o.location.to_string(),
+                object_path: o.location,
+                size: o.size,
+                rows: None,
+                delta_stats: None,
+            })
+            .collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        if files.is_empty() {
+            let reason = match listed {
+                0 => {
+                    "nothing at this location: no Delta table (no _delta_log) and no .parquet files"
+                        .to_string()
+                }
+                n => format!(
+                    "neither a Delta table (no _delta_log) nor a folder of .parquet files ({n} other objects)"
+                ),
+            };
+            return Err(StreamError::Incompatible { location, reason });
+        }
+        Snapshot::new(location, 0, files, store)
+            .resolve_columns(&HashMap::new(), hints)
+            .await
+    }
+
+    fn new(
+        location: String,
+        version: u64,
+        files: Vec<DataFile>,
+        store: Arc<dyn ObjectStore>,
+    ) -> Snapshot {
+        let footers = files.iter().map(|_| OnceCell::new()).collect();
+        let view_footers = files.iter().map(|_| OnceCell::new()).collect();
+        Snapshot {
+            location,
+            version,
+            // Replaced by `resolve_columns` before the snapshot is handed out.
+            columns: SampleColumns {
+                tensor: TENSOR_COLUMN.into(),
+                encoding: voxlake_format::sample::TensorEncoding::Raw,
+                spec: TensorSpec::new(Vec::new(), voxlake_format::DType::U8),
+                label: None,
+                id: None,
+                native: true,
+            },
+            partition_types: HashMap::new(),
+            selection: None,
+            files,
+            store,
+            footers,
+            view_footers,
+        }
+    }
+
+    /// Decides how samples are read. A voxlake table read as it is needs its configuration
+    /// only; any other table is resolved from the first file's footer (and, for a BINARY
+    /// tensor column, its first value: `np.save` bytes say their shape).
+    async fn resolve_columns(
+        mut self,
+        config: &HashMap<String, String>,
+        hints: &ColumnHints,
+    ) -> Result<Snapshot, StreamError> {
+        let incompatible = |e: voxlake_format::FormatError| StreamError::Incompatible {
+            location: self.location.clone(),
+            reason: e.to_string(),
+        };
+        let voxlake = config.contains_key(voxlake_format::FORMAT_VERSION_KEY);
+        if voxlake && hints.is_empty() {
+            let spec = TensorSpec::from_table_configuration(config).map_err(incompatible)?;
+            self.columns = SampleColumns {
+                spec,
+                label: Some(LABEL_COLUMN.into()),
+                id: Some(ID_COLUMN.into()),
+                ..self.columns
+            };
+            return Ok(self);
+        }
+        if self.files.is_empty() {
+            return Err(StreamError::Incompatible {
+                location: self.location.clone(),
+                reason: format!(
+                    "version {} has no data files to learn the tensor column from",
+                    self.version
+                ),
+            });
+        }
+        let meta = self.reader_metadata(0).await?;
+        let file_schema = meta.schema().clone();
+        // Partition columns join the schema the columns are resolved against.
+        let mut keys: Vec<&str> = self
+            .files
+            .iter()
+            .flat_map(|f| f.partitions.iter().map(|(k, _)| k.as_str()))
+            .filter(|k| file_schema.field_with_name(k).is_err())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let partition_types: HashMap<String, arrow_schema::DataType> = keys
+            .into_iter()
+            .map(|key| {
+                let integers = self.files.iter().all(|f| {
+                    f.partitions
+                        .iter()
+                        .filter(|(k, _)| k == key)
+                        .all(|(_, v)| v.as_deref().is_none_or(|v| v.parse::<i64>().is_ok()))
+                });
+                let t = if integers {
+                    arrow_schema::DataType::Int64
+                } else {
+                    arrow_schema::DataType::Utf8
+                };
+                (key.to_string(), t)
+            })
+            .collect();
+        let mut fields: Vec<arrow_schema::FieldRef> =
+            file_schema.fields().iter().cloned().collect();
+        let mut partition_names: Vec<&String> = partition_types.keys().collect();
+        partition_names.sort();
+        for name in partition_names {
+            fields.push(Arc::new(arrow_schema::Field::new(
+                name.as_str(),
+                partition_types[name].clone(),
+                true,
+            )));
+        }
+        let schema = arrow_schema::Schema::new(fields);
+        self.partition_types = partition_types;
+        let tensor = SampleColumns::tensor_field(&schema, hints).map_err(incompatible)?;
+        let first = match tensor.data_type() {
+            arrow_schema::DataType::Binary
+            | arrow_schema::DataType::LargeBinary
+            | arrow_schema::DataType::BinaryView
+                if !voxlake =>
+            {
+                self.first_value(tensor.name()).await?
+            }
+            _ => None,
+        };
+        let columns = SampleColumns::resolve(&schema, config, hints, first.as_deref())
+            .map_err(incompatible)?;
+        tracing::debug!(
+            location = self.location.as_str(),
+            tensor = columns.tensor.as_str(),
+            encoding = columns.encoding.describe(),
+            spec = %columns.spec,
+            "resolved the sample columns"
+        );
+        self.columns = columns;
+        Ok(self)
+    }
+
+    /// The first value of binary column `column` of file 0 (one row of its first row group).
+    async fn first_value(&self, column: &str) -> Result<Option<Vec<u8>>, StreamError> {
+        use arrow_array::Array;
+        use arrow_array::cast::AsArray;
+        let perr = |e| self.file_error(0, e);
+        let meta = self.reader_metadata(0).await?;
+        if meta.metadata().num_row_groups() == 0 {
+            return Ok(None);
+        }
+        let mask =
+            ProjectionMask::columns(meta.metadata().file_metadata().schema_descr(), [column]);
+        let reader = self.reader(0).with_metadata(meta.metadata().clone());
+        let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta)
+            .with_projection(mask)
+            .with_row_groups(vec![0])
+            .with_limit(1)
+            .with_batch_size(1)
+            .build()
+            .map_err(perr)?;
+        let Some(batch) = stream.try_next().await.map_err(perr)? else {
+            return Ok(None);
+        };
+        let Some(array) = batch
+            .columns()
+            .first()
+            .filter(|a| !a.is_empty() && a.is_valid(0))
+        else {
+            return Ok(None);
+        };
+        Ok(match array.data_type() {
+            arrow_schema::DataType::Binary => Some(array.as_binary::<i32>().value(0).to_vec()),
+            arrow_schema::DataType::LargeBinary => Some(array.as_binary::<i64>().value(0).to_vec()),
+            arrow_schema::DataType::BinaryView => Some(array.as_binary_view().value(0).to_vec()),
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,471 @@
+//! Reading a snapshot: row groups (fetched, decoded, verified, normalized), files and columns.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use arrow_select::concat::concat_batches;
+use futures::{StreamExt, TryStreamExt};
+use parquet::DecodeResult;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder};
+use parquet::errors::ParquetError;
+use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+
+use super::{DataFile, READ_CONCURRENCY, Snapshot};
+use crate::error::StreamError;
+
+/// Values decoded at once from a LIST tensor column (see `read_whole_row_group`).
+const LIST_DECODE_BYTES: usize = 1 << 20;
+
+impl Snapshot {
+    /// A projection of `columns` for file `index`'s schema; unknown columns are an error, except
+    /// the checksum column, which files written before it lack.
+    pub fn projection(
+        &self,
+        metadata: &ArrowReaderMetadata,
+        columns: &[String],
+    ) -> Result<ProjectionMask, StreamError> {
+        let schema = metadata.schema();
+        let mut roots = Vec::with_capacity(columns.len());
+        for name in columns {
+            // The checksum column is read where the file has one (older tables have none).
+            if name == CHECKSUM_COLUMN && schema.index_of(name).is_err() {
+                continue;
+            }
+            // voxlake's names map to the table's columns; an id the table lacks is made, and
+            // partition columns come from the file's path or add action.
+            let Some(name) = self.columns.source_of(name) else {
+                continue;
+            };
+            if self.partition_types.contains_key(name) && schema.index_of(name).is_err() {
+                continue;
+            }
+            let index = schema
+                .index_of(name)
+                .map_err(|_| StreamError::Incompatible {
+                    location: self.location.clone(),
+                    reason: format!(
+                        "no column '{name}' (the table has {:?})",
+                        schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+                    ),
+                })?;
+            roots.push(index);
+        }
+        Ok(ProjectionMask::roots(
+            metadata.metadata().file_metadata().schema_descr(),
+            roots,
+        ))
+    }
+
+    /// Reads one row group of file `index`: the projected column chunks are fetched with one
+    /// coalesced `get_ranges`, and decoded on the blocking pool. Binary columns come back as
+    /// `BinaryView` arrays that point into the fetched pages (no copy of the tensors).
+    pub async fn read_row_group(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+    ) -> Result<RecordBatch, StreamError> {
+        Ok(self
+            .read_row_group_timed(index, row_group, projection)
+            .await?
+            .0)
+    }
+
+    /// [`read_row_group`](Self::read_row_group), also returning where the time went.
+    pub async fn read_row_group_timed(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+    ) -> Result<(RecordBatch, ReadTimings), StreamError> {
+        self.read_row_group_hooked(
+            index,
+            row_group,
+            projection,
+            &crate::hooks::Hooks::default(),
+        )
+        .await
+    }
+
+    /// [`read_row_group_timed`](Self::read_row_group_timed) with a test's fault hooks: the row
+    /// group's rows the filter selects (all without one), copied out of the decoded pages when
+    /// it keeps only some (on the blocking pool).
+    pub(crate) async fn read_row_group_hooked(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+        hooks: &crate::hooks::Hooks,
+    ) -> Result<(RecordBatch, ReadTimings), StreamError> {
+        let (batch, timings) = self
+            .read_whole_row_group(index, row_group, projection, hooks)
+            .await?;
+        let Some(rows) = self.selected_rows(index, row_group).cloned() else {
+            return Ok((batch, timings));
+        };
+        let selected = tokio::task::spawn_blocking(move || {
+            let indices: Vec<u64> = rows.iter().map(|&r| u64::from(r)).collect();
+            crate::group::copy_rows(&batch, &indices)
+        })
+        .await
+        .map_err(|e| self.task_error("decode", index, e))?
+        .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))?;
+        Ok((selected, timings))
+    }
+
+    /// Every row of one row group, decoded, verified and in voxlake's layout.
+    async fn read_whole_row_group(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+        hooks: &crate::hooks::Hooks,
+    ) -> Result<(RecordBatch, ReadTimings), StreamError> {
+        let metadata = self.view_metadata(index).await?;
+        // A LIST tensor column straight from its pages (`list_chunk`), unless it holds a null:
+        // then the Arrow path below names the row.
+        if let Some(leaf) = self.list_leaf(&metadata, &projection)
+            && let Some(read) = self
+                .read_list_row_group(index, row_group, &metadata, &projection, leaf, hooks)
+                .await?
+        {
+            return Ok(read);
+        }
+        let rows = metadata.metadata().row_group(row_group).num_rows().max(1) as usize;
+        // LIST columns decode a repetition and a definition level per value: in batches of
+        // about 1 MiB of values the levels stay in cache (decode time halved on the reference
+        // cubes, docs/benchmarks.md); the batches are normalized to views and joined without
+        // copying the values.
+        let batch_rows = match self.columns.encoding {
+            voxlake_format::sample::TensorEncoding::List
+            | voxlake_format::sample::TensorEncoding::FixedSizeList => {
+                (LIST_DECODE_BYTES / self.spec().nbytes().max(1)).clamp(1, rows)
+            }
+            _ => rows,
+        };
+        let mut timings = ReadTimings::default();
+        let batches = self
+            .decode_projected(
+                index,
+                row_group,
+                &metadata,
+                projection,
+                batch_rows,
+                hooks,
+                &mut timings,
+            )
+            .await?;
+        if batches.is_empty() {
+            return Err(StreamError::Internal(format!(
+                "file {}: row group {row_group} decoded to nothing",
+                self.files[index].path
+            )));
+        }
+        if !self.columns.native {
+            return Ok((
+                self.normalize(index, row_group, &metadata, batches).await?,
+                timings,
+            ));
+        }
+        let batch = self.concat(index, batches)?;
+        if batch.column_by_name(CHECKSUM_COLUMN).is_some() {
+            let (verified, mismatch) = tokio::task::spawn_blocking(move || {
+                let mismatch = verify_checksums(&batch);
+                (batch, mismatch)
+            })
+            .await
+            .map_err(|e| self.task_error("verify", index, e))?;
+            if let Some(reason) = mismatch {
+                return Err(StreamError::Corrupt {
+                    location: self.location.clone(),
+                    file: self.files[index].path.clone(),
+                    reason: format!("row group {row_group}, {reason}"),
+                });
+            }
+            return Ok((verified, timings));
+        }
+        Ok((batch, timings))
+    }
+
+    /// Row group `row_group` of file `index`, the columns of `projection` decoded in batches
+    /// of `batch_rows` (on the blocking pool), fetching what the decoder asks for.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn decode_projected(
+        &self,
+        index: usize,
+        row_group: usize,
+        metadata: &ArrowReaderMetadata,
+        projection: ProjectionMask,
+        batch_rows: usize,
+        hooks: &crate::hooks::Hooks,
+        timings: &mut ReadTimings,
+    ) -> Result<Vec<RecordBatch>, StreamError> {
+        let mut decoder = ParquetPushDecoderBuilder::new_with_metadata(metadata.clone())
+            .with_row_groups(vec![row_group])
+            .with_projection(projection)
+            .with_batch_size(batch_rows)
+            .build()
+            .map_err(|e| self.file_error(index, e))?;
+        let mut batches = Vec::new();
+        let path = &self.files[index].path;
+        loop {
+            let hooks = hooks.clone();
+            let object = path.clone();
+            let (back, step) = tokio::task::spawn_blocking(move || {
+                let start = Instant::now();
+                if let Err(e) = hooks.check(crate::hooks::Stage::Decode, &object) {
+                    return (decoder, Err(StreamError::Internal(e)));
+                }
+                let step = decode_until_data_needed(&mut decoder);
+                (decoder, Ok(step.map(|s| (s, start.elapsed()))))
+            })
+            .await
+            .map_err(|e| self.task_error("decode", index, e))?;
+            decoder = back;
+            let ((decoded, needs), took) = step?.map_err(|e| self.file_error(index, e))?;
+            timings.decode += took;
+            batches.extend(decoded);
+            let Some(ranges) = needs else { break };
+            let start = Instant::now();
+            let data = self
+                .reader(index)
+                .get_byte_ranges(ranges.clone())
+                .await
+                .map_err(|e| self.file_error(index, e))?;
+            timings.fetch += start.elapsed();
+            timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
+            decoder
+                .push_ranges(ranges, data)
+                .map_err(|e| self.file_error(index, e))?;
+        }
+        Ok(batches)
+    }
+
+    /// The decoded batches of one row group as one.
+    pub(super) fn concat(
+        &self,
+        index: usize,
+        batches: Vec<RecordBatch>,
+    ) -> Result<RecordBatch, StreamError> {
+        match batches.as_slice() {
+            [only] => Ok(only.clone()),
+            [first, ..] => concat_batches(&first.schema(), &batches)
+                .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string()))),
+            [] => Ok(RecordBatch::new_empty(Arc::new(
+                arrow_schema::Schema::empty(),
+            ))),
+        }
+    }
+
+    /// The decoded batches of a row group of a table that is not voxlake's, in voxlake's
+    /// layout, as one (on the blocking pool: views are joined, values not copied); a row that
+    /// does not decode is named by file, row group and row.
+    pub(super) async fn normalize(
+        &self,
+        index: usize,
+        row_group: usize,
+        metadata: &ArrowReaderMetadata,
+        batches: Vec<RecordBatch>,
+    ) -> Result<RecordBatch, StreamError> {
+        let first_row: u64 = metadata.metadata().row_groups()[..row_group]
+            .iter()
+            .map(|rg| rg.num_rows().max(0) as u64)
+            .sum();
+        let columns = self.columns.clone();
+        let path = self.files[index].path.clone();
+        let named = path.clone();
+        let batches = batches
+            .into_iter()
+            .map(|b| self.with_partition_columns(index, b))
+            .collect::<Result<Vec<_>, _>>()?;
+        let normalized = tokio::task::spawn_blocking(move || {
+            let mut at = first_row;
+            let mut out = Vec::with_capacity(batches.len());
+            for batch in &batches {
+                let start = at;
+                let one = columns
+                    .normalize(batch, |row| format!("{named}#{}", start + row as u64))
+                    .map_err(|e| (start + e.row as u64, e.reason))?;
+                at += batch.num_rows() as u64;
+                out.push(one);
+            }
+            Ok::<_, (u64, String)>(out)
+        })
+        .await
+        .map_err(|e| self.task_error("decode", index, e))?;
+        let normalized = normalized.map_err(|(row, reason)| StreamError::BadRow {
+            location: self.location.clone(),
+            file: path,
+            row_group,
+            row,
+            reason,
+        })?;
+        self.concat(index, normalized)
+    }
+
+    /// `batch` of file `index` with the partition columns the label or id are read from, as
+    /// constant columns of the file's values.
+    fn with_partition_columns(
+        &self,
+        index: usize,
+        batch: RecordBatch,
+    ) -> Result<RecordBatch, StreamError> {
+        let wanted: Vec<&String> = [&self.columns.label, &self.columns.id]
+            .into_iter()
+            .flatten()
+            .filter(|c| self.partition_types.contains_key(*c) && batch.column_by_name(c).is_none())
+            .collect();
+        if wanted.is_empty() {
+            return Ok(batch);
+        }
+        let rows = batch.num_rows();
+        let schema = batch.schema();
+        let mut fields: Vec<arrow_schema::FieldRef> = schema.fields().iter().cloned().collect();
+        let mut arrays = batch.columns().to_vec();
+        let file = &self.files[index];
+        for name in wanted {
+            let value = file
+                .partitions
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.clone());
+            let array: arrow_array::ArrayRef =
+                match self.partition_types[name] {
+                    arrow_schema::DataType::Int64 => Arc::new(arrow_array::Int64Array::from(vec![
+                    value.and_then(|v| v.parse::<i64>().ok());
+                    rows
+                ])),
+                    _ => Arc::new(arrow_array::StringArray::from(vec![value; rows])),
+                };
+            fields.push(Arc::new(arrow_schema::Field::new(
+                name.as_str(),
+                array.data_type().clone(),
+                true,
+            )));
+            arrays.push(array);
+        }
+        RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), arrays)
+            .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))
+    }
+
+    /// Streams every record batch of file `index`: only `columns` (all if `None`),
+    /// `batch_rows` rows at a time.
+    pub async fn read_file(
+        &self,
+        index: usize,
+        columns: Option<&[&str]>,
+        batch_rows: usize,
+    ) -> Result<Vec<RecordBatch>, StreamError> {
+        let perr = |e| self.file_error(index, e);
+        let metadata = self.reader_metadata(index).await?;
+        let reader = self
+            .reader(index)
+            .with_metadata(metadata.metadata().clone());
+        let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata);
+        let builder = match columns {
+            Some(columns) => {
+                let mask =
+                    ProjectionMask::columns(builder.parquet_schema(), columns.iter().copied());
+                builder.with_projection(mask)
+            }
+            None => builder,
+        };
+        let stream = builder.with_batch_size(batch_rows).build().map_err(perr)?;
+        stream.try_collect().await.map_err(perr)
+    }
+
+    /// Reads one column of every file, [`READ_CONCURRENCY`] files at a time, and hands each
+    /// file's batches to `f` in file order.
+    pub async fn scan_column<E: From<StreamError>>(
+        &self,
+        column: &str,
+        mut f: impl FnMut(&DataFile, Vec<RecordBatch>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut reads = futures::stream::iter(0..self.files.len())
+            .map(|index| async move {
+                let batches = self.read_file(index, Some(&[column]), 8192).await?;
+                Ok::<_, StreamError>((index, batches))
+            })
+            .buffered(READ_CONCURRENCY);
+        while let Some(result) = reads.next().await {
+            let (index, batches) = result?;
+            f(&self.files[index], batches)?;
+        }
+        Ok(())
+    }
+}
+
+/// Where the time of one row-group read went.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadTimings {
+    /// Waiting for the store.
+    pub fetch: Duration,
+    /// Decoding on the blocking pool.
+    pub decode: Duration,
+    /// Bytes fetched.
+    pub bytes: u64,
+}
+
+type Decoded = (Vec<RecordBatch>, Option<Vec<Range<u64>>>);
+
+/// The first row of `batch` that does not match its recorded checksum, described (also when
+/// the columns it covers are not there to check: the projection brings them with it).
+fn verify_checksums(batch: &RecordBatch) -> Option<String> {
+    use arrow_array::{Array, BinaryArray, BinaryViewArray, Int64Array, StringArray};
+    let column = |name: &str| batch.column_by_name(name);
+    let sums = column(CHECKSUM_COLUMN)?
+        .as_any()
+        .downcast_ref::<Int64Array>();
+    let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
+    let labels =
+        column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
+    let (Some(sums), Some(ids), Some(labels), Some(tensors)) =
+        (sums, ids, labels, column(TENSOR_COLUMN))
+    else {
+        return Some(format!(
+            "{CHECKSUM_COLUMN} cannot be checked: {ID_COLUMN} (Utf8), {LABEL_COLUMN} (Int64), {TENSOR_COLUMN} and {CHECKSUM_COLUMN} (Int64) must all be read"
+        ));
+    };
+    let tensor = |i: usize| -> &[u8] {
+        if let Some(views) = tensors.as_any().downcast_ref::<BinaryViewArray>() {
+            views.value(i)
+        } else if let Some(plain) = tensors.as_any().downcast_ref::<BinaryArray>() {
+            plain.value(i)
+        } else {
+            &[]
+        }
+    };
+    (0..batch.num_rows()).find_map(|i| {
+        if sums.is_null(i) || ids.is_null(i) {
+            return None;
+        }
+        let label = (!labels.is_null(i)).then(|| labels.value(i));
+        let (want, got) = (
+            sums.value(i),
+            voxlake_format::row_checksum(ids.value(i), label, tensor(i)),
+        );
+        (want != got).then(|| {
+            format!(
+                "row {i} ({}): its CRC-32 is {got:08x}, the table recorded {want:08x} (corrupt data)",
+                ids.value(i)
+            )
+        })
+    })
+}
+
+/// Decodes what the pushed data allows; returns the batches and the ranges still needed.
+fn decode_until_data_needed(decoder: &mut ParquetPushDecoder) -> Result<Decoded, ParquetError> {
+    let mut batches = Vec::new();
+    loop {
+        match decoder.try_decode()? {
+            DecodeResult::Data(batch) => batches.push(batch),
+            DecodeResult::NeedsData(ranges) => return Ok((batches, Some(ranges))),
+            DecodeResult::Finished => return Ok((batches, None)),
+        }
+    }
+}
