@@ -546,6 +546,60 @@ async fn reads_are_accounted(backend: Backend) {
 
 on_every_backend!(reads_are_accounted);
 
+/// A LIST tensor column on a remote store (pyarrow's `fixed_shape_tensor`, decoded from its
+/// pages): every value arrives, one footer read per file and one ranged GET per row group (the
+/// tensor chunk and the other columns read together, not two requests).
+async fn list_tables_read_each_row_group_once(backend: Backend) {
+    let prefix = unique_prefix("list");
+    let fixture = crate::foreign::fixture("pyarrow_tensor");
+    upload_dir(backend, Path::new(&fixture), &prefix).await;
+    let table = backend.url(&prefix);
+    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let opts = backend.through(&proxy);
+    let snapshot = voxlake::stream::Snapshot::open(&table, &opts, None)
+        .await
+        .unwrap();
+    let files = snapshot.files().len() as u64;
+    let mut row_groups = 0;
+    for i in 0..snapshot.files().len() {
+        row_groups += snapshot.footer(i).await.unwrap().num_row_groups() as u64;
+    }
+    drop(snapshot);
+    assert!(
+        row_groups > files,
+        "the fixture has files of several row groups"
+    );
+    let before = proxy.requests().len();
+    let builder = Loader::builder(table)
+        .with_storage_options(opts)
+        .with_id_column("sample")
+        .with_label_column("target")
+        .with_batch_size(4)
+        .with_shuffle(5, 8);
+    let batches: Vec<voxlake::Batch> =
+        std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).collect())
+            .join()
+            .unwrap();
+    let expected = crate::foreign::expected(voxlake::format::DType::F32);
+    let mut cubes = crate::foreign::check_cubes("pyarrow_tensor", &batches, &expected);
+    cubes.sort_unstable();
+    assert_eq!(cubes, (0..expected.len()).collect::<Vec<_>>());
+    let data = proxy.requests()[before..]
+        .iter()
+        .filter(|r| r.target.contains(".parquet"))
+        .count() as u64;
+    assert_eq!(
+        data,
+        files + row_groups,
+        "{:#?}",
+        &proxy.requests()[before..]
+    );
+}
+
+on_every_backend!(list_tables_read_each_row_group_once);
+
 /// The proxy's bandwidth limit paces bodies: 2 MB at 8 MB/s cannot arrive in under 0.25 s (a
 /// lower bound the pacing guarantees, not a speed target).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,7 @@
 //! null or an empty list is handed back to the Arrow path (`None`), which names the row (its
 //! other columns then decoded again: only on the way to that error).
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -294,40 +295,50 @@ impl super::Snapshot {
             .collect();
         let mut timings = ReadTimings::default();
         let chunk = group.column(leaf).clone();
-        let (start, len) = chunk.byte_range();
-        let fetch = async {
-            let started = Instant::now();
-            let data = self
-                .reader(index)
-                // `get_ranges`, not `get_range`: `MappedLocalStore` maps large ranges there.
-                .get_byte_ranges(std::iter::once(start..start + len).collect())
-                .await
-                .map_err(|e| self.file_error(index, e))?;
-            Ok::<_, StreamError>((data, started.elapsed()))
-        };
-        let (mut other_timings, mut decoded) = (ReadTimings::default(), Vec::new());
+        // One read for the row group: the tensor chunk first, then the other columns' chunks
+        // (on a remote store object_store coalesces them into one request; `MappedLocalStore`
+        // maps the large one). The other columns' bytes go to their decoder up front.
+        let mut ranges: Vec<Range<u64>> = std::iter::once(leaf)
+            .chain(others.iter().copied())
+            .map(|i| {
+                let (start, len) = group.column(i).byte_range();
+                start..start + len
+            })
+            .collect();
+        let started = Instant::now();
+        let mut data = self
+            .reader(index)
+            .get_byte_ranges(ranges.clone())
+            .await
+            .map_err(|e| self.file_error(index, e))?;
+        timings.fetch += started.elapsed();
+        timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
+        if data.len() != ranges.len() {
+            return Err(StreamError::Internal(format!(
+                "file {}: {} ranges read for {} asked",
+                self.files[index].path,
+                data.len(),
+                ranges.len()
+            )));
+        }
+        let (other_ranges, other_data) = (ranges.split_off(1), data.split_off(1));
+        let bytes = data.remove(0);
+        // The other columns and the tensor chunk are decoded at once, on the blocking pool.
         let rest = async {
-            if !others.is_empty() {
-                let mask = ProjectionMask::leaves(schema, others.iter().copied());
-                decoded = self
-                    .decode_projected(
-                        index,
-                        row_group,
-                        metadata,
-                        mask,
-                        rows.max(1),
-                        hooks,
-                        &mut other_timings,
-                    )
-                    .await?;
+            let mut other_timings = ReadTimings::default();
+            if others.is_empty() {
+                return Ok((Vec::new(), other_timings));
             }
-            Ok::<_, StreamError>(())
+            let mask = ProjectionMask::leaves(schema, others.iter().copied());
+            let mut decoder = self.push_decoder(index, row_group, metadata, mask, rows.max(1))?;
+            decoder
+                .push_ranges(other_ranges, other_data)
+                .map_err(|e| self.file_error(index, e))?;
+            let decoded = self
+                .decode_projected(index, decoder, hooks, &mut other_timings)
+                .await?;
+            Ok::<_, StreamError>((decoded, other_timings))
         };
-        let ((data, fetched), ()) = tokio::try_join!(fetch, rest)?;
-        timings.fetch += fetched + other_timings.fetch;
-        timings.decode += other_timings.decode;
-        timings.bytes += other_timings.bytes + data.iter().map(|d| d.len() as u64).sum::<u64>();
-        let bytes = data.into_iter().next().unwrap_or_default();
         let column = schema.column(leaf);
         let numel = self.spec().numel();
         let fixed = matches!(
@@ -335,22 +346,27 @@ impl super::Snapshot {
             voxlake_format::sample::TensorEncoding::FixedSizeList
         );
         let object = self.files[index].path.clone();
-        let hooks = hooks.clone();
-        let (array, took) = tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            hooks
-                .check(crate::hooks::Stage::Decode, &object)
-                .map_err(|e| Err(StreamError::Internal(e)))?;
-            let array = decode(bytes, &chunk, column, rows, numel, fixed).map_err(Ok)?;
-            Ok::<_, Result<ParquetError, StreamError>>((array, started.elapsed()))
-        })
-        .await
-        .map_err(|e| self.task_error("decode", index, e))?
-        .map_err(|e| match e {
-            Ok(parquet) => self.file_error(index, parquet),
-            Err(stream) => stream,
-        })?;
-        timings.decode += took;
+        let list_hooks = hooks.clone();
+        let list = async {
+            tokio::task::spawn_blocking(move || {
+                let started = Instant::now();
+                list_hooks
+                    .check(crate::hooks::Stage::Decode, &object)
+                    .map_err(|e| Err(StreamError::Internal(e)))?;
+                let array = decode(bytes, &chunk, column, rows, numel, fixed).map_err(Ok)?;
+                Ok::<_, Result<ParquetError, StreamError>>((array, started.elapsed()))
+            })
+            .await
+            .map_err(|e| self.task_error("decode", index, e))?
+            .map_err(|e| match e {
+                Ok(parquet) => self.file_error(index, parquet),
+                Err(stream) => stream,
+            })
+        };
+        let ((array, took), (decoded, other_timings)) = tokio::try_join!(list, rest)?;
+        timings.decode += took + other_timings.decode;
+        timings.fetch += other_timings.fetch;
+        timings.bytes += other_timings.bytes;
         let Some(array) = array else {
             return Ok(None);
         };

@@ -149,16 +149,9 @@ impl Snapshot {
             _ => rows,
         };
         let mut timings = ReadTimings::default();
+        let decoder = self.push_decoder(index, row_group, &metadata, projection, batch_rows)?;
         let batches = self
-            .decode_projected(
-                index,
-                row_group,
-                &metadata,
-                projection,
-                batch_rows,
-                hooks,
-                &mut timings,
-            )
+            .decode_projected(index, decoder, hooks, &mut timings)
             .await?;
         if batches.is_empty() {
             return Err(StreamError::Internal(format!(
@@ -192,25 +185,33 @@ impl Snapshot {
         Ok((batch, timings))
     }
 
-    /// Row group `row_group` of file `index`, the columns of `projection` decoded in batches
-    /// of `batch_rows` (on the blocking pool), fetching what the decoder asks for.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn decode_projected(
+    /// parquet's push decoder for row group `row_group` of file `index`: the columns of
+    /// `projection`, in batches of `batch_rows`.
+    pub(super) fn push_decoder(
         &self,
         index: usize,
         row_group: usize,
         metadata: &ArrowReaderMetadata,
         projection: ProjectionMask,
         batch_rows: usize,
-        hooks: &crate::hooks::Hooks,
-        timings: &mut ReadTimings,
-    ) -> Result<Vec<RecordBatch>, StreamError> {
-        let mut decoder = ParquetPushDecoderBuilder::new_with_metadata(metadata.clone())
+    ) -> Result<ParquetPushDecoder, StreamError> {
+        ParquetPushDecoderBuilder::new_with_metadata(metadata.clone())
             .with_row_groups(vec![row_group])
             .with_projection(projection)
             .with_batch_size(batch_rows)
             .build()
-            .map_err(|e| self.file_error(index, e))?;
+            .map_err(|e| self.file_error(index, e))
+    }
+
+    /// Everything `decoder` decodes (on the blocking pool), fetching what it asks for beyond
+    /// the data pushed into it already.
+    pub(super) async fn decode_projected(
+        &self,
+        index: usize,
+        mut decoder: ParquetPushDecoder,
+        hooks: &crate::hooks::Hooks,
+        timings: &mut ReadTimings,
+    ) -> Result<Vec<RecordBatch>, StreamError> {
         let mut batches = Vec::new();
         let path = &self.files[index].path;
         loop {
