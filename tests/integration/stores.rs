@@ -600,6 +600,94 @@ async fn list_tables_read_each_row_group_once(backend: Backend) {
 
 on_every_backend!(list_tables_read_each_row_group_once);
 
+/// A table of `np.save` rows (Petastorm's codec) with one 14 MB row group on a remote store:
+/// the open learns the shape from the first value's pages (at most a few MiB read, not the
+/// whole tensor chunk); every cube then reads back value for value.
+async fn npy_tables_open_without_reading_a_row_group(backend: Backend) {
+    use arrow::array::{BinaryArray, RecordBatch, StringArray};
+    let (count, seed) = (40, 17);
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), count, seed).unwrap();
+    let names: Vec<String> = (0..count).map(synth::cube_name).collect();
+    let blobs: Vec<Vec<u8>> = names
+        .iter()
+        .map(|n| std::fs::read(data.cubes.join(n)).unwrap())
+        .collect();
+    let batch = RecordBatch::try_from_iter([
+        ("sample", Arc::new(StringArray::from(names.clone())) as _),
+        (
+            "cube",
+            Arc::new(BinaryArray::from_iter_values(blobs.iter())) as _,
+        ),
+    ])
+    .unwrap();
+    let mut file = Vec::new();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(&mut file, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let prefix = unique_prefix("npy-open");
+    backend
+        .store()
+        .put(
+            &StorePath::from(format!("{prefix}/part-00000.parquet")),
+            PutPayload::from(file.clone()),
+        )
+        .await
+        .unwrap();
+    let table = backend.url(&prefix);
+    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let opts = backend.through(&proxy);
+    let snapshot = voxlake::stream::Snapshot::open(&table, &opts, None)
+        .await
+        .unwrap();
+    assert_eq!(snapshot.spec().shape(), [30, 30, 10, 10]);
+    let footer = snapshot.footer(0).await.unwrap();
+    assert_eq!(footer.num_row_groups(), 1);
+    let chunk = footer.row_group(0).column(1).byte_range().1;
+    assert!(chunk > 14_000_000, "one large tensor chunk: {chunk}");
+    drop(snapshot);
+    let read: u64 = proxy
+        .requests()
+        .iter()
+        .filter(|r| r.target.contains(".parquet"))
+        .filter_map(|r| {
+            let range = r.range.as_deref()?.strip_prefix("bytes=")?;
+            let (a, b) = range.split_once('-')?;
+            Some(b.parse::<u64>().ok()? + 1 - a.parse::<u64>().ok()?)
+        })
+        .sum();
+    assert!(
+        read < 4 << 20,
+        "the open read {read} bytes of a {chunk}-byte chunk"
+    );
+    let builder = Loader::builder(table)
+        .with_storage_options(opts)
+        .with_id_column("sample")
+        .with_batch_size(8);
+    let batches: Vec<voxlake::Batch> =
+        std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).collect())
+            .join()
+            .unwrap();
+    let mut seen = 0;
+    for b in &batches {
+        let bytes = b.tensors.as_bytes().unwrap();
+        let per = bytes.len() / b.len();
+        for (i, id) in b.ids.iter().enumerate() {
+            let n = names.iter().position(|x| x == id).unwrap();
+            assert!(
+                bytes[i * per..(i + 1) * per] == cube_bytes(seed, n).1[..],
+                "{id}"
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, count);
+}
+
+on_every_backend!(npy_tables_open_without_reading_a_row_group);
+
 /// The proxy's bandwidth limit paces bodies: 2 MB at 8 MB/s cannot arrive in under 0.25 s (a
 /// lower bound the pacing guarantees, not a speed target).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,6 +23,7 @@ use crate::location;
 
 mod list_chunk;
 mod open;
+mod pages;
 mod read;
 
 pub use read::ReadTimings;

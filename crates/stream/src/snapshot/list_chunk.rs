@@ -33,12 +33,12 @@ use parquet::column::reader::{
 use parquet::data_type::{DataType as ParquetType, DoubleType, FloatType};
 use parquet::errors::{ParquetError, Result};
 use parquet::file::metadata::ColumnChunkMetaData;
-use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::ColumnDescPtr;
 use voxlake_format::DType;
 
 use super::ReadTimings;
+use super::pages::Chunk;
 use crate::error::StreamError;
 
 /// Levels decoded at once, about: two `i16` per value, so 256 Ki values keep them in L2.
@@ -52,49 +52,6 @@ fn applies(column: &ColumnDescPtr, dtype: DType) -> bool {
             (column.physical_type(), dtype),
             (PhysicalType::FLOAT, DType::F32) | (PhysicalType::DOUBLE, DType::F64)
         )
-}
-
-/// The column chunk's bytes, read at the file offsets the page reader asks for.
-struct Chunk {
-    bytes: Bytes,
-    start: u64,
-}
-
-impl Length for Chunk {
-    fn len(&self) -> u64 {
-        self.start + self.bytes.len() as u64
-    }
-}
-
-impl Chunk {
-    /// Where file offset `start` is in the chunk, if `length` bytes from there are in it.
-    fn offset(&self, start: u64, length: usize) -> Result<usize> {
-        start
-            .checked_sub(self.start)
-            .map(|s| s as usize)
-            .filter(|&s| s.saturating_add(length) <= self.bytes.len())
-            .ok_or_else(|| {
-                ParquetError::General(format!(
-                    "page bytes {start}+{length} outside the column chunk at {}+{}",
-                    self.start,
-                    self.bytes.len()
-                ))
-            })
-    }
-}
-
-impl ChunkReader for Chunk {
-    type T = bytes::buf::Reader<Bytes>;
-
-    fn get_read(&self, start: u64) -> Result<Self::T> {
-        let from = self.offset(start, 0)?;
-        Ok(bytes::Buf::reader(self.bytes.slice(from..)))
-    }
-
-    fn get_bytes(&self, start: u64, length: usize) -> Result<Bytes> {
-        let from = self.offset(start, length)?;
-        Ok(self.bytes.slice(from..from + length))
-    }
 }
 
 /// Decodes the column chunk `bytes` (read from `meta.byte_range()`) of leaf `column`, `rows`

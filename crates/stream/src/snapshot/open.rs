@@ -6,15 +6,18 @@ use std::sync::Arc;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use futures::TryStreamExt;
 use object_store::ObjectStore;
-use parquet::arrow::ProjectionMask;
-use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::async_reader::AsyncFileReader;
 use tokio::sync::OnceCell;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec};
 
-use super::{DataFile, Snapshot};
+use super::{DataFile, Snapshot, pages};
 use crate::error::{StreamError, redact};
 use crate::location;
+
+/// The first read of a BINARY tensor column's first value at open (see `first_value`): one
+/// `np.save` cube of the reference case is 360 KB.
+const FIRST_VALUE_BYTES: u64 = 1 << 20;
 
 impl Snapshot {
     /// Opens the table at `location` (a local path or URL) at `version`, or the latest.
@@ -353,40 +356,40 @@ impl Snapshot {
         Ok(self)
     }
 
-    /// The first value of binary column `column` of file 0 (one row of its first row group).
+    /// The first value of binary column `column` of file 0 (its first row), read from the first
+    /// pages of its chunk in row group 0: a prefix of [`FIRST_VALUE_BYTES`], doubled until the
+    /// first value's pages are in it, not the whole chunk (a Petastorm row group's tensor chunk
+    /// is up to 256 MB).
     async fn first_value(&self, column: &str) -> Result<Option<Vec<u8>>, StreamError> {
-        use arrow_array::Array;
-        use arrow_array::cast::AsArray;
-        let perr = |e| self.file_error(0, e);
         let meta = self.reader_metadata(0).await?;
-        if meta.metadata().num_row_groups() == 0 {
+        let parquet = meta.metadata();
+        if parquet.num_row_groups() == 0 {
             return Ok(None);
         }
-        let mask =
-            ProjectionMask::columns(meta.metadata().file_metadata().schema_descr(), [column]);
-        let reader = self.reader(0).with_metadata(meta.metadata().clone());
-        let mut stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta)
-            .with_projection(mask)
-            .with_row_groups(vec![0])
-            .with_limit(1)
-            .with_batch_size(1)
-            .build()
-            .map_err(perr)?;
-        let Some(batch) = stream.try_next().await.map_err(perr)? else {
+        let schema = parquet.file_metadata().schema_descr();
+        let Some(leaf) = (0..schema.num_columns()).find(|&i| {
+            let leaf = schema.column(i);
+            leaf.path().parts() == [column]
+        }) else {
             return Ok(None);
         };
-        let Some(array) = batch
-            .columns()
-            .first()
-            .filter(|a| !a.is_empty() && a.is_valid(0))
-        else {
-            return Ok(None);
-        };
-        Ok(match array.data_type() {
-            arrow_schema::DataType::Binary => Some(array.as_binary::<i32>().value(0).to_vec()),
-            arrow_schema::DataType::LargeBinary => Some(array.as_binary::<i64>().value(0).to_vec()),
-            arrow_schema::DataType::BinaryView => Some(array.as_binary_view().value(0).to_vec()),
-            _ => None,
-        })
+        let group = parquet.row_group(0);
+        let chunk = group.column(leaf);
+        let rows = group.num_rows().max(0) as usize;
+        let (start, len) = chunk.byte_range();
+        let mut want = FIRST_VALUE_BYTES.min(len);
+        loop {
+            let prefix = self
+                .reader(0)
+                .get_bytes(start..start + want)
+                .await
+                .map_err(|e| self.file_error(0, e))?;
+            match pages::first_binary_value(prefix, chunk, schema.column(leaf), rows) {
+                Ok(value) => return Ok(value),
+                // Most likely the prefix ends inside the first value's pages: read more.
+                Err(_) if want < len => want = want.saturating_mul(2).min(len),
+                Err(e) => return Err(self.file_error(0, e)),
+            }
+        }
     }
 }
