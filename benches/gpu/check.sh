@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 11's measurements in one run, on the GPU machine (see ../shared/gpu.md: binaries built
+# here, carried in .gpu/), e.g.
+#   bash .gpu/run-on-device.sh 'bash benches/gpu/check.sh 24000 3 cuda'
+# or anywhere with `voxlake`, `compact` (and, for a CUDA device, `gpu_check`) on PATH:
+#   benches/gpu/check.sh [COUNT=24000] [ROUNDS=3] [DEVICE=cuda]
+# DEVICE `cpu` runs every step but gpu_check on the CPU tensor path (a dry run of the script).
+#
+# Steps, each logged as JSON lines under $OUT (default /tmp/voxlake-gpu-check), then a summary:
+# 1. `compact demo` of COUNT reference cubes (kept between runs);
+# 2. `cat` of the table's files: one process, and one per core at once;
+# 3. `gpu_check` (device batches and labels equal the CPU batches bit for bit);
+# 4. ROUNDS alternating rounds of one process, 2 shuffled epochs: the ndarray path, the DEVICE
+#    path, the DEVICE path with OMP_NUM_THREADS=1 (libtorch's CPU threads must not matter);
+# 5. 1, 4 and 8 ranks at once (ndarray path), aggregate samples/s.
+set -euo pipefail
+count=${1:-24000}
+rounds=${2:-3}
+device=${3:-cuda}
+out=${OUT:-/tmp/voxlake-gpu-check}
+here=$(cd "$(dirname "$0")" && pwd)
+data=${VOXLAKE_BENCH_DIR:-/tmp/voxlake-bench}/gpu$count
+mkdir -p "$out"
+runs="$out/runs.jsonl"
+: >"$runs"
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; device $device"
+
+[ -d "$data/table/_delta_log" ] || compact demo --dir "$data" --count "$count" >"$out/demo.log"
+files=("$data"/table/*.parquet)
+cat "${files[@]}" >/dev/null # warm the page cache
+
+# `cat`: seconds for one process, then for one process per core.
+t0=$(date +%s.%N)
+cat "${files[@]}" >/dev/null
+t1=$(date +%s.%N)
+printf '%s\0' "${files[@]}" | xargs -0 -n 1 -P "$(nproc)" cat >/dev/null
+t2=$(date +%s.%N)
+bytes=$(du -cb "${files[@]}" | tail -1 | cut -f1)
+echo "{\"step\":\"cat\",\"bytes\":$bytes,\"one_s\":$(awk "BEGIN {print $t1 - $t0}"),\"parallel_s\":$(awk "BEGIN {print $t2 - $t1}")}" >>"$runs"
+
+if [ "$device" != cpu ]; then
+  gpu_check "$data/table" 2>&1 | tee "$out/gpu_check.log"
+fi
+
+bench() { # step, then voxlake bench arguments
+  local step=$1
+  shift
+  voxlake bench "$data/table" --shuffle --epochs 2 --json "$@" 2>>"$out/stderr.log" |
+    sed "s/^{/{\"step\":\"$step\",/" >>"$runs"
+}
+for r in $(seq 1 "$rounds"); do
+  bench ndarray --seed "$r"
+  bench device --seed "$r" --device "$device"
+  OMP_NUM_THREADS=1 bench device_omp1 --seed "$r" --device "$device"
+done
+
+for n in 1 4 8; do
+  for rank in $(seq 0 $((n - 1))); do
+    bench "ranks$n" --seed 1 --rank "$rank" --world-size "$n" &
+  done
+  wait
+done
+
+python3 "$here/summary.py" "$runs" | tee "$out/summary.txt"
+# Anything on stderr is a warning the issue says must not be there.
+if [ -s "$out/stderr.log" ]; then
+  echo "stderr was not quiet ($(wc -l <"$out/stderr.log") lines), first ones:"
+  head -5 "$out/stderr.log"
+fi
