@@ -510,17 +510,31 @@ async fn random_faults_over_epochs(backend: Backend) {
 
 on_every_backend!(random_faults_over_epochs);
 
-/// Over two epochs: only bounded range GETs on data files (no HEAD, no whole-object GET, no
-/// suffix range), one footer read per file, one coalesced read per row group per epoch.
-async fn reads_are_accounted(backend: Backend) {
-    let table = remote_table(backend, "accounting", 32, 29).await.table;
+/// A proxy that counts the requests to `backend`, options that go through it, and `table`
+/// opened through it.
+async fn counted(
+    backend: Backend,
+    table: &str,
+) -> (
+    FaultProxy,
+    HashMap<String, String>,
+    voxlake::stream::Snapshot,
+) {
     let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
         .await
         .unwrap();
     let opts = backend.through(&proxy);
-    let snapshot = voxlake::stream::Snapshot::open(&table, &opts, None)
+    let snapshot = voxlake::stream::Snapshot::open(table, &opts, None)
         .await
         .unwrap();
+    (proxy, opts, snapshot)
+}
+
+/// Over two epochs: only bounded range GETs on data files (no HEAD, no whole-object GET, no
+/// suffix range), one footer read per file, one coalesced read per row group per epoch.
+async fn reads_are_accounted(backend: Backend) {
+    let table = remote_table(backend, "accounting", 32, 29).await.table;
+    let (proxy, opts, snapshot) = counted(backend, &table).await;
     let files = snapshot.files().len() as u64;
     let row_groups: u64 = 32 / 4;
     drop(snapshot);
@@ -554,13 +568,7 @@ async fn list_tables_read_each_row_group_once(backend: Backend) {
     let fixture = crate::foreign::fixture("pyarrow_tensor");
     upload_dir(backend, Path::new(&fixture), &prefix).await;
     let table = backend.url(&prefix);
-    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
-        .await
-        .unwrap();
-    let opts = backend.through(&proxy);
-    let snapshot = voxlake::stream::Snapshot::open(&table, &opts, None)
-        .await
-        .unwrap();
+    let (proxy, opts, snapshot) = counted(backend, &table).await;
     let files = snapshot.files().len() as u64;
     let mut row_groups = 0;
     for i in 0..snapshot.files().len() {
@@ -635,13 +643,7 @@ async fn npy_tables_open_without_reading_a_row_group(backend: Backend) {
         .await
         .unwrap();
     let table = backend.url(&prefix);
-    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
-        .await
-        .unwrap();
-    let opts = backend.through(&proxy);
-    let snapshot = voxlake::stream::Snapshot::open(&table, &opts, None)
-        .await
-        .unwrap();
+    let (proxy, opts, snapshot) = counted(backend, &table).await;
     assert_eq!(snapshot.spec().shape(), [30, 30, 10, 10]);
     let footer = snapshot.footer(0).await.unwrap();
     assert_eq!(footer.num_row_groups(), 1);
