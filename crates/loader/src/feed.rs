@@ -21,7 +21,7 @@ use voxlake_format::DType;
 
 use crate::LoaderError;
 use crate::ring::{Fence, Ring};
-use crate::torch::{empty_host, fill_raw, kind_of};
+use crate::torch::{empty_host, fill_raw, kind_of, with_error};
 
 /// Staging buffers in the ring: a batch's copy should finish long before the ring comes round
 /// (11.5 MB at PCIe gen4's ~25 GB/s is ~0.5 ms: an estimate, not measured here), so three keep
@@ -186,21 +186,6 @@ unsafe extern "C" {
     fn voxlake_event_query(event: *const c_void, error: *mut c_char, error_len: usize) -> c_int;
     fn voxlake_event_wait(event: *const c_void, error: *mut c_char, error_len: usize) -> c_int;
     fn voxlake_event_free(event: *mut c_void);
-}
-
-/// Runs a shim call with an error buffer; `Err` with the shim's text when `failed` says so.
-fn with_error<T>(
-    call: impl FnOnce(*mut c_char, usize) -> T,
-    failed: impl FnOnce(&T) -> bool,
-) -> Result<T, String> {
-    let mut error = [0 as c_char; 512];
-    let result = call(error.as_mut_ptr(), error.len());
-    if !failed(&result) {
-        return Ok(result);
-    }
-    // SAFETY: the shim wrote a NUL-terminated string into `error` (zeroed before), or nothing.
-    let text = unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) };
-    Err(text.to_string_lossy().into_owned())
 }
 
 impl Fence for CudaEvent {

@@ -184,29 +184,34 @@ fn scalar_type(dtype: DType) -> Option<std::ffi::c_int> {
     })
 }
 
+/// Runs a shim call with an error buffer; `Err` with the shim's text when `failed` says so.
+pub(crate) fn with_error<T>(
+    call: impl FnOnce(*mut std::ffi::c_char, usize) -> T,
+    failed: impl FnOnce(&T) -> bool,
+) -> Result<T, String> {
+    let mut error = [0 as std::ffi::c_char; 512];
+    let result = call(error.as_mut_ptr(), error.len());
+    if !failed(&result) {
+        return Ok(result);
+    }
+    // SAFETY: the shim wrote a NUL-terminated string into `error` (zeroed before), or nothing.
+    let text = unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) };
+    Err(text.to_string_lossy().into_owned())
+}
+
 /// An uninitialised contiguous CPU tensor through the shim: pinned, from libtorch's caching host
 /// allocator, or pageable; an error (libtorch's text) where there is no CUDA device to pin for.
 pub(crate) fn empty_host(shape: &[i64], dtype: DType, pinned: bool) -> Result<Tensor, String> {
     let kind = scalar_type(dtype).ok_or_else(|| format!("libtorch has no {dtype} tensors"))?;
-    let mut error = [0 as std::ffi::c_char; 512];
-    // SAFETY: `shape` is valid for `shape.len()` reads and `error` for `error.len()` writes
+    // SAFETY: `shape` is valid for `shape.len()` reads and the error buffer for its length
     // during the call; the shim returns a heap `at::Tensor*` that tch's `Tensor` takes over
     // (tch's own handles are the same), or null.
-    let tensor = unsafe {
-        voxlake_empty_host(
-            shape.as_ptr(),
-            shape.len(),
-            kind,
-            pinned.into(),
-            error.as_mut_ptr(),
-            error.len(),
-        )
-    };
-    if tensor.is_null() {
-        // SAFETY: the shim wrote a NUL-terminated string into `error` (zeroed before).
-        let text = unsafe { std::ffi::CStr::from_ptr(error.as_ptr()) };
-        return Err(text.to_string_lossy().into_owned());
-    }
+    let tensor = with_error(
+        |error, len| unsafe {
+            voxlake_empty_host(shape.as_ptr(), shape.len(), kind, pinned.into(), error, len)
+        },
+        |t| t.is_null(),
+    )?;
     // SAFETY: a non-null result is a fresh `at::Tensor*` owned by nobody else.
     Ok(unsafe { Tensor::from_ptr(tensor) })
 }

@@ -358,7 +358,6 @@ mod tests {
     use super::*;
     use arrow_array::Array;
     use arrow_array::builder::{Float32Builder, Float64Builder, ListBuilder};
-    use parquet::arrow::ArrowWriter;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use parquet::basic::Compression;
     use parquet::file::properties::WriterProperties;
@@ -409,11 +408,7 @@ mod tests {
                 false => Compression::UNCOMPRESSED,
             })
             .build();
-        let mut out = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        Bytes::from(out)
+        super::super::pages::written(&batch, props)
     }
 
     /// The column decoded here, and as Arrow's reader decodes it.

@@ -97,11 +97,24 @@ pub(super) fn first_binary_value(
     Ok(values.first().map(|v| v.data().to_vec()))
 }
 
+/// `batch` as a Parquet file written with `props` (for the page-level decoders' tests).
+#[cfg(test)]
+pub(super) fn written(
+    batch: &arrow_array::RecordBatch,
+    props: parquet::file::properties::WriterProperties,
+) -> Bytes {
+    let mut out = Vec::new();
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
+    Bytes::from(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use arrow_array::{BinaryArray, RecordBatch};
-    use parquet::arrow::ArrowWriter;
     use parquet::basic::Compression;
     use parquet::file::properties::WriterProperties;
     use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -124,11 +137,7 @@ mod tests {
                 false => Compression::UNCOMPRESSED,
             })
             .build();
-        let mut out = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        let file = Bytes::from(out);
+        let file = written(&batch, props);
         let reader = SerializedFileReader::new(file.clone()).unwrap();
         let meta = reader.metadata().row_group(0).column(0).clone();
         let desc = reader.metadata().file_metadata().schema_descr().column(0);
