@@ -58,6 +58,9 @@ struct BenchArgs {
     /// Row groups fetched and decoded at once.
     #[arg(long, default_value_t = 16)]
     row_group_prefetch: usize,
+    /// Batches assembled ahead of the training loop.
+    #[arg(long, default_value_t = 2)]
+    prefetch: usize,
     /// Threads that copy each batch's samples at once (default: a quarter of the cores, 1 to 4).
     #[arg(long)]
     assembly_threads: Option<usize>,
@@ -188,6 +191,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         .with_rank(args.rank, args.world_size)
         .with_memory_budget(args.memory_budget_mb << 20)
         .with_row_group_prefetch(args.row_group_prefetch)
+        .with_prefetch(args.prefetch)
         .with_channels_first(args.channels_first)
         .with_drop_last(args.drop_last)
         .with_uneven(args.uneven)
