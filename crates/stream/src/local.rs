@@ -15,10 +15,14 @@
 //! size when mapped): no tool of this stack does that. A page that cannot be read in is a
 //! `SIGBUS`, not an error: so only files on local disk and memory filesystems are mapped
 //! ([`mappable`]); on network and FUSE mounts (NFS, SMB, blobfuse, s3fs…), where a read can fail
-//! for passing reasons, ranges are read, and a failure is an error naming the file.
+//! for passing reasons, ranges are read, and a failure is an error naming the file. Ranges of
+//! at least [`MAPPED_MIN`] bytes are read there into recycled buffers (`pool`).
+
+mod pool;
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -56,6 +60,8 @@ pub const MAPPED_MIN: usize = 1 << 20;
 #[derive(Debug)]
 pub struct MappedLocalStore {
     inner: LocalFileSystem,
+    /// Buffers for the large ranges that are read (files that are not mapped).
+    pool: Arc<pool::BufferPool>,
 }
 
 impl MappedLocalStore {
@@ -63,6 +69,7 @@ impl MappedLocalStore {
     pub fn new() -> Self {
         MappedLocalStore {
             inner: LocalFileSystem::new(),
+            pool: Arc::default(),
         }
     }
 }
@@ -129,12 +136,14 @@ fn on_local_filesystem(_file: &std::fs::File) -> bool {
     false
 }
 
-/// `range` of `file` (of `size` bytes), mapped when `map` and large, else read.
+/// `range` of `file` (of `size` bytes), mapped when `map` and large, else read (into a buffer
+/// from `pool` when large).
 fn read_range(
     file: &std::fs::File,
     path: &std::path::Path,
     size: u64,
     map: bool,
+    pool: &Arc<pool::BufferPool>,
     range: Range<u64>,
 ) -> Result<Bytes> {
     if range.end > size || range.start > range.end {
@@ -146,13 +155,19 @@ fn read_range(
             ),
         ));
     }
+    use std::os::unix::fs::FileExt;
     let len = (range.end - range.start) as usize;
-    if len < MAPPED_MIN || !map {
-        use std::os::unix::fs::FileExt;
+    let read = |buf: &mut [u8]| {
+        file.read_exact_at(buf, range.start)
+            .map_err(|e| io_error(path, e))
+    };
+    if len < MAPPED_MIN {
         let mut buf = vec![0; len];
-        file.read_exact_at(&mut buf, range.start)
-            .map_err(|e| io_error(path, e))?;
+        read(&mut buf)?;
         return Ok(Bytes::from(buf));
+    }
+    if !map {
+        return pool::BufferPool::read(pool, len, read);
     }
     // SAFETY: the file is an immutable Delta data file (see the module's note on truncation);
     // the mapping is read-only and lives as long as the `Bytes` that view it.
@@ -172,13 +187,14 @@ impl ObjectStore for MappedLocalStore {
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let path = self.inner.path_to_filesystem(location)?;
         let ranges = ranges.to_vec();
+        let pool = self.pool.clone();
         tokio::task::spawn_blocking(move || {
             let file = std::fs::File::open(&path).map_err(|e| io_error(&path, e))?;
             let size = file.metadata().map_err(|e| io_error(&path, e))?.len();
             let map = on_local_filesystem(&file);
             ranges
                 .into_iter()
-                .map(|range| read_range(&file, &path, size, map, range))
+                .map(|range| read_range(&file, &path, size, map, &pool, range))
                 .collect()
         })
         .await
@@ -342,14 +358,31 @@ mod tests {
         let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
         std::fs::write(&path, &data).unwrap();
         let file = std::fs::File::open(&path).unwrap();
+        let pool = Arc::default();
         for map in [false, true] {
-            let got = read_range(&file, &path, 3_000_000, map, 7..2_500_000).unwrap();
+            let got = read_range(&file, &path, 3_000_000, map, &pool, 7..2_500_000).unwrap();
             assert!(got.as_ref() == &data[7..2_500_000], "map {map}");
             let mapped = map && cfg!(target_os = "linux");
             assert_eq!(mappings_of(&path), usize::from(mapped), "map {map}");
-            let e = read_range(&file, &path, 3_000_000, map, 7..3_000_001).unwrap_err();
+            let e = read_range(&file, &path, 3_000_000, map, &pool, 7..3_000_001).unwrap_err();
             assert!(e.to_string().contains("past the end"), "{e}");
+            // A read range goes back to the pool with its last view, and is read into again;
+            // a mapped one adds nothing to it.
+            let address = got.as_ptr();
+            drop(got);
+            assert_eq!(pool.idle(), (1, 2_499_993), "map {map}");
+            if !map {
+                let again = read_range(&file, &path, 3_000_000, map, &pool, 0..1_500_000).unwrap();
+                assert!(again.as_ref() == &data[..1_500_000]);
+                assert_eq!(again.as_ptr(), address);
+            }
         }
+        // A read that fails (the file shorter than the log said): an error naming the file,
+        // and the buffer back in the pool.
+        let e =
+            read_range(&file, &path, 4_000_000, false, &pool, 2_000_000..3_500_000).unwrap_err();
+        assert!(e.to_string().contains("data"), "{e}");
+        assert_eq!(pool.idle(), (1, 2_499_993));
     }
 
     #[tokio::test]
