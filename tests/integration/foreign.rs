@@ -578,3 +578,106 @@ fn foreign_tables_stream_at_the_smallest_budget_build_accepts() {
         assert_eq!(ids.len(), rows, "{table} at {smallest} bytes");
     }
 }
+
+#[test]
+fn integer_lists_read_value_for_value() {
+    // uint8 as pyarrow's fixed_shape_tensor stores it (Ray Data's images), int16 and uint32 as
+    // lists: INT32 in the file, narrowed or reinterpreted on the way back, all values of each
+    // type's range included; 13 rows in row groups of 5, shuffled.
+    use arrow::array::{
+        ArrayRef, FixedSizeListArray, Int16Array, ListArray, StringArray, UInt8Array, UInt32Array,
+    };
+    use arrow::buffer::OffsetBuffer;
+    use arrow::datatypes::{DataType, Field};
+    use arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+    let (rows, numel) = (13usize, 300usize);
+    let value =
+        |r: usize, i: usize| ((r * 7919 + i * 104_729) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let u8s: Vec<u8> = (0..rows * numel)
+        .map(|k| value(k / numel, k % numel) as u8)
+        .collect();
+    let i16s: Vec<i16> = (0..rows * numel)
+        .map(|k| value(k / numel, k % numel) as i16)
+        .collect();
+    let u32s: Vec<u32> = (0..rows * numel)
+        .map(|k| value(k / numel, k % numel) as u32)
+        .collect();
+    assert!(u8s.contains(&255) && i16s.iter().any(|&v| v < 0) && u32s.iter().any(|&v| v > 1 << 31));
+    let item = |t: DataType| Arc::new(Field::new("element", t, false));
+    let lists: [(ArrayRef, DType, Vec<u8>); 3] = [
+        (
+            Arc::new(FixedSizeListArray::new(
+                item(DataType::UInt8),
+                numel as i32,
+                Arc::new(UInt8Array::from(u8s.clone())),
+                None,
+            )),
+            DType::U8,
+            u8s.clone(),
+        ),
+        (
+            Arc::new(ListArray::new(
+                item(DataType::Int16),
+                OffsetBuffer::from_lengths(vec![numel; rows]),
+                Arc::new(Int16Array::from(i16s.clone())),
+                None,
+            )),
+            DType::I16,
+            i16s.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ),
+        (
+            Arc::new(ListArray::new(
+                item(DataType::UInt32),
+                OffsetBuffer::from_lengths(vec![numel; rows]),
+                Arc::new(UInt32Array::from(u32s.clone())),
+                None,
+            )),
+            DType::U32,
+            u32s.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ),
+    ];
+    for (list, dtype, expected) in lists {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = StringArray::from_iter_values((0..rows).map(|r| format!("r{r}")));
+        let batch =
+            RecordBatch::try_from_iter([("volume", list), ("sample", Arc::new(ids) as ArrayRef)])
+                .unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(5))
+            .build();
+        let file = std::fs::File::create(dir.path().join("part-0.parquet")).unwrap();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let builder = Loader::builder(dir.path().to_string_lossy().into_owned())
+            .with_tensor_shape(vec![numel], dtype)
+            .with_id_column("sample")
+            .with_shuffle(3, 8)
+            .with_batch_size(4);
+        let seen = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for batch in builder.build().unwrap() {
+                let batch = batch.unwrap();
+                let bytes = batch.tensors.as_bytes().unwrap().to_vec();
+                let per = bytes.len() / batch.ids.len();
+                for (i, id) in batch.ids.iter().enumerate() {
+                    seen.push((id.clone(), bytes[i * per..(i + 1) * per].to_vec()));
+                }
+            }
+            seen
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen.len(), rows, "{dtype}");
+        let per = numel * dtype.size();
+        for (id, bytes) in seen {
+            let r: usize = id[1..].parse().unwrap();
+            assert!(
+                bytes == expected[r * per..(r + 1) * per],
+                "{dtype}: row {id}"
+            );
+        }
+    }
+}

@@ -1,5 +1,5 @@
-//! A LIST tensor column (Spark's `array<float>`, pyarrow's lists and `fixed_shape_tensor`)
-//! decoded straight from its column chunk with parquet's column reader.
+//! A LIST tensor column (Spark's `array<float>`, pyarrow's lists and `fixed_shape_tensor`, of
+//! floats or integers) decoded straight from its column chunk with parquet's column reader.
 //!
 //! Arrow's list reader builds a validity bitmap for every value and walks the repetition
 //! levels to build offsets: on a file of reference cubes it took 4–5× the time of this decode
@@ -16,12 +16,15 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow_array::types::{ArrowPrimitiveType, Float32Type, Float64Type};
+use arrow_array::types::{
+    ArrowPrimitiveType, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type,
+    UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+};
 use arrow_array::{
     ArrayRef, FixedSizeListArray, ListArray, PrimitiveArray, RecordBatch, RecordBatchOptions,
 };
 use arrow_buffer::{OffsetBuffer, ScalarBuffer};
-use arrow_schema::{Field, FieldRef, Schema};
+use arrow_schema::{DataType, Field, FieldRef, Schema};
 use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ArrowReaderMetadata;
@@ -30,12 +33,14 @@ use parquet::basic::Type as PhysicalType;
 use parquet::column::reader::{
     ColumnReader, ColumnReaderImpl, get_column_reader, get_typed_column_reader,
 };
-use parquet::data_type::{DataType as ParquetType, DoubleType, FloatType};
+use parquet::data_type::{
+    DataType as ParquetType, DoubleType, FloatType, Int32Type as Int32Values,
+    Int64Type as Int64Values,
+};
 use parquet::errors::{ParquetError, Result};
 use parquet::file::metadata::ColumnChunkMetaData;
 use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::ColumnDescPtr;
-use voxlake_format::DType;
 
 use super::ReadTimings;
 use super::pages::Chunk;
@@ -44,28 +49,46 @@ use crate::error::StreamError;
 /// Levels decoded at once, about: two `i16` per value, so 256 Ki values keep them in L2.
 const LEVELS_AT_ONCE: usize = 256 << 10;
 
-/// Whether a tensor column of `dtype` stored in leaf `column` is decoded here: a list's
-/// values (one level of repetition) of FLOAT for f32 or DOUBLE for f64.
-fn applies(column: &ColumnDescPtr, dtype: DType) -> bool {
+/// Whether a list column stored in leaf `column`, whose values Arrow's reader makes `item`s,
+/// is decoded here: one level of repetition, and values Arrow's reader takes as they are
+/// (FLOAT, DOUBLE, INT32, INT64) or narrows or reinterprets from INT32 / INT64 (the 8- and
+/// 16-bit and unsigned integers).
+fn applies(column: &ColumnDescPtr, item: &DataType) -> bool {
+    use DataType::*;
     column.max_rep_level() == 1
         && matches!(
-            (column.physical_type(), dtype),
-            (PhysicalType::FLOAT, DType::F32) | (PhysicalType::DOUBLE, DType::F64)
+            (column.physical_type(), item),
+            (PhysicalType::FLOAT, Float32)
+                | (PhysicalType::DOUBLE, Float64)
+                | (
+                    PhysicalType::INT32,
+                    Int8 | Int16 | Int32 | UInt8 | UInt16 | UInt32
+                )
+                | (PhysicalType::INT64, Int64 | UInt64)
         )
 }
 
 /// Decodes the column chunk `bytes` (read from `meta.byte_range()`) of leaf `column`, `rows`
-/// rows of samples of `numel` values: a `FixedSizeList` when `fixed`, else a `List`. `None`
-/// where a definition level shows a null (left to the Arrow path to report).
+/// rows of samples of `numel` values of Arrow type `item` (see [`applies`]): a `FixedSizeList`
+/// when `fixed`, else a `List`. `None` where a definition level shows a null (left to the
+/// Arrow path to report).
 fn decode(
     bytes: Bytes,
     meta: &ColumnChunkMetaData,
     column: ColumnDescPtr,
-    rows: usize,
-    numel: usize,
+    (rows, numel): (usize, usize),
+    item: &DataType,
     fixed: bool,
 ) -> Result<Option<ArrayRef>> {
-    decode_in(bytes, meta, column, (rows, numel), fixed, LEVELS_AT_ONCE)
+    decode_in(
+        bytes,
+        meta,
+        column,
+        (rows, numel),
+        item,
+        fixed,
+        LEVELS_AT_ONCE,
+    )
 }
 
 /// [`decode`], about `levels_at_once` levels at a time.
@@ -74,6 +97,7 @@ fn decode_in(
     meta: &ColumnChunkMetaData,
     column: ColumnDescPtr,
     (rows, numel): (usize, usize),
+    item: &DataType,
     fixed: bool,
     levels_at_once: usize,
 ) -> Result<Option<ArrayRef>> {
@@ -81,36 +105,73 @@ fn decode_in(
     let (start, _) = meta.byte_range();
     let pages = SerializedPageReader::new(Arc::new(Chunk { bytes, start }), meta, rows, None)?;
     let reader = get_column_reader(column.clone(), Box::new(pages));
-    let shape = (rows, numel);
-    match column.physical_type() {
-        PhysicalType::FLOAT => {
-            typed::<FloatType, Float32Type>(reader, &column, shape, fixed, at_once)
+    let s = (rows, numel, fixed, at_once);
+    let c = &column;
+    // The narrowing and reinterpreting casts are the ones Arrow's reader makes (`as`).
+    match (column.physical_type(), item) {
+        (PhysicalType::FLOAT, DataType::Float32) => typed::<FloatType, Float32Type>(reader, c, s),
+        (PhysicalType::DOUBLE, DataType::Float64) => typed::<DoubleType, Float64Type>(reader, c, s),
+        (PhysicalType::INT32, DataType::Int32) => typed::<Int32Values, Int32Type>(reader, c, s),
+        (PhysicalType::INT64, DataType::Int64) => typed::<Int64Values, Int64Type>(reader, c, s),
+        (PhysicalType::INT32, DataType::Int8) => {
+            cast::<Int32Values, Int8Type>(reader, c, s, |v| v as i8)
         }
-        PhysicalType::DOUBLE => {
-            typed::<DoubleType, Float64Type>(reader, &column, shape, fixed, at_once)
+        (PhysicalType::INT32, DataType::Int16) => {
+            cast::<Int32Values, Int16Type>(reader, c, s, |v| v as i16)
         }
-        other => Err(ParquetError::General(format!(
-            "a list of {other} is not decoded here"
+        (PhysicalType::INT32, DataType::UInt8) => {
+            cast::<Int32Values, UInt8Type>(reader, c, s, |v| v as u8)
+        }
+        (PhysicalType::INT32, DataType::UInt16) => {
+            cast::<Int32Values, UInt16Type>(reader, c, s, |v| v as u16)
+        }
+        (PhysicalType::INT32, DataType::UInt32) => {
+            cast::<Int32Values, UInt32Type>(reader, c, s, |v| v as u32)
+        }
+        (PhysicalType::INT64, DataType::UInt64) => {
+            cast::<Int64Values, UInt64Type>(reader, c, s, |v| v as u64)
+        }
+        (physical, item) => Err(ParquetError::General(format!(
+            "a list of {physical} as {item} is not decoded here"
         ))),
     }
 }
+
+/// Rows, values per sample, fixed-size or not, rows decoded at once.
+type Shape = (usize, usize, bool, usize);
 
 /// [`decode_in`] for values of Parquet type `P`, as Arrow's `A`.
 fn typed<P: ParquetType, A: ArrowPrimitiveType<Native = P::T>>(
     reader: ColumnReader,
     column: &ColumnDescPtr,
-    (rows, numel): (usize, usize),
-    fixed: bool,
-    at_once: usize,
+    (rows, numel, fixed, at_once): Shape,
 ) -> Result<Option<ArrayRef>>
 where
     P::T: Copy + arrow_buffer::ArrowNativeType,
 {
     let reader = get_typed_column_reader::<P>(reader);
-    let Some((values, offsets)) = read(reader, column, rows, numel, at_once)? else {
+    let Some((values, offsets)) = read(reader, column, (rows, numel, at_once), |v| v)? else {
         return Ok(None);
     };
     let values = PrimitiveArray::<A>::new(ScalarBuffer::<A::Native>::from(values), None);
+    array(Arc::new(values), offsets, numel, fixed)
+}
+
+/// [`decode_in`] for values of Parquet type `P`, each made an `A` by `f`.
+fn cast<P: ParquetType, A: ArrowPrimitiveType>(
+    reader: ColumnReader,
+    column: &ColumnDescPtr,
+    (rows, numel, fixed, at_once): Shape,
+    f: impl Fn(P::T) -> A::Native,
+) -> Result<Option<ArrayRef>>
+where
+    P::T: Copy,
+{
+    let reader = get_typed_column_reader::<P>(reader);
+    let Some((values, offsets)) = read(reader, column, (rows, numel, at_once), f)? else {
+        return Ok(None);
+    };
+    let values = PrimitiveArray::<A>::new(ScalarBuffer::from(values), None);
     array(Arc::new(values), offsets, numel, fixed)
 }
 
@@ -123,27 +184,29 @@ fn offset(position: usize) -> Result<i32> {
 /// A chunk's values and the row offsets into them.
 type Decoded<V> = (Vec<V>, Vec<i32>);
 
-/// The values and the row offsets into them, or `None` at the first null.
-fn read<T: ParquetType>(
+/// The values, each made an `O` by `f`, and the row offsets into them, or `None` at the first
+/// null. The decoded values pass through a small buffer that stays in cache (for 8-bit
+/// integers, stored as INT32, a whole chunk of them would be four times the result).
+fn read<T: ParquetType, O>(
     mut reader: ColumnReaderImpl<T>,
     column: &ColumnDescPtr,
-    rows: usize,
-    numel: usize,
-    at_once: usize,
-) -> Result<Option<Decoded<T::T>>>
+    (rows, numel, at_once): (usize, usize, usize),
+    f: impl Fn(T::T) -> O,
+) -> Result<Option<Decoded<O>>>
 where
     T::T: Copy,
 {
     let max_def = column.max_def_level();
-    let mut values: Vec<T::T> = Vec::with_capacity(rows * numel);
+    let mut values: Vec<O> = Vec::with_capacity(rows * numel);
     let mut offsets: Vec<i32> = Vec::with_capacity(rows + 1);
-    let (mut def, mut rep) = (Vec::new(), Vec::new());
+    let (mut def, mut rep, mut decoded) = (Vec::new(), Vec::new(), Vec::new());
     loop {
         def.clear();
         rep.clear();
+        decoded.clear();
         let before = values.len();
         let (records, _, levels) =
-            reader.read_records(at_once, Some(&mut def), Some(&mut rep), &mut values)?;
+            reader.read_records(at_once, Some(&mut def), Some(&mut rep), &mut decoded)?;
         if records == 0 {
             break;
         }
@@ -151,6 +214,7 @@ where
         if !def.iter().fold(true, |ok, &d| ok & (d == max_def)) {
             return Ok(None);
         }
+        values.extend(decoded.iter().map(|&v| f(v)));
         // No nulls: one value per level, a row starting at each repetition level 0. Rows of
         // `numel` values are checked as a block; any other length is found level by level.
         let rep = &rep[..levels];
@@ -208,12 +272,12 @@ fn array(
 
 impl super::Snapshot {
     /// The leaf of a LIST tensor column decoded here (see [`applies`]), when `projection`
-    /// reads it.
+    /// reads it, and the Arrow type of its values.
     pub(super) fn list_leaf(
         &self,
         metadata: &ArrowReaderMetadata,
         projection: &ProjectionMask,
-    ) -> Option<usize> {
+    ) -> Option<(usize, DataType)> {
         use voxlake_format::sample::TensorEncoding;
         if !matches!(
             self.columns.encoding,
@@ -225,10 +289,22 @@ impl super::Snapshot {
         let mut leaves = (0..schema.num_columns())
             .filter(|&i| schema.column(i).path().parts().first() == Some(&self.columns.tensor));
         let leaf = leaves.next()?;
+        // What Arrow's reader makes of the values (the file's Arrow schema applied).
+        let item = match metadata
+            .schema()
+            .field_with_name(&self.columns.tensor)
+            .ok()?
+            .data_type()
+        {
+            DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) => {
+                item.data_type().clone()
+            }
+            _ => return None,
+        };
         (leaves.next().is_none()
             && projection.leaf_included(leaf)
-            && applies(&schema.column(leaf), self.spec().dtype()))
-        .then_some(leaf)
+            && applies(&schema.column(leaf), &item))
+        .then_some((leaf, item))
     }
 
     /// Row group `row_group` of file `index` with its LIST tensor column (leaf `leaf`) decoded
@@ -240,7 +316,7 @@ impl super::Snapshot {
         row_group: usize,
         metadata: &ArrowReaderMetadata,
         projection: &ProjectionMask,
-        leaf: usize,
+        (leaf, item): (usize, DataType),
         hooks: &crate::hooks::Hooks,
     ) -> Result<Option<(RecordBatch, ReadTimings)>, StreamError> {
         let parquet = metadata.metadata();
@@ -310,7 +386,8 @@ impl super::Snapshot {
                 list_hooks
                     .check(crate::hooks::Stage::Decode, &object)
                     .map_err(|e| Err(StreamError::Internal(e)))?;
-                let array = decode(bytes, &chunk, column, rows, numel, fixed).map_err(Ok)?;
+                let array =
+                    decode(bytes, &chunk, column, (rows, numel), &item, fixed).map_err(Ok)?;
                 Ok::<_, Result<ParquetError, StreamError>>((array, started.elapsed()))
             })
             .await
@@ -357,7 +434,7 @@ impl super::Snapshot {
 mod tests {
     use super::*;
     use arrow_array::Array;
-    use arrow_array::builder::{Float32Builder, Float64Builder, ListBuilder};
+    use arrow_array::builder::{Float32Builder, ListBuilder};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use parquet::basic::Compression;
     use parquet::file::properties::WriterProperties;
@@ -367,37 +444,55 @@ mod tests {
     /// One row: its values, or a null row; a value may be null.
     type Row = Option<Vec<Option<f32>>>;
 
-    /// `rows` written as a one-column Parquet file (a list of floats, or of doubles), pages of
-    /// `page_rows` rows, dictionary and compression as asked.
-    fn file(rows: &[Row], double: bool, page_rows: usize, dictionary: bool, snappy: bool) -> Bytes {
-        let array: ArrayRef = match double {
-            false => {
-                let mut b = ListBuilder::new(Float32Builder::new());
-                for row in rows {
-                    match row {
-                        Some(values) => {
-                            b.values().extend(values.iter().copied());
-                            b.append(true);
-                        }
-                        None => b.append(false),
-                    }
-                }
-                Arc::new(b.finish())
-            }
-            true => {
-                let mut b = ListBuilder::new(Float64Builder::new());
-                for row in rows {
-                    match row {
-                        Some(values) => {
-                            b.values().extend(values.iter().map(|v| v.map(f64::from)));
-                            b.append(true);
-                        }
-                        None => b.append(false),
-                    }
-                }
-                Arc::new(b.finish())
-            }
+    /// Every element type decoded here.
+    const ITEMS: [DataType; 10] = [
+        DataType::Float32,
+        DataType::Float64,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::UInt8,
+        DataType::UInt16,
+        DataType::UInt32,
+        DataType::UInt64,
+    ];
+
+    /// `rows` as a list of `item`s: integers take each value's whole part below 100 (every
+    /// integer type holds it).
+    fn list_of(rows: &[Row], item: &DataType) -> ArrayRef {
+        let whole = |v: f32| match item.is_floating() {
+            true => v,
+            false => v.trunc() % 100.0,
         };
+        let mut b = ListBuilder::new(Float32Builder::new());
+        for row in rows {
+            match row {
+                Some(values) => {
+                    b.values().extend(values.iter().map(|v| v.map(whole)));
+                    b.append(true);
+                }
+                None => b.append(false),
+            }
+        }
+        let to = DataType::List(Arc::new(Field::new("item", item.clone(), true)));
+        arrow_cast::cast(&b.finish(), &to).unwrap()
+    }
+
+    /// `rows` written as a one-column Parquet file (a list of `item`s), pages of `page_rows`
+    /// rows, dictionary and compression as asked.
+    fn file(
+        rows: &[Row],
+        item: &DataType,
+        page_rows: usize,
+        dictionary: bool,
+        snappy: bool,
+    ) -> Bytes {
+        written(list_of(rows, item), page_rows, dictionary, snappy)
+    }
+
+    /// A one-column file of `array`, as [`file`] writes it.
+    fn written(array: ArrayRef, page_rows: usize, dictionary: bool, snappy: bool) -> Bytes {
         let batch = RecordBatch::try_from_iter([("volume", array)]).unwrap();
         let props = WriterProperties::builder()
             .set_dictionary_enabled(dictionary)
@@ -430,12 +525,17 @@ mod tests {
         let bytes = file.slice(start as usize..(start + len) as usize);
         let column = reader.metadata().file_metadata().schema_descr().column(0);
         let rows = group.num_rows() as usize;
-        let ours = decode_in(bytes, chunk, column, (rows, numel), fixed, levels).unwrap();
         let mut arrow = ParquetRecordBatchReaderBuilder::try_new(file)
             .unwrap()
             .build()
             .unwrap();
         let theirs = arrow.next().unwrap().unwrap().column(0).clone();
+        let DataType::List(item) = theirs.data_type() else {
+            panic!("{}", theirs.data_type())
+        };
+        assert!(applies(&column, item.data_type()), "{item}");
+        let shape = (rows, numel);
+        let ours = decode_in(bytes, chunk, column, shape, item.data_type(), fixed, levels).unwrap();
         (ours, theirs)
     }
 
@@ -451,25 +551,20 @@ mod tests {
         let values: Vec<Vec<f32>> = (0..9)
             .map(|r| (0..40).map(|i| (r * 40 + i) as f32 * 0.5).collect())
             .collect();
-        for (double, dictionary, snappy) in [
-            (false, false, false),
-            (false, true, true),
-            (true, false, true),
-            (true, true, false),
-        ] {
-            let (ours, theirs) = both(
-                file(&rows(&values), double, 2, dictionary, snappy),
-                40,
-                false,
-            );
-            assert_eq!(
-                ours.unwrap().as_ref(),
-                theirs.as_ref(),
-                "{double} {dictionary} {snappy}"
-            );
+        for item in &ITEMS {
+            for (dictionary, snappy) in [(false, false), (true, true), (false, true)] {
+                let written = file(&rows(&values), item, 2, dictionary, snappy);
+                let (ours, theirs) = both(written, 40, false);
+                assert_eq!(
+                    ours.unwrap().as_ref(),
+                    theirs.as_ref(),
+                    "{item} {dictionary} {snappy}"
+                );
+            }
         }
         // As a fixed-size list: the same values.
-        let (ours, theirs) = both(file(&rows(&values), false, 4, false, false), 40, true);
+        let f32 = &DataType::Float32;
+        let (ours, theirs) = both(file(&rows(&values), f32, 4, false, false), 40, true);
         let ours = ours.unwrap();
         let fixed = ours.as_any().downcast_ref::<FixedSizeListArray>().unwrap();
         let list = theirs.as_any().downcast_ref::<ListArray>().unwrap();
@@ -478,30 +573,86 @@ mod tests {
     }
 
     #[test]
+    fn integers_at_their_limits_decode_as_the_arrow_reader_does() {
+        // Unsigned values above the signed range are stored as negative INT32 / INT64, the
+        // narrow ones widened: what comes back must be what Arrow's reader makes of them.
+        use arrow_array::{
+            Int8Array, Int16Array, Int64Array, UInt8Array, UInt16Array, UInt32Array, UInt64Array,
+        };
+        let values: [ArrayRef; 7] = [
+            Arc::new(Int8Array::from(vec![i8::MIN, -1, 0, 1, i8::MAX, 7])),
+            Arc::new(Int16Array::from(vec![i16::MIN, -1, 0, 1, i16::MAX, 7])),
+            Arc::new(Int64Array::from(vec![i64::MIN, -1, 0, 1, i64::MAX, 7])),
+            Arc::new(UInt8Array::from(vec![0, 1, 127, 128, 200, u8::MAX])),
+            Arc::new(UInt16Array::from(vec![
+                0,
+                1,
+                0x7FFF,
+                0x8000,
+                60_000,
+                u16::MAX,
+            ])),
+            Arc::new(UInt32Array::from(vec![
+                0,
+                1,
+                1 << 31,
+                u32::MAX - 1,
+                u32::MAX,
+                7,
+            ])),
+            Arc::new(UInt64Array::from(vec![
+                0,
+                1,
+                1 << 63,
+                u64::MAX - 1,
+                u64::MAX,
+                7,
+            ])),
+        ];
+        for values in values {
+            let item = Arc::new(Field::new("item", values.data_type().clone(), true));
+            let offsets = OffsetBuffer::new(ScalarBuffer::from(vec![0, 2, 4, 6]));
+            let list: ArrayRef = Arc::new(ListArray::new(item, offsets, values.clone(), None));
+            for dictionary in [false, true] {
+                let (ours, theirs) = both(written(list.clone(), 2, dictionary, false), 2, false);
+                assert_eq!(
+                    ours.unwrap().as_ref(),
+                    theirs.as_ref(),
+                    "{}",
+                    values.data_type()
+                );
+                let theirs = theirs.as_any().downcast_ref::<ListArray>().unwrap();
+                assert_eq!(theirs.values().as_ref(), values.as_ref());
+            }
+        }
+    }
+
+    #[test]
     fn nulls_go_back_to_the_arrow_path_and_odd_lengths_stay_visible() {
         let mut values = rows(&vec![vec![1.0; 6]; 5]);
         // A row of another length: kept, for normalization to name (a fixed-size list: not).
         values[2] = Some(vec![Some(2.0); 4]);
-        let (ours, theirs) = both(file(&values, false, 2, false, false), 6, false);
+        let f32 = &DataType::Float32;
+        let (ours, theirs) = both(file(&values, f32, 2, false, false), 6, false);
         let ours = ours.unwrap();
         assert_eq!(ours.as_ref(), theirs.as_ref());
         let list = ours.as_any().downcast_ref::<ListArray>().unwrap();
         assert_eq!(list.value_length(2), 4);
         assert!(
-            both(file(&values, false, 2, false, false), 6, true)
+            both(file(&values, f32, 2, false, false), 6, true)
                 .0
                 .is_none()
         );
         // Two short rows that add up to one of the expected length stay two rows.
         let split = rows(&[vec![1.0; 4], vec![2.0; 2], vec![3.0; 2], vec![4.0; 4]]);
-        let (ours, theirs) = both(file(&split, false, 8, false, false), 4, false);
+        let (ours, theirs) = both(file(&split, f32, 8, false, false), 4, false);
         assert_eq!(ours.unwrap().as_ref(), theirs.as_ref());
         // A null value, a null row, an empty row: the Arrow path decides.
         for odd in [Some(vec![Some(1.0), None]), None, Some(Vec::new())] {
             let mut values = rows(&vec![vec![1.0; 2]; 3]);
             values[1] = odd.clone();
             assert!(
-                both(file(&values, false, 2, false, false), 2, false)
+                both(file(&values, f32, 2, false, false), 2, false)
                     .0
                     .is_none(),
                 "{odd:?}"
@@ -519,7 +670,7 @@ mod tests {
             page_rows in 1usize..6,
             dictionary: bool,
             snappy: bool,
-            double: bool,
+            item in proptest::sample::select(ITEMS.to_vec()),
             null_at in proptest::option::of(0usize..12),
             seed: u32,
             levels in 1usize..300,
@@ -540,7 +691,7 @@ mod tests {
             if let Some(r) = nulls {
                 values[r] = None;
             }
-            let written = file(&values, double, page_rows, dictionary, snappy);
+            let written = file(&values, &item, page_rows, dictionary, snappy);
             let (ours, theirs) = both_in(written, numel, false, levels);
             match (nulls.is_some() || empty, ours) {
                 (true, ours) => prop_assert!(ours.is_none()),

@@ -129,9 +129,9 @@ impl Snapshot {
         let metadata = self.view_metadata(index).await?;
         // A LIST tensor column straight from its pages (`list_chunk`), unless it holds a null:
         // then the Arrow path below names the row.
-        if let Some(leaf) = self.list_leaf(&metadata, &projection)
+        if let Some(list) = self.list_leaf(&metadata, &projection)
             && let Some(read) = self
-                .read_list_row_group(index, row_group, &metadata, &projection, leaf, hooks)
+                .read_list_row_group(index, row_group, &metadata, &projection, list, hooks)
                 .await?
         {
             return Ok(read);
