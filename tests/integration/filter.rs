@@ -288,15 +288,7 @@ fn dates_and_timestamps_filter_as_iso_text() {
     ])
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let props = parquet::file::properties::WriterProperties::builder()
-        .set_max_row_group_row_count(Some(5))
-        .build();
-    let file = std::fs::File::create(dir.path().join("part-0.parquet")).unwrap();
-    let mut writer =
-        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    let table = dir.path().to_string_lossy().into_owned();
+    let table = crate::foreign::one_file_table(dir.path(), &batch);
     let run = |filter: &str| {
         let (got, stats) = batches(
             Loader::builder(table.clone())

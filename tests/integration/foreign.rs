@@ -490,13 +490,18 @@ fn list_table(dir: &std::path::Path, lens: &[usize]) -> String {
         ),
     ])
     .unwrap();
+    one_file_table(dir, &batch)
+}
+
+/// `batch` written as a Parquet folder of one file, row groups of 5 rows; the folder's path.
+pub fn one_file_table(dir: &std::path::Path, batch: &arrow::record_batch::RecordBatch) -> String {
     let props = parquet::file::properties::WriterProperties::builder()
         .set_max_row_group_row_count(Some(5))
         .build();
     let file = std::fs::File::create(dir.join("part-0.parquet")).unwrap();
     let mut writer =
         parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
-    writer.write(&batch).unwrap();
+    writer.write(batch).unwrap();
     writer.close().unwrap();
     dir.to_string_lossy().into_owned()
 }
@@ -643,15 +648,7 @@ fn integer_lists_read_value_for_value() {
         let batch =
             RecordBatch::try_from_iter([("volume", list), ("sample", Arc::new(ids) as ArrayRef)])
                 .unwrap();
-        let props = parquet::file::properties::WriterProperties::builder()
-            .set_max_row_group_row_count(Some(5))
-            .build();
-        let file = std::fs::File::create(dir.path().join("part-0.parquet")).unwrap();
-        let mut writer =
-            parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        let builder = Loader::builder(dir.path().to_string_lossy().into_owned())
+        let builder = Loader::builder(one_file_table(dir.path(), &batch))
             .with_tensor_shape(vec![numel], dtype)
             .with_id_column("sample")
             .with_shuffle(3, 8)
