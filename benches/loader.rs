@@ -1,5 +1,6 @@
-//! criterion benches with throughput set: npy decode/convert, one row group → Arrow batch,
-//! the loader end to end on a local table, and `compact convert`.
+//! criterion benches with throughput set: npy decode/convert, one row group → Arrow batch (the
+//! voxlake layout, and the same rows as a LIST of f32 and a `fixed_shape_tensor` of u8), the
+//! loader end to end on a local table, and `compact convert`.
 //!
 //! `cargo bench --bench loader` (release). Data is generated in a temporary folder first.
 
@@ -9,6 +10,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use voxlake::Loader;
 use voxlake::compact::{Compactor, synth};
 use voxlake::format::npy::{EncodeOptions, NpyArray, encode};
+use arrow::record_batch::RecordBatch;
+use voxlake::format::sample::ColumnHints;
 use voxlake::format::{Casting, DType};
 use voxlake::stream::Snapshot;
 
@@ -110,7 +113,83 @@ fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) 
                 .unwrap()
         })
     });
+    // The same rows in other tools' LIST encodings (decoded from their pages, then normalized).
+    let native = runtime
+        .block_on(snapshot.read_row_group(0, 0, projection.clone()))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, shape, dtype) in [
+        ("LIST<f32>", vec![30, 30, 10, 10], DType::F32),
+        ("fixed_shape_tensor<u8>", vec![30, 30, 10, 40], DType::U8),
+    ] {
+        let table = list_table(&dir.path().join(dtype.name()), &native, dtype);
+        let hints = ColumnHints::default().with_tensor_shape(shape, dtype);
+        let snapshot = runtime
+            .block_on(Snapshot::open_with(&table, &Default::default(), None, None, &hints))
+            .unwrap();
+        let meta = runtime.block_on(snapshot.view_metadata(0)).unwrap();
+        let projection = snapshot.projection(&meta, &columns).unwrap();
+        group.bench_function(BenchmarkId::new(name, format!("{rows} rows")), |b| {
+            b.iter(|| {
+                runtime
+                    .block_on(snapshot.read_row_group(0, 0, projection.clone()))
+                    .unwrap()
+            })
+        });
+    }
     group.finish();
+}
+
+/// `batch`'s rows (voxlake's layout) as one Parquet file in `dir` with the tensors as a LIST of
+/// f32 (Spark's `array<float>`) or, for u8, a fixed-size list of the tensors' bytes (pyarrow's
+/// `fixed_shape_tensor` of images); the folder's path.
+fn list_table(dir: &std::path::Path, batch: &RecordBatch, dtype: DType) -> String {
+    use arrow::array::{
+        Array, ArrayRef, BinaryViewArray, FixedSizeListArray, Float32Array, ListArray, UInt8Array,
+    };
+    use arrow::buffer::OffsetBuffer;
+    use arrow::datatypes::{DataType, Field};
+    use std::sync::Arc;
+    let tensors = batch
+        .column_by_name("tensor")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<BinaryViewArray>()
+        .unwrap();
+    let bytes: Vec<u8> = tensors.iter().flat_map(|t| t.unwrap().to_vec()).collect();
+    let rows = tensors.len();
+    let list: ArrayRef = match dtype {
+        DType::U8 => Arc::new(FixedSizeListArray::new(
+            Arc::new(Field::new("element", DataType::UInt8, false)),
+            (bytes.len() / rows) as i32,
+            Arc::new(UInt8Array::from(bytes)),
+            None,
+        )),
+        _ => {
+            let values: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            Arc::new(ListArray::new(
+                Arc::new(Field::new("element", DataType::Float32, false)),
+                OffsetBuffer::from_lengths(vec![values.len() / rows; rows]),
+                Arc::new(Float32Array::from(values)),
+                None,
+            ))
+        }
+    };
+    let out = RecordBatch::try_from_iter([
+        ("id", batch.column_by_name("id").unwrap().clone()),
+        ("label", batch.column_by_name("label").unwrap().clone()),
+        ("volume", list),
+    ])
+    .unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let file = std::fs::File::create(dir.join("part-0.parquet")).unwrap();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, out.schema(), None).unwrap();
+    writer.write(&out).unwrap();
+    writer.close().unwrap();
+    dir.to_string_lossy().into_owned()
 }
 
 fn loader(c: &mut Criterion, f: &Fixture) {
