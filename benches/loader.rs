@@ -6,11 +6,11 @@
 
 use std::path::PathBuf;
 
+use arrow::record_batch::RecordBatch;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use voxlake::Loader;
 use voxlake::compact::{Compactor, synth};
 use voxlake::format::npy::{EncodeOptions, NpyArray, encode};
-use arrow::record_batch::RecordBatch;
 use voxlake::format::sample::ColumnHints;
 use voxlake::format::{Casting, DType};
 use voxlake::stream::Snapshot;
@@ -125,7 +125,13 @@ fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) 
         let table = list_table(&dir.path().join(dtype.name()), &native, dtype);
         let hints = ColumnHints::default().with_tensor_shape(shape, dtype);
         let snapshot = runtime
-            .block_on(Snapshot::open_with(&table, &Default::default(), None, None, &hints))
+            .block_on(Snapshot::open_with(
+                &table,
+                &Default::default(),
+                None,
+                None,
+                &hints,
+            ))
             .unwrap();
         let meta = runtime.block_on(snapshot.view_metadata(0)).unwrap();
         let projection = snapshot.projection(&meta, &columns).unwrap();

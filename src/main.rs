@@ -52,6 +52,10 @@ struct BenchArgs {
     /// Number of ranks.
     #[arg(long, default_value_t = 1)]
     world_size: usize,
+    /// Take the rank and world size from the launcher's variables (torchrun's RANK and
+    /// WORLD_SIZE, Open MPI's, MPICH's PMI_RANK and PMI_SIZE, a Slurm step's).
+    #[arg(long, conflicts_with_all = ["rank", "world_size"])]
+    rank_from_env: bool,
     /// Memory budget in MiB.
     #[arg(long, default_value_t = 1024)]
     memory_budget_mb: u64,
@@ -201,6 +205,9 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     if args.shuffle {
         builder = builder.with_shuffle(args.seed, args.shuffle_buffer);
     }
+    if args.rank_from_env {
+        builder = builder.with_rank_from_env();
+    }
     if let Some(n) = args.assembly_threads {
         builder = builder.with_assembly_threads(n);
     }
@@ -296,8 +303,8 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "staging_waits": stats.staging_waits,
         "loosened_rows": stats.loosened_rows,
         "iterations_per_epoch": loader.iterations_per_epoch(),
-        "rank": args.rank,
-        "world_size": args.world_size,
+        "rank": loader.rank().0,
+        "world_size": loader.rank().1,
         "next_epoch": state.epoch,
         "next_batch_in_segment": state.batches,
         "checksum": checksum,

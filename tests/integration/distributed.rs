@@ -538,6 +538,60 @@ async fn ranks_as_processes_stop_and_resume_with_another_world_size() {
     assert!(delivered.len() - n <= 3, "{} repeats", delivered.len() - n);
 }
 
+/// Ranks started the way torchrun starts them (`RANK`, `WORLD_SIZE` in the environment) with
+/// `--rank-from-env`: each finds its rank, together they deliver every row; a launcher's
+/// variable without its pair ends the run with an error naming both.
+#[tokio::test]
+async fn ranks_from_the_launchers_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 23;
+    let table = uneven_table(dir.path(), n, 9).await;
+    let bench = |vars: &[(&str, &str)], ids: &Path| {
+        let mut cmd = Command::new(voxlake_bin());
+        for (_, rank, size) in voxlake::loader::launch::LAUNCHERS {
+            cmd.env_remove(rank).env_remove(size);
+        }
+        cmd.args(["bench", table.to_str().unwrap(), "--json", "--shuffle"])
+            .args(["--batch-size", "2", "--rank-from-env", "--ids-out"])
+            .arg(ids)
+            .envs(vars.iter().copied());
+        cmd
+    };
+    let mut delivered = Vec::new();
+    let mut counts = HashSet::new();
+    for rank in 0..3 {
+        let ids = dir.path().join(format!("ids-{rank}"));
+        let r = rank.to_string();
+        let v = json_output(&mut bench(&[("RANK", &r), ("WORLD_SIZE", "3")], &ids));
+        assert_eq!(
+            (v["rank"].as_u64(), v["world_size"].as_u64()),
+            (Some(rank), Some(3))
+        );
+        counts.insert(v["batches"].as_u64().unwrap());
+        delivered.extend(lines(&ids));
+    }
+    assert_eq!(counts.len(), 1, "equal batch counts: {counts:?}");
+    let unique: HashSet<&String> = delivered.iter().collect();
+    assert_eq!(unique.len(), n, "every row");
+    assert!(delivered.len() - n < 3, "{} repeats", delivered.len() - n);
+    // No launcher: one process reads it all.
+    let ids = dir.path().join("ids-alone");
+    let v = json_output(&mut bench(&[], &ids));
+    assert_eq!(
+        (v["rank"].as_u64(), v["world_size"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert_eq!(lines(&ids).len(), n);
+    // Half a pair is refused, naming both variables.
+    let out = bench(&[("RANK", "1")], &ids).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("RANK=1") && err.contains("WORLD_SIZE"),
+        "{err}"
+    );
+}
+
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap()

@@ -30,6 +30,8 @@ pub struct LoaderBuilder {
     pub(crate) uneven: Uneven,
     pub(crate) rank: usize,
     pub(crate) world_size: usize,
+    /// Take the rank and world size from the launcher's variables at `build()`.
+    pub(crate) rank_from_env: bool,
     pub(crate) columns: Vec<String>,
     pub(crate) channels_first: bool,
     pub(crate) memory_budget: u64,
@@ -99,6 +101,7 @@ impl std::fmt::Debug for LoaderBuilder {
             .field("uneven", &self.uneven)
             .field("rank", &self.rank)
             .field("world_size", &self.world_size)
+            .field("rank_from_env", &self.rank_from_env)
             .field("memory_budget", &self.memory_budget)
             .field("custom_store", &self.root_store.is_some())
             .field("resumed", &self.state.is_some())
@@ -120,6 +123,7 @@ impl LoaderBuilder {
             uneven: Uneven::Pad,
             rank: 0,
             world_size: 1,
+            rank_from_env: false,
             columns: [ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN]
                 .map(String::from)
                 .to_vec(),
@@ -222,6 +226,18 @@ impl LoaderBuilder {
     pub fn with_rank(mut self, rank: usize, world_size: usize) -> Self {
         self.rank = rank;
         self.world_size = world_size;
+        self.rank_from_env = false;
+        self
+    }
+
+    /// Take the rank and world size from the variables the launcher set, read at `build()`:
+    /// torchrun's `RANK`/`WORLD_SIZE` first, then Open MPI's, MPICH's (PMI) and a Slurm step's
+    /// (see [`launch::LAUNCHERS`](crate::launch::LAUNCHERS)); rank 0 of 1 where none are set
+    /// (a process started on its own, an `sbatch` script). `build()` fails, naming the
+    /// variables, where only one of a pair is set or a value is not a valid rank. The loader
+    /// logs where its rank came from; [`Loader::rank`](crate::Loader::rank) says it.
+    pub fn with_rank_from_env(mut self) -> Self {
+        self.rank_from_env = true;
         self
     }
 
@@ -400,7 +416,21 @@ impl LoaderBuilder {
     }
 
     /// Opens the table (its log only) and starts the background work.
-    pub fn build(self) -> Result<Loader, LoaderError> {
+    pub fn build(mut self) -> Result<Loader, LoaderError> {
+        if self.rank_from_env {
+            let launch = crate::launch::from_env()
+                .map_err(|e| LoaderError::Config(format!("the rank from the environment: {e}")))?;
+            (self.rank, self.world_size) =
+                launch.as_ref().map_or((0, 1), |l| (l.rank, l.world_size));
+            match launch {
+                Some(l) => {
+                    tracing::info!(rank = l.rank, world_size = l.world_size, source = %l.source, "rank from the launcher")
+                }
+                None => {
+                    tracing::info!("no launcher's rank variables are set: one process, rank 0 of 1")
+                }
+            }
+        }
         if self.batch_size == 0 {
             return Err(LoaderError::Config("batch size must be at least 1".into()));
         }

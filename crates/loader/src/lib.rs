@@ -43,6 +43,7 @@ mod builder;
 mod checks;
 #[cfg(feature = "tch")]
 mod feed;
+pub mod launch;
 mod loader;
 mod producer;
 // The staging ring feeds the CUDA path; pure, so it is built and tested without libtorch.

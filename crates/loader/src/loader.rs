@@ -98,6 +98,11 @@ impl Loader {
         &self.spec
     }
 
+    /// This process's rank (from 0) and the number of ranks.
+    pub fn rank(&self) -> (usize, usize) {
+        (self.state_template.rank, self.state_template.world_size)
+    }
+
     /// The pinned table version.
     pub fn version(&self) -> u64 {
         self.stream.snapshot().version()
