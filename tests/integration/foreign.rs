@@ -585,12 +585,14 @@ fn foreign_tables_stream_at_the_smallest_budget_build_accepts() {
 }
 
 #[test]
-fn integer_lists_read_value_for_value() {
+fn integer_and_boolean_lists_read_value_for_value() {
     // uint8 as pyarrow's fixed_shape_tensor stores it (Ray Data's images), int16 and uint32 as
     // lists: INT32 in the file, narrowed or reinterpreted on the way back, all values of each
-    // type's range included; 13 rows in row groups of 5, shuffled.
+    // type's range included; masks as fixed-size lists of booleans (a byte each in the
+    // tensor); 13 rows in row groups of 5, shuffled.
     use arrow::array::{
-        ArrayRef, FixedSizeListArray, Int16Array, ListArray, StringArray, UInt8Array, UInt32Array,
+        ArrayRef, BooleanArray, FixedSizeListArray, Int16Array, ListArray, StringArray, UInt8Array,
+        UInt32Array,
     };
     use arrow::buffer::OffsetBuffer;
     use arrow::datatypes::{DataType, Field};
@@ -610,7 +612,18 @@ fn integer_lists_read_value_for_value() {
         .collect();
     assert!(u8s.contains(&255) && i16s.iter().any(|&v| v < 0) && u32s.iter().any(|&v| v > 1 << 31));
     let item = |t: DataType| Arc::new(Field::new("element", t, false));
-    let lists: [(ArrayRef, DType, Vec<u8>); 3] = [
+    let bools: Vec<bool> = u8s.iter().map(|&v| v % 3 == 0).collect();
+    let lists: [(ArrayRef, DType, Vec<u8>); 4] = [
+        (
+            Arc::new(FixedSizeListArray::new(
+                item(DataType::Boolean),
+                numel as i32,
+                Arc::new(BooleanArray::from(bools.clone())),
+                None,
+            )),
+            DType::Bool,
+            bools.iter().map(|&b| u8::from(b)).collect(),
+        ),
         (
             Arc::new(FixedSizeListArray::new(
                 item(DataType::UInt8),

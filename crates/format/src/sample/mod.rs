@@ -62,9 +62,11 @@ pub enum TensorEncoding {
     /// BINARY of the values' little-endian bytes in C order (voxlake's layout;
     /// `ndarray.tobytes()` from Spark or pandas): read as is.
     Raw,
-    /// LIST of numbers (Spark's `array<float>`): the values point into the decoded list.
+    /// LIST of numbers or booleans (Spark's `array<float>`): the values point into the decoded
+    /// list (booleans are unpacked to a byte each).
     List,
-    /// FIXED_SIZE_LIST of numbers, also as the `arrow.fixed_shape_tensor` extension type.
+    /// FIXED_SIZE_LIST of numbers or booleans, also as the `arrow.fixed_shape_tensor` extension
+    /// type.
     FixedSizeList,
     /// BINARY of `np.save` bytes per row (Petastorm's `NdarrayCodec`): the data after each
     /// row's header, converted where it is big-endian or in Fortran order.
@@ -189,6 +191,7 @@ fn dtype_of(data_type: &DataType) -> Option<DType> {
         DataType::Float16 => DType::F16,
         DataType::Float32 => DType::F32,
         DataType::Float64 => DType::F64,
+        DataType::Boolean => DType::Bool,
         _ => return None,
     })
 }
@@ -268,7 +271,8 @@ fn npy_spec(bytes: &[u8]) -> Result<TensorSpec, String> {
 
 impl SampleColumns {
     /// The column that holds the tensors: the one `hints` names, else `tensor`, else the only
-    /// column that can hold tensors (a BINARY, or a LIST or FIXED_SIZE_LIST of numbers).
+    /// column that can hold tensors (a BINARY, or a LIST or FIXED_SIZE_LIST of numbers or
+    /// booleans).
     pub fn tensor_field<'a>(
         schema: &'a Schema,
         hints: &ColumnHints,
@@ -288,7 +292,7 @@ impl SampleColumns {
                     match candidates.as_slice() {
                         [only] => Ok(*only),
                         [] => Err(meta(format!(
-                            "no column can hold tensors (a BINARY, LIST or FIXED_SIZE_LIST of numbers); the table has {:?}",
+                            "no column can hold tensors (a BINARY, LIST or FIXED_SIZE_LIST of numbers or booleans); the table has {:?}",
                             schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
                         ))),
                         many => Err(meta(format!(
@@ -329,7 +333,7 @@ impl SampleColumns {
             && dtype_of(item.data_type()).is_none()
         {
             return Err(meta(format!(
-                "column '{name}': lists of {} cannot be read as tensors (numbers only)",
+                "column '{name}': lists of {} cannot be read as tensors (numbers and booleans only)",
                 item.data_type()
             )));
         }

@@ -8,7 +8,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type, Int64Type};
 use arrow_array::{
     Array, ArrayRef, BinaryViewArray, GenericListArray, Int64Array, OffsetSizeTrait, RecordBatch,
-    StringArray,
+    StringArray, UInt8Array,
 };
 use arrow_buffer::Buffer;
 use arrow_data::{ByteView, MAX_INLINE_VIEW_LEN};
@@ -223,7 +223,8 @@ fn binary_views(array: &ArrayRef) -> Result<BinaryViewArray, String> {
 }
 
 /// Views of `numel` values of `size` bytes each from element `start` of `values`, for each
-/// `(start, len)`: no copy, the views point into the values' buffer.
+/// `(start, len)`: no copy, the views point into the values' buffer (booleans, bits in Arrow
+/// and a byte each in a tensor, are unpacked first: one copy).
 fn views_into(
     values: &ArrayRef,
     rows: impl Iterator<Item = (usize, usize)>,
@@ -238,6 +239,16 @@ fn views_into(
             .map_or(0, |i| i / numel.max(1));
         return Err(err(row, "a null value inside the tensor".into()));
     }
+    let unpacked: ArrayRef;
+    let values = match values.as_boolean_opt() {
+        Some(bools) => {
+            unpacked = Arc::new(UInt8Array::from_iter_values(
+                bools.values().iter().map(u8::from),
+            ));
+            &unpacked
+        }
+        None => values,
+    };
     // The values' buffer, from the values' first element (a sliced array starts inside it).
     let data = values.to_data();
     let buffer: Buffer = match (values.data_type().primitive_width(), data.buffers().first()) {

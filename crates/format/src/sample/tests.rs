@@ -66,6 +66,53 @@ fn fixed_shape_tensors_are_viewed_in_place_with_their_recorded_shape() {
 }
 
 #[test]
+fn boolean_lists_are_unpacked_to_a_byte_each() {
+    // Masks: bits in Arrow, one byte (0 or 1) per value in a tensor. A slice starting inside
+    // a byte of the bitmap, as a fixed-size list and as a list.
+    let bits: Vec<bool> = (0..18).map(|i| i % 3 == 0 || i == 7).collect();
+    let bools = || Arc::new(BooleanArray::from(bits.clone())) as ArrayRef;
+    let item = Arc::new(Field::new("item", DataType::Boolean, false));
+    let fixed = FixedSizeListArray::new(item.clone(), 6, bools(), None).slice(1, 2);
+    let list = ListArray::new(item, OffsetBuffer::from_lengths([6, 6, 6]), bools(), None);
+    let bytes =
+        |from: usize| -> Vec<u8> { bits[from..from + 6].iter().map(|&b| u8::from(b)).collect() };
+    for (array, shape) in [
+        (Arc::new(fixed) as ArrayRef, None),
+        (Arc::new(list.slice(1, 2)) as ArrayRef, Some(vec![2, 3])),
+    ] {
+        let b = batch(vec![("mask", array)]);
+        let hints = ColumnHints {
+            shape,
+            ..ColumnHints::default()
+        };
+        let columns = resolve(&b, &hints, None);
+        assert_eq!(columns.spec.dtype(), DType::Bool);
+        let out = columns.normalize(&b, |r| r.to_string()).unwrap();
+        assert_eq!(tensors(&out), vec![bytes(6), bytes(12)]);
+    }
+    // A null inside is an error naming the row.
+    let mut with_null: Vec<Option<bool>> = bits.iter().map(|&b| Some(b)).collect();
+    with_null[9] = None;
+    let item = Arc::new(Field::new("item", DataType::Boolean, true));
+    let values = Arc::new(BooleanArray::from(with_null));
+    let b = batch(vec![(
+        "mask",
+        Arc::new(ListArray::new(
+            item,
+            OffsetBuffer::from_lengths([6, 6, 6]),
+            values,
+            None,
+        )) as ArrayRef,
+    )]);
+    let hints = ColumnHints::default().with_tensor_shape(vec![6], DType::Bool);
+    let e = resolve(&b, &hints, None)
+        .normalize(&b, |r| r.to_string())
+        .unwrap_err();
+    assert_eq!(e.row, 1);
+    assert!(e.reason.contains("null"), "{e}");
+}
+
+#[test]
 fn lists_are_checked_row_by_row() {
     let offsets = OffsetBuffer::new(vec![0, 3, 6, 8].into());
     let values = Float64Array::from(vec![1., 2., 3., 4., 5., 6., 7., 8.]);
