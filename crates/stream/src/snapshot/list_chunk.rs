@@ -109,10 +109,18 @@ fn decode_in(
     let c = &column;
     // The narrowing and reinterpreting casts are the ones Arrow's reader makes (`as`).
     match (column.physical_type(), item) {
-        (PhysicalType::FLOAT, DataType::Float32) => typed::<FloatType, Float32Type>(reader, c, s),
-        (PhysicalType::DOUBLE, DataType::Float64) => typed::<DoubleType, Float64Type>(reader, c, s),
-        (PhysicalType::INT32, DataType::Int32) => typed::<Int32Values, Int32Type>(reader, c, s),
-        (PhysicalType::INT64, DataType::Int64) => typed::<Int64Values, Int64Type>(reader, c, s),
+        (PhysicalType::FLOAT, DataType::Float32) => {
+            cast::<FloatType, Float32Type>(reader, c, s, |v| v)
+        }
+        (PhysicalType::DOUBLE, DataType::Float64) => {
+            cast::<DoubleType, Float64Type>(reader, c, s, |v| v)
+        }
+        (PhysicalType::INT32, DataType::Int32) => {
+            cast::<Int32Values, Int32Type>(reader, c, s, |v| v)
+        }
+        (PhysicalType::INT64, DataType::Int64) => {
+            cast::<Int64Values, Int64Type>(reader, c, s, |v| v)
+        }
         (PhysicalType::INT32, DataType::Int8) => {
             cast::<Int32Values, Int8Type>(reader, c, s, |v| v as i8)
         }
@@ -140,24 +148,8 @@ fn decode_in(
 /// Rows, values per sample, fixed-size or not, rows decoded at once.
 type Shape = (usize, usize, bool, usize);
 
-/// [`decode_in`] for values of Parquet type `P`, as Arrow's `A`.
-fn typed<P: ParquetType, A: ArrowPrimitiveType<Native = P::T>>(
-    reader: ColumnReader,
-    column: &ColumnDescPtr,
-    (rows, numel, fixed, at_once): Shape,
-) -> Result<Option<ArrayRef>>
-where
-    P::T: Copy + arrow_buffer::ArrowNativeType,
-{
-    let reader = get_typed_column_reader::<P>(reader);
-    let Some((values, offsets)) = read(reader, column, (rows, numel, at_once), |v| v)? else {
-        return Ok(None);
-    };
-    let values = PrimitiveArray::<A>::new(ScalarBuffer::<A::Native>::from(values), None);
-    array(Arc::new(values), offsets, numel, fixed)
-}
-
-/// [`decode_in`] for values of Parquet type `P`, each made an `A` by `f`.
+/// [`decode_in`] for values of Parquet type `P`, each made an `A` by `f` (the identity where
+/// the types agree).
 fn cast<P: ParquetType, A: ArrowPrimitiveType>(
     reader: ColumnReader,
     column: &ColumnDescPtr,
