@@ -1,5 +1,7 @@
 //! Data-parallel training with ranks as OS processes: each rank reads its share of the table
-//! with `with_rank`, computes gradients on its batches, and the ranks average them every step
+//! (`with_rank_from_env`: the launcher's `RANK` and `WORLD_SIZE`, which this example's own
+//! launcher sets as torchrun does; `mpirun` or `srun` work the same), computes gradients on its
+//! batches, and the ranks average them every step
 //! (an all-reduce), as DDP does. voxlake gives every rank the same number of batches, so no
 //! rank waits for a step that never comes; `--stop-after` stops every rank after that many
 //! steps and saves each one's loader state, and `--resume` (with the same or another
@@ -30,7 +32,8 @@ struct Args {
     /// Ranks (processes).
     #[arg(long, default_value_t = 2)]
     world_size: usize,
-    /// This process's rank (set by the launcher; leave it out to launch all ranks).
+    /// This process's rank, with --world-size (leave it out to launch all ranks, or under a
+    /// launcher that sets RANK and WORLD_SIZE).
     #[arg(long)]
     rank: Option<usize>,
     /// Epochs.
@@ -55,13 +58,15 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    match args.rank {
-        Some(rank) => train(&args, rank),
-        None => launch(&args),
+    match (args.rank, voxlake::loader::launch::from_env()?) {
+        (Some(rank), _) => train(&args, Some(rank)),
+        (None, Some(_)) => train(&args, None),
+        (None, None) => launch(&args),
     }
 }
 
-/// Starts one process per rank and waits for all of them.
+/// Starts one process per rank, its rank in `RANK` and `WORLD_SIZE` as torchrun sets them, and
+/// waits for all of them.
 fn launch(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&args.dir)?;
     let me = std::env::current_exe()?;
@@ -70,7 +75,8 @@ fn launch(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .map(|rank| {
             Command::new(&me)
                 .args(&passed)
-                .args(["--rank", &rank.to_string()])
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", args.world_size.to_string())
                 .spawn()
         })
         .collect::<Result<_, _>>()?;
@@ -86,16 +92,19 @@ fn launch(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn train(args: &Args, rank: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let world = args.world_size;
+/// Rank `rank` of `--world-size`, or the launcher's when `None`.
+fn train(args: &Args, rank: Option<usize>) -> Result<(), Box<dyn std::error::Error>> {
     let mut builder = Loader::builder(args.table.clone())
         .with_batch_size(args.batch_size)
         .with_epochs(args.epochs)
         .with_shuffle(7, 256)
         .with_uneven(Uneven::Pad)
         .with_drop_last(true)
-        .with_rank(rank, world)
         .with_device(Device::Cpu);
+    builder = match rank {
+        Some(rank) => builder.with_rank(rank, args.world_size),
+        None => builder.with_rank_from_env(),
+    };
     // Step numbers start at 0 in every run: each run has its own all-reduce folder, named by
     // where it starts (the same on every rank).
     let mut grads = args.dir.join("grads-start");
@@ -112,6 +121,7 @@ fn train(args: &Args, rank: usize) -> Result<(), Box<dyn std::error::Error>> {
     }
     std::fs::create_dir_all(&grads)?;
     let mut loader = builder.build()?;
+    let (rank, world) = loader.rank();
 
     // The same initial weights on every rank (as DDP broadcasts them): a fixed seed.
     tch::manual_seed(0);
