@@ -548,8 +548,8 @@ async fn ranks_from_the_launchers_environment() {
     let table = uneven_table(dir.path(), n, 9).await;
     let bench = |vars: &[(&str, &str)], ids: &Path| {
         let mut cmd = Command::new(voxlake_bin());
-        for (_, rank, size) in voxlake::loader::launch::LAUNCHERS {
-            cmd.env_remove(rank).env_remove(size);
+        for (_, rank, size, local) in voxlake::loader::launch::LAUNCHERS {
+            cmd.env_remove(rank).env_remove(size).env_remove(local);
         }
         cmd.args(["bench", table.to_str().unwrap(), "--json", "--shuffle"])
             .args(["--batch-size", "2", "--rank-from-env", "--ids-out"])

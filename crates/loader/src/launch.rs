@@ -15,20 +15,41 @@
 //! };
 //! let launch = from_vars(env).unwrap().unwrap();
 //! assert_eq!((launch.rank, launch.world_size), (3, 8));
+//! assert_eq!(launch.local_rank, None); // torchrun sets LOCAL_RANK too: the GPU to use
 //! // No launcher: none (one process).
 //! assert_eq!(from_vars(|_| None), Ok(None));
 //! ```
 
-/// The launchers read, first match wins: (launcher, rank variable, world size variable).
-/// torchrun's come first: under `srun` or `mpirun` it starts several workers per task, and its
-/// `RANK` is the global one.
-pub const LAUNCHERS: [(&str, &str, &str); 4] = [
-    ("torchrun / torch.distributed", "RANK", "WORLD_SIZE"),
-    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("MPICH / Intel MPI (PMI)", "PMI_RANK", "PMI_SIZE"),
+/// The launchers read, first match wins: (launcher, rank variable, world size variable, local
+/// rank variable). torchrun's come first: under `srun` or `mpirun` it starts several workers per
+/// task, and its `RANK` is the global one.
+pub const LAUNCHERS: [(&str, &str, &str, &str); 4] = [
+    (
+        "torchrun / torch.distributed",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+    ),
+    (
+        "Open MPI",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+    ),
+    (
+        "MPICH / Intel MPI (PMI)",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "MPI_LOCALRANKID",
+    ),
     // SLURM_STEP_NUM_TASKS is set in the tasks of a step `srun` started; an `sbatch` script
     // has SLURM_PROCID=0 and SLURM_NTASKS=N but is one process, not rank 0 of N.
-    ("Slurm srun", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"),
+    (
+        "Slurm srun",
+        "SLURM_PROCID",
+        "SLURM_STEP_NUM_TASKS",
+        "SLURM_LOCALID",
+    ),
 ];
 
 /// A rank and world size, and which launcher's variables gave them.
@@ -38,6 +59,9 @@ pub struct Launch {
     pub rank: usize,
     /// The number of ranks.
     pub world_size: usize,
+    /// The rank among this node's, where the launcher says it: the GPU to use
+    /// (`Device::Cuda(local_rank)`) when each rank of a node has its own.
+    pub local_rank: Option<usize>,
     /// The launcher and its two variables, for logs and errors.
     pub source: String,
 }
@@ -47,7 +71,7 @@ pub struct Launch {
 /// only one of a pair is set (except Slurm's rank alone: an `sbatch` script), a value is not a
 /// number, the world size is 0 or the rank is not below it.
 pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>, String> {
-    for (launcher, rank_var, size_var) in LAUNCHERS {
+    for (launcher, rank_var, size_var, local_var) in LAUNCHERS {
         let (rank, size) = match (var(rank_var), var(size_var)) {
             (None, None) => continue,
             (Some(_), None) if rank_var == "SLURM_PROCID" => continue,
@@ -69,6 +93,10 @@ pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>,
             })
         };
         let (rank, world_size) = (number(rank_var, &rank)?, number(size_var, &size)?);
+        let local_rank = match var(local_var) {
+            Some(local) => Some(number(local_var, &local)?),
+            None => None,
+        };
         if rank >= world_size {
             return Err(format!(
                 "{rank_var}={rank} must be below {size_var}={world_size} (ranks count from 0)"
@@ -77,6 +105,7 @@ pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>,
         return Ok(Some(Launch {
             rank,
             world_size,
+            local_rank,
             source: format!("{launcher} ({rank_var}, {size_var})"),
         }));
     }
@@ -109,6 +138,25 @@ mod tests {
     #[test]
     fn each_launcher_is_read() {
         assert_eq!(ranks(&[("RANK", "3"), ("WORLD_SIZE", "8")]), (3, 8));
+        for (rank, size, local) in [
+            ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+            (
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_RANK",
+            ),
+            ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+            ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"),
+        ] {
+            let launch = with(&[(rank, "9"), (size, "16"), (local, "1")])
+                .unwrap()
+                .unwrap();
+            assert_eq!(launch.local_rank, Some(1), "{local}");
+            let launch = with(&[(rank, "9"), (size, "16")]).unwrap().unwrap();
+            assert_eq!(launch.local_rank, None, "{local}");
+            let e = with(&[(rank, "9"), (size, "16"), (local, "x")]).unwrap_err();
+            assert!(e.contains(local), "{e}");
+        }
         assert_eq!(
             ranks(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2")]),
             (1, 2)
