@@ -81,8 +81,12 @@ impl TensorEncoding {
     pub fn describe(self) -> &'static str {
         match self {
             TensorEncoding::Raw => "raw little-endian bytes (read in place)",
-            TensorEncoding::List => "a list of numbers per row (read in place)",
-            TensorEncoding::FixedSizeList => "a fixed-size list of numbers (read in place)",
+            TensorEncoding::List => {
+                "a list of numbers per row (read in place; booleans unpacked to a byte each)"
+            }
+            TensorEncoding::FixedSizeList => {
+                "a fixed-size list of numbers (read in place; booleans unpacked to a byte each)"
+            }
             TensorEncoding::Npy => "np.save bytes per row (read in place after each header)",
             TensorEncoding::Npz => "np.savez_compressed bytes per row (inflated, one copy)",
         }
