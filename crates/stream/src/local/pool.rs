@@ -21,7 +21,7 @@ pub(crate) struct BufferPool {
 
 impl BufferPool {
     /// A buffer of `len` initialised bytes: the smallest idle one that is large enough, else
-    /// the largest idle one grown, else a new one (only the growth is zeroed).
+    /// the largest idle one grown, else a new one (zeroed where new).
     fn take(&self, len: usize) -> Vec<u8> {
         let mut buf = {
             let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
@@ -35,6 +35,8 @@ impl BufferPool {
             fit.map_or_else(Vec::new, |i| free.swap_remove(i))
         };
         if buf.len() < len {
+            // Grown empty: its old bytes are not worth the copy a reallocation would make.
+            buf.clear();
             buf.resize(len, 0);
         }
         buf
