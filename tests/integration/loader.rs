@@ -444,6 +444,37 @@ async fn reads_through_a_callers_store_with_latency() {
 }
 
 #[tokio::test]
+async fn local_files_read_instead_of_mapped_give_the_same_batches() {
+    // As on a FUSE or NFS mount: every range read, the tensor chunks (row groups of 4 cubes,
+    // 1.4 MB) into recycled buffers. The same batches as through the page-cache mappings.
+    use voxlake::stream::local::MappedLocalStore;
+    let dir = tempfile::tempdir().unwrap();
+    let table = table_of(dir.path(), 20, 12, 4, 3_000_000).await;
+    let builder = Loader::builder(table.to_str().unwrap())
+        .with_batch_size(3)
+        .with_shuffle(5, 8)
+        .with_epochs(4);
+    let store = std::sync::Arc::new(MappedLocalStore::new().with_mapping(false));
+    let read = collect(builder.clone().with_object_store(store.clone()));
+    let mapped = collect(builder);
+    assert_eq!(ids(&read), ids(&mapped));
+    for (a, b) in read.iter().zip(&mapped) {
+        assert!(
+            a.tensors.as_bytes() == b.tensors.as_bytes(),
+            "batch {}",
+            a.index
+        );
+    }
+    // 20 chunks were read (5 row groups, 4 epochs): fewer buffers made, each given back.
+    let (buffers, bytes) = store.idle_buffers();
+    assert!((1..20).contains(&buffers), "{buffers} buffers");
+    assert!(
+        bytes <= buffers * 4 * 360_200,
+        "{bytes} bytes in {buffers} buffers"
+    );
+}
+
+#[tokio::test]
 async fn the_stall_meter_times_waits_and_compute_and_forecasts() {
     let dir = tempfile::tempdir().unwrap();
     let table = table(dir.path(), 24, 11).await;

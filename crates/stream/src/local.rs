@@ -60,6 +60,8 @@ pub const MAPPED_MIN: usize = 1 << 20;
 #[derive(Debug)]
 pub struct MappedLocalStore {
     inner: LocalFileSystem,
+    /// Map where the filesystem allows it.
+    map: bool,
     /// Buffers for the large ranges that are read (files that are not mapped).
     pool: Arc<pool::BufferPool>,
 }
@@ -69,8 +71,22 @@ impl MappedLocalStore {
     pub fn new() -> Self {
         MappedLocalStore {
             inner: LocalFileSystem::new(),
+            map: true,
             pool: Arc::default(),
         }
+    }
+
+    /// Map large ranges where the filesystem allows it (default), or read every range, the
+    /// large ones into recycled buffers, as on network and FUSE mounts (for a local disk whose
+    /// reads you would rather see fail as errors than as `SIGBUS`).
+    pub fn with_mapping(mut self, map: bool) -> Self {
+        self.map = map;
+        self
+    }
+
+    /// Read buffers waiting to be read into again, and their bytes.
+    pub fn idle_buffers(&self) -> (usize, usize) {
+        self.pool.idle()
     }
 }
 
@@ -187,11 +203,11 @@ impl ObjectStore for MappedLocalStore {
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let path = self.inner.path_to_filesystem(location)?;
         let ranges = ranges.to_vec();
-        let pool = self.pool.clone();
+        let (pool, map) = (self.pool.clone(), self.map);
         tokio::task::spawn_blocking(move || {
             let file = std::fs::File::open(&path).map_err(|e| io_error(&path, e))?;
             let size = file.metadata().map_err(|e| io_error(&path, e))?.len();
-            let map = on_local_filesystem(&file);
+            let map = map && on_local_filesystem(&file);
             ranges
                 .into_iter()
                 .map(|range| read_range(&file, &path, size, map, &pool, range))

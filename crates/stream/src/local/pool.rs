@@ -51,7 +51,6 @@ impl BufferPool {
     }
 
     /// Idle buffers and their bytes.
-    #[cfg(test)]
     pub(crate) fn idle(&self) -> (usize, usize) {
         let free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
         (free.len(), free.iter().map(Vec::len).sum())
