@@ -16,7 +16,7 @@ use voxlake::format::Layout;
 use voxlake::loader::{Batch, Loader, LoaderError, LoaderState, Uneven};
 use voxlake::stream::hooks::Stage;
 
-use crate::loader::first_error;
+use crate::loader::{collect, first_error};
 use voxlake_testkit::{cube_bytes, data_files, json_output, voxlake_bin};
 
 /// `count` cubes in files of uneven sizes and row groups of 2 and 3 rows: a third converted
@@ -38,13 +38,6 @@ async fn uneven_table(dir: &Path, count: usize, seed: u64) -> PathBuf {
         c.convert(data.cubes.to_str().unwrap()).await.unwrap();
     }
     table
-}
-
-/// Runs a loader to the end on a plain thread (it owns its runtime).
-fn collect(builder: LoaderBuilder) -> Vec<Batch> {
-    std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).collect())
-        .join()
-        .unwrap()
 }
 
 /// The first `k` batches and the state after them.
@@ -548,8 +541,10 @@ async fn ranks_from_the_launchers_environment() {
     let table = uneven_table(dir.path(), n, 9).await;
     let bench = |vars: &[(&str, &str)], ids: &Path| {
         let mut cmd = Command::new(voxlake_bin());
-        for (_, rank, size, local) in voxlake::loader::launch::LAUNCHERS {
-            cmd.env_remove(rank).env_remove(size).env_remove(local);
+        for l in voxlake::loader::launch::LAUNCHERS {
+            cmd.env_remove(l.rank)
+                .env_remove(l.world_size)
+                .env_remove(l.local_rank);
         }
         cmd.args(["bench", table.to_str().unwrap(), "--json", "--shuffle"])
             .args(["--batch-size", "2", "--rank-from-env", "--ids-out"])

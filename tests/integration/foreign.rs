@@ -666,28 +666,20 @@ fn integer_and_boolean_lists_read_value_for_value() {
             .with_id_column("sample")
             .with_shuffle(3, 8)
             .with_batch_size(4);
-        let seen = std::thread::spawn(move || {
-            let mut seen = Vec::new();
-            for batch in builder.build().unwrap() {
-                let batch = batch.unwrap();
-                let bytes = batch.tensors.as_bytes().unwrap().to_vec();
-                let per = bytes.len() / batch.ids.len();
-                for (i, id) in batch.ids.iter().enumerate() {
-                    seen.push((id.clone(), bytes[i * per..(i + 1) * per].to_vec()));
-                }
-            }
-            seen
-        })
-        .join()
-        .unwrap();
-        assert_eq!(seen.len(), rows, "{dtype}");
         let per = numel * dtype.size();
-        for (id, bytes) in seen {
-            let r: usize = id[1..].parse().unwrap();
-            assert!(
-                bytes == expected[r * per..(r + 1) * per],
-                "{dtype}: row {id}"
-            );
+        let mut seen = 0;
+        for batch in crate::loader::collect(builder) {
+            let bytes = batch.tensors.as_bytes().unwrap();
+            for (i, id) in batch.ids.iter().enumerate() {
+                let r: usize = id[1..].parse().unwrap();
+                let got = &bytes[i * per..(i + 1) * per];
+                assert!(
+                    got == &expected[r * per..(r + 1) * per],
+                    "{dtype}: row {id}"
+                );
+                seen += 1;
+            }
         }
+        assert_eq!(seen, rows, "{dtype}");
     }
 }

@@ -586,10 +586,7 @@ async fn list_tables_read_each_row_group_once(backend: Backend) {
         .with_label_column("target")
         .with_batch_size(4)
         .with_shuffle(5, 8);
-    let batches: Vec<voxlake::Batch> =
-        std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).collect())
-            .join()
-            .unwrap();
+    let batches = crate::loader::collect(builder);
     let expected = crate::foreign::expected(voxlake::format::DType::F32);
     let mut cubes = crate::foreign::check_cubes("pyarrow_tensor", &batches, &expected);
     cubes.sort_unstable();
@@ -668,10 +665,7 @@ async fn npy_tables_open_without_reading_a_row_group(backend: Backend) {
         .with_storage_options(opts)
         .with_id_column("sample")
         .with_batch_size(8);
-    let batches: Vec<voxlake::Batch> =
-        std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).collect())
-            .join()
-            .unwrap();
+    let batches = crate::loader::collect(builder);
     let mut seen = 0;
     for b in &batches {
         let bytes = b.tensors.as_bytes().unwrap();

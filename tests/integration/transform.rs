@@ -234,10 +234,7 @@ fn transforms_cast_to_bfloat16_on_every_path() {
             .with_device(voxlake::loader::tch::Device::Cpu),
     );
     for builder in paths {
-        let batches: Vec<voxlake::Batch> =
-            std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).collect())
-                .join()
-                .unwrap();
+        let batches = crate::loader::collect(builder);
         let mut n = 0;
         for b in &batches {
             assert_eq!(b.tensors.dtype(), DType::BF16);

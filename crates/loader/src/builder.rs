@@ -420,16 +420,18 @@ impl LoaderBuilder {
         if self.rank_from_env {
             let launch = crate::launch::from_env()
                 .map_err(|e| LoaderError::Config(format!("the rank from the environment: {e}")))?;
-            (self.rank, self.world_size) =
-                launch.as_ref().map_or((0, 1), |l| (l.rank, l.world_size));
-            match launch {
+            (self.rank, self.world_size) = match launch {
                 Some(l) => {
-                    tracing::info!(rank = l.rank, world_size = l.world_size, source = %l.source, "rank from the launcher")
+                    tracing::info!(rank = l.rank, world_size = l.world_size, source = %l.source, "rank from the launcher");
+                    (l.rank, l.world_size)
                 }
                 None => {
-                    tracing::info!("no launcher's rank variables are set: one process, rank 0 of 1")
+                    tracing::info!(
+                        "no launcher's rank variables are set: one process, rank 0 of 1"
+                    );
+                    (0, 1)
                 }
-            }
+            };
         }
         if self.batch_size == 0 {
             return Err(LoaderError::Config("batch size must be at least 1".into()));

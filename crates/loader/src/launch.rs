@@ -20,36 +20,54 @@
 //! assert_eq!(from_vars(|_| None), Ok(None));
 //! ```
 
-/// The launchers read, first match wins: (launcher, rank variable, world size variable, local
-/// rank variable). torchrun's come first: under `srun` or `mpirun` it starts several workers per
-/// task, and its `RANK` is the global one.
-pub const LAUNCHERS: [(&str, &str, &str, &str); 4] = [
-    (
-        "torchrun / torch.distributed",
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-    ),
-    (
-        "Open MPI",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-    ),
-    (
-        "MPICH / Intel MPI (PMI)",
-        "PMI_RANK",
-        "PMI_SIZE",
-        "MPI_LOCALRANKID",
-    ),
+/// One launcher's variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launcher {
+    /// The launcher, for logs and errors.
+    pub name: &'static str,
+    /// This process's rank.
+    pub rank: &'static str,
+    /// The number of ranks.
+    pub world_size: &'static str,
+    /// The rank among the node's.
+    pub local_rank: &'static str,
+    /// Whether the rank may be set without the world size, and then means no launch.
+    pub rank_alone: bool,
+}
+
+/// The launchers read, first match wins. torchrun's come first: under `srun` or `mpirun` it
+/// starts several workers per task, and its `RANK` is the global one.
+pub const LAUNCHERS: [Launcher; 4] = [
+    Launcher {
+        name: "torchrun / torch.distributed",
+        rank: "RANK",
+        world_size: "WORLD_SIZE",
+        local_rank: "LOCAL_RANK",
+        rank_alone: false,
+    },
+    Launcher {
+        name: "Open MPI",
+        rank: "OMPI_COMM_WORLD_RANK",
+        world_size: "OMPI_COMM_WORLD_SIZE",
+        local_rank: "OMPI_COMM_WORLD_LOCAL_RANK",
+        rank_alone: false,
+    },
+    Launcher {
+        name: "MPICH / Intel MPI (PMI)",
+        rank: "PMI_RANK",
+        world_size: "PMI_SIZE",
+        local_rank: "MPI_LOCALRANKID",
+        rank_alone: false,
+    },
     // SLURM_STEP_NUM_TASKS is set in the tasks of a step `srun` started; an `sbatch` script
     // has SLURM_PROCID=0 and SLURM_NTASKS=N but is one process, not rank 0 of N.
-    (
-        "Slurm srun",
-        "SLURM_PROCID",
-        "SLURM_STEP_NUM_TASKS",
-        "SLURM_LOCALID",
-    ),
+    Launcher {
+        name: "Slurm srun",
+        rank: "SLURM_PROCID",
+        world_size: "SLURM_STEP_NUM_TASKS",
+        local_rank: "SLURM_LOCALID",
+        rank_alone: true,
+    },
 ];
 
 /// A rank and world size, and which launcher's variables gave them.
@@ -68,13 +86,15 @@ pub struct Launch {
 
 /// The first launcher of [`LAUNCHERS`] whose two variables `var` returns; `None` when no
 /// launcher's are set (a process started on its own). An error names the variables where
-/// only one of a pair is set (except Slurm's rank alone: an `sbatch` script), a value is not a
-/// number, the world size is 0 or the rank is not below it.
+/// only one of a pair is set (except a rank alone where [`Launcher::rank_alone`]: Slurm's in an
+/// `sbatch` script), a value is not a number, the world size is 0 or the rank is not below it.
 pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>, String> {
-    for (launcher, rank_var, size_var, local_var) in LAUNCHERS {
+    for launcher in LAUNCHERS {
+        let (rank_var, size_var, local_var) =
+            (launcher.rank, launcher.world_size, launcher.local_rank);
         let (rank, size) = match (var(rank_var), var(size_var)) {
             (None, None) => continue,
-            (Some(_), None) if rank_var == "SLURM_PROCID" => continue,
+            (Some(_), None) if launcher.rank_alone => continue,
             (Some(rank), Some(size)) => (rank, size),
             (rank, size) => {
                 let (set, unset) = match rank {
@@ -83,7 +103,8 @@ pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>,
                 };
                 let value = rank.or(size).unwrap_or_default();
                 return Err(format!(
-                    "{set}={value} is set but {unset} is not: {launcher} sets both"
+                    "{set}={value} is set but {unset} is not: {} sets both",
+                    launcher.name
                 ));
             }
         };
@@ -106,7 +127,7 @@ pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>,
             rank,
             world_size,
             local_rank,
-            source: format!("{launcher} ({rank_var}, {size_var})"),
+            source: format!("{} ({rank_var}, {size_var})", launcher.name),
         }));
     }
     Ok(None)
@@ -138,16 +159,13 @@ mod tests {
     #[test]
     fn each_launcher_is_read() {
         assert_eq!(ranks(&[("RANK", "3"), ("WORLD_SIZE", "8")]), (3, 8));
-        for (rank, size, local) in [
-            ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-            (
-                "OMPI_COMM_WORLD_RANK",
-                "OMPI_COMM_WORLD_SIZE",
-                "OMPI_COMM_WORLD_LOCAL_RANK",
-            ),
-            ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-            ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"),
-        ] {
+        for Launcher {
+            rank,
+            world_size: size,
+            local_rank: local,
+            ..
+        } in LAUNCHERS
+        {
             let launch = with(&[(rank, "9"), (size, "16"), (local, "1")])
                 .unwrap()
                 .unwrap();

@@ -8,7 +8,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type, Int64Type};
 use arrow_array::{
     Array, ArrayRef, BinaryViewArray, GenericListArray, Int64Array, OffsetSizeTrait, RecordBatch,
-    StringArray, UInt8Array,
+    StringArray,
 };
 use arrow_buffer::Buffer;
 use arrow_data::{ByteView, MAX_INLINE_VIEW_LEN};
@@ -240,14 +240,13 @@ fn views_into(
         return Err(err(row, "a null value inside the tensor".into()));
     }
     let unpacked: ArrayRef;
-    let values = match values.as_boolean_opt() {
-        Some(bools) => {
-            unpacked = Arc::new(UInt8Array::from_iter_values(
-                bools.values().iter().map(u8::from),
-            ));
+    let values = match values.data_type() {
+        DataType::Boolean => {
+            unpacked =
+                arrow_cast::cast(values, &DataType::UInt8).map_err(|e| err(0, e.to_string()))?;
             &unpacked
         }
-        None => values,
+        _ => values,
     };
     // The values' buffer, from the values' first element (a sliced array starts inside it).
     let data = values.to_data();

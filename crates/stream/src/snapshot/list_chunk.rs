@@ -28,7 +28,6 @@ use arrow_schema::{DataType, Field, FieldRef, Schema};
 use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ArrowReaderMetadata;
-use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::basic::Type as PhysicalType;
 use parquet::column::reader::{
     ColumnReader, ColumnReaderImpl, get_column_reader, get_typed_column_reader,
@@ -330,22 +329,7 @@ impl super::Snapshot {
                 start..start + len
             })
             .collect();
-        let started = Instant::now();
-        let mut data = self
-            .reader(index)
-            .get_byte_ranges(ranges.clone())
-            .await
-            .map_err(|e| self.file_error(index, e))?;
-        timings.fetch += started.elapsed();
-        timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
-        if data.len() != ranges.len() {
-            return Err(StreamError::Internal(format!(
-                "file {}: {} ranges read for {} asked",
-                self.files[index].path,
-                data.len(),
-                ranges.len()
-            )));
-        }
+        let mut data = self.fetch(index, ranges.clone(), &mut timings).await?;
         let (other_ranges, other_data) = (ranges.split_off(1), data.split_off(1));
         let bytes = data.remove(0);
         // The other columns and the tensor chunk are decoded at once, on the blocking pool.

@@ -232,19 +232,40 @@ impl Snapshot {
             timings.decode += took;
             batches.extend(decoded);
             let Some(ranges) = needs else { break };
-            let start = Instant::now();
-            let data = self
-                .reader(index)
-                .get_byte_ranges(ranges.clone())
-                .await
-                .map_err(|e| self.file_error(index, e))?;
-            timings.fetch += start.elapsed();
-            timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
+            let data = self.fetch(index, ranges.clone(), timings).await?;
             decoder
                 .push_ranges(ranges, data)
                 .map_err(|e| self.file_error(index, e))?;
         }
         Ok(batches)
+    }
+
+    /// `ranges` of file `index`, one buffer each (object_store coalesces them), timed and
+    /// counted in `timings`.
+    pub(super) async fn fetch(
+        &self,
+        index: usize,
+        ranges: Vec<Range<u64>>,
+        timings: &mut ReadTimings,
+    ) -> Result<Vec<bytes::Bytes>, StreamError> {
+        let asked = ranges.len();
+        let start = Instant::now();
+        let data = self
+            .reader(index)
+            .get_byte_ranges(ranges)
+            .await
+            .map_err(|e| self.file_error(index, e))?;
+        timings.fetch += start.elapsed();
+        timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
+        // object_store's contract; a store that breaks it must not become a panic here.
+        if data.len() != asked {
+            return Err(StreamError::Internal(format!(
+                "file {}: {} ranges read for {asked} asked",
+                self.files[index].path,
+                data.len(),
+            )));
+        }
+        Ok(data)
     }
 
     /// The decoded batches of one row group as one.
