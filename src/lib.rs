@@ -15,4 +15,4 @@ pub use voxlake_format as format;
 pub use voxlake_loader as loader;
 pub use voxlake_stream as stream;
 
-pub use voxlake_loader::{Batch, Loader, LoaderBuilder, LoaderState, Tensors, Uneven};
+pub use voxlake_loader::{AsOf, Batch, Loader, LoaderBuilder, LoaderState, Tensors, Uneven};

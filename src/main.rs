@@ -92,9 +92,8 @@ struct BenchArgs {
     /// Start from a state written by --state-out (--rank and --world-size may differ).
     #[arg(long)]
     resume: Option<PathBuf>,
-    /// Pin the table version.
-    #[arg(long)]
-    version: Option<u64>,
+    #[command(flatten)]
+    version: cli::VersionArgs,
     /// A storage option KEY=VALUE.
     #[arg(long = "storage-option", value_parser = parse_key_value)]
     storage_options: Vec<(String, String)>,
@@ -213,9 +212,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(n) = args.assembly_threads {
         builder = builder.with_assembly_threads(n);
     }
-    if let Some(v) = args.version {
-        builder = builder.with_version(v);
-    }
+    builder = builder.with_as_of(args.version.as_of()?);
     builder = builder.with_sample_columns(args.sample.hints());
     if let Some(filter) = &args.filter {
         builder = builder.with_filter(filter);

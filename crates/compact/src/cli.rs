@@ -1,11 +1,17 @@
 //! Pieces the command-line tools (`compact`, `voxlake`) share.
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: warnings).
+/// What is logged without `RUST_LOG`: warnings, but none of the Delta kernel's own events. It
+/// logs each error it returns as an ERROR event at every layer (with a backtrace under
+/// `RUST_BACKTRACE`), and voxlake reports that error itself, once, naming the log file; set
+/// `RUST_LOG=buoyant_kernel=debug` to see them.
+pub const DEFAULT_LOG_FILTER: &str = "warn,buoyant_kernel=off,buoyant_kernel_engine=off";
+
+/// Logs to stderr, filtered by `RUST_LOG` (default: [`DEFAULT_LOG_FILTER`]).
 pub fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER)),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -25,10 +31,11 @@ pub struct SampleArgs {
     #[arg(long)]
     pub tensor_column: Option<String>,
     /// Shape of one sample (`30,30,10,10`): needed for LIST and raw BINARY columns.
-    #[arg(long, value_delimiter = ',', requires = "dtype")]
+    #[arg(long, value_delimiter = ',')]
     pub shape: Option<Vec<usize>>,
-    /// Element type of one sample; give --shape with it.
-    #[arg(long, requires = "shape")]
+    /// Element type of one sample: needed only where the bytes carry no type (raw BINARY);
+    /// elsewhere it is checked against the column's.
+    #[arg(long)]
     pub dtype: Option<voxlake_format::DType>,
     /// The label column (default `label` if there is one).
     #[arg(long)]
@@ -36,6 +43,28 @@ pub struct SampleArgs {
     /// The id column (default `id` if there is one).
     #[arg(long)]
     pub id_column: Option<String>,
+}
+
+/// Which version of a table to read.
+#[derive(clap::Args)]
+pub struct VersionArgs {
+    /// Pin the table version.
+    #[arg(long, conflicts_with = "timestamp")]
+    pub version: Option<u64>,
+    /// Read the table as it was at this time (RFC 3339, e.g. 2026-11-23T10:00:00Z): the
+    /// latest version committed at or before it.
+    #[arg(long)]
+    pub timestamp: Option<String>,
+}
+
+impl VersionArgs {
+    /// The version to read.
+    pub fn as_of(&self) -> Result<voxlake_stream::AsOf, String> {
+        match (&self.timestamp, self.version) {
+            (Some(text), _) => voxlake_stream::AsOf::parse_timestamp(text),
+            (None, version) => Ok(version.into()),
+        }
+    }
 }
 
 impl SampleArgs {

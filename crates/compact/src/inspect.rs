@@ -1,4 +1,5 @@
-//! What a table holds: version, files, rows, bytes, row groups, tensor spec, label counts.
+//! What a table holds: version, protocol, files, live rows (deletion vectors applied), bytes,
+//! row groups, tensor spec, label counts.
 
 use std::collections::BTreeMap;
 
@@ -18,8 +19,10 @@ pub struct FileInfo {
     pub path: String,
     /// Size in bytes.
     pub bytes: u64,
-    /// Rows, from the footer.
+    /// Live rows: the footer's less those its deletion vector deletes.
     pub rows: u64,
+    /// Rows its deletion vector deletes (0 without one).
+    pub rows_deleted: u64,
     /// Row groups, from the footer.
     pub row_groups: usize,
 }
@@ -31,10 +34,18 @@ pub struct TableInfo {
     pub location: String,
     /// The table version.
     pub version: u64,
+    /// The Delta protocol: reader and writer versions and features (`None` without a log).
+    pub protocol: Option<voxlake_stream::Protocol>,
+    /// How files name the columns: `none`, `name` or `id` (Delta column mapping).
+    pub column_mapping: String,
     /// Number of active data files.
     pub files: usize,
-    /// Number of rows.
+    /// Live rows (deleted rows left out).
     pub rows: u64,
+    /// Rows deletion vectors delete.
+    pub rows_deleted: u64,
+    /// Data files with a deletion vector.
+    pub deletion_vectors: usize,
     /// Bytes of all data files.
     pub bytes: u64,
     /// Row groups over all files.
@@ -63,9 +74,14 @@ pub struct TableInfo {
 
 impl Compactor {
     pub(crate) async fn run_inspect(&self) -> Result<TableInfo, CompactError> {
-        let snapshot =
-            Snapshot::open_with(&self.table, &self.storage_options, None, None, &self.hints)
-                .await?;
+        let snapshot = Snapshot::open_with(
+            &self.table,
+            &self.storage_options,
+            self.as_of,
+            None,
+            &self.hints,
+        )
+        .await?;
         let columns = snapshot.columns().clone();
         let spec = columns.spec.clone();
         let files = snapshot.files();
@@ -84,10 +100,12 @@ impl Compactor {
                 let rows = rg.num_rows() as u64;
                 row_group_rows = (row_group_rows.0.min(rows), row_group_rows.1.max(rows));
             }
+            let deleted = file.deleted_rows();
             file_list.push(FileInfo {
                 path: file.path.clone(),
                 bytes: file.size,
-                rows: meta.file_metadata().num_rows() as u64,
+                rows: (meta.file_metadata().num_rows().max(0) as u64).saturating_sub(deleted),
+                rows_deleted: deleted,
                 row_groups: meta.num_row_groups(),
             });
         }
@@ -143,8 +161,17 @@ impl Compactor {
         Ok(TableInfo {
             location: snapshot.location().to_string(),
             version: snapshot.version(),
+            protocol: snapshot.protocol().cloned(),
+            column_mapping: match snapshot.column_mapping() {
+                voxlake_stream::MappingMode::Name => "name",
+                voxlake_stream::MappingMode::Id => "id",
+                _ => "none",
+            }
+            .to_string(),
             files: file_list.len(),
             rows: file_list.iter().map(|f| f.rows).sum(),
+            rows_deleted: file_list.iter().map(|f| f.rows_deleted).sum(),
+            deletion_vectors: files.iter().filter(|f| f.has_deletion_vector()).count(),
             bytes: file_list.iter().map(|f| f.bytes).sum(),
             row_groups: file_list.iter().map(|f| f.row_groups).sum(),
             row_group_rows,

@@ -97,6 +97,7 @@ pub struct Compactor {
     dtype: Option<DType>,
     shape: Option<Vec<usize>>,
     hints: voxlake_format::sample::ColumnHints,
+    as_of: voxlake_stream::AsOf,
     shard: Option<(u32, u32)>,
     on_error: OnError,
     concurrency: usize,
@@ -116,6 +117,7 @@ impl std::fmt::Debug for Compactor {
             .field("labels", &self.labels)
             .field("dtype", &self.dtype)
             .field("shape", &self.shape)
+            .field("as_of", &self.as_of)
             .field("shard", &self.shard)
             .field("on_error", &self.on_error)
             .field("concurrency", &self.concurrency)
@@ -136,6 +138,7 @@ impl Compactor {
             dtype: None,
             shape: None,
             hints: Default::default(),
+            as_of: voxlake_stream::AsOf::Latest,
             shard: None,
             on_error: OnError::Fail,
             concurrency: 16,
@@ -185,6 +188,13 @@ impl Compactor {
     /// [`with_shape`](Self::with_shape) and [`with_dtype`](Self::with_dtype).
     pub fn with_sample_columns(mut self, hints: voxlake_format::sample::ColumnHints) -> Self {
         self.hints = hints;
+        self
+    }
+
+    /// The version [`inspect`](Self::inspect) reads: a version, or the one a time names
+    /// (default: the latest).
+    pub fn with_as_of(mut self, as_of: voxlake_stream::AsOf) -> Self {
+        self.as_of = as_of;
         self
     }
 

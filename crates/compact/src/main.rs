@@ -87,6 +87,8 @@ enum Command {
         #[command(flatten)]
         sample: cli::SampleArgs,
         #[command(flatten)]
+        version: cli::VersionArgs,
+        #[command(flatten)]
         common: CommonArgs,
     },
     /// Write a deterministic synthetic dataset of reference cubes (30×30×10×10 f32) + labels.
@@ -264,7 +266,28 @@ fn print_inspect(info: &TableInfo, json: bool) {
         info.row_group_rows.0,
         info.row_group_rows.1
     );
-    println!("rows      {}", info.rows);
+    match &info.protocol {
+        Some(p) => println!(
+            "protocol  reader {} [{}], writer {} [{}]{}",
+            p.min_reader_version,
+            p.reader_features.join(", "),
+            p.min_writer_version,
+            p.writer_features.join(", "),
+            match info.column_mapping.as_str() {
+                "none" => String::new(),
+                mode => format!("; column mapping by {mode}"),
+            }
+        ),
+        None => println!("protocol  none (Parquet files without a Delta log)"),
+    }
+    if info.deletion_vectors > 0 {
+        println!(
+            "rows      {} live ({} deleted by {} deletion vectors)",
+            info.rows, info.rows_deleted, info.deletion_vectors
+        );
+    } else {
+        println!("rows      {}", info.rows);
+    }
     let labels: Vec<String> = info
         .labels
         .iter()
@@ -350,11 +373,13 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Inspect {
             table,
             sample,
+            version,
             common,
         } => {
             let info = Compactor::new(table)
                 .with_storage_options(HashMap::from_iter(common.storage_options))
                 .with_sample_columns(sample.hints())
+                .with_as_of(version.as_of()?)
                 .inspect()
                 .await?;
             print_inspect(&info, common.json);

@@ -132,6 +132,9 @@ impl Compactor {
                     extended_file_metadata: Some(true),
                     partition_values: Some(HashMap::new()),
                     size: Some(file.size as i64),
+                    // The rewrite left its deleted rows out; the remove names the vector the
+                    // add had, as the protocol asks.
+                    deletion_vector: file.deletion_vector().cloned(),
                     ..Default::default()
                 }));
             }

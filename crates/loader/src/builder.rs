@@ -8,7 +8,7 @@ use std::time::Instant;
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 use voxlake_stream::order::Uneven;
 use voxlake_stream::replay::OrderSettings;
-use voxlake_stream::{Shard, Snapshot, TableStream};
+use voxlake_stream::{AsOf, Shard, Snapshot, TableStream};
 
 use crate::batch::Batch;
 use crate::producer::{Counters, Producer};
@@ -21,7 +21,7 @@ use crate::{Epochs, Loader, LoaderError, budget, stall};
 pub struct LoaderBuilder {
     pub(crate) table: String,
     pub(crate) storage_options: HashMap<String, String>,
-    pub(crate) version: Option<u64>,
+    pub(crate) as_of: AsOf,
     pub(crate) batch_size: usize,
     pub(crate) epochs: Epochs,
     pub(crate) start_epoch: u64,
@@ -94,7 +94,7 @@ impl std::fmt::Debug for LoaderBuilder {
                 "storage_option_keys",
                 &self.storage_options.keys().collect::<Vec<_>>(),
             )
-            .field("version", &self.version)
+            .field("as_of", &self.as_of)
             .field("batch_size", &self.batch_size)
             .field("epochs", &self.epochs)
             .field("shuffle", &self.shuffle)
@@ -114,7 +114,7 @@ impl LoaderBuilder {
         LoaderBuilder {
             table,
             storage_options: HashMap::new(),
-            version: None,
+            as_of: AsOf::Latest,
             batch_size: 32,
             epochs: Epochs::Count(1),
             start_epoch: 0,
@@ -170,9 +170,38 @@ impl LoaderBuilder {
         self
     }
 
-    /// Pins the table version (default: the latest at build, or the state's).
+    /// Pins the table version (default: the latest at build, or the state's). A version the
+    /// log does not have is an error saying which is the latest.
     pub fn with_version(mut self, version: u64) -> Self {
-        self.version = Some(version);
+        self.as_of = AsOf::Version(version);
+        self
+    }
+
+    /// Reads the table as it was at `at`: the latest version committed at or before it (by
+    /// the commits' in-commit timestamps where the table records them, else by their log
+    /// files' modification times). A time before the first commit is an error saying when the
+    /// table starts; `Loader::version` then says which version was read, and a saved state
+    /// pins it. `AsOf::parse_timestamp` reads RFC 3339 text.
+    ///
+    /// ```no_run
+    /// use std::time::{Duration, SystemTime};
+    /// use voxlake_loader::Loader;
+    ///
+    /// // The table as it was a day ago.
+    /// let day_ago = SystemTime::now() - Duration::from_secs(86_400);
+    /// let loader = Loader::builder("az://cubes/table").with_timestamp(day_ago).build()?;
+    /// println!("reading version {}", loader.version());
+    /// # Ok::<(), voxlake_loader::LoaderError>(())
+    /// ```
+    pub fn with_timestamp(mut self, at: std::time::SystemTime) -> Self {
+        self.as_of = AsOf::Timestamp(at);
+        self
+    }
+
+    /// The version to read, as [`with_version`](Self::with_version) or
+    /// [`with_timestamp`](Self::with_timestamp) say it.
+    pub fn with_as_of(mut self, as_of: AsOf) -> Self {
+        self.as_of = as_of;
         self
     }
 
@@ -326,6 +355,14 @@ impl LoaderBuilder {
         self
     }
 
+    /// The shape (C order) of one sample, its element type taken from the column: for LIST
+    /// and FIXED_SIZE_LIST columns, whose schema says it (raw bytes need
+    /// [`with_tensor_shape`](Self::with_tensor_shape)).
+    pub fn with_tensor_dims(mut self, shape: Vec<usize>) -> Self {
+        self.hints = self.hints.with_shape(shape);
+        self
+    }
+
     /// The label column: integers, bools or integral floats, handed out as `i64` (default:
     /// `label` where the table has one, else no labels).
     pub fn with_label_column(mut self, name: impl Into<String>) -> Self {
@@ -447,15 +484,16 @@ impl LoaderBuilder {
                 self.rank, self.world_size
             ))
         })?;
-        let version = match (&self.state, self.version) {
-            (Some(s), Some(v)) if s.version != v => {
+        let version = match (&self.state, self.as_of) {
+            (Some(s), AsOf::Version(v)) if s.version != v => {
                 return Err(LoaderError::State(format!(
                     "the state is of version {}, the builder pins version {v}",
                     s.version
                 )));
             }
-            (Some(s), _) => Some(s.version),
-            (None, v) => v,
+            // A state pins the version it was read at, whatever time named it.
+            (Some(s), _) => AsOf::Version(s.version),
+            (None, as_of) => as_of,
         };
         let started = Instant::now();
         let runtime = tokio::runtime::Builder::new_multi_thread()

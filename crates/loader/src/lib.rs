@@ -61,8 +61,8 @@ pub use loader::{Loader, LoaderStats};
 pub use state::LoaderState;
 #[cfg(feature = "tch")]
 pub use tch;
-pub use voxlake_stream::StreamError;
 pub use voxlake_stream::order::Uneven;
+pub use voxlake_stream::{AsOf, StreamError};
 
 /// Errors of the loader.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,7 @@ use crate::hooks::Hooks;
 use crate::order::Uneven;
 use crate::pipeline::{Inner, TableStream};
 use crate::plan::{Planner, Shard};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{AsOf, Snapshot};
 use crate::stats::Counters;
 
 /// Configures and opens a [`TableStream`].
@@ -20,7 +20,7 @@ use crate::stats::Counters;
 pub struct StreamBuilder {
     location: String,
     storage_options: HashMap<String, String>,
-    version: Option<u64>,
+    as_of: AsOf,
     shard: Shard,
     uneven: Uneven,
     seed: u64,
@@ -52,7 +52,13 @@ impl StreamBuilder {
 
     /// Pins the table version (default: the latest at open).
     pub fn with_version(mut self, version: u64) -> Self {
-        self.version = Some(version);
+        self.as_of = AsOf::Version(version);
+        self
+    }
+
+    /// The version to open: a version, the latest, or the one a time names (see [`AsOf`]).
+    pub fn with_as_of(mut self, as_of: AsOf) -> Self {
+        self.as_of = as_of;
         self
     }
 
@@ -142,7 +148,7 @@ impl StreamBuilder {
         let snapshot = Snapshot::open_with(
             &self.location,
             &self.storage_options,
-            self.version,
+            self.as_of,
             self.root_store.clone(),
             &self.hints,
         )
@@ -201,7 +207,7 @@ impl std::fmt::Debug for StreamBuilder {
                 "storage_option_keys",
                 &self.storage_options.keys().collect::<Vec<_>>(),
             )
-            .field("version", &self.version)
+            .field("as_of", &self.as_of)
             .field("shard", &self.shard)
             .field("uneven", &self.uneven)
             .field("seed", &self.seed)
@@ -222,7 +228,7 @@ impl TableStream {
         StreamBuilder {
             location: location.into(),
             storage_options: HashMap::new(),
-            version: None,
+            as_of: AsOf::Latest,
             shard: Shard::default(),
             uneven: Uneven::Pad,
             seed: 0,

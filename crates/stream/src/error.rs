@@ -19,12 +19,29 @@ pub enum StreamError {
         reason: String,
     },
     /// The Delta log could not be read (no table, unreachable store, bad credentials, …).
-    #[error("table {location}: {source}")]
+    #[error("table {location}: {}", delta_message(source))]
     Table {
         /// The table location.
         location: String,
         /// deltalake's error (boxed: it is large, and every `Result` would carry its size).
         source: Box<DeltaTableError>,
+    },
+    /// A log file that does not parse (a commit with a broken line), named with the cause.
+    #[error("table {location}: the Delta log cannot be read: {reason}")]
+    Log {
+        /// The table location.
+        location: String,
+        /// The file, the line and what is wrong with it.
+        reason: String,
+    },
+    /// A version or time the table's log does not have (past the latest version, before the
+    /// first commit).
+    #[error("table {location}: {reason}")]
+    Version {
+        /// The table location.
+        location: String,
+        /// Which version was asked for and what the log has.
+        reason: String,
     },
     /// The table is not a voxlake table, or lacks a requested column.
     #[error("table {location}: {reason}")]
@@ -106,6 +123,21 @@ pub enum StreamError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A data file's deletion vector could not be read: missing from the store, unreachable,
+    /// or not what its descriptor says (size, checksum, row count).
+    #[error("table {location}, file {file}: its deletion vector {vector}: {reason}")]
+    DeletionVector {
+        /// The table location.
+        location: String,
+        /// The data file's path relative to the table.
+        file: String,
+        /// The vector (its file under the table, or `(inline)`).
+        vector: String,
+        /// What went wrong.
+        reason: String,
+        /// Whether the store's answer was a fault that may pass.
+        transient: bool,
+    },
     /// A fault: a worker task was cancelled, or a test's fault hook failed a stage.
     #[error("internal error: {0}")]
     Internal(String),
@@ -126,9 +158,42 @@ impl StreamError {
             } => e
                 .downcast_ref::<object_store::Error>()
                 .is_some_and(store_error_is_transient),
+            StreamError::DeletionVector { transient, .. } => *transient,
             _ => false,
         }
     }
+}
+
+/// A Delta kernel error's message without the backtraces it carries when `RUST_BACKTRACE` is
+/// set (the kernel's `Backtraced` wrapper prints one after its message).
+pub(crate) fn kernel_message(e: &delta_kernel::Error) -> String {
+    match e {
+        delta_kernel::Error::Backtraced { source, .. } => kernel_message(source),
+        other => without_backtrace(&other.to_string()),
+    }
+}
+
+/// A deltalake error's message, the kernel's backtraces left out.
+pub(crate) fn delta_message(e: &DeltaTableError) -> String {
+    match e {
+        DeltaTableError::KernelError(k) => kernel_message(k),
+        other => without_backtrace(&other.to_string()),
+    }
+}
+
+/// `text` without the lines of a printed backtrace (`  12: frame` and `at file:line`), which a
+/// nested kernel error may still hold.
+fn without_backtrace(text: &str) -> String {
+    let frame = |line: &str| {
+        let t = line.trim_start();
+        let indented = line.len() > t.len();
+        indented
+            && (t.starts_with("at ")
+                || t.split_once(": ")
+                    .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())))
+    };
+    let kept: Vec<&str> = text.lines().filter(|l| !frame(l)).collect();
+    kept.join("\n").trim_end().to_string()
 }
 
 /// A location for messages: the query string (which may hold a SAS token) removed.
@@ -147,5 +212,23 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a panic without a message".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backtraces_are_left_out_of_messages() {
+        let printed = "Generic delta kernel error: no such version\n   0: buoyant_kernel::error::Error::with_backtrace\n             at /src/error.rs:482:25\n   1: main\n";
+        assert_eq!(
+            without_backtrace(printed),
+            "Generic delta kernel error: no such version"
+        );
+        let plain = "file 00000000000000000003.json: line 2: expected value: 1";
+        assert_eq!(without_backtrace(plain), plain);
+        let e = delta_kernel::Error::generic("bad commit").with_backtrace();
+        assert_eq!(kernel_message(&e), "Generic delta kernel error: bad commit");
     }
 }

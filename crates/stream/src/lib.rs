@@ -45,5 +45,8 @@ pub use order::Uneven;
 pub use pipeline::TableStream;
 pub use plan::Shard;
 pub use select::FilterStats;
-pub use snapshot::{DataFile, READ_CONCURRENCY, ReadTimings, Snapshot};
+pub use snapshot::{
+    AsOf, DataFile, MappingMode, Protocol, READ_CONCURRENCY, ReadTimings,
+    SUPPORTED_READER_FEATURES, Snapshot,
+};
 pub use stats::{BudgetProgress, GroupBudget, StreamStats};

@@ -425,8 +425,8 @@ impl Inner {
         }
     }
 
-    /// Row counts of a file's row groups (under a filter, their selected rows), from its
-    /// footer, checked against the log.
+    /// Row counts of a file's row groups (the rows read of them: not deleted, selected by a
+    /// filter), from its footer, checked against the log.
     async fn row_group_rows(&self, file: usize) -> Result<Vec<u64>, StreamError> {
         let snapshot = &self.snapshot;
         let path = &snapshot.file(file)?.path;
@@ -434,17 +434,13 @@ impl Inner {
             .check(Stage::Footer, path)
             .map_err(StreamError::Internal)?;
         let meta = snapshot.reader_metadata(file).await?;
-        // Under a filter a row group's rows are those it selects.
-        let rows: Vec<u64> = meta
-            .metadata()
-            .row_groups()
-            .iter()
-            .enumerate()
-            .map(|(g, rg)| match snapshot.selected_rows(file, g) {
-                Some(selected) => selected.len() as u64,
+        let mut rows = Vec::with_capacity(meta.metadata().num_row_groups());
+        for (g, rg) in meta.metadata().row_groups().iter().enumerate() {
+            rows.push(match snapshot.kept_rows(file, g).await? {
+                Some(kept) => kept.len() as u64,
                 None => rg.num_rows().max(0) as u64,
-            })
-            .collect();
+            });
+        }
         let total: u64 = rows.iter().sum();
         if total != self.rows_per_file[file] {
             return Err(StreamError::Corrupt {
@@ -477,13 +473,11 @@ impl Inner {
         // decoded: keep the share of what the group holds, as `build()` counted it.
         let mut keep = (held.div_ceil(1024) as usize).clamp(1, permit.num_permits().max(1));
         let mut group = None;
-        if self.snapshot.filter().is_some() {
-            // Units count the rows the filter selects: lineage needs the rows in the file,
-            // and only the selected rows were kept (copied out), with their share.
-            let selected = self
-                .snapshot
-                .selected_rows(unit.file, unit.row_group)
-                .cloned();
+        if self.snapshot.selects_rows() {
+            // Units count the rows read (not deleted, selected by a filter): lineage needs
+            // the rows in the file, and only those rows were kept (copied out), with their
+            // share.
+            let selected = self.snapshot.kept_rows(unit.file, unit.row_group).await?;
             let meta = self.snapshot.reader_metadata(unit.file).await?;
             let groups = meta.metadata().row_groups();
             if let Some(rows) = &selected {

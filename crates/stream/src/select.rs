@@ -131,12 +131,9 @@ fn comparable(array: &ArrayRef) -> Result<ArrayRef, arrow_schema::ArrowError> {
     }
 }
 
-/// A footer statistic as a filter value.
-fn stats_of(rg: &RowGroupMetaData, column: &str) -> Option<Stats> {
-    let chunk = rg
-        .columns()
-        .iter()
-        .find(|c| c.column_path().string() == column)?;
+/// A footer statistic of leaf column `leaf` as a filter value.
+fn stats_of(rg: &RowGroupMetaData, leaf: usize) -> Option<Stats> {
+    let chunk = rg.columns().get(leaf)?;
     let s = chunk.statistics()?;
     let pair = |min: Option<Value>, max: Option<Value>| (min, max);
     let logical = chunk.column_descr().logical_type_ref();
@@ -258,7 +255,7 @@ impl Snapshot {
         };
         let files = self.files();
         let schema: Arc<Schema> = match files.first() {
-            Some(_) => self.reader_metadata(0).await?.schema().clone(),
+            Some(_) => self.logical_schema(&self.reader_metadata(0).await?),
             None => Arc::new(Schema::empty()),
         };
         let partition_columns: Vec<&str> = files
@@ -344,9 +341,10 @@ impl Snapshot {
             let may = filter.may_match(&|column| match partition(file, column) {
                 Some(value) => Some(Stats::exactly(value, file.rows)),
                 None if timestamps.contains(&column) => None,
-                None => json
-                    .as_ref()
-                    .and_then(|j| delta_stats(j, column, like(column).as_ref())),
+                // The log's statistics are keyed by physical name under column mapping.
+                None => json.as_ref().and_then(|j| {
+                    delta_stats(j, self.physical_name(column), like(column).as_ref())
+                }),
             });
             if may {
                 kept.push(index);
@@ -398,6 +396,28 @@ impl Snapshot {
             .collect();
         let meta = self.reader_metadata(index).await?;
         let groups = meta.metadata().row_groups();
+        // The filter's file columns by position (under column mapping the file names them
+        // otherwise): their root in the schema and, for footer statistics, their leaf.
+        let descr = meta.metadata().file_metadata().schema_descr();
+        let logical = self.logical_schema(&meta);
+        let roots: Vec<usize> = in_files
+            .iter()
+            .filter_map(|c| logical.index_of(c).ok())
+            .collect();
+        let leaves: HashMap<&str, usize> = in_files
+            .iter()
+            .filter_map(|c| {
+                let root = logical.index_of(c).ok()?;
+                let leaf =
+                    (0..descr.num_columns()).find(|&i| descr.get_column_root_idx(i) == root)?;
+                Some((c.as_str(), leaf))
+            })
+            .collect();
+        // Deleted rows are never selected.
+        let undeleted = self.undeleted(index).await?;
+        let live = |g: usize, selected: Option<Arc<[u32]>>| {
+            crate::snapshot::intersect(selected, undeleted.and_then(|u| u[g].as_ref()))
+        };
         let mut survivors = Vec::new();
         let mut skipped = 0;
         for (g, rg) in groups.iter().enumerate() {
@@ -406,7 +426,7 @@ impl Snapshot {
                     value.clone(),
                     Some(rg.num_rows().max(0) as u64),
                 )),
-                None => stats_of(rg, column),
+                None => leaves.get(column).and_then(|&leaf| stats_of(rg, leaf)),
             });
             if may {
                 survivors.push(g);
@@ -427,15 +447,12 @@ impl Snapshot {
         if in_files.is_empty() {
             // Partition columns only: every row of a surviving row group matches.
             for &g in &survivors {
-                out[g] = None;
+                out[g] = live(g, None);
             }
             return Ok(done(out, 0));
         }
         let perr = |e| self.file_error(index, e);
-        let mask = ProjectionMask::columns(
-            meta.metadata().file_metadata().schema_descr(),
-            in_files.iter().map(String::as_str),
-        );
+        let mask = ProjectionMask::roots(descr, roots);
         let reader = self.reader(index).with_metadata(meta.metadata().clone());
         let batches: Vec<RecordBatch> =
             ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta.clone())
@@ -447,6 +464,8 @@ impl Snapshot {
                 .try_collect()
                 .await
                 .map_err(perr)?;
+        let batches: Vec<RecordBatch> =
+            batches.into_iter().map(|b| self.logical_batch(b)).collect();
         let schema = batches
             .first()
             .map(RecordBatch::schema)
@@ -483,7 +502,7 @@ impl Snapshot {
                 .collect();
             decided += n as u64;
             at += n;
-            out[g] = (selected.len() != n).then(|| Arc::from(selected));
+            out[g] = live(g, (selected.len() != n).then(|| Arc::from(selected)));
         }
         if at != all.num_rows() {
             return Err(StreamError::Corrupt {

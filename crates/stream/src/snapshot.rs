@@ -1,7 +1,9 @@
 //! A pinned snapshot of a table: its data files (from the Delta log, or listed once where there
-//! is no log), how its samples are read (its tensor spec), the rows a filter keeps, and cached
-//! footers. Opening it is `open`'s job; reads of row groups, files and columns are `read`'s
-//! (and `list_chunk`'s, for LIST tensor columns).
+//! is no log), how its samples are read (its tensor spec), the rows it reads (not deleted by a
+//! deletion vector, kept by a filter), and cached footers. Opening it is `open`'s job (with
+//! `travel` for the version, `features` for the protocol, `mapping` for column names,
+//! `deletes` for deletion vectors); reads of row groups, files and columns are `read`'s (and
+//! `list_chunk`'s, for LIST tensor columns).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,12 +23,25 @@ use voxlake_format::sample::SampleColumns;
 use crate::error::StreamError;
 use crate::location;
 
+mod deletes;
+mod features;
 mod list_chunk;
+mod logcheck;
+mod mapping;
 mod open;
 mod pages;
 mod read;
+mod travel;
 
+pub use features::{Protocol, SUPPORTED_READER_FEATURES};
+pub use mapping::MappingMode;
 pub use read::ReadTimings;
+pub use travel::AsOf;
+
+use crate::select::GroupRows;
+use deletes::Deleted;
+pub(crate) use deletes::intersect;
+use mapping::ColumnMapping;
 
 /// Footers and small-column reads in flight at once.
 pub const READ_CONCURRENCY: usize = 16;
@@ -40,14 +55,34 @@ pub struct DataFile {
     pub object_path: Path,
     /// Size in bytes.
     pub size: u64,
-    /// Rows, from the add action's statistics (`None` if the writer recorded none); under a
-    /// filter, the rows it selects.
+    /// Live rows: the add action's row count (`None` if the writer recorded none) less those
+    /// its deletion vector deletes; under a filter, the rows it selects.
     pub rows: Option<u64>,
     /// Partition values: the add action's, or a listed file's hive `key=value` folders
     /// (`None`: null).
     pub partitions: Vec<(String, Option<String>)>,
     /// The add action's statistics (JSON), for filters.
     pub(crate) delta_stats: Option<String>,
+    /// The rows its deletion vector deletes.
+    pub(crate) deleted: Option<Deleted>,
+}
+
+impl DataFile {
+    /// Rows of the file its deletion vector deletes (0 without one).
+    pub fn deleted_rows(&self) -> u64 {
+        self.deleted.as_ref().map_or(0, |d| d.rows.len() as u64)
+    }
+
+    /// Whether the file has a deletion vector.
+    pub fn has_deletion_vector(&self) -> bool {
+        self.deleted.is_some()
+    }
+
+    /// The file's deletion vector as its add action describes it (a commit that removes the
+    /// file must name it too).
+    pub fn deletion_vector(&self) -> Option<&deltalake::kernel::DeletionVectorDescriptor> {
+        self.deleted.as_ref().map(|d| &d.descriptor)
+    }
 }
 
 /// A pinned snapshot of a table: a voxlake table, another Delta table, or a folder of Parquet
@@ -60,20 +95,29 @@ pub struct Snapshot {
     /// Partition columns the files do not hold (hive folders, Delta partitions): Int64 where
     /// every value is an integer, else Utf8. Label and id may be read from them.
     partition_types: HashMap<String, arrow_schema::DataType>,
+    /// The filter's selection (deleted rows already left out).
     selection: Option<crate::select::Selection>,
+    /// The protocol of a Delta table (`None` for a folder of Parquet files).
+    protocol: Option<Protocol>,
+    /// How the files name the table's columns.
+    mapping: ColumnMapping,
     files: Vec<DataFile>,
     store: Arc<dyn ObjectStore>,
     footers: Vec<OnceCell<ArrowReaderMetadata>>,
     view_footers: Vec<OnceCell<ArrowReaderMetadata>>,
+    /// Per file with a deletion vector: the rows each row group keeps (made from its footer
+    /// on first use).
+    undeleted: Vec<OnceCell<GroupRows>>,
 }
 
 impl Snapshot {
     /// The snapshot of only the rows `filter` (one SQL boolean expression over the files'
     /// columns and partition values, e.g. `label = 1 AND region IN ('a', 'b')`) keeps: files
     /// and row groups that cannot match are skipped unread (partition values, Delta and footer
-    /// statistics), the filter's columns of the rest read and decided row by row. Files without
-    /// a selected row leave the snapshot; each file's row count is then its selected rows, and
-    /// row groups read keep only those. Call it after [`with_row_counts`](Self::with_row_counts).
+    /// statistics, which are bounds of every row, deleted or not), the filter's columns of the
+    /// rest read and decided row by row, deleted rows left out. Files without a selected row
+    /// leave the snapshot; each file's row count is then its selected rows, and row groups read
+    /// keep only those. Call it after [`with_row_counts`](Self::with_row_counts).
     pub async fn with_filter(mut self, filter: &str) -> Result<Snapshot, StreamError> {
         let parsed =
             crate::filter::Filter::parse(filter).map_err(|reason| StreamError::Incompatible {
@@ -97,16 +141,17 @@ impl Snapshot {
             .filter(|_| kept.next() == Some(&true))
             .map(|(f, &n)| DataFile { rows: Some(n), ..f })
             .collect();
-        let pick = |cells: Vec<OnceCell<ArrowReaderMetadata>>| {
+        fn pick<T>(cells: Vec<T>, keep: &[bool]) -> Vec<T> {
             cells
                 .into_iter()
-                .zip(&keep)
+                .zip(keep)
                 .filter(|(_, k)| **k)
                 .map(|(c, _)| c)
                 .collect()
-        };
-        self.footers = pick(std::mem::take(&mut self.footers));
-        self.view_footers = pick(std::mem::take(&mut self.view_footers));
+        }
+        self.footers = pick(std::mem::take(&mut self.footers), &keep);
+        self.view_footers = pick(std::mem::take(&mut self.view_footers), &keep);
+        self.undeleted = pick(std::mem::take(&mut self.undeleted), &keep);
         selection.rows = selection
             .rows
             .into_iter()
@@ -155,15 +200,95 @@ impl Snapshot {
         self.selection.as_ref().map(|s| &s.stats)
     }
 
-    /// The rows of row group `row_group` of file `index` the filter selects (ascending rows of
-    /// the row group), or `None` when it keeps them all (or there is no filter).
-    pub fn selected_rows(&self, index: usize, row_group: usize) -> Option<&Arc<[u32]>> {
-        self.selection
-            .as_ref()?
-            .rows
-            .get(index)?
-            .get(row_group)?
-            .as_ref()
+    /// The rows of row group `row_group` of file `index` that are read (ascending rows of the
+    /// row group): those no deletion vector deletes and the filter, if any, selects; `None`
+    /// when every row is (the file's footer is read first where it has a deletion vector).
+    pub async fn kept_rows(
+        &self,
+        index: usize,
+        row_group: usize,
+    ) -> Result<Option<Arc<[u32]>>, StreamError> {
+        if let Some(selection) = &self.selection {
+            return Ok(selection
+                .rows
+                .get(index)
+                .and_then(|groups| groups.get(row_group))
+                .cloned()
+                .flatten());
+        }
+        Ok(self
+            .undeleted(index)
+            .await?
+            .and_then(|groups| groups.get(row_group).cloned().flatten()))
+    }
+
+    /// Whether some row group reads only some of its rows (a deletion vector or a filter):
+    /// the rows' places in their files then differ from their places among the rows read.
+    pub fn selects_rows(&self) -> bool {
+        self.selection.is_some() || self.files.iter().any(DataFile::has_deletion_vector)
+    }
+
+    /// For a file with a deletion vector, the rows each of its row groups keeps (`None` where
+    /// one keeps them all); `None` without a vector.
+    pub(crate) async fn undeleted(&self, index: usize) -> Result<Option<&GroupRows>, StreamError> {
+        let Some(deleted) = &self.file(index)?.deleted else {
+            return Ok(None);
+        };
+        let meta = self.reader_metadata(index).await?;
+        self.undeleted[index]
+            .get_or_try_init(|| async {
+                let sizes: Vec<u64> = meta
+                    .metadata()
+                    .row_groups()
+                    .iter()
+                    .map(|rg| rg.num_rows().max(0) as u64)
+                    .collect();
+                deletes::kept_by_group(&deleted.rows, &sizes).map_err(|reason| {
+                    StreamError::DeletionVector {
+                        location: self.location.clone(),
+                        file: self.files[index].path.clone(),
+                        vector: deleted.id.clone(),
+                        reason,
+                        transient: false,
+                    }
+                })
+            })
+            .await
+            .map(Some)
+    }
+
+    /// The table's protocol (`None` for a folder of Parquet files).
+    pub fn protocol(&self) -> Option<&Protocol> {
+        self.protocol.as_ref()
+    }
+
+    /// How the table's files name its columns.
+    pub fn column_mapping(&self) -> MappingMode {
+        self.mapping.mode()
+    }
+
+    /// The name column `logical` has in the log's statistics and partition values.
+    pub(crate) fn physical_name<'a>(&'a self, logical: &'a str) -> &'a str {
+        self.mapping.physical(logical)
+    }
+
+    /// A file's Arrow schema (from its footer `meta`) with its columns under their logical
+    /// names, in the file's order: look columns up here, never in the footer's own schema,
+    /// which names them as the file does (parquet checks those names, so the footers keep
+    /// them).
+    pub fn logical_schema(&self, meta: &ArrowReaderMetadata) -> arrow_schema::SchemaRef {
+        if self.mapping.is_identity() {
+            return meta.schema().clone();
+        }
+        Arc::new(self.mapping.logical_schema(meta.schema()))
+    }
+
+    /// A decoded batch's columns under their logical names.
+    pub(crate) fn logical_batch(
+        &self,
+        batch: arrow_array::RecordBatch,
+    ) -> arrow_array::RecordBatch {
+        self.mapping.logical_batch(batch)
     }
 
     /// The table location, for messages (query string removed).
@@ -197,12 +322,16 @@ impl Snapshot {
     }
 
     /// A hash of the file set, in plan order: `fnv1a64:` and 16 hex digits over each file's
-    /// path and size. Two snapshots with the same hash plan the same epochs.
+    /// path and size (and deletion vector). Two snapshots with the same hash plan the same
+    /// epochs.
     pub fn file_set_hash(&self) -> String {
         let mut listing: String = self
             .files
             .iter()
-            .map(|f| format!("{}\0{}\n", f.path, f.size))
+            .map(|f| match &f.deleted {
+                None => format!("{}\0{}\n", f.path, f.size),
+                Some(d) => format!("{}\0{}\0{}\n", f.path, f.size, d.id),
+            })
             .collect();
         // Another filter plans other rows.
         if let Some(filter) = self.filter() {
@@ -224,7 +353,18 @@ impl Snapshot {
         let counts: Vec<(usize, u64)> = futures::stream::iter(missing)
             .map(|i| async move {
                 let meta = this.reader_metadata(i).await?;
-                Ok::<_, StreamError>((i, meta.metadata().file_metadata().num_rows().max(0) as u64))
+                let rows = meta.metadata().file_metadata().num_rows().max(0) as u64;
+                let deleted = this.files[i].deleted_rows();
+                let live = rows
+                    .checked_sub(deleted)
+                    .ok_or_else(|| StreamError::Corrupt {
+                        location: this.location.clone(),
+                        file: this.files[i].path.clone(),
+                        reason: format!(
+                            "its deletion vector deletes {deleted} rows, the file has {rows}"
+                        ),
+                    })?;
+                Ok::<_, StreamError>((i, live))
             })
             .buffer_unordered(READ_CONCURRENCY)
             .try_collect()
@@ -235,7 +375,7 @@ impl Snapshot {
         Ok(self)
     }
 
-    /// Total rows, if every add action recorded its row count.
+    /// Total live rows, if every add action recorded its row count.
     pub fn num_rows(&self) -> Option<u64> {
         self.files.iter().map(|f| f.rows).sum()
     }

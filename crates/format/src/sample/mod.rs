@@ -117,6 +117,13 @@ impl ColumnHints {
         self
     }
 
+    /// The shape of one sample, its element type taken from the column (LIST and
+    /// FIXED_SIZE_LIST columns; raw bytes need [`with_tensor_shape`](Self::with_tensor_shape)).
+    pub fn with_shape(mut self, shape: Vec<usize>) -> Self {
+        self.shape = Some(shape);
+        self
+    }
+
     /// The shape and element type of one sample.
     pub fn with_tensor_shape(mut self, shape: Vec<usize>, dtype: DType) -> Self {
         self.shape = Some(shape);
@@ -391,9 +398,19 @@ impl SampleColumns {
                     .map_err(|e| meta(format!("column '{name}', first row: {e}")))?;
                     (encoding, spec)
                 }
-                _ => match &given {
-                    Some(spec) => (TensorEncoding::Raw, spec.clone()),
-                    None => {
+                _ => match (&given, &hints.shape, hints.dtype) {
+                    (Some(spec), _, _) => (TensorEncoding::Raw, spec.clone()),
+                    (None, Some(shape), None) => {
+                        return Err(meta(format!(
+                            "column '{name}' holds raw bytes, which carry no element type: give the dtype of one sample of shape {shape:?} (with_tensor_shape, --dtype)"
+                        )));
+                    }
+                    (None, None, Some(dtype)) => {
+                        return Err(meta(format!(
+                            "column '{name}' holds raw bytes: give the shape of one sample of {dtype} (with_tensor_shape, --shape)"
+                        )));
+                    }
+                    _ => {
                         return Err(meta(format!(
                             "column '{name}' holds raw bytes: give the shape and dtype of one sample (with_tensor_shape, --shape, --dtype)"
                         )));

@@ -277,12 +277,14 @@ impl super::Snapshot {
             return None;
         }
         let schema = metadata.metadata().file_metadata().schema_descr();
-        let mut leaves = (0..schema.num_columns())
-            .filter(|&i| schema.column(i).path().parts().first() == Some(&self.columns.tensor));
+        // By position: under column mapping the file names the column otherwise.
+        let logical = self.logical_schema(metadata);
+        let root = logical.index_of(&self.columns.tensor).ok()?;
+        let mut leaves =
+            (0..schema.num_columns()).filter(|&i| schema.get_column_root_idx(i) == root);
         let leaf = leaves.next()?;
         // What Arrow's reader makes of the values (the file's Arrow schema applied).
-        let item = match metadata
-            .schema()
+        let item = match logical
             .field_with_name(&self.columns.tensor)
             .ok()?
             .data_type()

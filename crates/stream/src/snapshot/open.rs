@@ -11,6 +11,11 @@ use tokio::sync::OnceCell;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec};
 
+use super::deletes::{self, Wanted};
+use super::features::Protocol;
+use super::logcheck;
+use super::mapping::ColumnMapping;
+use super::travel::{self, AsOf};
 use super::{DataFile, Snapshot, pages};
 use crate::error::{StreamError, redact};
 use crate::location;
@@ -20,13 +25,14 @@ use crate::location;
 const FIRST_VALUE_BYTES: u64 = 1 << 20;
 
 impl Snapshot {
-    /// Opens the table at `location` (a local path or URL) at `version`, or the latest.
+    /// Opens the table at `location` (a local path or URL) as of `as_of`: a version
+    /// (`Some(3)`, `3`), the latest (`None`), or an [`AsOf`] (a timestamp).
     pub async fn open(
         location: &str,
         options: &HashMap<String, String>,
-        version: Option<u64>,
+        as_of: impl Into<AsOf>,
     ) -> Result<Snapshot, StreamError> {
-        Snapshot::open_with_store(location, options, version, None).await
+        Snapshot::open_with_store(location, options, as_of, None).await
     }
 
     /// [`open`](Self::open) through a store of the caller's: `root_store` has `/` at the root
@@ -35,13 +41,13 @@ impl Snapshot {
     pub async fn open_with_store(
         location: &str,
         options: &HashMap<String, String>,
-        version: Option<u64>,
+        as_of: impl Into<AsOf>,
         root_store: Option<Arc<dyn ObjectStore>>,
     ) -> Result<Snapshot, StreamError> {
         Snapshot::open_with(
             location,
             options,
-            version,
+            as_of,
             root_store,
             &ColumnHints::default(),
         )
@@ -53,13 +59,20 @@ impl Snapshot {
     /// tensors in any encoding of [`voxlake_format::sample::TensorEncoding`]. A table that is
     /// not voxlake's is resolved from the first file's footer (and, for BINARY columns of
     /// `np.save` bytes, its first value).
+    ///
+    /// A Delta table is read as its protocol says: deleted rows (deletion vectors) are left
+    /// out, columns go by their logical names (column mapping), and a reader feature the
+    /// snapshot does not handle is an error naming it ([`SUPPORTED_READER_FEATURES`]).
+    ///
+    /// [`SUPPORTED_READER_FEATURES`]: crate::SUPPORTED_READER_FEATURES
     pub async fn open_with(
         location: &str,
         options: &HashMap<String, String>,
-        version: Option<u64>,
+        as_of: impl Into<AsOf>,
         root_store: Option<Arc<dyn ObjectStore>>,
         hints: &ColumnHints,
     ) -> Result<Snapshot, StreamError> {
+        let as_of = as_of.into();
         location::register_handlers();
         let url = location::to_url(location, true)?;
         let display = redact(url.as_str());
@@ -88,6 +101,10 @@ impl Snapshot {
                 Some(_) => Ok(()),
             }
         };
+        let version_error = |reason: String| StreamError::Version {
+            location: display.clone(),
+            reason,
+        };
         let open = async {
             let mut builder = DeltaTableBuilder::from_url(url.clone())
                 .map_err(err)?
@@ -95,24 +112,56 @@ impl Snapshot {
             if let Some(store) = root_store.clone() {
                 builder = builder.with_storage_backend(store, url.clone());
             }
-            if let Some(v) = version {
-                builder = builder.with_version(v);
-            }
             let mut table = builder.build().map_err(err)?;
             // Ask first: loading a missing table makes the kernel log an error.
             if !table.verify_deltatable_existence().await.map_err(err)? {
                 // No log: a folder of Parquet files (listed once), whose only version is 0 (a
                 // loader state pins it; the state's file-set hash tells listings apart).
-                if let Some(v) = version.filter(|&v| v != 0) {
+                let pinned = match as_of {
+                    AsOf::Version(v) if v != 0 => Some(format!("version {v}")),
+                    AsOf::Timestamp(t) => Some(format!("time {}", travel::shown(t))),
+                    _ => None,
+                };
+                if let Some(pinned) = pinned {
                     return Err(err(DeltaTableError::NotATable(format!(
-                        "no _delta_log at this location (version {v} pins a Delta table)"
+                        "no _delta_log at this location ({pinned} needs a Delta table)"
                     ))));
                 }
                 return Ok(Err(table.object_store()));
             }
-            match version {
-                Some(v) => table.load_version(v).await.map_err(err)?,
-                None => table.load().await.map_err(err)?,
+            let version = match as_of {
+                AsOf::Latest => None,
+                AsOf::Version(v) => Some(v),
+                AsOf::Timestamp(t) => Some(
+                    travel::version_at(&table, t)
+                        .await
+                        .map_err(&version_error)?,
+                ),
+            };
+            let loaded = match version {
+                Some(v) => table.load_version(v).await,
+                None => table.load().await,
+            };
+            if let Err(e) = loaded {
+                // The kernel's message for a version past the end names log segments.
+                if let Some(v) = version
+                    && let Some(reason) = travel::missing_version(&table, v).await
+                {
+                    return Err(version_error(reason));
+                }
+                // The kernel does not say which log file it could not parse: find it (a
+                // store fault is reported as it is, without more requests).
+                let store_fault = matches!(e, DeltaTableError::ObjectStore { .. });
+                if !store_fault
+                    && let Some(reason) =
+                        logcheck::malformed_commit(table.object_store().as_ref(), version).await
+                {
+                    return Err(StreamError::Log {
+                        location: display.clone(),
+                        reason,
+                    });
+                }
+                return Err(err(e));
             }
             Ok(Ok(table))
         };
@@ -140,6 +189,14 @@ impl Snapshot {
         };
         let state = table.snapshot().map_err(err)?;
         let config = state.metadata().configuration().clone();
+        let incompatible = |reason: String| StreamError::Incompatible {
+            location: location.clone(),
+            reason,
+        };
+        let protocol = Protocol::of(state.protocol()).map_err(&incompatible)?;
+        protocol.check_readable().map_err(&incompatible)?;
+        let mapping =
+            ColumnMapping::from_delta(&config, state.schema().as_ref()).map_err(&incompatible)?;
         let log_store = table.log_store();
         let views: Vec<_> = state
             .snapshot()
@@ -147,11 +204,15 @@ impl Snapshot {
             .try_collect()
             .await
             .map_err(err)?;
-        let mut files: Vec<(i64, DataFile)> = views
+        let mut files: Vec<(i64, DataFile, Option<_>)> = views
             .iter()
             .map(|f| {
-                let mut partitions: Vec<(String, Option<String>)> =
-                    f.partition_values_map().into_iter().collect();
+                // Partition values are keyed by physical name under column mapping.
+                let mut partitions: Vec<(String, Option<String>)> = f
+                    .partition_values_map()
+                    .into_iter()
+                    .map(|(k, v)| (mapping.logical_key(&k), v))
+                    .collect();
                 partitions.sort();
                 let file = DataFile {
                     path: f.path().to_string(),
@@ -160,17 +221,62 @@ impl Snapshot {
                     rows: f.num_records().map(|n| n as u64),
                     partitions,
                     delta_stats: f.stats(),
+                    deleted: None,
                 };
-                (f.modification_time(), file)
+                (f.modification_time(), file, f.deletion_vector_descriptor())
             })
             .collect();
         // The log's order is not stable across checkpoints: sort so plans are reproducible,
         // by write time first so that "table order" is the order the rows were written in.
-        files.sort_by(|(ta, a), (tb, b)| ta.cmp(tb).then_with(|| a.path.cmp(&b.path)));
-        let files: Vec<DataFile> = files.into_iter().map(|(_, f)| f).collect();
-        Snapshot::new(location, state.version(), files, table.object_store())
-            .resolve_columns(&config, hints)
-            .await
+        files.sort_by(|(ta, a, _), (tb, b, _)| ta.cmp(tb).then_with(|| a.path.cmp(&b.path)));
+        let mut wanted = Vec::new();
+        let mut files: Vec<DataFile> = files
+            .into_iter()
+            .enumerate()
+            .map(|(index, (_, file, dv))| {
+                if let Some(descriptor) = dv {
+                    wanted.push(Wanted {
+                        index,
+                        file: file.path.clone(),
+                        descriptor,
+                    });
+                }
+                file
+            })
+            .collect();
+        if !wanted.is_empty() {
+            let store = table.object_store();
+            let mut root = log_store.root_url().clone();
+            if !root.path().ends_with('/') {
+                root.set_path(&format!("{}/", root.path()));
+            }
+            let count = wanted.len();
+            for (index, deleted) in deletes::read_all(&store, &root, &location, wanted).await? {
+                let file = &mut files[index];
+                let gone = deleted.rows.len() as u64;
+                if let Some(rows) = file.rows {
+                    file.rows = Some(rows.checked_sub(gone).ok_or_else(|| {
+                        StreamError::Corrupt {
+                            location: location.clone(),
+                            file: file.path.clone(),
+                            reason: format!(
+                                "its deletion vector deletes {gone} rows, its add action counts {rows}"
+                            ),
+                        }
+                    })?);
+                }
+                file.deleted = Some(deleted);
+            }
+            tracing::debug!(
+                location = location.as_str(),
+                files = count,
+                "deletion vectors read"
+            );
+        }
+        let mut snapshot = Snapshot::new(location, state.version(), files, table.object_store());
+        snapshot.protocol = Some(protocol);
+        snapshot.mapping = mapping;
+        snapshot.resolve_columns(&config, hints).await
     }
 
     /// The snapshot of a folder of Parquet files without a Delta log: every `.parquet` object
@@ -210,6 +316,7 @@ impl Snapshot {
                 size: o.size,
                 rows: None,
                 delta_stats: None,
+                deleted: None,
             })
             .collect();
         files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -238,6 +345,7 @@ impl Snapshot {
     ) -> Snapshot {
         let footers = files.iter().map(|_| OnceCell::new()).collect();
         let view_footers = files.iter().map(|_| OnceCell::new()).collect();
+        let undeleted = files.iter().map(|_| OnceCell::new()).collect();
         Snapshot {
             location,
             version,
@@ -252,10 +360,13 @@ impl Snapshot {
             },
             partition_types: HashMap::new(),
             selection: None,
+            protocol: None,
+            mapping: ColumnMapping::default(),
             files,
             store,
             footers,
             view_footers,
+            undeleted,
         }
     }
 
@@ -292,7 +403,7 @@ impl Snapshot {
             });
         }
         let meta = self.reader_metadata(0).await?;
-        let file_schema = meta.schema().clone();
+        let file_schema = self.logical_schema(&meta);
         // Partition columns join the schema the columns are resolved against.
         let mut keys: Vec<&str> = self
             .files
@@ -367,9 +478,12 @@ impl Snapshot {
             return Ok(None);
         }
         let schema = parquet.file_metadata().schema_descr();
+        // By position: under column mapping the file names the column otherwise.
+        let Ok(root) = self.logical_schema(&meta).index_of(column) else {
+            return Ok(None);
+        };
         let Some(leaf) = (0..schema.num_columns()).find(|&i| {
-            let leaf = schema.column(i);
-            leaf.path().parts() == [column]
+            schema.get_column_root_idx(i) == root && schema.column(i).path().parts().len() == 1
         }) else {
             return Ok(None);
         };

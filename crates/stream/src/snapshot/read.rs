@@ -29,7 +29,7 @@ impl Snapshot {
         metadata: &ArrowReaderMetadata,
         columns: &[String],
     ) -> Result<ProjectionMask, StreamError> {
-        let schema = metadata.schema();
+        let schema = self.logical_schema(metadata);
         let mut roots = Vec::with_capacity(columns.len());
         for name in columns {
             // The checksum column is read where the file has one (older tables have none).
@@ -93,8 +93,9 @@ impl Snapshot {
     }
 
     /// [`read_row_group_timed`](Self::read_row_group_timed) with a test's fault hooks: the row
-    /// group's rows the filter selects (all without one), copied out of the decoded pages when
-    /// it keeps only some (on the blocking pool).
+    /// group's rows that are read ([`kept_rows`](Self::kept_rows): not deleted, selected by
+    /// the filter), copied out of the decoded pages when it keeps only some (on the blocking
+    /// pool).
     pub(crate) async fn read_row_group_hooked(
         &self,
         index: usize,
@@ -105,7 +106,7 @@ impl Snapshot {
         let (batch, timings) = self
             .read_whole_row_group(index, row_group, projection, hooks)
             .await?;
-        let Some(rows) = self.selected_rows(index, row_group).cloned() else {
+        let Some(rows) = self.kept_rows(index, row_group).await? else {
             return Ok((batch, timings));
         };
         let selected = tokio::task::spawn_blocking(move || {
@@ -230,7 +231,7 @@ impl Snapshot {
             decoder = back;
             let ((decoded, needs), took) = step?.map_err(|e| self.file_error(index, e))?;
             timings.decode += took;
-            batches.extend(decoded);
+            batches.extend(decoded.into_iter().map(|b| self.logical_batch(b)));
             let Some(ranges) = needs else { break };
             let data = self.fetch(index, ranges.clone(), timings).await?;
             decoder
@@ -375,8 +376,8 @@ impl Snapshot {
             .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))
     }
 
-    /// Streams every record batch of file `index`: only `columns` (all if `None`),
-    /// `batch_rows` rows at a time.
+    /// Every record batch of file `index`, its deleted rows left out: only `columns` (all if
+    /// `None`), `batch_rows` rows at a time (fewer where rows were deleted).
     pub async fn read_file(
         &self,
         index: usize,
@@ -388,17 +389,31 @@ impl Snapshot {
         let reader = self
             .reader(index)
             .with_metadata(metadata.metadata().clone());
+        let logical = self.logical_schema(&metadata);
+        let roots: Option<Vec<usize>> = columns.map(|columns| {
+            // By position: under column mapping the file names its columns otherwise. Columns
+            // the file lacks are not read.
+            columns
+                .iter()
+                .filter_map(|c| logical.index_of(c).ok())
+                .collect()
+        });
         let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata);
-        let builder = match columns {
-            Some(columns) => {
-                let mask =
-                    ProjectionMask::columns(builder.parquet_schema(), columns.iter().copied());
+        let builder = match roots {
+            Some(roots) => {
+                let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
                 builder.with_projection(mask)
             }
             None => builder,
         };
         let stream = builder.with_batch_size(batch_rows).build().map_err(perr)?;
-        stream.try_collect().await.map_err(perr)
+        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(perr)?;
+        let batches = match &self.files[index].deleted {
+            None => batches,
+            Some(deleted) => without_rows(batches, &deleted.rows)
+                .map_err(|e| perr(ParquetError::ArrowError(e.to_string())))?,
+        };
+        Ok(batches.into_iter().map(|b| self.logical_batch(b)).collect())
     }
 
     /// Reads one column of every file, [`READ_CONCURRENCY`] files at a time, and hands each
@@ -434,6 +449,36 @@ pub struct ReadTimings {
 }
 
 type Decoded = (Vec<RecordBatch>, Option<Vec<Range<u64>>>);
+
+/// `batches` (a file's rows in order) without the rows `deleted` (ascending rows of the file).
+fn without_rows(
+    batches: Vec<RecordBatch>,
+    deleted: &[u64],
+) -> Result<Vec<RecordBatch>, arrow_schema::ArrowError> {
+    let mut at = 0u64;
+    let mut next = 0usize;
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let n = batch.num_rows() as u64;
+        let end = at + n;
+        let first = next;
+        while next < deleted.len() && deleted[next] < end {
+            next += 1;
+        }
+        if first == next {
+            out.push(batch);
+        } else {
+            let mut keep = vec![true; n as usize];
+            for &row in &deleted[first..next] {
+                keep[(row - at) as usize] = false;
+            }
+            let mask = arrow_array::BooleanArray::from(keep);
+            out.push(arrow_select::filter::filter_record_batch(&batch, &mask)?);
+        }
+        at = end;
+    }
+    Ok(out)
+}
 
 /// The first row of `batch` that does not match its recorded checksum, described (also when
 /// the columns it covers are not there to check: the projection brings them with it).
@@ -489,5 +534,42 @@ fn decode_until_data_needed(decoder: &mut ParquetPushDecoder) -> Result<Decoded,
             DecodeResult::NeedsData(ranges) => return Ok((batches, Some(ranges))),
             DecodeResult::Finished => return Ok((batches, None)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Array, Int64Array};
+
+    #[test]
+    fn deleted_rows_leave_a_files_batches_wherever_they_fall() {
+        let batch = |values: Vec<i64>| {
+            let schema = Arc::new(arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+                "x",
+                arrow_schema::DataType::Int64,
+                false,
+            )]));
+            RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values))]).unwrap()
+        };
+        let batches = vec![
+            batch(vec![0, 1, 2]),
+            batch(vec![3, 4, 5]),
+            batch(vec![6, 7]),
+        ];
+        let kept = without_rows(batches, &[1, 3, 4, 5, 7]).unwrap();
+        let values: Vec<i64> = kept
+            .iter()
+            .flat_map(|b| {
+                let a = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                a.values().to_vec()
+            })
+            .collect();
+        assert_eq!(values, [0, 2, 6]);
+        assert_eq!(
+            kept[1].num_rows(),
+            0,
+            "a batch of deleted rows only is empty"
+        );
     }
 }

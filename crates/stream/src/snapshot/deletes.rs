@@ -1,0 +1,411 @@
+//! Deletion vectors: the rows of a data file that later commits deleted without rewriting it
+//! (Databricks and Delta Spark write them for `DELETE`, `UPDATE` and `MERGE` once the table has
+//! the `deletionVectors` feature). Read when a snapshot opens, they become the file's kept rows,
+//! as a filter's are: the planner, the deal over ranks, resume and lineage see only live rows.
+//!
+//! Each vector is fetched with the table's object store (a ranged GET of exactly its bytes, with
+//! the store's retries) and decoded by the Delta kernel (`DeletionVectorDescriptor::read`: the
+//! format's version byte, size, magic, CRC-32 and the roaring bitmap), not by code of ours.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use delta_kernel::actions::deletion_vector::DeletionVectorDescriptor as KernelDescriptor;
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStore;
+use object_store::path::Path;
+use url::Url;
+
+use crate::error::{StreamError, kernel_message, store_error_is_transient};
+
+/// Vectors at least this large are decoded on the blocking pool.
+const DECODE_INLINE_BYTES: i32 = 64 << 10;
+
+/// The deleted rows of one data file.
+#[derive(Debug, Clone)]
+pub(crate) struct Deleted {
+    /// Rows of the file (0-based, ascending) that are deleted.
+    pub rows: Arc<[u64]>,
+    /// What identifies the vector (storage type, path or inline bytes, offset): two
+    /// snapshots with the same files and vectors plan the same rows.
+    pub id: String,
+    /// The add action's descriptor (a commit that removes the file names it too).
+    pub descriptor: deltalake::kernel::DeletionVectorDescriptor,
+}
+
+/// One file's vector, as its add action describes it.
+pub(crate) struct Wanted {
+    /// The file's index in the snapshot.
+    pub index: usize,
+    /// The file's path, for messages.
+    pub file: String,
+    pub descriptor: deltalake::kernel::DeletionVectorDescriptor,
+}
+
+/// Reads every vector of `wanted` (a few at a time), from `store`, rooted at `table` (the
+/// table's URL). A vector that cannot be read, or that deletes another number of rows than its
+/// descriptor says, is an error naming the data file and the vector.
+pub(crate) async fn read_all(
+    store: &Arc<dyn ObjectStore>,
+    table: &Url,
+    location: &str,
+    wanted: Vec<Wanted>,
+) -> Result<Vec<(usize, Deleted)>, StreamError> {
+    futures::stream::iter(wanted)
+        .map(|w| async move {
+            let index = w.index;
+            read_one(store, table, location, w)
+                .await
+                .map(|deleted| (index, deleted))
+        })
+        .buffer_unordered(crate::READ_CONCURRENCY)
+        .try_collect()
+        .await
+}
+
+async fn read_one(
+    store: &Arc<dyn ObjectStore>,
+    table: &Url,
+    location: &str,
+    wanted: Wanted,
+) -> Result<Deleted, StreamError> {
+    let Wanted {
+        file, descriptor, ..
+    } = wanted;
+    let error = |vector: &str, reason: String, transient: bool| StreamError::DeletionVector {
+        location: location.to_string(),
+        file: file.clone(),
+        vector: vector.to_string(),
+        reason,
+        transient,
+    };
+    let cardinality = descriptor.cardinality;
+    let original = descriptor.clone();
+    let descriptor = KernelDescriptor::try_from(descriptor)
+        .map_err(|e| error("(descriptor)", kernel_message(&e), false))?;
+    let id = descriptor.unique_id();
+    let absolute = descriptor
+        .absolute_path(table)
+        .map_err(|e| error(&id, kernel_message(&e), false))?;
+    let (shown, decode, bytes) = match absolute {
+        // Inline: the bitmap is in the log.
+        None => ("(inline)".to_string(), descriptor, Bytes::new()),
+        Some(url) => {
+            let path = under_table(table, &url).ok_or_else(|| {
+                error(
+                    url.as_str(),
+                    "the deletion vector is outside the table's folder: only vectors under the table root are read".into(),
+                    false,
+                )
+            })?;
+            let shown = path.to_string();
+            let (start, len) = span(&descriptor).map_err(|reason| error(&shown, reason, false))?;
+            // The file's version byte and the vector's bytes; with offset 1 (one vector per
+            // file, the common case) that is one range, and object_store coalesces the two
+            // otherwise.
+            let ranges: Vec<Range<u64>> = vec![0..1, start..start + len];
+            let parts = store.get_ranges(&path, &ranges).await.map_err(|e| {
+                let transient = store_error_is_transient(&e);
+                let reason = match &e {
+                    object_store::Error::NotFound { .. } => {
+                        "missing from the store (deleted or vacuumed?)".to_string()
+                    }
+                    _ => e.to_string(),
+                };
+                error(&shown, reason, transient)
+            })?;
+            let short = parts.len() != 2 || parts[0].len() != 1 || parts[1].len() as u64 != len;
+            if short {
+                return Err(error(
+                    &shown,
+                    format!(
+                        "the file is shorter than the vector's offset {start} and size {len} say"
+                    ),
+                    false,
+                ));
+            }
+            // The kernel reads a whole vector file and seeks to the offset: hand it the
+            // version byte followed by this vector, at offset 1.
+            let mut joined = Vec::with_capacity(1 + len as usize);
+            joined.extend_from_slice(&parts[0]);
+            joined.extend_from_slice(&parts[1]);
+            let at_one = KernelDescriptor::try_new(
+                descriptor.storage_type,
+                descriptor.path_or_inline_dv.clone(),
+                Some(1),
+                descriptor.size_in_bytes,
+                descriptor.cardinality,
+            )
+            .map_err(|e| error(&shown, kernel_message(&e), false))?;
+            (shown, at_one, Bytes::from(joined))
+        }
+    };
+    let large = decode.size_in_bytes >= DECODE_INLINE_BYTES;
+    let table_url = table.clone();
+    let run = move || -> Result<Vec<u64>, String> {
+        let handler: Arc<dyn delta_kernel::StorageHandler> = Arc::new(Fetched(bytes));
+        let bitmap = decode
+            .read(handler, &table_url)
+            .map_err(|e| kernel_message(&e))?;
+        Ok(bitmap.into_iter().collect())
+    };
+    let rows = if large {
+        tokio::task::spawn_blocking(run)
+            .await
+            .map_err(|e| error(&shown, format!("decoding stopped: {e}"), false))?
+    } else {
+        run()
+    }
+    .map_err(|reason| error(&shown, reason, false))?;
+    if rows.len() as i64 != cardinality {
+        return Err(error(
+            &shown,
+            format!(
+                "it deletes {} rows, its descriptor says {cardinality}",
+                rows.len()
+            ),
+            false,
+        ));
+    }
+    Ok(Deleted {
+        rows: rows.into(),
+        id: format!("{id}#{cardinality}"),
+        descriptor: original,
+    })
+}
+
+/// The byte range of a stored vector: its 4-byte size, the bitmap with its magic, the CRC.
+fn span(descriptor: &KernelDescriptor) -> Result<(u64, u64), String> {
+    let offset = descriptor.offset.unwrap_or(1);
+    if offset < 1 || descriptor.size_in_bytes < 0 {
+        return Err(format!(
+            "offset {offset} and size {} do not describe a stored vector",
+            descriptor.size_in_bytes
+        ));
+    }
+    Ok((offset as u64, 4 + descriptor.size_in_bytes as u64 + 4))
+}
+
+/// `url`'s path relative to the table root `table`, if it is under it.
+fn under_table(table: &Url, url: &Url) -> Option<Path> {
+    let root = table.as_str().trim_end_matches('/');
+    let rest = url.as_str().strip_prefix(root)?.strip_prefix('/')?;
+    Path::from_url_path(rest).ok()
+}
+
+/// A kernel storage handler that hands out the one vector fetched for it: the kernel decodes,
+/// object_store reads (async, with its retries).
+struct Fetched(Bytes);
+
+impl delta_kernel::StorageHandler for Fetched {
+    fn list_from(
+        &self,
+        path: &Url,
+    ) -> delta_kernel::DeltaResult<
+        Box<dyn Iterator<Item = delta_kernel::DeltaResult<delta_kernel::FileMeta>>>,
+    > {
+        Err(unsupported("list", path))
+    }
+
+    fn read_files(
+        &self,
+        files: Vec<delta_kernel::FileSlice>,
+    ) -> delta_kernel::DeltaResult<Box<dyn Iterator<Item = delta_kernel::DeltaResult<Bytes>>>> {
+        if files.len() != 1 || files[0].1.is_some() {
+            return Err(delta_kernel::Error::generic(format!(
+                "a deletion vector read asked for {} ranges (one whole vector was fetched)",
+                files.len()
+            )));
+        }
+        Ok(Box::new(std::iter::once(Ok(self.0.clone()))))
+    }
+
+    fn copy_atomic(&self, src: &Url, _dest: &Url) -> delta_kernel::DeltaResult<()> {
+        Err(unsupported("copy", src))
+    }
+
+    fn put(&self, path: &Url, _data: Bytes, _overwrite: bool) -> delta_kernel::DeltaResult<()> {
+        Err(unsupported("write", path))
+    }
+
+    fn head(&self, path: &Url) -> delta_kernel::DeltaResult<delta_kernel::FileMeta> {
+        Err(unsupported("head", path))
+    }
+
+    fn delete(&self, path: &Url) -> delta_kernel::DeltaResult<()> {
+        Err(unsupported("delete", path))
+    }
+}
+
+fn unsupported(what: &str, path: &Url) -> delta_kernel::Error {
+    delta_kernel::Error::generic(format!(
+        "{what} {path}: a deletion vector is decoded from the bytes fetched for it only"
+    ))
+}
+
+/// The rows each row group keeps, for a file whose row groups hold `group_rows` rows and whose
+/// rows `deleted` (ascending, unique) are deleted: per row group its kept rows (ascending rows
+/// of the row group), `None` where it keeps them all. A deleted row past the file's end is an
+/// error (the vector is not this file's).
+pub(crate) fn kept_by_group(
+    deleted: &[u64],
+    group_rows: &[u64],
+) -> Result<Vec<Option<Arc<[u32]>>>, String> {
+    let total: u64 = group_rows.iter().sum();
+    if let Some(&last) = deleted.last()
+        && last >= total
+    {
+        return Err(format!("it deletes row {last}, the file has {total} rows"));
+    }
+    let mut out = Vec::with_capacity(group_rows.len());
+    let mut next = 0usize;
+    let mut start = 0u64;
+    for &rows in group_rows {
+        let end = start + rows;
+        let from = next;
+        while next < deleted.len() && deleted[next] < end {
+            next += 1;
+        }
+        let gone = &deleted[from..next];
+        if gone.is_empty() {
+            out.push(None);
+        } else {
+            let rows = u32::try_from(rows)
+                .map_err(|_| format!("a row group of {rows} rows (at most 2^32 are read)"))?;
+            let mut kept = Vec::with_capacity(rows as usize - gone.len());
+            let mut gone = gone.iter().map(|&r| (r - start) as u32).peekable();
+            for r in 0..rows {
+                if gone.peek() == Some(&r) {
+                    gone.next();
+                } else {
+                    kept.push(r);
+                }
+            }
+            out.push(Some(kept.into()));
+        }
+        start = end;
+    }
+    Ok(out)
+}
+
+/// The rows both selections keep (`None`: all rows).
+pub(crate) fn intersect(a: Option<Arc<[u32]>>, b: Option<&Arc<[u32]>>) -> Option<Arc<[u32]>> {
+    match (a, b) {
+        (None, None) => None,
+        (Some(a), None) => Some(a),
+        (None, Some(b)) => Some(b.clone()),
+        (Some(a), Some(b)) => {
+            let (mut i, mut j) = (0, 0);
+            let mut both = Vec::with_capacity(a.len().min(b.len()));
+            while i < a.len() && j < b.len() {
+                match a[i].cmp(&b[j]) {
+                    std::cmp::Ordering::Less => i += 1,
+                    std::cmp::Ordering::Greater => j += 1,
+                    std::cmp::Ordering::Equal => {
+                        both.push(a[i]);
+                        i += 1;
+                        j += 1;
+                    }
+                }
+            }
+            Some(both.into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn kept(groups: &[Option<Arc<[u32]>>], sizes: &[u64]) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        for (g, &n) in groups.iter().zip(sizes) {
+            match g {
+                None => out.extend(start..start + n),
+                Some(rows) => out.extend(rows.iter().map(|&r| start + u64::from(r))),
+            }
+            start += n;
+        }
+        out
+    }
+
+    #[test]
+    fn deletions_spanning_row_groups_leave_the_other_rows() {
+        let sizes = [4, 4, 4];
+        let groups = kept_by_group(&[1, 3, 4, 5, 6, 7, 11], &sizes).unwrap();
+        assert_eq!(groups[0].as_deref(), Some(&[0, 2][..]));
+        assert_eq!(
+            groups[1].as_deref(),
+            Some(&[][..]),
+            "every row of group 1 deleted"
+        );
+        assert_eq!(groups[2].as_deref(), Some(&[0, 1, 2][..]));
+        assert_eq!(kept(&groups, &sizes), vec![0, 2, 8, 9, 10]);
+        assert!(
+            kept_by_group(&[], &sizes)
+                .unwrap()
+                .iter()
+                .all(Option::is_none)
+        );
+        let err = kept_by_group(&[12], &sizes).unwrap_err();
+        assert!(err.contains("row 12") && err.contains("12 rows"), "{err}");
+    }
+
+    #[test]
+    fn intersections_keep_rows_both_keep() {
+        let a: Arc<[u32]> = Arc::from(vec![0, 2, 3, 7]);
+        let b: Arc<[u32]> = Arc::from(vec![2, 4, 7, 9]);
+        assert_eq!(
+            intersect(Some(a.clone()), Some(&b)).as_deref(),
+            Some(&[2, 7][..])
+        );
+        assert_eq!(intersect(None, Some(&b)).as_deref(), Some(&b[..]));
+        assert_eq!(intersect(Some(a.clone()), None).as_deref(), Some(&a[..]));
+        assert_eq!(intersect(None, None), None);
+    }
+
+    #[test]
+    fn vector_paths_are_read_under_the_table_root_only() {
+        let table = Url::parse("s3://bucket/tables/cubes/").unwrap();
+        let inside = Url::parse("s3://bucket/tables/cubes/ab/deletion_vector_x.bin").unwrap();
+        assert_eq!(
+            under_table(&table, &inside).unwrap().as_ref(),
+            "ab/deletion_vector_x.bin"
+        );
+        let outside = Url::parse("s3://bucket/tables/other/deletion_vector_x.bin").unwrap();
+        assert!(under_table(&table, &outside).is_none());
+        let sibling = Url::parse("s3://bucket/tables/cubes2/deletion_vector_x.bin").unwrap();
+        assert!(
+            under_table(&table, &sibling).is_none(),
+            "a prefix is not a folder"
+        );
+    }
+
+    proptest! {
+        /// Every row not deleted is kept, once, in order; every deleted one is gone.
+        #[test]
+        fn kept_rows_are_the_complement_of_the_deleted(
+            sizes in proptest::collection::vec(0u64..40, 1..8),
+            picks in proptest::collection::vec(any::<u64>(), 0..60),
+        ) {
+            let total: u64 = sizes.iter().sum();
+            prop_assume!(total > 0);
+            let mut deleted: Vec<u64> = picks.iter().map(|p| p % total).collect();
+            deleted.sort_unstable();
+            deleted.dedup();
+            let groups = kept_by_group(&deleted, &sizes).unwrap();
+            prop_assert_eq!(groups.len(), sizes.len());
+            let want: Vec<u64> = (0..total).filter(|r| deleted.binary_search(r).is_err()).collect();
+            prop_assert_eq!(kept(&groups, &sizes), want);
+            for (g, &n) in groups.iter().zip(&sizes) {
+                if let Some(rows) = g {
+                    prop_assert!(rows.windows(2).all(|w| w[0] < w[1]));
+                    prop_assert!(rows.iter().all(|&r| u64::from(r) < n));
+                }
+            }
+        }
+    }
+}
