@@ -2,6 +2,7 @@
 
 mod cli;
 mod compact;
+mod delta;
 mod distributed;
 mod filter;
 mod foreign;
