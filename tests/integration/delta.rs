@@ -22,7 +22,7 @@ use voxlake_testkit::{python_script, voxlake_bin};
 use crate::loader::{collect, first_error};
 
 /// A fixture's path in this checkout.
-fn fixture(name: &str) -> PathBuf {
+pub fn fixture(name: &str) -> PathBuf {
     voxlake_testkit::checkout("tests/fixtures/delta").join(name)
 }
 
@@ -47,16 +47,16 @@ fn copy_of(name: &str) -> (tempfile::TempDir, PathBuf) {
 }
 
 /// One fixture's ground truth from expected.json.
-struct Expected {
+pub struct Expected {
     column: String,
     shape: Vec<usize>,
     list: bool,
     id: String,
     /// Per version, the live rows in table order: id (as the loader names it) and tensor.
-    versions: BTreeMap<u64, Vec<(String, Vec<f32>)>>,
+    pub versions: BTreeMap<u64, Vec<(String, Vec<f32>)>>,
 }
 
-fn expected(name: &str) -> Expected {
+pub fn expected(name: &str) -> Expected {
     let text = std::fs::read_to_string(fixture("expected.json")).unwrap();
     let all: Value = serde_json::from_str(&text).unwrap();
     let e = &all[name];
@@ -98,8 +98,8 @@ fn expected(name: &str) -> Expected {
 impl Expected {
     /// A loader over `table` reading this fixture's columns. LIST columns get the shape only:
     /// the element type comes from the schema.
-    fn builder(&self, table: &Path) -> LoaderBuilder {
-        let b = Loader::builder(table.to_str().unwrap())
+    pub fn builder(&self, table: impl AsRef<std::ffi::OsStr>) -> LoaderBuilder {
+        let b = Loader::builder(table.as_ref().to_str().unwrap())
             .with_tensor_column(&self.column)
             .with_id_column(&self.id)
             .with_batch_size(3);
@@ -110,11 +110,11 @@ impl Expected {
         }
     }
 
-    fn latest(&self) -> u64 {
+    pub fn latest(&self) -> u64 {
         *self.versions.keys().max().unwrap()
     }
 
-    fn ids(&self, version: u64) -> Vec<String> {
+    pub fn ids(&self, version: u64) -> Vec<String> {
         self.versions[&version]
             .iter()
             .map(|r| r.0.clone())
@@ -123,7 +123,7 @@ impl Expected {
 }
 
 /// Every delivered row: id, tensor values, and whether it is a pad repeat.
-fn rows(batches: &[Batch]) -> Vec<(String, Vec<f32>, bool)> {
+pub fn rows(batches: &[Batch]) -> Vec<(String, Vec<f32>, bool)> {
     let mut out = Vec::new();
     for b in batches {
         let bytes = b.tensors.as_bytes().unwrap();
@@ -139,14 +139,15 @@ fn rows(batches: &[Batch]) -> Vec<(String, Vec<f32>, bool)> {
     out
 }
 
-/// (fixture, the id column at its versions where a rename changed it)
-const FIXTURES: [&str; 7] = [
+/// Every fixture: one for each reader feature read.
+const FIXTURES: [&str; 8] = [
     "dv_small",
     "deletion_logs",
     "mapping_name",
     "mapping_id",
     "dv_mapping",
     "checkpoint_v2",
+    "timestamp_ntz",
     "vacuum_check",
 ];
 
@@ -489,6 +490,19 @@ fn column_mapping_reads_logical_names_in_both_modes() {
     .flat_map(|b| b.ids.clone())
     .collect();
     assert_eq!(got, ["3", "2", "4"]);
+    // timestampNtz, `id` mode: a timestamp column compared as its ISO text, a partition column
+    // of timestamps (escaped folder names) with a null partition.
+    let e = expected("timestamp_ntz");
+    let ids = |filter: &str| -> Vec<String> {
+        collect(e.builder(fixture("timestamp_ntz")).with_filter(filter))
+            .iter()
+            .flat_map(|b| b.ids.clone())
+            .collect()
+    };
+    assert_eq!(ids("tsNtz >= '2020-01-01'"), ["3", "6", "0"]);
+    assert_eq!(ids("tsNtzPartition IS NULL"), ["6", "7", "8"]);
+    // Partition 2013-07-05 holds ids 3 (whose own tsNtz is 2021), 5 and 4.
+    assert_eq!(ids("tsNtzPartition < '2020'"), ["3", "5", "4"]);
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use voxlake::Loader;
@@ -1090,3 +1091,84 @@ async fn timeouts_apply(backend: Backend) {
 }
 
 on_every_backend!(timeouts_apply);
+
+/// Uploads the folder `dir` and everything under it to `prefix`.
+async fn upload_tree(backend: Backend, dir: &Path, prefix: &str) {
+    let store = backend.store();
+    let mut pending = vec![(dir.to_path_buf(), prefix.to_string())];
+    while let Some((dir, prefix)) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let key = format!("{prefix}/{}", entry.file_name().to_str().unwrap());
+            if entry.file_type().unwrap().is_dir() {
+                pending.push((entry.path(), key));
+            } else {
+                upload(store.as_ref(), &entry.path(), &key).await;
+            }
+        }
+    }
+}
+
+/// A Delta Spark table with deletion vectors (and column mapping, partitions, a checkpoint)
+/// read from the store: the vectors come through the table's store, so the live rows are
+/// deltalake-python's at every version. A truncated vector and a missing one are errors naming
+/// the data file and the vector.
+async fn deletion_vectors_in_the_store(backend: Backend) {
+    let e = crate::delta::expected("dv_mapping");
+    let prefix = unique_prefix("dv");
+    upload_tree(backend, &crate::delta::fixture("dv_mapping"), &prefix).await;
+    let table = backend.url(&prefix);
+    let run = |builder: voxlake::LoaderBuilder| {
+        std::thread::spawn(move || -> Result<Vec<voxlake::Batch>, String> {
+            let loader = builder.build().map_err(|e| e.to_string())?;
+            loader.map(|b| b.map_err(|e| e.to_string())).collect()
+        })
+        .join()
+        .unwrap()
+    };
+    for (&version, want) in &e.versions {
+        let got = run(e
+            .builder(&table)
+            .with_storage_options(backend.options())
+            .with_version(version))
+        .unwrap();
+        let got: Vec<(String, Vec<f32>)> = crate::delta::rows(&got)
+            .into_iter()
+            .map(|(id, values, _)| (id, values))
+            .collect();
+        assert_eq!(&got, want, "version {version}");
+    }
+    // Which vector the latest version reads first, from the log.
+    let store = backend.store();
+    let vectors: Vec<StorePath> = store
+        .list(Some(&StorePath::from(prefix.as_str())))
+        .map_ok(|m| m.location)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|p| p.as_ref().ends_with(".bin"))
+        .collect();
+    assert!(!vectors.is_empty());
+    // Truncated: the kernel's size or checksum check names it.
+    for path in &vectors {
+        let bytes = store.get(path).await.unwrap().bytes().await.unwrap();
+        store
+            .put(path, PutPayload::from(bytes.slice(..bytes.len() - 3)))
+            .await
+            .unwrap();
+    }
+    let err = run(e.builder(&table).with_storage_options(backend.options())).unwrap_err();
+    assert!(
+        err.contains("its deletion vector deletion_vector_") && err.contains("shorter"),
+        "{err}"
+    );
+    for path in &vectors {
+        store.delete(path).await.unwrap();
+    }
+    let err = run(e.builder(&table).with_storage_options(backend.options())).unwrap_err();
+    assert!(err.contains("missing from the store"), "{err}");
+    assert!(err.contains("part-"), "the data file is named: {err}");
+}
+
+on_every_backend!(deletion_vectors_in_the_store);

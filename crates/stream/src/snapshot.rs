@@ -108,6 +108,8 @@ pub struct Snapshot {
     /// Per file with a deletion vector: the rows each row group keeps (made from its footer
     /// on first use).
     undeleted: Vec<OnceCell<GroupRows>>,
+    /// Whether a file has a deletion vector.
+    has_deletes: bool,
 }
 
 impl Snapshot {
@@ -225,7 +227,7 @@ impl Snapshot {
     /// Whether some row group reads only some of its rows (a deletion vector or a filter):
     /// the rows' places in their files then differ from their places among the rows read.
     pub fn selects_rows(&self) -> bool {
-        self.selection.is_some() || self.files.iter().any(DataFile::has_deletion_vector)
+        self.selection.is_some() || self.has_deletes
     }
 
     /// For a file with a deletion vector, the rows each of its row groups keeps (`None` where

@@ -7,6 +7,7 @@
 //! the store's retries) and decoded by the Delta kernel (`DeletionVectorDescriptor::read`: the
 //! format's version byte, size, magic, CRC-32 and the roaring bitmap), not by code of ours.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -43,8 +44,10 @@ pub(crate) struct Wanted {
     pub descriptor: deltalake::kernel::DeletionVectorDescriptor,
 }
 
-/// Reads every vector of `wanted` (a few at a time), from `store`, rooted at `table` (the
-/// table's URL). A vector that cannot be read, or that deletes another number of rows than its
+/// Reads every vector of `wanted` from `store`, rooted at `table` (the table's URL): the
+/// vectors stored in one file (Delta Spark writes one file per task, holding the vectors of
+/// many data files) with one `get_ranges`, which object_store coalesces, a few files at a
+/// time. A vector that cannot be read, or that deletes another number of rows than its
 /// descriptor says, is an error naming the data file and the vector.
 pub(crate) async fn read_all(
     store: &Arc<dyn ObjectStore>,
@@ -52,127 +55,211 @@ pub(crate) async fn read_all(
     location: &str,
     wanted: Vec<Wanted>,
 ) -> Result<Vec<(usize, Deleted)>, StreamError> {
-    futures::stream::iter(wanted)
-        .map(|w| async move {
-            let index = w.index;
-            read_one(store, table, location, w)
-                .await
-                .map(|deleted| (index, deleted))
-        })
+    let mut inline = Vec::new();
+    let mut stored: HashMap<Path, Vec<Vector>> = HashMap::new();
+    for w in wanted {
+        let vector = Vector::new(w, table, location)?;
+        match &vector.source {
+            Source::Inline => inline.push(vector),
+            Source::Stored { path, .. } => stored.entry(path.clone()).or_default().push(vector),
+        }
+    }
+    let mut out = Vec::with_capacity(inline.len() + stored.len());
+    for vector in inline {
+        let index = vector.index;
+        out.push((index, vector.decode(Bytes::new()).await?));
+    }
+    let files: Vec<Vec<(usize, Deleted)>> = futures::stream::iter(stored)
+        .map(|(path, vectors)| async move { read_file(store, &path, vectors).await })
         .buffer_unordered(crate::READ_CONCURRENCY)
         .try_collect()
-        .await
+        .await?;
+    out.extend(files.into_iter().flatten());
+    Ok(out)
 }
 
-async fn read_one(
-    store: &Arc<dyn ObjectStore>,
-    table: &Url,
-    location: &str,
-    wanted: Wanted,
-) -> Result<Deleted, StreamError> {
-    let Wanted {
-        file, descriptor, ..
-    } = wanted;
-    let error = |vector: &str, reason: String, transient: bool| StreamError::DeletionVector {
-        location: location.to_string(),
-        file: file.clone(),
-        vector: vector.to_string(),
-        reason,
-        transient,
-    };
-    let cardinality = descriptor.cardinality;
-    let original = descriptor.clone();
-    let descriptor = KernelDescriptor::try_from(descriptor)
-        .map_err(|e| error("(descriptor)", kernel_message(&e), false))?;
-    let id = descriptor.unique_id();
-    let absolute = descriptor
-        .absolute_path(table)
-        .map_err(|e| error(&id, kernel_message(&e), false))?;
-    let (shown, decode, bytes) = match absolute {
-        // Inline: the bitmap is in the log.
-        None => ("(inline)".to_string(), descriptor, Bytes::new()),
-        Some(url) => {
-            let path = under_table(table, &url).ok_or_else(|| {
-                error(
-                    url.as_str(),
-                    "the deletion vector is outside the table's folder: only vectors under the table root are read".into(),
-                    false,
-                )
-            })?;
-            let shown = path.to_string();
-            let (start, len) = span(&descriptor).map_err(|reason| error(&shown, reason, false))?;
-            // The file's version byte and the vector's bytes; with offset 1 (one vector per
-            // file, the common case) that is one range, and object_store coalesces the two
-            // otherwise.
-            let ranges: Vec<Range<u64>> = vec![0..1, start..start + len];
-            let parts = store.get_ranges(&path, &ranges).await.map_err(|e| {
-                let transient = store_error_is_transient(&e);
-                let reason = match &e {
-                    object_store::Error::NotFound { .. } => {
-                        "missing from the store (deleted or vacuumed?)".to_string()
-                    }
-                    _ => e.to_string(),
-                };
-                error(&shown, reason, transient)
-            })?;
-            let short = parts.len() != 2 || parts[0].len() != 1 || parts[1].len() as u64 != len;
-            if short {
-                return Err(error(
-                    &shown,
-                    format!(
-                        "the file is shorter than the vector's offset {start} and size {len} say"
-                    ),
-                    false,
-                ));
+/// Where a vector's bytes are.
+enum Source {
+    /// In the log.
+    Inline,
+    /// In a file under the table: `len` bytes at `start`.
+    Stored { path: Path, start: u64, len: u64 },
+}
+
+/// One data file's vector, resolved.
+struct Vector {
+    index: usize,
+    file: String,
+    location: String,
+    original: deltalake::kernel::DeletionVectorDescriptor,
+    descriptor: KernelDescriptor,
+    source: Source,
+    /// The vector as messages name it.
+    shown: String,
+    table: Url,
+}
+
+impl Vector {
+    fn new(wanted: Wanted, table: &Url, location: &str) -> Result<Vector, StreamError> {
+        let Wanted {
+            index,
+            file,
+            descriptor,
+        } = wanted;
+        let error = |vector: &str, reason: String| StreamError::DeletionVector {
+            location: location.to_string(),
+            file: file.clone(),
+            vector: vector.to_string(),
+            reason,
+            transient: false,
+        };
+        let original = descriptor.clone();
+        let descriptor = KernelDescriptor::try_from(descriptor)
+            .map_err(|e| error("(descriptor)", kernel_message(&e)))?;
+        let absolute = descriptor
+            .absolute_path(table)
+            .map_err(|e| error(&descriptor.unique_id(), kernel_message(&e)))?;
+        let (source, shown) = match absolute {
+            None => (Source::Inline, "(inline)".to_string()),
+            Some(url) => {
+                let path = under_table(table, &url).ok_or_else(|| {
+                    error(
+                        url.as_str(),
+                        "the deletion vector is outside the table's folder: only vectors under the table root are read".into(),
+                    )
+                })?;
+                let shown = path.to_string();
+                let (start, len) = span(&descriptor).map_err(|reason| error(&shown, reason))?;
+                (Source::Stored { path, start, len }, shown)
             }
-            // The kernel reads a whole vector file and seeks to the offset: hand it the
-            // version byte followed by this vector, at offset 1.
-            let mut joined = Vec::with_capacity(1 + len as usize);
-            joined.extend_from_slice(&parts[0]);
-            joined.extend_from_slice(&parts[1]);
-            let at_one = KernelDescriptor::try_new(
-                descriptor.storage_type,
-                descriptor.path_or_inline_dv.clone(),
+        };
+        Ok(Vector {
+            index,
+            file,
+            location: location.to_string(),
+            original,
+            descriptor,
+            source,
+            shown,
+            table: table.clone(),
+        })
+    }
+
+    fn error(&self, reason: String, transient: bool) -> StreamError {
+        StreamError::DeletionVector {
+            location: self.location.clone(),
+            file: self.file.clone(),
+            vector: self.shown.clone(),
+            reason,
+            transient,
+        }
+    }
+
+    /// The deleted rows, decoded by the kernel from `fetched` (the file's version byte and
+    /// this vector's bytes; nothing for an inline vector).
+    async fn decode(self, fetched: Bytes) -> Result<Deleted, StreamError> {
+        let cardinality = self.original.cardinality;
+        let id = self.descriptor.unique_id();
+        // The kernel reads a whole vector file and seeks to the offset: hand it the version
+        // byte followed by this vector, at offset 1.
+        let decode = match self.source {
+            Source::Inline => self.descriptor.clone(),
+            Source::Stored { .. } => KernelDescriptor::try_new(
+                self.descriptor.storage_type,
+                self.descriptor.path_or_inline_dv.clone(),
                 Some(1),
-                descriptor.size_in_bytes,
-                descriptor.cardinality,
+                self.descriptor.size_in_bytes,
+                self.descriptor.cardinality,
             )
-            .map_err(|e| error(&shown, kernel_message(&e), false))?;
-            (shown, at_one, Bytes::from(joined))
+            .map_err(|e| self.error(kernel_message(&e), false))?,
+        };
+        let large = decode.size_in_bytes >= DECODE_INLINE_BYTES;
+        let table = self.table.clone();
+        let run = move || -> Result<Vec<u64>, String> {
+            let handler: Arc<dyn delta_kernel::StorageHandler> = Arc::new(Fetched(fetched));
+            let bitmap = decode
+                .read(handler, &table)
+                .map_err(|e| kernel_message(&e))?;
+            Ok(bitmap.into_iter().collect())
+        };
+        let rows = if large {
+            tokio::task::spawn_blocking(run)
+                .await
+                .map_err(|e| self.error(format!("decoding stopped: {e}"), false))?
+        } else {
+            run()
+        }
+        .map_err(|reason| self.error(reason, false))?;
+        if rows.len() as i64 != cardinality {
+            return Err(self.error(
+                format!(
+                    "it deletes {} rows, its descriptor says {cardinality}",
+                    rows.len()
+                ),
+                false,
+            ));
+        }
+        Ok(Deleted {
+            rows: rows.into(),
+            id: format!("{id}#{cardinality}"),
+            descriptor: self.original,
+        })
+    }
+}
+
+/// The vectors stored in the file at `path`: its version byte and each vector's bytes in one
+/// `get_ranges`, then each decoded.
+async fn read_file(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    vectors: Vec<Vector>,
+) -> Result<Vec<(usize, Deleted)>, StreamError> {
+    let mut ranges: Vec<Range<u64>> = vec![0..1];
+    for v in &vectors {
+        if let Source::Stored { start, len, .. } = v.source {
+            ranges.push(start..start + len);
+        }
+    }
+    let parts = match store.get_ranges(path, &ranges).await {
+        Ok(parts) => parts,
+        Err(e) => {
+            let transient = store_error_is_transient(&e);
+            let reason = match &e {
+                object_store::Error::NotFound { .. } => {
+                    "missing from the store (deleted or vacuumed?)".to_string()
+                }
+                _ => e.to_string(),
+            };
+            // Named by the first data file that needs it.
+            return Err(vectors[0].error(reason, transient));
         }
     };
-    let large = decode.size_in_bytes >= DECODE_INLINE_BYTES;
-    let table_url = table.clone();
-    let run = move || -> Result<Vec<u64>, String> {
-        let handler: Arc<dyn delta_kernel::StorageHandler> = Arc::new(Fetched(bytes));
-        let bitmap = decode
-            .read(handler, &table_url)
-            .map_err(|e| kernel_message(&e))?;
-        Ok(bitmap.into_iter().collect())
-    };
-    let rows = if large {
-        tokio::task::spawn_blocking(run)
-            .await
-            .map_err(|e| error(&shown, format!("decoding stopped: {e}"), false))?
-    } else {
-        run()
-    }
-    .map_err(|reason| error(&shown, reason, false))?;
-    if rows.len() as i64 != cardinality {
-        return Err(error(
-            &shown,
-            format!(
-                "it deletes {} rows, its descriptor says {cardinality}",
-                rows.len()
-            ),
+    // object_store's contract; a store that breaks it must not drop a vector silently.
+    if parts.len() != ranges.len() {
+        return Err(vectors[0].error(
+            format!("{} ranges read for {} asked", parts.len(), ranges.len()),
             false,
         ));
     }
-    Ok(Deleted {
-        rows: rows.into(),
-        id: format!("{id}#{cardinality}"),
-        descriptor: original,
-    })
+    let mut out = Vec::with_capacity(vectors.len());
+    for (v, (range, bytes)) in vectors.into_iter().zip(ranges.iter().zip(&parts).skip(1)) {
+        if parts[0].len() != 1 || bytes.len() as u64 != range.end - range.start {
+            return Err(v.error(
+                format!(
+                    "the file is shorter than the vector's offset {} and size {} say",
+                    range.start,
+                    range.end - range.start
+                ),
+                false,
+            ));
+        }
+        let mut joined = Vec::with_capacity(1 + bytes.len());
+        joined.extend_from_slice(&parts[0]);
+        joined.extend_from_slice(bytes);
+        let index = v.index;
+        out.push((index, v.decode(Bytes::from(joined)).await?));
+    }
+    Ok(out)
 }
 
 /// The byte range of a stored vector: its 4-byte size, the bitmap with its magic, the CRC.

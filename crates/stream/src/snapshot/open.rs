@@ -346,6 +346,7 @@ impl Snapshot {
         let footers = files.iter().map(|_| OnceCell::new()).collect();
         let view_footers = files.iter().map(|_| OnceCell::new()).collect();
         let undeleted = files.iter().map(|_| OnceCell::new()).collect();
+        let files_have_deletes = files.iter().any(DataFile::has_deletion_vector);
         Snapshot {
             location,
             version,
@@ -366,6 +367,7 @@ impl Snapshot {
             store,
             footers,
             view_footers,
+            has_deletes: files_have_deletes,
             undeleted,
         }
     }
