@@ -228,6 +228,22 @@ fn deleted_rows_stay_out_over_shuffled_ranks_resumes_and_filters() {
         again.extend(ids(&rest));
         assert_eq!(again, ids(&whole), "resumed after {cut} batches");
     }
+    // Three ranks stop after 4 batches; two ranks finish the epoch: each live row once.
+    let base = || e.builder(&table).with_shuffle(9, 12);
+    let first: Vec<(Vec<Batch>, LoaderState)> =
+        (0..3).map(|r| take(base().with_rank(r, 3), 4)).collect();
+    let state = first[0].1.clone();
+    let rest: Vec<Vec<Batch>> = (0..2)
+        .map(|r| collect(base().with_rank(r, 2).with_state(state.clone())))
+        .collect();
+    let real: Vec<String> = first
+        .iter()
+        .flat_map(|(b, _)| b)
+        .chain(rest.iter().flatten())
+        .flat_map(|b| b.lineage().iter().filter(|o| !o.pad).map(|o| o.id.clone()))
+        .collect();
+    assert_eq!(real.len(), 98, "elastic resume: each live row once");
+    assert_eq!(real.into_iter().collect::<HashSet<_>>(), live);
     // Filters see live rows only, whatever the statistics (wide bounds) say.
     let ids = |filter: &str| -> Vec<String> {
         collect(e.builder(&table).with_filter(filter))
@@ -581,6 +597,19 @@ fn unsupported_reader_features_are_refused_by_name() {
         err.contains("typeWidening") && err.contains("reader feature"),
         "{err}"
     );
+    // A feature no reader knows yet: the kernel refuses it at load, by name too.
+    write_commit(
+        &table,
+        3,
+        &[serde_json::json!({"protocol": {
+            "minReaderVersion": 3,
+            "minWriterVersion": 7,
+            "readerFeatures": ["deletionVectors", "featureOf2030"],
+            "writerFeatures": ["deletionVectors", "featureOf2030"],
+        }})],
+    );
+    let err = first_error(e.builder(&table), "a table needing an unknown feature");
+    assert!(err.contains("featureOf2030"), "{err}");
     // Version 1 did not need it.
     assert_eq!(
         collect(e.builder(&table).with_version(1))

@@ -481,8 +481,11 @@ impl Inner {
             let meta = self.snapshot.reader_metadata(unit.file).await?;
             let groups = meta.metadata().row_groups();
             if let Some(rows) = &selected {
+                // Copied out, the kept rows hold their share of the pages; as views, all.
                 let physical = groups[unit.row_group].num_rows().max(1) as usize;
-                keep = (keep * rows.len()).div_ceil(physical).max(1);
+                if crate::group::copies_kept_rows(rows.len(), physical) {
+                    keep = (keep * rows.len()).div_ceil(physical).max(1);
+                }
             }
             let first_row: u64 = groups[..unit.row_group]
                 .iter()

@@ -18,6 +18,7 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use url::Url;
 
+use super::DataFile;
 use crate::error::{StreamError, kernel_message, store_error_is_transient};
 
 /// Vectors at least this large are decoded on the blocking pool.
@@ -76,6 +77,34 @@ pub(crate) async fn read_all(
         .await?;
     out.extend(files.into_iter().flatten());
     Ok(out)
+}
+
+/// Reads the vectors of `wanted` (see [`read_all`]) and attaches each to its file of `files`,
+/// whose live rows are then its add action's count less the deleted ones.
+pub(crate) async fn attach(
+    files: &mut [DataFile],
+    store: &Arc<dyn ObjectStore>,
+    table: &Url,
+    location: &str,
+    wanted: Vec<Wanted>,
+) -> Result<(), StreamError> {
+    let count = wanted.len();
+    for (index, deleted) in read_all(store, table, location, wanted).await? {
+        let file = &mut files[index];
+        let gone = deleted.rows.len() as u64;
+        if let Some(rows) = file.rows {
+            file.rows = Some(rows.checked_sub(gone).ok_or_else(|| StreamError::Corrupt {
+                location: location.to_string(),
+                file: file.path.clone(),
+                reason: format!(
+                    "its deletion vector deletes {gone} rows, its add action counts {rows}"
+                ),
+            })?);
+        }
+        file.deleted = Some(deleted);
+    }
+    tracing::debug!(location, files = count, "deletion vectors read");
+    Ok(())
 }
 
 /// Where a vector's bytes are.

@@ -245,33 +245,11 @@ impl Snapshot {
             })
             .collect();
         if !wanted.is_empty() {
-            let store = table.object_store();
             let mut root = log_store.root_url().clone();
             if !root.path().ends_with('/') {
                 root.set_path(&format!("{}/", root.path()));
             }
-            let count = wanted.len();
-            for (index, deleted) in deletes::read_all(&store, &root, &location, wanted).await? {
-                let file = &mut files[index];
-                let gone = deleted.rows.len() as u64;
-                if let Some(rows) = file.rows {
-                    file.rows = Some(rows.checked_sub(gone).ok_or_else(|| {
-                        StreamError::Corrupt {
-                            location: location.clone(),
-                            file: file.path.clone(),
-                            reason: format!(
-                                "its deletion vector deletes {gone} rows, its add action counts {rows}"
-                            ),
-                        }
-                    })?);
-                }
-                file.deleted = Some(deleted);
-            }
-            tracing::debug!(
-                location = location.as_str(),
-                files = count,
-                "deletion vectors read"
-            );
+            deletes::attach(&mut files, &table.object_store(), &root, &location, wanted).await?;
         }
         let mut snapshot = Snapshot::new(location, state.version(), files, table.object_store());
         snapshot.protocol = Some(protocol);

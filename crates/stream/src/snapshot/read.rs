@@ -94,8 +94,8 @@ impl Snapshot {
 
     /// [`read_row_group_timed`](Self::read_row_group_timed) with a test's fault hooks: the row
     /// group's rows that are read ([`kept_rows`](Self::kept_rows): not deleted, selected by
-    /// the filter), copied out of the decoded pages when it keeps only some (on the blocking
-    /// pool).
+    /// the filter), taken out of the decoded pages when it keeps only some (on the blocking
+    /// pool; copied when it keeps fewer than half, see `group::copies_kept_rows`).
     pub(crate) async fn read_row_group_hooked(
         &self,
         index: usize,
@@ -111,7 +111,7 @@ impl Snapshot {
         };
         let selected = tokio::task::spawn_blocking(move || {
             let indices: Vec<u64> = rows.iter().map(|&r| u64::from(r)).collect();
-            crate::group::copy_rows(&batch, &indices)
+            crate::group::kept_rows(&batch, &indices)
         })
         .await
         .map_err(|e| self.task_error("decode", index, e))?
