@@ -156,7 +156,7 @@ fn databricks_tables_deliver_exactly_their_live_rows_in_table_order() {
     for name in FIXTURES {
         let e = expected(name);
         for (&version, want) in &e.versions {
-            let mut b = e.builder(&fixture(name)).with_version(version);
+            let mut b = e.builder(fixture(name)).with_version(version);
             if name == "mapping_name" && version >= 1 {
                 // Renamed by the commit make_delta.py adds: the same physical column.
                 b = b.with_id_column("Full Name");
@@ -169,7 +169,7 @@ fn databricks_tables_deliver_exactly_their_live_rows_in_table_order() {
     // Rows are named by their place in the file, deleted rows counted: dv_small's value is
     // its row.
     let e = expected("dv_small");
-    let batches = collect(e.builder(&fixture("dv_small")));
+    let batches = collect(e.builder(fixture("dv_small")));
     for origin in batches.iter().flat_map(|b| b.lineage()) {
         assert_eq!(origin.row.to_string(), origin.id, "row in the file");
     }
@@ -260,7 +260,7 @@ fn deleted_rows_stay_out_over_shuffled_ranks_resumes_and_filters() {
     assert_eq!(ids("id >= 50 AND id < 95"), want);
     // A partition filter on a table with deletion vectors and column mapping.
     let e = expected("dv_mapping");
-    let got: Vec<String> = collect(e.builder(&fixture("dv_mapping")).with_filter("part = 1"))
+    let got: Vec<String> = collect(e.builder(fixture("dv_mapping")).with_filter("part = 1"))
         .iter()
         .flat_map(|b| b.ids.clone())
         .collect();
@@ -499,7 +499,7 @@ fn column_mapping_reads_logical_names_in_both_modes() {
     // `id` mode: columns found by field id; a filter on a mapped column.
     let e = expected("mapping_id");
     let got: Vec<String> = collect(
-        e.builder(&fixture("mapping_id"))
+        e.builder(fixture("mapping_id"))
             .with_filter("IntegerType >= 2"),
     )
     .iter()
@@ -650,6 +650,29 @@ fn log_errors_name_the_file_and_the_cause_in_one_line() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains("commit 00000000000000000001.json, line 4: EOF while parsing"),
+        "{stderr}"
+    );
+    // A checkpoint cut short (a partial upload) is named too.
+    let (_dir, table) = copy_of("deletion_logs");
+    let checkpoint = table.join("_delta_log/00000000000000000020.checkpoint.parquet");
+    let bytes = std::fs::read(&checkpoint).unwrap();
+    std::fs::write(&checkpoint, &bytes[..bytes.len() / 2]).unwrap();
+    let out = Command::new(voxlake_bin())
+        .args([
+            "bench",
+            table.to_str().unwrap(),
+            "--tensor-column",
+            "volume",
+        ])
+        .args(["--shape", "2,3"])
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("checkpoint 00000000000000000020.checkpoint.parquet: Parquet error"),
         "{stderr}"
     );
 }

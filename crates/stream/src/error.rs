@@ -26,7 +26,8 @@ pub enum StreamError {
         /// deltalake's error (boxed: it is large, and every `Result` would carry its size).
         source: Box<DeltaTableError>,
     },
-    /// A log file that does not parse (a commit with a broken line), named with the cause.
+    /// A log file that does not parse (a commit with a broken line, a checkpoint cut short),
+    /// named with the cause.
     #[error("table {location}: the Delta log cannot be read: {reason}")]
     Log {
         /// The table location.

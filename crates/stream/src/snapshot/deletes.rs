@@ -243,12 +243,13 @@ async fn read_file(
     path: &Path,
     vectors: Vec<Vector>,
 ) -> Result<Vec<(usize, Deleted)>, StreamError> {
-    let mut ranges: Vec<Range<u64>> = vec![0..1];
-    for v in &vectors {
-        if let Source::Stored { start, len, .. } = v.source {
-            ranges.push(start..start + len);
-        }
-    }
+    // The version byte, then each vector.
+    let ranges: Vec<Range<u64>> = std::iter::once(0..1)
+        .chain(vectors.iter().filter_map(|v| match v.source {
+            Source::Stored { start, len, .. } => Some(start..start + len),
+            Source::Inline => None,
+        }))
+        .collect();
     let parts = match store.get_ranges(path, &ranges).await {
         Ok(parts) => parts,
         Err(e) => {

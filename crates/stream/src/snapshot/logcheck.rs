@@ -1,14 +1,19 @@
-//! Naming the log file a failed load tripped on. The Delta kernel reports a commit it cannot
-//! parse by its parser's words only ("Json error: Truncated record…"); on that error path, and
-//! only there, the commits the load read (those after the last checkpoint) are parsed again
-//! line by line to say which file and line it was.
+//! Naming the log file a failed load tripped on. The Delta kernel reports a log file it cannot
+//! parse by its parser's words only ("Json error: Truncated record…", "Parquet error: Corrupt
+//! footer"); on that error path, and only there, the files the load read are checked again: the
+//! commits after the last checkpoint line by line, and that checkpoint's files (JSON lines, or
+//! Parquet footers; v2 sidecars too), to say which file (and line) it was.
+
+use std::sync::Arc;
 
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use parquet::arrow::async_reader::AsyncFileReader;
+use voxlake_format::reader::ObjectFileReader;
 
 /// A log file's version, if `name` is a commit (`00000000000000000003.json`) or a checkpoint
-/// (`…10.checkpoint.parquet`, `…10.checkpoint.<uuid>.json`, multi-part ones).
+/// (`…10.checkpoint.parquet`, `…10.checkpoint.<uuid>.json`, multi-part ones, v2 sidecars).
 fn parse_name(name: &str) -> Option<(u64, bool)> {
     let (digits, rest) = name.split_at_checked(20)?;
     let version = digits.parse::<u64>().ok()?;
@@ -19,48 +24,80 @@ fn parse_name(name: &str) -> Option<(u64, bool)> {
     }
 }
 
-/// The first commit among those a load up to `up_to` (the latest: `None`) reads whose text is
-/// not JSON, as "commit FILE, line N: cause"; `None` when each of them parses (the failure was
-/// elsewhere) or the log cannot be listed.
-pub(crate) async fn malformed_commit(
-    store: &dyn ObjectStore,
+/// The first file among those a load up to `up_to` (the latest: `None`) reads that does not
+/// parse, as "commit FILE, line N: cause" or "checkpoint FILE: cause"; `None` when each of
+/// them parses (the failure was elsewhere) or the log cannot be listed.
+pub(crate) async fn unreadable_log_file(
+    store: &Arc<dyn ObjectStore>,
     up_to: Option<u64>,
 ) -> Option<String> {
     let log = Path::from("_delta_log");
-    let listed: Vec<object_store::ObjectMeta> = store.list(Some(&log)).try_collect().await.ok()?;
+    let listed: Vec<ObjectMeta> = store.list(Some(&log)).try_collect().await.ok()?;
     let mut commits = Vec::new();
-    let mut checkpoint = None;
-    for meta in &listed {
-        // Only the log's own files, not `_sidecars/` or `_commits/`.
-        let parts: Vec<_> = meta.location.prefix_match(&log)?.collect();
-        let [name] = parts.as_slice() else { continue };
-        let Some((version, is_checkpoint)) = parse_name(name.as_ref()) else {
+    let mut checkpoints: Vec<(u64, ObjectMeta)> = Vec::new();
+    for meta in listed {
+        // The log's own files and its sidecars, not `_commits/`.
+        let parts: Vec<String> = meta
+            .location
+            .prefix_match(&log)?
+            .map(|p| p.as_ref().to_string())
+            .collect();
+        let name = match parts.as_slice() {
+            [name] => name.as_str(),
+            [folder, name] if folder == "_sidecars" => name.as_str(),
+            _ => continue,
+        };
+        let Some((version, is_checkpoint)) = parse_name(name) else {
             continue;
         };
         if up_to.is_some_and(|v| version > v) {
             continue;
         }
         if is_checkpoint {
-            checkpoint = checkpoint.max(Some(version));
-        } else {
-            commits.push((version, meta.location.clone()));
+            checkpoints.push((version, meta));
+        } else if parts.len() == 1 {
+            commits.push((version, meta.location));
         }
     }
+    let checkpoint = checkpoints.iter().map(|(v, _)| *v).max();
     commits.retain(|(v, _)| checkpoint.is_none_or(|c| *v > c));
     commits.sort();
     for (_, path) in commits {
-        let bytes = store.get(&path).await.ok()?.bytes().await.ok()?;
-        let name = path.filename().unwrap_or_default().to_string();
-        let Ok(text) = std::str::from_utf8(&bytes) else {
-            return Some(format!("commit {name} is not UTF-8 text"));
+        if let Some(found) = bad_json(store, &path, "commit").await {
+            return Some(found);
+        }
+    }
+    for (_, meta) in checkpoints.iter().filter(|(v, _)| Some(*v) == checkpoint) {
+        let found = if meta.location.as_ref().ends_with(".json") {
+            bad_json(store, &meta.location, "checkpoint").await
+        } else {
+            let mut reader = ObjectFileReader::new(store.clone(), meta.location.clone(), meta.size);
+            let name = meta.location.filename().unwrap_or_default();
+            match reader.get_metadata(None).await {
+                Ok(_) => None,
+                Err(e) => Some(format!("checkpoint {name}: {e}")),
+            }
         };
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            if let Err(e) = serde_json::from_str::<serde_json::Value>(line) {
-                return Some(format!("commit {name}, line {}: {e}", i + 1));
-            }
+        if found.is_some() {
+            return found;
+        }
+    }
+    None
+}
+
+/// `what` (`commit` or `checkpoint`) at `path` named with the first line that is not JSON.
+async fn bad_json(store: &Arc<dyn ObjectStore>, path: &Path, what: &str) -> Option<String> {
+    let bytes = store.get(path).await.ok()?.bytes().await.ok()?;
+    let name = path.filename().unwrap_or_default().to_string();
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return Some(format!("{what} {name} is not UTF-8 text"));
+    };
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Err(e) = serde_json::from_str::<serde_json::Value>(line) {
+            return Some(format!("{what} {name}, line {}: {e}", i + 1));
         }
     }
     None
@@ -88,30 +125,67 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_malformed_commit_after_the_checkpoint_is_named_with_its_line() {
-        let store = InMemory::new();
-        let put = |name: &str, text: &str| {
+    async fn the_file_a_load_reads_and_cannot_parse_is_named() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let put = |name: &str, bytes: Vec<u8>| {
             let path = Path::from(format!("_delta_log/{name}"));
-            let payload = PutPayload::from(text.as_bytes().to_vec());
-            let store = &store;
-            async move { store.put(&path, payload).await.unwrap() }
+            let store = store.clone();
+            async move { store.put(&path, PutPayload::from(bytes)).await.unwrap() }
         };
         // A broken commit before the checkpoint is not read by a load: not reported.
-        put("00000000000000000000.json", "{\"a\":1}\n{broken\n").await;
-        put("00000000000000000001.checkpoint.parquet", "PAR1").await;
-        put("00000000000000000002.json", "{\"a\":1}\n").await;
-        assert_eq!(malformed_commit(&store, None).await, None);
         put(
-            "00000000000000000003.json",
-            "{\"a\":1}\n{\"add\":{\"path\":\n",
+            "00000000000000000000.json",
+            b"{\"a\":1}\n{broken\n".to_vec(),
         )
         .await;
-        let found = malformed_commit(&store, None).await.unwrap();
+        put("00000000000000000002.json", b"{\"a\":1}\n".to_vec()).await;
+        // A checkpoint of version 1 that is not Parquet (cut short).
+        put(
+            "00000000000000000001.checkpoint.parquet",
+            b"PAR1xx".to_vec(),
+        )
+        .await;
+        let found = unreadable_log_file(&store, None).await.unwrap();
+        assert!(
+            found.starts_with("checkpoint 00000000000000000001.checkpoint.parquet: "),
+            "{found}"
+        );
+        // Pinned before the checkpoint, the load reads commit 0: its line 2 is named.
+        let found = unreadable_log_file(&store, Some(0)).await.unwrap();
+        assert!(
+            found.starts_with("commit 00000000000000000000.json, line 2: "),
+            "{found}"
+        );
+        // A broken commit after the checkpoint comes first.
+        put(
+            "00000000000000000003.json",
+            b"{\"a\":1}\n{\"add\":{\"path\":\n".to_vec(),
+        )
+        .await;
+        let found = unreadable_log_file(&store, None).await.unwrap();
         assert!(
             found.starts_with("commit 00000000000000000003.json, line 2: "),
             "{found}"
         );
-        // Pinned before it, the broken commit is not read.
-        assert_eq!(malformed_commit(&store, Some(2)).await, None);
+        // A v2 checkpoint's sidecar is checked with it.
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let put = |name: &str, bytes: Vec<u8>| {
+            let path = Path::from(format!("_delta_log/{name}"));
+            let store = store.clone();
+            async move { store.put(&path, PutPayload::from(bytes)).await.unwrap() }
+        };
+        put(
+            "00000000000000000006.checkpoint.f5ee.json",
+            b"{\"a\":1}\n".to_vec(),
+        )
+        .await;
+        put(
+            "_sidecars/00000000000000000006.checkpoint.0000000001.0000000001.ab.parquet",
+            b"not parquet".to_vec(),
+        )
+        .await;
+        let found = unreadable_log_file(&store, None).await.unwrap();
+        assert!(found.contains("0000000001.ab.parquet: "), "{found}");
+        assert_eq!(unreadable_log_file(&store, Some(5)).await, None);
     }
 }

@@ -154,7 +154,7 @@ impl Snapshot {
                 let store_fault = matches!(e, DeltaTableError::ObjectStore { .. });
                 if !store_fault
                     && let Some(reason) =
-                        logcheck::malformed_commit(table.object_store().as_ref(), version).await
+                        logcheck::unreadable_log_file(&table.object_store(), version).await
                 {
                     return Err(StreamError::Log {
                         location: display.clone(),
