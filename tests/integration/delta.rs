@@ -19,6 +19,7 @@ use voxlake_testkit::delta::{
 };
 use voxlake_testkit::{python_script, voxlake_bin};
 
+use crate::distributed::take;
 use crate::loader::{collect, first_error};
 
 /// A fixture's path in this checkout.
@@ -270,17 +271,6 @@ fn deleted_rows_stay_out_over_shuffled_ranks_resumes_and_filters() {
         .filter(|i| i.parse::<i64>().unwrap() % 10 == 1)
         .collect();
     assert_eq!(got, want, "part is col1 mod 10 in this table");
-}
-
-/// The first `k` batches and the state after them.
-fn take(builder: LoaderBuilder, k: usize) -> (Vec<Batch>, LoaderState) {
-    std::thread::spawn(move || {
-        let mut loader = builder.build().unwrap();
-        let batches: Vec<Batch> = loader.by_ref().take(k).map(Result::unwrap).collect();
-        (batches, loader.state())
-    })
-    .join()
-    .unwrap()
 }
 
 #[tokio::test]
@@ -582,32 +572,25 @@ fn time_travel_by_timestamp_follows_commit_times_or_in_commit_timestamps() {
 fn unsupported_reader_features_are_refused_by_name() {
     let e = expected("dv_small");
     let (_dir, table) = copy_of("dv_small");
-    write_commit(
-        &table,
-        2,
-        &[serde_json::json!({"protocol": {
+    // Commit `version`: a protocol that needs `feature` besides deletion vectors.
+    let require = |version: u64, feature: &str| {
+        let features = serde_json::json!(["deletionVectors", feature]);
+        let protocol = serde_json::json!({"protocol": {
             "minReaderVersion": 3,
             "minWriterVersion": 7,
-            "readerFeatures": ["deletionVectors", "typeWidening"],
-            "writerFeatures": ["deletionVectors", "typeWidening"],
-        }})],
-    );
+            "readerFeatures": features,
+            "writerFeatures": features,
+        }});
+        write_commit(&table, version, &[protocol]);
+    };
+    require(2, "typeWidening");
     let err = first_error(e.builder(&table), "a table needing typeWidening");
     assert!(
         err.contains("typeWidening") && err.contains("reader feature"),
         "{err}"
     );
     // A feature no reader knows yet: the kernel refuses it at load, by name too.
-    write_commit(
-        &table,
-        3,
-        &[serde_json::json!({"protocol": {
-            "minReaderVersion": 3,
-            "minWriterVersion": 7,
-            "readerFeatures": ["deletionVectors", "featureOf2030"],
-            "writerFeatures": ["deletionVectors", "featureOf2030"],
-        }})],
-    );
+    require(3, "featureOf2030");
     let err = first_error(e.builder(&table), "a table needing an unknown feature");
     assert!(err.contains("featureOf2030"), "{err}");
     // Version 1 did not need it.
@@ -620,24 +603,38 @@ fn unsupported_reader_features_are_refused_by_name() {
     );
 }
 
+/// `voxlake bench TABLE ARGS…`, which must fail: its stderr, in one line.
+fn bench_error(table: &Path, args: &[&str]) -> String {
+    let out = Command::new(voxlake_bin())
+        .args(["bench", table.to_str().unwrap()])
+        .args(args)
+        // Backtraces on, as in this sandbox and many CI set-ups: none may reach stderr.
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    stderr
+}
+
 #[test]
 fn log_errors_name_the_file_and_the_cause_in_one_line() {
     let (_dir, table) = copy_of("dv_small");
+    let cube = [
+        "--tensor-column",
+        "cube",
+        "--shape",
+        "2,2,2",
+        "--dtype",
+        "f32",
+    ];
     let bench = |table: &Path, extra: &[&str]| {
-        let out = Command::new(voxlake_bin())
-            .args(["bench", table.to_str().unwrap(), "--tensor-column", "cube"])
-            .args(["--shape", "2,2,2", "--dtype", "f32"])
-            .args(extra)
-            // Backtraces on, as in this sandbox and many CI set-ups: none may reach stderr.
-            .env("RUST_BACKTRACE", "1")
-            .env_remove("RUST_LOG")
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        String::from_utf8(out.stderr).unwrap()
+        let args: Vec<&str> = cube.iter().chain(extra).copied().collect();
+        bench_error(table, &args)
     };
     let stderr = bench(&table, &["--version", "99"]);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains("version 99 does not exist: the latest is 1"),
         "{stderr}"
@@ -647,7 +644,6 @@ fn log_errors_name_the_file_and_the_cause_in_one_line() {
     text.push_str("{\"add\":{\"path\":\"x.parquet\",\"size\":\n");
     std::fs::write(&log, text).unwrap();
     let stderr = bench(&table, &[]);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains("commit 00000000000000000001.json, line 4: EOF while parsing"),
         "{stderr}"
@@ -657,20 +653,7 @@ fn log_errors_name_the_file_and_the_cause_in_one_line() {
     let checkpoint = table.join("_delta_log/00000000000000000020.checkpoint.parquet");
     let bytes = std::fs::read(&checkpoint).unwrap();
     std::fs::write(&checkpoint, &bytes[..bytes.len() / 2]).unwrap();
-    let out = Command::new(voxlake_bin())
-        .args([
-            "bench",
-            table.to_str().unwrap(),
-            "--tensor-column",
-            "volume",
-        ])
-        .args(["--shape", "2,3"])
-        .env("RUST_BACKTRACE", "1")
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let stderr = bench_error(&table, &["--tensor-column", "volume", "--shape", "2,3"]);
     assert!(
         stderr.contains("checkpoint 00000000000000000020.checkpoint.parquet: Parquet error"),
         "{stderr}"

@@ -41,7 +41,7 @@ async fn uneven_table(dir: &Path, count: usize, seed: u64) -> PathBuf {
 }
 
 /// The first `k` batches and the state after them.
-fn take(builder: LoaderBuilder, k: usize) -> (Vec<Batch>, LoaderState) {
+pub fn take(builder: LoaderBuilder, k: usize) -> (Vec<Batch>, LoaderState) {
     std::thread::spawn(move || {
         let mut loader = builder.build().unwrap();
         let batches: Vec<Batch> = loader.by_ref().take(k).map(Result::unwrap).collect();

@@ -124,27 +124,21 @@ mod tests {
         assert_eq!(parse_name("_last_checkpoint"), None);
     }
 
+    /// Writes `_delta_log/<name>` of `store`.
+    async fn put(store: &Arc<dyn ObjectStore>, name: &str, text: &str) {
+        let path = Path::from(format!("_delta_log/{name}"));
+        let payload = PutPayload::from(text.as_bytes().to_vec());
+        store.put(&path, payload).await.unwrap();
+    }
+
     #[tokio::test]
     async fn the_file_a_load_reads_and_cannot_parse_is_named() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let put = |name: &str, bytes: Vec<u8>| {
-            let path = Path::from(format!("_delta_log/{name}"));
-            let store = store.clone();
-            async move { store.put(&path, PutPayload::from(bytes)).await.unwrap() }
-        };
         // A broken commit before the checkpoint is not read by a load: not reported.
-        put(
-            "00000000000000000000.json",
-            b"{\"a\":1}\n{broken\n".to_vec(),
-        )
-        .await;
-        put("00000000000000000002.json", b"{\"a\":1}\n".to_vec()).await;
+        put(&store, "00000000000000000000.json", "{\"a\":1}\n{broken\n").await;
+        put(&store, "00000000000000000002.json", "{\"a\":1}\n").await;
         // A checkpoint of version 1 that is not Parquet (cut short).
-        put(
-            "00000000000000000001.checkpoint.parquet",
-            b"PAR1xx".to_vec(),
-        )
-        .await;
+        put(&store, "00000000000000000001.checkpoint.parquet", "PAR1xx").await;
         let found = unreadable_log_file(&store, None).await.unwrap();
         assert!(
             found.starts_with("checkpoint 00000000000000000001.checkpoint.parquet: "),
@@ -157,11 +151,8 @@ mod tests {
             "{found}"
         );
         // A broken commit after the checkpoint comes first.
-        put(
-            "00000000000000000003.json",
-            b"{\"a\":1}\n{\"add\":{\"path\":\n".to_vec(),
-        )
-        .await;
+        let broken = "{\"a\":1}\n{\"add\":{\"path\":\n";
+        put(&store, "00000000000000000003.json", broken).await;
         let found = unreadable_log_file(&store, None).await.unwrap();
         assert!(
             found.starts_with("commit 00000000000000000003.json, line 2: "),
@@ -169,21 +160,14 @@ mod tests {
         );
         // A v2 checkpoint's sidecar is checked with it.
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let put = |name: &str, bytes: Vec<u8>| {
-            let path = Path::from(format!("_delta_log/{name}"));
-            let store = store.clone();
-            async move { store.put(&path, PutPayload::from(bytes)).await.unwrap() }
-        };
+        let sidecar = "_sidecars/00000000000000000006.checkpoint.0000000001.0000000001.ab.parquet";
         put(
+            &store,
             "00000000000000000006.checkpoint.f5ee.json",
-            b"{\"a\":1}\n".to_vec(),
+            "{\"a\":1}\n",
         )
         .await;
-        put(
-            "_sidecars/00000000000000000006.checkpoint.0000000001.0000000001.ab.parquet",
-            b"not parquet".to_vec(),
-        )
-        .await;
+        put(&store, sidecar, "not parquet").await;
         let found = unreadable_log_file(&store, None).await.unwrap();
         assert!(found.contains("0000000001.ab.parquet: "), "{found}");
         assert_eq!(unreadable_log_file(&store, Some(5)).await, None);
