@@ -4,6 +4,7 @@ mod cli;
 mod compact;
 mod delta;
 mod distributed;
+mod fields;
 mod filter;
 mod foreign;
 mod loader;

@@ -43,6 +43,41 @@ pub struct SampleArgs {
     /// The id column (default `id` if there is one).
     #[arg(long)]
     pub id_column: Option<String>,
+    /// A field of the sample (repeatable; the first a tensor): `NAME`, or `NAME=8,8,4` and
+    /// `NAME=8,8,4:u8` where the column's bytes need a shape or a type. When given, the sample
+    /// is these fields (with the label and id).
+    #[arg(long = "field", value_parser = parse_field)]
+    pub fields: Vec<voxlake_format::sample::FieldHint>,
+}
+
+/// Parses a `--field NAME[=SHAPE[:DTYPE]]`.
+pub fn parse_field(s: &str) -> Result<voxlake_format::sample::FieldHint, String> {
+    let (name, rest) = match s.split_once('=') {
+        Some((name, rest)) => (name, Some(rest)),
+        None => (s, None),
+    };
+    if name.is_empty() {
+        return Err("expected NAME, NAME=SHAPE or NAME=SHAPE:DTYPE".into());
+    }
+    let mut hint = voxlake_format::sample::FieldHint::new(name);
+    if let Some(rest) = rest {
+        let (shape, dtype) = match rest.split_once(':') {
+            Some((shape, dtype)) => (shape, Some(dtype)),
+            None => (rest, None),
+        };
+        let dims = shape
+            .split(',')
+            .filter(|d| !d.is_empty())
+            .map(|d| d.trim().parse::<usize>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("shape '{shape}': {e}"))?;
+        hint.shape = Some(dims);
+        hint.dtype = dtype
+            .map(str::parse::<voxlake_format::DType>)
+            .transpose()
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(hint)
 }
 
 /// Which version of a table to read.
@@ -76,6 +111,26 @@ impl SampleArgs {
             dtype: self.dtype,
             label: self.label_column,
             id: self.id_column,
+            fields: self.fields,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use voxlake_format::DType;
+
+    #[test]
+    fn fields_parse_with_a_shape_and_a_type_where_given() {
+        let f = parse_field("mask").unwrap();
+        assert_eq!((f.column.as_str(), f.shape, f.dtype), ("mask", None, None));
+        let f = parse_field("x=8,8,4").unwrap();
+        assert_eq!((f.shape, f.dtype), (Some(vec![8, 8, 4]), None));
+        let f = parse_field("x=8,8,4:u8").unwrap();
+        assert_eq!((f.shape, f.dtype), (Some(vec![8, 8, 4]), Some(DType::U8)));
+        assert!(parse_field("=3").is_err());
+        assert!(parse_field("x=a,b").unwrap_err().contains("shape 'a,b'"));
+        assert!(parse_field("x=2:q9").is_err());
     }
 }

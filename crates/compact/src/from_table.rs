@@ -63,7 +63,7 @@ impl Compactor {
         tracing::info!(
             source = %source_display,
             table = %table_display,
-            encoding = snapshot.columns().encoding.describe(),
+            sample = %snapshot.sample(),
             rows = snapshot.num_rows().unwrap_or(0),
             "converting a table"
         );

@@ -27,6 +27,21 @@ pub struct FileInfo {
     pub row_groups: usize,
 }
 
+/// One field of a table's samples.
+#[derive(Debug, Clone, Serialize)]
+pub struct FieldInfo {
+    /// The field's name.
+    pub name: String,
+    /// The column holding it.
+    pub column: String,
+    /// Its shape (`None` for text).
+    pub shape: Option<Vec<usize>>,
+    /// Its element type (`None` for text).
+    pub dtype: Option<String>,
+    /// How the column holds it.
+    pub encoding: String,
+}
+
 /// A summary of a voxlake table.
 #[derive(Debug, Clone, Serialize)]
 pub struct TableInfo {
@@ -52,14 +67,16 @@ pub struct TableInfo {
     pub row_groups: usize,
     /// Smallest and largest row group, in rows.
     pub row_group_rows: (u64, u64),
-    /// Tensor shape of one sample.
+    /// Tensor shape of one sample (of its first field).
     pub shape: Vec<usize>,
-    /// Element type.
+    /// Element type (of the first field).
     pub dtype: String,
-    /// The column holding the tensors.
+    /// The column holding the tensors (the first field).
     pub tensor_column: String,
     /// How the tensors are read from it.
     pub encoding: String,
+    /// Every field of a sample, in order (one, `tensor`, for a one-tensor table).
+    pub fields: Vec<FieldInfo>,
     /// Whether the table is in voxlake's own layout (else read through the encoding above).
     pub native: bool,
     /// The label column, if any.
@@ -83,7 +100,18 @@ impl Compactor {
         )
         .await?;
         let columns = snapshot.columns().clone();
-        let spec = columns.spec.clone();
+        let spec = columns.sample.first().clone();
+        let fields = columns
+            .fields
+            .iter()
+            .map(|f| FieldInfo {
+                name: f.name.clone(),
+                column: f.column.clone(),
+                shape: f.kind.tensor().map(|s| s.shape().to_vec()),
+                dtype: f.kind.tensor().map(|s| s.dtype().to_string()),
+                encoding: f.encoding.describe().to_string(),
+            })
+            .collect();
         let files = snapshot.files();
 
         let mut footers = futures::stream::iter(0..files.len())
@@ -177,8 +205,9 @@ impl Compactor {
             row_group_rows,
             shape: spec.shape().to_vec(),
             dtype: spec.dtype().to_string(),
-            tensor_column: columns.tensor.clone(),
-            encoding: columns.encoding.describe().to_string(),
+            tensor_column: columns.first().column.clone(),
+            encoding: columns.first().encoding.describe().to_string(),
+            fields,
             native: columns.native,
             label_column: columns.label.clone(),
             id_column: columns.id.clone(),

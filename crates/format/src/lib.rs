@@ -29,19 +29,20 @@
 )]
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::SchemaRef;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 mod dtype;
+mod fields;
 pub mod npy;
 pub mod reader;
 pub mod sample;
 
 pub use dtype::{Casting, DType};
+pub use fields::{FIELDS_KEY, FieldKind, SampleField, SampleSpec};
 
 /// Name of the column holding the source object's key.
 pub const ID_COLUMN: &str = "id";
@@ -57,6 +58,12 @@ pub const CHECKSUM_COLUMN: &str = "row_crc32";
 /// UTF-8 bytes and a 0 byte, the label as a tag byte (0 none, 1 some) and 8 little-endian bytes
 /// (zeros when none), then the tensor's bytes. A flipped bit in any of the three is caught.
 pub fn row_checksum(id: &str, label: Option<i64>, tensor: &[u8]) -> i64 {
+    row_checksum_of(id, label, &[tensor])
+}
+
+/// [`row_checksum`] of a row of several tensor fields: their bytes one after another, in the
+/// sample's field order (one field: the same sum as [`row_checksum`]).
+pub fn row_checksum_of(id: &str, label: Option<i64>, fields: &[&[u8]]) -> i64 {
     let mut h = crc32fast::Hasher::new();
     h.update(id.as_bytes());
     h.update(&[0]);
@@ -67,7 +74,9 @@ pub fn row_checksum(id: &str, label: Option<i64>, tensor: &[u8]) -> i64 {
         }
         None => h.update(&[0; 9]),
     }
-    h.update(tensor);
+    for field in fields {
+        h.update(field);
+    }
     i64::from(h.finalize())
 }
 
@@ -195,16 +204,7 @@ impl TensorSpec {
     /// The Arrow schema of a table of this spec, with or without the checksum column (tables
     /// written before it have none, and appends keep their schema).
     pub fn arrow_schema_with(&self, checksums: bool) -> SchemaRef {
-        let mut fields = vec![
-            Field::new(ID_COLUMN, DataType::Utf8, false),
-            Field::new(LABEL_COLUMN, DataType::Int64, true),
-            Field::new(TENSOR_COLUMN, DataType::Binary, false)
-                .with_metadata(self.table_configuration()),
-        ];
-        if checksums {
-            fields.push(Field::new(CHECKSUM_COLUMN, DataType::Int64, true));
-        }
-        Arc::new(Schema::new(fields))
+        SampleSpec::from(self.clone()).arrow_schema_with(checksums)
     }
 }
 
@@ -277,28 +277,37 @@ impl Layout {
     /// helps nobody and costs a pass over them); `id` and `label` keep chunk statistics so Delta
     /// can skip files.
     pub fn writer_properties(&self) -> WriterProperties {
+        self.writer_properties_for(&[TENSOR_COLUMN])
+    }
+
+    /// [`writer_properties`](Self::writer_properties) for a table whose tensor fields are the
+    /// columns `tensors`: each one laid out as the `tensor` column is.
+    pub fn writer_properties_for(&self, tensors: &[&str]) -> WriterProperties {
         let compression = match self.compression {
             Codec::None => Compression::UNCOMPRESSED,
             Codec::Snappy => Compression::SNAPPY,
             Codec::Lz4 => Compression::LZ4_RAW,
             Codec::Zstd => Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()),
         };
-        let tensor = ColumnPath::from(TENSOR_COLUMN);
         let id = ColumnPath::from(ID_COLUMN);
-        WriterProperties::builder()
+        let mut builder = WriterProperties::builder()
             .set_max_row_group_row_count(Some(self.row_group_rows.max(1)))
             .set_compression(compression)
             .set_statistics_enabled(EnabledStatistics::Chunk)
-            .set_column_statistics_enabled(tensor.clone(), EnabledStatistics::None)
-            .set_column_dictionary_enabled(tensor.clone(), false)
-            .set_column_encoding(tensor.clone(), parquet::basic::Encoding::PLAIN)
-            // One data page per tensor chunk: the reader then sizes its buffer once instead of
-            // growing (and copying) it page by page (see docs/format.md).
-            .set_column_data_page_size_limit(tensor, TENSOR_PAGE_LIMIT)
             // Ids are unique: a dictionary would only grow the file.
             .set_column_dictionary_enabled(id, false)
-            .set_created_by(format!("voxlake {}", env!("CARGO_PKG_VERSION")))
-            .build()
+            .set_created_by(format!("voxlake {}", env!("CARGO_PKG_VERSION")));
+        for name in tensors {
+            let tensor = ColumnPath::from(*name);
+            builder = builder
+                .set_column_statistics_enabled(tensor.clone(), EnabledStatistics::None)
+                .set_column_dictionary_enabled(tensor.clone(), false)
+                .set_column_encoding(tensor.clone(), parquet::basic::Encoding::PLAIN)
+                // One data page per tensor chunk: the reader then sizes its buffer once
+                // instead of growing (and copying) it page by page (see docs/format.md).
+                .set_column_data_page_size_limit(tensor, TENSOR_PAGE_LIMIT);
+        }
+        builder.build()
     }
 }
 

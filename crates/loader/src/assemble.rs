@@ -1,20 +1,30 @@
 //! Batches from drawn rows: the decoded row groups the shuffle buffer holds (typed views of
-//! their columns, checked once), their straggling rows copied out, and each batch copied once
-//! from the Arrow buffers into its tensor, on the assembly pool when there is one.
+//! their columns, one per field of the sample, checked once), their straggling rows copied out,
+//! and each batch's fields copied once from the Arrow buffers into their tensors, on the
+//! assembly pool when there is one.
 
+use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use arrow_array::{Array, BinaryViewArray, Int64Array, StringArray};
-use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+use voxlake_format::{FieldKind, ID_COLUMN, LABEL_COLUMN, TensorSpec};
 use voxlake_stream::hooks::Stage;
 use voxlake_stream::{RowGroupBatch, StreamError, panic_message};
 
 use crate::LoaderError;
-use crate::batch::{self, Batch, RowOrigin, Tensors};
+use crate::batch::{self, Batch, FieldBatch, RowOrigin, Tensors};
 use crate::producer::Producer;
-use crate::transform::{self, Sample, SampleFn};
+use crate::transform::{self, FieldValue, Sample, SampleFn};
+
+/// A field's column in a decoded row group.
+enum Column {
+    /// A tensor field: each row's little-endian bytes.
+    Tensors(BinaryViewArray),
+    /// A text field.
+    Text(StringArray),
+}
 
 /// A decoded row group and typed views of its columns.
 pub(crate) struct Group {
@@ -22,7 +32,8 @@ pub(crate) struct Group {
     file: Arc<str>,
     ids: Option<StringArray>,
     labels: Option<Int64Array>,
-    tensors: Option<BinaryViewArray>,
+    /// Per field of the table's sample, its column (`None` where it is not read).
+    fields: Vec<Option<Column>>,
 }
 
 impl Group {
@@ -30,10 +41,35 @@ impl Group {
     pub fn index_of(&self, kept: u64) -> Option<usize> {
         self.data.index_of_row(self.data.unit.kept_row(kept)?)
     }
-}
 
-/// A sample after the per-sample transform (the loader's spec, standard layout), and its label.
-type Transformed = (Tensors, Option<i64>);
+    fn id(&self, index: usize) -> String {
+        self.ids
+            .as_ref()
+            .map_or_else(String::new, |ids| ids.value(index).to_string())
+    }
+
+    fn label(&self, index: usize) -> Option<i64> {
+        self.labels
+            .as_ref()
+            .and_then(|l| (!l.is_null(index)).then(|| l.value(index)))
+    }
+
+    /// Field `field`'s bytes in row `index` (empty where not read or not a tensor).
+    fn bytes(&self, field: usize, index: usize) -> &[u8] {
+        match self.fields.get(field) {
+            Some(Some(Column::Tensors(t))) => t.value(index),
+            _ => &[],
+        }
+    }
+
+    /// Field `field`'s string in row `index` (empty where null or not read).
+    fn text(&self, field: usize, index: usize) -> String {
+        match self.fields.get(field) {
+            Some(Some(Column::Text(t))) if !t.is_null(index) => t.value(index).to_string(),
+            _ => String::new(),
+        }
+    }
+}
 
 /// One row drawn for a batch: its group and its index in the group's data.
 pub(crate) struct Row {
@@ -41,39 +77,67 @@ pub(crate) struct Row {
     pub index: usize,
 }
 
+/// One field's values for a batch, one per row.
+enum Values<'a> {
+    Tensors(Vec<Cow<'a, [u8]>>),
+    Text(Vec<String>),
+}
+
+/// A sample after the per-sample transform: its fields (the loader's output sample, standard
+/// layout) and its label.
+type Transformed = (Vec<FieldValue>, Option<i64>);
+
 impl Producer {
     pub(crate) fn group(&self, data: RowGroupBatch) -> Result<Group, LoaderError> {
         let column = |name: &str| data.batch.column_by_name(name).cloned();
         let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
         let labels =
             column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
-        let tensors = column(TENSOR_COLUMN)
-            .and_then(|c| c.as_any().downcast_ref::<BinaryViewArray>().cloned());
         let snapshot = self.stream.snapshot();
         let file: Arc<str> = snapshot.files()[data.file()].path.as_str().into();
-        if let Some(tensors) = &tensors {
-            let expected = self.input_spec.nbytes();
-            for i in 0..tensors.len() {
-                let found = tensors.value(i).len();
-                if found != expected || tensors.is_null(i) {
-                    return Err(LoaderError::BadRow {
-                        location: snapshot.location().to_string(),
-                        file: file.to_string(),
-                        id: ids
-                            .as_ref()
-                            .map_or_else(|| format!("#{i}"), |ids| ids.value(i).to_string()),
-                        found,
-                        expected,
-                        spec: self.input_spec.to_string(),
-                    });
+        let mut fields = Vec::with_capacity(self.input_spec.fields().len());
+        for field in self.input_spec.fields() {
+            let read = column(&field.name);
+            let bad = |i: usize, found: usize, expected: usize| LoaderError::BadRow {
+                location: snapshot.location().to_string(),
+                file: file.to_string(),
+                id: ids
+                    .as_ref()
+                    .map_or_else(|| format!("#{i}"), |ids| ids.value(i).to_string()),
+                field: field.name.as_str().into(),
+                found,
+                expected,
+                spec: field.kind.to_string().into(),
+            };
+            fields.push(match (&field.kind, read) {
+                (_, None) => None,
+                (FieldKind::Tensor(spec), Some(c)) => {
+                    let Some(tensors) = c.as_any().downcast_ref::<BinaryViewArray>().cloned()
+                    else {
+                        return Err(bad(0, 0, spec.nbytes()));
+                    };
+                    let expected = spec.nbytes();
+                    for i in 0..tensors.len() {
+                        let found = tensors.value(i).len();
+                        if found != expected || tensors.is_null(i) {
+                            return Err(bad(i, found, expected));
+                        }
+                    }
+                    Some(Column::Tensors(tensors))
                 }
-            }
+                (FieldKind::Text, Some(c)) => match c.as_any().downcast_ref::<StringArray>() {
+                    Some(text) => Some(Column::Text(text.clone())),
+                    None => return Err(bad(0, 0, 0)),
+                },
+                #[allow(unreachable_patterns)]
+                (_, Some(_)) => None,
+            });
         }
         Ok(Group {
             file,
             ids,
             labels,
-            tensors,
+            fields,
             data,
         })
     }
@@ -132,101 +196,173 @@ impl Producer {
         })
     }
 
-    fn assemble(&self, rows: &[Row], epoch: u64, index: u64) -> Result<Batch, LoaderError> {
-        let shape = self.spec.shape();
-        let mut batch_shape = vec![rows.len()];
-        match self.channels {
-            Some(c) => {
-                batch_shape.push(c);
-                batch_shape.extend_from_slice(&shape[..shape.len() - 1]);
-            }
-            None => batch_shape.extend_from_slice(shape),
-        }
-        let samples: Vec<&[u8]> = rows
-            .iter()
-            .map(|r| {
-                r.group
-                    .tensors
-                    .as_ref()
-                    .map_or(&[][..], |t| t.value(r.index))
-            })
-            .collect();
-        let has_tensors = rows.first().is_some_and(|r| r.group.tensors.is_some());
-        if has_tensors && let Some(f) = &self.transforms.sample {
-            let transformed = self.transform_samples(f, rows, &samples, epoch)?;
-            // Checked readable by `transform_samples`: borrowed, not copied, on little-endian
-            // hosts.
-            let bytes: Vec<std::borrow::Cow<'_, [u8]>> = transformed
-                .iter()
-                .map(|(t, _)| t.le_bytes().unwrap_or_default())
-                .collect();
-            let samples: Vec<&[u8]> = bytes.iter().map(|b| b.as_ref()).collect();
-            let labels = transformed.iter().map(|(_, l)| *l).collect();
-            return self.assemble_samples(rows, &samples, Some(labels), batch_shape, epoch, index);
-        }
-        self.assemble_samples(rows, &samples, None, batch_shape, epoch, index)
+    /// Whether the stream reads field `field` (a projection may leave fields out).
+    fn reads(&self, rows: &[Row], field: usize) -> bool {
+        rows.first()
+            .is_some_and(|r| matches!(r.group.fields.get(field), Some(Some(_))))
     }
 
-    /// Copies `samples` (one per row, of the loader's spec) into a batch, with `labels`
-    /// instead of the rows' own when a transform changed them.
-    fn assemble_samples(
+    fn assemble(&self, rows: &[Row], epoch: u64, index: u64) -> Result<Batch, LoaderError> {
+        if self.reads(rows, 0)
+            && let Some(f) = &self.transforms.sample
+        {
+            let transformed = self.transform_samples(f, rows, epoch)?;
+            // Checked readable by `transform_samples`: borrowed, not copied, on little-endian
+            // hosts.
+            let values = (0..self.spec.fields().len())
+                .map(|field| match &self.spec.fields()[field].kind {
+                    FieldKind::Tensor(_) => Values::Tensors(
+                        transformed
+                            .iter()
+                            .map(|(fields, _)| match &fields[field] {
+                                FieldValue::Tensor(t) => t.le_bytes().unwrap_or_default(),
+                                FieldValue::Text(_) => Cow::Borrowed(&[][..]),
+                            })
+                            .collect(),
+                    ),
+                    _ => Values::Text(
+                        transformed
+                            .iter()
+                            .map(|(fields, _)| match &fields[field] {
+                                FieldValue::Text(t) => t.clone(),
+                                FieldValue::Tensor(_) => String::new(),
+                            })
+                            .collect(),
+                    ),
+                })
+                .map(Some)
+                .collect();
+            let labels = transformed.iter().map(|(_, l)| *l).collect();
+            return self.assemble_fields(rows, values, Some(labels), epoch, index);
+        }
+        let values = (0..self.input_spec.fields().len())
+            .map(|field| {
+                if !self.reads(rows, field) {
+                    return None;
+                }
+                Some(match &self.input_spec.fields()[field].kind {
+                    FieldKind::Tensor(_) => Values::Tensors(
+                        rows.iter()
+                            .map(|r| Cow::Borrowed(r.group.bytes(field, r.index)))
+                            .collect(),
+                    ),
+                    _ => Values::Text(rows.iter().map(|r| r.group.text(field, r.index)).collect()),
+                })
+            })
+            .collect();
+        self.assemble_fields(rows, values, None, epoch, index)
+    }
+
+    /// Copies each field's values (one per row, of the loader's sample; `None` for a field not
+    /// read) into a batch, with `labels` instead of the rows' own when a transform changed
+    /// them. The first field goes through the device path and the recycled buffers.
+    fn assemble_fields(
         &self,
         rows: &[Row],
-        samples: &[&[u8]],
+        values: Vec<Option<Values<'_>>>,
         labels: Option<Vec<Option<i64>>>,
-        mut batch_shape: Vec<usize>,
         epoch: u64,
         index: u64,
     ) -> Result<Batch, LoaderError> {
-        let has_tensors = rows.first().is_some_and(|r| r.group.tensors.is_some());
+        let fields = self.spec.fields();
+        fn bytes<'a>(v: &'a Option<Values<'_>>) -> Vec<&'a [u8]> {
+            match v {
+                Some(Values::Tensors(b)) => b.iter().map(|c| c.as_ref()).collect(),
+                _ => Vec::new(),
+            }
+        }
+        let has_tensors = values.first().is_some_and(Option::is_some);
         #[cfg(feature = "tch")]
         if let (Some(device), true) = (self.device, has_tensors) {
             let labels = labels.unwrap_or_else(|| self.row_labels(rows));
-            let Some(feed) = &self.feed else {
-                let tensors = crate::torch::assemble_cpu(
-                    self.spec.dtype(),
-                    self.spec.shape(),
-                    samples,
-                    self.channels,
-                    self.pool.as_deref(),
-                )?;
-                return Ok(self.batch_of(rows, tensors, Some(labels), epoch, index));
+            let tensor_fields: Vec<(usize, &TensorSpec)> = fields
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| values[*i].is_some())
+                .filter_map(|(i, f)| f.kind.tensor().map(|s| (i, s)))
+                .collect();
+            let samples: Vec<Vec<&[u8]>> = tensor_fields
+                .iter()
+                .map(|(i, _)| bytes(&values[*i]))
+                .collect();
+            let mut tensors: Vec<Tensors> = match &self.feed {
+                None => tensor_fields
+                    .iter()
+                    .zip(&samples)
+                    .map(|((i, spec), samples)| {
+                        let channels = if *i == 0 { self.channels } else { None };
+                        crate::torch::assemble_cpu(
+                            spec.dtype(),
+                            spec.shape(),
+                            samples,
+                            channels,
+                            self.pool.as_deref(),
+                        )
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(feed) => {
+                    let failed = |message: String| LoaderError::Device {
+                        device: format!("{device:?}"),
+                        object: format!("batch {index} of epoch {epoch}"),
+                        message,
+                    };
+                    let staged: Vec<crate::feed::Staged<'_>> = tensor_fields
+                        .iter()
+                        .zip(&samples)
+                        .map(|((_, spec), samples)| crate::feed::Staged {
+                            dtype: spec.dtype(),
+                            shape: spec.shape(),
+                            samples,
+                        })
+                        .collect();
+                    let mut feed = feed.lock().map_err(|_| {
+                        failed("the staging ring was poisoned by an earlier panic".into())
+                    })?;
+                    let sent = feed
+                        .send(&staged, &labels, self.pool.as_deref())
+                        .map_err(failed)?;
+                    self.counters
+                        .staging_waits
+                        .store(feed.waits(), Ordering::Relaxed);
+                    drop(feed);
+                    let mut on_device = Vec::with_capacity(sent.tensors.len());
+                    for (n, t) in sent.tensors.into_iter().enumerate() {
+                        let channels = if tensor_fields[n].0 == 0 {
+                            self.channels
+                        } else {
+                            None
+                        };
+                        let t = crate::torch::channels_first(t, channels).map_err(failed)?;
+                        on_device.push(Tensors::Tch(crate::torch::TchTensor(t)));
+                    }
+                    let mut batch = self.batch_of(
+                        rows,
+                        on_device.remove(0),
+                        self.more_fields(
+                            &values,
+                            tensor_fields[1..].iter().map(|f| f.0).zip(on_device),
+                        ),
+                        Some(labels),
+                        epoch,
+                        index,
+                    );
+                    // Copied with the batch: `label_tensor` never blocks on them.
+                    batch.device_labels = sent.labels.map(crate::torch::TchTensor);
+                    return Ok(batch);
+                }
             };
-            let failed = |message: String| LoaderError::Device {
-                device: format!("{device:?}"),
-                object: format!("batch {index} of epoch {epoch}"),
-                message,
-            };
-            let mut feed = feed
-                .lock()
-                .map_err(|_| failed("the staging ring was poisoned by an earlier panic".into()))?;
-            let sent = feed
-                .send(
-                    self.spec.dtype(),
-                    self.spec.shape(),
-                    samples,
-                    &labels,
-                    self.pool.as_deref(),
-                )
-                .map_err(failed)?;
-            self.counters
-                .staging_waits
-                .store(feed.waits(), Ordering::Relaxed);
-            drop(feed);
-            let tensors =
-                crate::torch::channels_first(sent.tensors, self.channels).map_err(failed)?;
-            let tensors = Tensors::Tch(crate::torch::TchTensor(tensors));
-            let mut batch = self.batch_of(rows, tensors, Some(labels), epoch, index);
-            // Copied with the batch: `label_tensor` never blocks on them.
-            batch.device_labels = sent.labels.map(crate::torch::TchTensor);
-            return Ok(batch);
+            let first = tensors.remove(0);
+            let more =
+                self.more_fields(&values, tensor_fields[1..].iter().map(|f| f.0).zip(tensors));
+            return Ok(self.batch_of(rows, first, more, Some(labels), epoch, index));
         }
+        let first = self.spec.first();
         let tensors = if has_tensors {
             let reuse = self.recycled.lock().ok().and_then(|mut r| r.pop());
             let (tensors, recycled) = batch::build_tensors_into(
-                self.spec.dtype(),
-                &batch_shape,
-                samples,
+                first.dtype(),
+                &self.batch_shape(first, rows.len(), self.channels),
+                &bytes(&values[0]),
                 self.channels,
                 reuse,
                 self.pool.as_deref(),
@@ -236,42 +372,109 @@ impl Producer {
             }
             tensors
         } else {
-            batch_shape.truncate(1);
-            batch_shape.push(0);
-            batch::build_tensors(self.spec.dtype(), &batch_shape, &[], None)?
+            batch::build_tensors(first.dtype(), &[rows.len(), 0], &[], None)?
         };
-        Ok(self.batch_of(rows, tensors, labels, epoch, index))
+        let mut others = Vec::new();
+        for (i, field) in fields.iter().enumerate().skip(1) {
+            if let (FieldKind::Tensor(spec), Some(_)) = (&field.kind, &values[i]) {
+                let shape = self.batch_shape(spec, rows.len(), None);
+                let built = batch::build_tensors_into(
+                    spec.dtype(),
+                    &shape,
+                    &bytes(&values[i]),
+                    None,
+                    None,
+                    self.pool.as_deref(),
+                )?;
+                others.push((i, built.0));
+            }
+        }
+        let more = self.more_fields(&values, others.into_iter());
+        Ok(self.batch_of(rows, tensors, more, labels, epoch, index))
     }
 
-    /// Each row's sample through the per-sample transform (on the assembly pool): its tensor
-    /// in the loader's spec and its label, or an error naming the row.
+    /// The batch shape of `rows` samples of `spec`: `[B, …shape]`, or `[B, C, …spatial]`.
+    fn batch_shape(&self, spec: &TensorSpec, rows: usize, channels: Option<usize>) -> Vec<usize> {
+        let shape = spec.shape();
+        let mut batch_shape = vec![rows];
+        match channels {
+            Some(c) => {
+                batch_shape.push(c);
+                batch_shape.extend_from_slice(&shape[..shape.len() - 1]);
+            }
+            None => batch_shape.extend_from_slice(shape),
+        }
+        batch_shape
+    }
+
+    /// The fields after the first, in order: the assembled `tensors` (field index, tensors)
+    /// and the text fields of `values`.
+    fn more_fields(
+        &self,
+        values: &[Option<Values<'_>>],
+        tensors: impl Iterator<Item = (usize, Tensors)>,
+    ) -> Vec<(Arc<str>, FieldBatch)> {
+        let mut tensors: Vec<(usize, Tensors)> = tensors.collect();
+        let mut out = Vec::new();
+        for (i, field) in self.spec.fields().iter().enumerate().skip(1) {
+            let name: Arc<str> = field.name.as_str().into();
+            match &values[i] {
+                Some(Values::Text(text)) => out.push((name, FieldBatch::Text(text.clone()))),
+                Some(Values::Tensors(_)) => {
+                    if let Some(at) = tensors.iter().position(|(n, _)| *n == i) {
+                        out.push((name, FieldBatch::Tensors(tensors.swap_remove(at).1)));
+                    }
+                }
+                None => {}
+            }
+        }
+        out
+    }
+
+    /// Each row's sample through the per-sample transform (on the assembly pool): its fields
+    /// in the loader's sample and its label, or an error naming the row.
     fn transform_samples(
         &self,
         f: &Arc<SampleFn>,
         rows: &[Row],
-        samples: &[&[u8]],
         epoch: u64,
     ) -> Result<Vec<Transformed>, LoaderError> {
         let (input, output, seed) = (&self.input_spec, &self.spec, self.settings.seed);
-        let one = |(row, bytes): (&Row, &&[u8])| {
+        let first: Arc<str> = input.fields()[0].name.as_str().into();
+        let names: Vec<Arc<str>> = input
+            .fields()
+            .iter()
+            .map(|f| Arc::from(f.name.as_str()))
+            .collect();
+        let one = |row: &Row| {
             let group = &row.group;
-            let id = group
-                .ids
-                .as_ref()
-                .map_or_else(String::new, |ids| ids.value(row.index).to_string());
+            let id = group.id(row.index);
             let fail = |message: String| LoaderError::Transform {
                 object: format!("row {id} of {}", group.file),
                 message,
             };
-            let label = group
-                .labels
-                .as_ref()
-                .and_then(|l| (!l.is_null(row.index)).then(|| l.value(row.index)));
-            let tensor = Tensors::sample_from_le(input.dtype(), input.shape(), bytes)?;
+            let mut fields = Vec::with_capacity(input.fields().len());
+            for (i, field) in input.fields().iter().enumerate() {
+                fields.push(match &field.kind {
+                    FieldKind::Tensor(spec) => FieldValue::Tensor(Tensors::sample_from_le(
+                        spec.dtype(),
+                        spec.shape(),
+                        group.bytes(i, row.index),
+                    )?),
+                    _ => FieldValue::Text(group.text(i, row.index)),
+                });
+            }
+            let mut fields = fields.into_iter();
+            let tensor = match fields.next() {
+                Some(FieldValue::Tensor(t)) => t,
+                _ => return Err(fail("the sample's first field is not a tensor".into())),
+            };
             let mut sample = Sample {
                 tensor,
-                label,
+                label: group.label(row.index),
                 id: &id,
+                first: first.clone(),
+                more: names[1..].iter().cloned().zip(fields).collect(),
             };
             let mut rng = transform::sample_rng(seed, epoch, &id);
             match std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut sample, &mut rng))) {
@@ -281,27 +484,49 @@ impl Producer {
                     return Err(fail(format!("panicked: {}", panic_message(panic.as_ref()))));
                 }
             }
-            let (shape, dtype) = (sample.tensor.shape(), sample.tensor.dtype());
-            if shape != output.shape() || dtype != output.dtype() {
-                return Err(fail(format!(
-                    "it returned a tensor of {shape:?} {dtype}, the loader hands out {output} (with_transform_to sets that)"
-                )));
+            let label = sample.label;
+            let mut out = Vec::with_capacity(output.fields().len());
+            let mut given = std::iter::once((first.clone(), FieldValue::Tensor(sample.tensor)))
+                .chain(sample.more)
+                .collect::<Vec<_>>();
+            for field in output.fields() {
+                let at = given.iter().position(|(n, _)| **n == *field.name);
+                let value = at.map(|at| given.swap_remove(at).1);
+                out.push(match (&field.kind, value) {
+                    (FieldKind::Tensor(spec), Some(FieldValue::Tensor(t))) => {
+                        let (shape, dtype) = (t.shape(), t.dtype());
+                        if shape != spec.shape() || dtype != spec.dtype() {
+                            return Err(fail(format!(
+                                "it returned a tensor of {shape:?} {dtype} for field '{}', the loader hands out {spec} (with_transform_to sets that)",
+                                field.name
+                            )));
+                        }
+                        let t = t.into_standard_layout();
+                        if t.le_bytes().is_none() {
+                            return Err(fail(
+                                "it returned a libtorch tensor not on the CPU: per-sample transforms return ndarray tensors"
+                                    .into(),
+                            ));
+                        }
+                        FieldValue::Tensor(t)
+                    }
+                    (FieldKind::Text, Some(FieldValue::Text(t))) => FieldValue::Text(t),
+                    (kind, _) => {
+                        return Err(fail(format!(
+                            "it returned no {kind} for field '{}' (with_transform_to sets the fields it hands out)",
+                            field.name
+                        )));
+                    }
+                });
             }
-            let tensor = sample.tensor.into_standard_layout();
-            if tensor.le_bytes().is_none() {
-                return Err(fail(
-                    "it returned a libtorch tensor not on the CPU: per-sample transforms return ndarray tensors"
-                        .into(),
-                ));
-            }
-            Ok((tensor, sample.label))
+            Ok((out, label))
         };
         match self.pool.as_deref() {
             Some(pool) if rows.len() > 1 => {
                 use rayon::prelude::*;
-                pool.install(|| rows.par_iter().zip(samples.par_iter()).map(one).collect())
+                pool.install(|| rows.par_iter().map(one).collect())
             }
-            _ => rows.iter().zip(samples).map(one).collect(),
+            _ => rows.iter().map(one).collect(),
         }
     }
 
@@ -338,35 +563,23 @@ impl Producer {
 
     /// The rows' own labels.
     fn row_labels(&self, rows: &[Row]) -> Vec<Option<i64>> {
-        rows.iter()
-            .map(|r| {
-                r.group
-                    .labels
-                    .as_ref()
-                    .and_then(|l| (!l.is_null(r.index)).then(|| l.value(r.index)))
-            })
-            .collect()
+        rows.iter().map(|r| r.group.label(r.index)).collect()
     }
 
     fn batch_of(
         &self,
         rows: &[Row],
         tensors: Tensors,
+        more: Vec<(Arc<str>, FieldBatch)>,
         labels: Option<Vec<Option<i64>>>,
         epoch: u64,
         index: u64,
     ) -> Batch {
-        let ids: Vec<String> = rows
-            .iter()
-            .map(|r| {
-                r.group
-                    .ids
-                    .as_ref()
-                    .map_or_else(String::new, |ids| ids.value(r.index).to_string())
-            })
-            .collect();
+        let ids: Vec<String> = rows.iter().map(|r| r.group.id(r.index)).collect();
         Batch {
             tensors,
+            first: self.spec.fields()[0].name.as_str().into(),
+            more,
             labels: labels.unwrap_or_else(|| self.row_labels(rows)),
             lineage: rows
                 .iter()

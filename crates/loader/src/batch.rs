@@ -12,8 +12,13 @@ use crate::LoaderError;
 /// A batch of samples.
 #[derive(Debug, Clone)]
 pub struct Batch {
-    /// The tensors, shape `[B, …shape]` (or `[B, C, …spatial]` with channels first).
+    /// The tensors of the sample's first field (the one tensor of a one-tensor table), shape
+    /// `[B, …shape]` (or `[B, C, …spatial]` with channels first).
     pub tensors: Tensors,
+    /// The first field's name.
+    pub(crate) first: Arc<str>,
+    /// The sample's other fields, in order.
+    pub(crate) more: Vec<(Arc<str>, FieldBatch)>,
     /// The labels (`None` where the table has none).
     pub labels: Vec<Option<i64>>,
     /// The ids (source keys) of the samples, in batch order.
@@ -45,7 +50,69 @@ pub struct RowOrigin {
     pub pad: bool,
 }
 
+/// One field of a batch other than the first: its values for every sample.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum FieldBatch {
+    /// A tensor field: `[B, …shape]`.
+    Tensors(Tensors),
+    /// A text field: a string per sample (empty where null).
+    Text(Vec<String>),
+}
+
+/// One field of a batch, as [`Batch::fields`] lists them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FieldRef<'a> {
+    /// A tensor field: `[B, …shape]`.
+    Tensors(&'a Tensors),
+    /// A text field: a string per sample (empty where null).
+    Text(&'a [String]),
+}
+
 impl Batch {
+    /// The tensor field `name` (the first field's name gives [`tensors`](Self::tensors)).
+    pub fn field(&self, name: &str) -> Option<&Tensors> {
+        if *self.first == *name {
+            return Some(&self.tensors);
+        }
+        self.more.iter().find_map(|(n, f)| match f {
+            FieldBatch::Tensors(t) if **n == *name => Some(t),
+            _ => None,
+        })
+    }
+
+    /// The tensor field `name`, to change (a batch transform).
+    pub fn field_mut(&mut self, name: &str) -> Option<&mut Tensors> {
+        if *self.first == *name {
+            return Some(&mut self.tensors);
+        }
+        self.more.iter_mut().find_map(|(n, f)| match f {
+            FieldBatch::Tensors(t) if **n == *name => Some(t),
+            _ => None,
+        })
+    }
+
+    /// The text field `name`: a string per sample.
+    pub fn text(&self, name: &str) -> Option<&[String]> {
+        self.more.iter().find_map(|(n, f)| match f {
+            FieldBatch::Text(t) if **n == *name => Some(t.as_slice()),
+            _ => None,
+        })
+    }
+
+    /// Every field of the batch, in the sample's order, the first being
+    /// [`tensors`](Self::tensors).
+    pub fn fields(&self) -> Vec<(&str, FieldRef<'_>)> {
+        std::iter::once((&*self.first, FieldRef::Tensors(&self.tensors)))
+            .chain(self.more.iter().map(|(n, f)| {
+                let f = match f {
+                    FieldBatch::Tensors(t) => FieldRef::Tensors(t),
+                    FieldBatch::Text(t) => FieldRef::Text(t),
+                };
+                (&**n, f)
+            }))
+            .collect()
+    }
+
     /// Number of samples.
     pub fn len(&self) -> usize {
         self.ids.len()

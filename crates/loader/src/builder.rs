@@ -5,10 +5,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+use voxlake_format::SampleSpec;
 use voxlake_stream::order::Uneven;
 use voxlake_stream::replay::OrderSettings;
-use voxlake_stream::{AsOf, Shard, Snapshot, TableStream};
+use voxlake_stream::{AsOf, Shard, Snapshot, TableStream, default_columns};
 
 use crate::batch::Batch;
 use crate::producer::{Counters, Producer};
@@ -32,7 +32,8 @@ pub struct LoaderBuilder {
     pub(crate) world_size: usize,
     /// Take the rank and world size from the launcher's variables at `build()`.
     pub(crate) rank_from_env: bool,
-    pub(crate) columns: Vec<String>,
+    /// Columns to read (`None`: id, label and every field of the sample).
+    pub(crate) columns: Option<Vec<String>>,
     pub(crate) channels_first: bool,
     pub(crate) memory_budget: u64,
     pub(crate) prefetch: usize,
@@ -124,9 +125,7 @@ impl LoaderBuilder {
             rank: 0,
             world_size: 1,
             rank_from_env: false,
-            columns: [ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN]
-                .map(String::from)
-                .to_vec(),
+            columns: None,
             channels_first: false,
             memory_budget: 1 << 30,
             prefetch: 2,
@@ -280,10 +279,11 @@ impl LoaderBuilder {
         self
     }
 
-    /// Columns to read (default all three). Without `tensor` the batches' tensors are empty;
-    /// without `id` or `label` the ids are empty strings and the labels `None`.
+    /// Columns to read (default `id`, `label` and every field of the sample). Without the
+    /// first field the batches' tensors are empty and other fields left out are not in the
+    /// batches; without `id` or `label` the ids are empty strings and the labels `None`.
     pub fn with_columns(mut self, columns: Vec<String>) -> Self {
-        self.columns = columns;
+        self.columns = Some(columns);
         self
     }
 
@@ -363,6 +363,34 @@ impl LoaderBuilder {
         self
     }
 
+    /// A field of the sample (repeatable, in order; the first a tensor): column `name` (its
+    /// logical name), found from the table: a tensor of any encoding the loader reads, a
+    /// number or bool column (a `[B]` tensor), a string column or partition value (text).
+    /// When fields are named, the sample is them (with the label and id); `Batch::tensors` is
+    /// the first, [`Batch::field`](crate::Batch::field) gives each.
+    pub fn with_field(mut self, name: impl Into<String>) -> Self {
+        self.hints = self
+            .hints
+            .with_field(voxlake_format::sample::FieldHint::new(name));
+        self
+    }
+
+    /// [`with_field`](Self::with_field) for a column whose bytes need a shape or an element
+    /// type (raw BINARY, LIST): checked against what the table records otherwise.
+    pub fn with_field_spec(
+        mut self,
+        name: impl Into<String>,
+        shape: Vec<usize>,
+        dtype: voxlake_format::DType,
+    ) -> Self {
+        self.hints = self.hints.with_field(voxlake_format::sample::FieldHint {
+            shape: Some(shape),
+            dtype: Some(dtype),
+            ..voxlake_format::sample::FieldHint::new(name)
+        });
+        self
+    }
+
     /// The label column: integers, bools or integral floats, handed out as `i64` (default:
     /// `label` where the table has one, else no labels).
     pub fn with_label_column(mut self, name: impl Into<String>) -> Self {
@@ -411,9 +439,11 @@ impl LoaderBuilder {
     }
 
     /// [`with_transform`](Self::with_transform) for a transform that hands back samples of
-    /// `output`'s shape and element type (a cast to f16, a crop): batches, the memory budget
-    /// and [`Loader::spec`] follow `output`.
-    pub fn with_transform_to<F>(mut self, output: voxlake_format::TensorSpec, f: F) -> Self
+    /// `output`'s fields, shapes and element types (a cast to f16, a crop): batches, the memory
+    /// budget and [`Loader::spec`] follow `output`. A `TensorSpec` declares the first field
+    /// (the one tensor of a one-tensor table), the others unchanged; a `SampleSpec` every
+    /// field.
+    pub fn with_transform_to<F>(mut self, output: impl Into<SampleSpec>, f: F) -> Self
     where
         F: Fn(&mut Sample<'_>, &mut TransformRng) -> Result<(), TransformError>
             + Send
@@ -421,7 +451,7 @@ impl LoaderBuilder {
             + 'static,
     {
         self.transforms.sample = Some(Arc::new(f));
-        self.transforms.output = Some(output);
+        self.transforms.output = Some(output.into());
         self
     }
 
@@ -528,13 +558,12 @@ impl LoaderBuilder {
             }
         })?;
         // The table's samples, and what the loader hands out (a transform may change them).
-        let input_spec = snapshot.spec().clone();
-        let spec = self
-            .transforms
-            .output
-            .clone()
-            .unwrap_or_else(|| input_spec.clone());
-        let sample_bytes = spec.nbytes().max(input_spec.nbytes()).max(1) as u64;
+        let input_spec = snapshot.sample().clone();
+        let spec = match &self.transforms.output {
+            Some(output) => crate::transform::output_of(&input_spec, output),
+            None => input_spec.clone(),
+        };
+        let sample_bytes = spec.tensor_bytes().max(input_spec.tensor_bytes()).max(1) as u64;
         let batch_bytes = self.batch_size as u64 * sample_bytes;
         // The budget covers the batches outside the stream too: those queued for the caller,
         // the one being assembled, the caller's, and the spares kept for recycling.
@@ -547,7 +576,11 @@ impl LoaderBuilder {
             .with_shuffle(settings.shuffle)
             .with_seed(settings.seed)
             .with_interleave(INTERLEAVE)
-            .with_columns(self.columns.clone())
+            .with_columns(
+                self.columns
+                    .clone()
+                    .unwrap_or_else(|| default_columns(&snapshot)),
+            )
             .with_memory_budget(stream_budget)
             .with_verify_checksums(self.verify)
             .with_prefetch(self.row_group_prefetch);
@@ -608,12 +641,14 @@ impl LoaderBuilder {
                 }
             )));
         }
-        let channels = match (self.channels_first, spec.shape().last()) {
-            (true, Some(&c)) if spec.shape().len() >= 2 => Some(c),
+        // Channels first applies to the first field (the volume; a mask has no channel axis).
+        let first = spec.first();
+        let channels = match (self.channels_first, first.shape().last()) {
+            (true, Some(&c)) if first.shape().len() >= 2 => Some(c),
             (true, _) => {
                 return Err(LoaderError::Config(format!(
                     "channels first needs at least two axes, the tensors are {:?}",
-                    spec.shape()
+                    first.shape()
                 )));
             }
             (false, _) => None,
@@ -622,10 +657,13 @@ impl LoaderBuilder {
         #[cfg(feature = "tch")]
         let feed = match self.device {
             Some(device) => {
-                crate::torch::kind_of(spec.dtype())?;
+                for (_, field) in spec.tensors() {
+                    crate::torch::kind_of(field.dtype())?;
+                }
                 crate::torch::check_device(device)?;
                 crate::torch::warm_up(device)?;
-                crate::feed::cuda(device, self.batch_size, spec.nbytes())?.map(Mutex::new)
+                let fields: Vec<usize> = spec.tensors().map(|(_, s)| s.nbytes()).collect();
+                crate::feed::cuda(device, self.batch_size, &fields)?.map(Mutex::new)
             }
             None => None,
         };

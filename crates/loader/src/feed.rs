@@ -3,9 +3,10 @@
 //! then viewed on the device.
 //!
 //! A staging buffer is bytes: the batch's labels (Int64, when every sample has one) first,
-//! then its samples, so both arrive with one copy and the labels never need a blocking copy of
-//! their own. On the device the two parts are views of the copied bytes (`view_dtype`, no
-//! kernel); only a channels-first batch runs one (the permutation). The copy runs on a stream
+//! then each tensor field's samples (a volume, its mask), each part starting at a multiple of 8
+//! bytes, so all of it arrives with one copy and the labels never need a blocking copy of their
+//! own. On the device the parts are views of the copied bytes (`view_dtype`, no kernel); only a
+//! channels-first batch runs one (the permutation). The copy runs on a stream
 //! of its own (`cuda/copy.cpp`), and the event recorded after it is the buffer's fence: the
 //! buffer is written again only once that copy has finished ([`Ring`]), never while the DMA
 //! engine may still read it.
@@ -47,18 +48,36 @@ pub(crate) struct DeviceFeed<C: Copier> {
     capacity: usize,
 }
 
-/// A batch on the device: its samples in stored layout `[B, …shape]`, and its labels.
+/// A batch on the device: each tensor field's samples in stored layout `[B, …shape]`, in
+/// order, and its labels.
 pub(crate) struct OnDevice {
-    pub tensors: Tensor,
+    pub tensors: Vec<Tensor>,
     pub labels: Option<Tensor>,
 }
 
+/// One tensor field of a batch to stage: its element type, one sample's shape, and each
+/// sample's little-endian bytes.
+pub(crate) struct Staged<'a> {
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub samples: &'a [&'a [u8]],
+}
+
+/// `n` rounded up to a multiple of 8 (every element type's alignment).
+fn aligned(n: usize) -> usize {
+    n.div_ceil(8) * 8
+}
+
 impl<C: Copier> DeviceFeed<C> {
-    /// A feed for batches of up to `batch_size` samples of `sample_bytes`: the ring's buffers
-    /// are allocated now (pinned when the copier asks for it; pageable, with a warning, where
-    /// libtorch cannot pin).
-    pub fn new(copier: C, batch_size: usize, sample_bytes: usize) -> Result<Self, LoaderError> {
-        let capacity = batch_size * (std::mem::size_of::<i64>() + sample_bytes);
+    /// A feed for batches of up to `batch_size` samples whose tensor fields take
+    /// `field_bytes` each: the ring's buffers are allocated now (pinned when the copier asks
+    /// for it; pageable, with a warning, where libtorch cannot pin).
+    pub fn new(copier: C, batch_size: usize, field_bytes: &[usize]) -> Result<Self, LoaderError> {
+        let capacity = batch_size * std::mem::size_of::<i64>()
+            + field_bytes
+                .iter()
+                .map(|b| aligned(batch_size * b))
+                .sum::<usize>();
         let size = [capacity as i64];
         // Pinned where the copier asks and libtorch can; else pageable, said once.
         let mut pinned = copier.pinned();
@@ -90,27 +109,33 @@ impl<C: Copier> DeviceFeed<C> {
         self.ring.waits()
     }
 
-    /// Stages `samples` (each of `sample_shape`, `dtype`, little-endian) and `labels` in the
-    /// next buffer and copies them to the device in one transfer.
+    /// Stages each field's samples (little-endian) and `labels` in the next buffer and copies
+    /// them to the device in one transfer.
     pub fn send(
         &mut self,
-        dtype: DType,
-        sample_shape: &[usize],
-        samples: &[&[u8]],
+        fields: &[Staged<'_>],
         labels: &[Option<i64>],
         pool: Option<&rayon::ThreadPool>,
     ) -> Result<OnDevice, String> {
-        let kind = kind_of(dtype).map_err(|e| e.to_string())?;
-        let numel: usize = sample_shape.iter().product();
-        let sample_bytes = numel * dtype.size();
-        let rows = samples.len();
+        let rows = labels.len();
         let labels: Option<Vec<i64>> = labels.iter().copied().collect();
         let label_bytes = labels.as_ref().map_or(0, |l| l.len() * 8);
-        let used = label_bytes + rows * sample_bytes;
-        if rows > self.batch_size
-            || used > self.capacity
-            || samples.iter().any(|s| s.len() != sample_bytes)
-        {
+        // Each field's offset in the buffer, and its bytes.
+        let mut offsets = Vec::with_capacity(fields.len());
+        let mut used = label_bytes;
+        let mut fits = rows <= self.batch_size;
+        for field in fields {
+            let numel: usize = field.shape.iter().product();
+            let bytes = rows * numel * field.dtype.size();
+            fits &= field.samples.len() == rows
+                && field
+                    .samples
+                    .iter()
+                    .all(|s| s.len() == numel * field.dtype.size());
+            offsets.push((used, bytes, numel));
+            used = aligned(used + bytes);
+        }
+        if !fits || used > self.capacity {
             return Err(format!(
                 "a batch of {rows} samples ({used} bytes with labels) does not fit the {} bytes staged per batch of {}",
                 self.capacity, self.batch_size
@@ -127,21 +152,39 @@ impl<C: Copier> DeviceFeed<C> {
                 dst.copy_from_slice(&label.to_ne_bytes());
             }
         }
-        // SAFETY: as above, for the `rows * numel` elements after the labels (`used` bytes in
-        // all); the offset is a multiple of 8, so aligned for every element type.
-        unsafe { fill_raw(base.add(label_bytes), dtype, numel, samples, None, pool) };
+        for (field, &(offset, _, numel)) in fields.iter().zip(&offsets) {
+            // SAFETY: as above, for the field's `rows * numel` elements at `offset`, inside the
+            // `used <= capacity` bytes; the offset is a multiple of 8, so aligned for every
+            // element type, and the fields' ranges do not overlap.
+            unsafe {
+                fill_raw(
+                    base.add(offset),
+                    field.dtype,
+                    numel,
+                    field.samples,
+                    None,
+                    pool,
+                )
+            };
+        }
         let staged = buffer
             .f_narrow(0, 0, used as i64)
             .map_err(|e| e.to_string())?;
         let (copied, fence) = self.copier.copy(&staged)?;
         lease.submit(fence);
-        let mut shape = vec![rows as i64];
-        shape.extend(sample_shape.iter().map(|&d| d as i64));
-        let tensors = copied
-            .f_narrow(0, label_bytes as i64, (rows * sample_bytes) as i64)
-            .and_then(|t| t.f_view_dtype(kind))
-            .and_then(|t| t.f_view(shape.as_slice()))
-            .map_err(|e| e.to_string())?;
+        let mut tensors = Vec::with_capacity(fields.len());
+        for (field, &(offset, bytes, _)) in fields.iter().zip(&offsets) {
+            let kind = kind_of(field.dtype).map_err(|e| e.to_string())?;
+            let mut shape = vec![rows as i64];
+            shape.extend(field.shape.iter().map(|&d| d as i64));
+            tensors.push(
+                copied
+                    .f_narrow(0, offset as i64, bytes as i64)
+                    .and_then(|t| t.f_view_dtype(kind))
+                    .and_then(|t| t.f_view(shape.as_slice()))
+                    .map_err(|e| e.to_string())?,
+            );
+        }
         let labels = match labels {
             Some(_) => Some(
                 copied
@@ -237,14 +280,10 @@ impl Copier for Cuda {
 pub(crate) fn cuda(
     device: Device,
     batch_size: usize,
-    sample_bytes: usize,
+    field_bytes: &[usize],
 ) -> Result<Option<DeviceFeed<Cuda>>, LoaderError> {
     match device {
-        Device::Cuda(index) => Ok(Some(DeviceFeed::new(
-            Cuda(index),
-            batch_size,
-            sample_bytes,
-        )?)),
+        Device::Cuda(index) => Ok(Some(DeviceFeed::new(Cuda(index), batch_size, field_bytes)?)),
         _ => Ok(None),
     }
 }
@@ -337,7 +376,7 @@ mod tests {
         // Every copy runs as late as the ring allows: a buffer written again before its copy
         // ran would hand out the later batch's bytes.
         let engine = Deferred::default();
-        let mut feed = DeviceFeed::new(&engine, 4, 6 * 4).unwrap();
+        let mut feed = DeviceFeed::new(&engine, 4, &[6 * 4]).unwrap();
         let mut sent = Vec::new();
         for batch in 0..11usize {
             let owned: Vec<Vec<u8>> = (0..4)
@@ -346,7 +385,7 @@ mod tests {
             let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
             let labels: Vec<Option<i64>> = (0..4).map(|r| Some((batch * 4 + r) as i64)).collect();
             let got = feed
-                .send(DType::F32, &[2, 3], &refs, &labels, None)
+                .send(&[staged(DType::F32, &[2, 3], &refs)], &labels, None)
                 .unwrap();
             let nd = crate::batch::build_tensors(DType::F32, &[4, 2, 3], &refs, None).unwrap();
             sent.push((got, nd, labels));
@@ -358,10 +397,20 @@ mod tests {
         );
         engine.finish();
         for (batch, (got, nd, labels)) in sent.into_iter().enumerate() {
-            let tensors = crate::batch::Tensors::Tch(crate::torch::TchTensor(got.tensors));
+            let tensors = crate::batch::Tensors::Tch(crate::torch::TchTensor(
+                got.tensors.into_iter().next().unwrap(),
+            ));
             assert_eq!(tensors.as_bytes(), nd.as_bytes(), "batch {batch}");
             let want: Vec<i64> = labels.into_iter().map(Option::unwrap).collect();
             assert_eq!(Vec::<i64>::try_from(&got.labels.unwrap()).unwrap(), want);
+        }
+    }
+
+    fn staged<'a>(dtype: DType, shape: &'a [usize], samples: &'a [&'a [u8]]) -> Staged<'a> {
+        Staged {
+            dtype,
+            shape,
+            samples,
         }
     }
 
@@ -381,7 +430,7 @@ mod tests {
     fn a_staged_batch_arrives_as_the_ndarray_path_builds_it() {
         let copies = Cell::new(0);
         let shape = [2usize, 3, 4];
-        let mut feed = DeviceFeed::new(Host(&copies), 5, 24 * 8).unwrap();
+        let mut feed = DeviceFeed::new(Host(&copies), 5, &[24 * 8]).unwrap();
         for dtype in DType::ALL.into_iter().filter(|&d| kind_of(d).is_ok()) {
             // Full batches and a shorter last one, with and without labels, round the ring.
             for (turn, rows) in [5usize, 5, 3, 5, 1].into_iter().enumerate() {
@@ -391,10 +440,14 @@ mod tests {
                     0 => (0..rows as i64).map(|l| Some(l * -3 + 1)).collect(),
                     _ => (0..rows).map(|l| (l > 0).then_some(1)).collect(),
                 };
-                let got = feed.send(dtype, &shape, &refs, &labels, None).unwrap();
+                let got = feed
+                    .send(&[staged(dtype, &shape, &refs)], &labels, None)
+                    .unwrap();
                 let batch_shape = [rows, 2, 3, 4];
                 let nd = crate::batch::build_tensors(dtype, &batch_shape, &refs, None).unwrap();
-                let got_tensors = crate::batch::Tensors::Tch(crate::torch::TchTensor(got.tensors));
+                let got_tensors = crate::batch::Tensors::Tch(crate::torch::TchTensor(
+                    got.tensors.into_iter().next().unwrap(),
+                ));
                 assert_eq!(got_tensors.shape(), batch_shape);
                 assert_eq!(got_tensors.dtype(), dtype);
                 assert_eq!(got_tensors.as_bytes(), nd.as_bytes(), "{dtype} turn {turn}");
@@ -419,16 +472,20 @@ mod tests {
     #[test]
     fn a_batch_larger_than_staged_is_refused() {
         let copies = Cell::new(0);
-        let mut feed = DeviceFeed::new(Host(&copies), 2, 4).unwrap();
+        let mut feed = DeviceFeed::new(Host(&copies), 2, &[4]).unwrap();
         let rows = [[0u8; 4]; 3];
         let refs: Vec<&[u8]> = rows.iter().map(|r| &r[..]).collect();
         let e = feed
-            .send(DType::F32, &[1], &refs, &[None, None, None], None)
+            .send(
+                &[staged(DType::F32, &[1], &refs)],
+                &[None, None, None],
+                None,
+            )
             .err()
             .unwrap();
         assert!(e.contains("does not fit"), "{e}");
         let e = feed
-            .send(DType::F32, &[2], &refs[..1], &[None], None)
+            .send(&[staged(DType::F32, &[2], &refs[..1])], &[None], None)
             .err()
             .unwrap();
         assert!(
@@ -438,8 +495,57 @@ mod tests {
         assert_eq!(copies.get(), 0);
         // The refused batches took no buffer: the next one goes through.
         assert!(
-            feed.send(DType::F32, &[1], &refs[..2], &[None, None], None)
+            feed.send(&[staged(DType::F32, &[1], &refs[..2])], &[None, None], None)
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn several_fields_arrive_in_one_transfer_each_as_the_ndarray_path_builds_it() {
+        // A volume (f32, 2x3) and its mask (u8, 2x3: 6 bytes, the next part aligned to 8) and
+        // a scalar (f64), labelled: one copy per batch, each field viewed in place.
+        let copies = Cell::new(0);
+        let fields = [6 * 4, 6, 8];
+        let mut feed = DeviceFeed::new(Host(&copies), 3, &fields).unwrap();
+        for rows in [3usize, 1, 3] {
+            let volume = samples(DType::F32, rows, 6);
+            let mask = samples(DType::U8, rows, 6);
+            let scalar = samples(DType::F64, rows, 1);
+            fn refs(v: &[Vec<u8>]) -> Vec<&[u8]> {
+                v.iter().map(Vec::as_slice).collect()
+            }
+            let (volume, mask, scalar) = (refs(&volume), refs(&mask), refs(&scalar));
+            let labels: Vec<Option<i64>> = (0..rows as i64).map(|l| Some(l + 10)).collect();
+            let got = feed
+                .send(
+                    &[
+                        staged(DType::F32, &[2, 3], &volume),
+                        staged(DType::U8, &[2, 3], &mask),
+                        staged(DType::F64, &[], &scalar),
+                    ],
+                    &labels,
+                    None,
+                )
+                .unwrap();
+            assert_eq!(got.tensors.len(), 3);
+            let checks = [
+                (DType::F32, vec![rows, 2, 3], &volume),
+                (DType::U8, vec![rows, 2, 3], &mask),
+                (DType::F64, vec![rows], &scalar),
+            ];
+            for (t, (dtype, shape, refs)) in got.tensors.into_iter().zip(checks) {
+                let t = crate::batch::Tensors::Tch(crate::torch::TchTensor(t));
+                let nd = crate::batch::build_tensors(dtype, &shape, refs, None).unwrap();
+                assert_eq!((t.shape(), t.dtype()), (shape, dtype));
+                assert_eq!(t.as_bytes(), nd.as_bytes(), "{dtype} of {rows} rows");
+            }
+            let want: Vec<i64> = labels.iter().map(|l| l.unwrap()).collect();
+            assert_eq!(Vec::<i64>::try_from(&got.labels.unwrap()).unwrap(), want);
+        }
+        assert_eq!(
+            copies.get(),
+            3,
+            "one transfer per batch, every field and the labels"
         );
     }
 
@@ -462,6 +568,6 @@ mod tests {
                 assert!(!e.is_empty());
             }
         }
-        assert!(cuda(Device::Cpu, 4, 4).unwrap().is_none());
+        assert!(cuda(Device::Cpu, 4, &[4]).unwrap().is_none());
     }
 }

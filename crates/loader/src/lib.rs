@@ -55,7 +55,7 @@ pub mod state;
 pub mod torch;
 pub mod transform;
 
-pub use batch::{Batch, RowOrigin, Tensors};
+pub use batch::{Batch, FieldRef, RowOrigin, Tensors};
 pub use builder::LoaderBuilder;
 pub use loader::{Loader, LoaderStats};
 pub use state::LoaderState;
@@ -74,9 +74,10 @@ pub enum LoaderError {
     /// A setting that cannot work, e.g. a memory budget too small for one batch.
     #[error("invalid loader configuration: {0}")]
     Config(String),
-    /// A row whose tensor does not have the table's size (a corrupt or foreign file).
+    /// A row whose field does not have the table's size (a corrupt or foreign file, a mask of
+    /// another grid).
     #[error(
-        "table {location}, file {file}: row {id} holds {found} tensor bytes, the spec {spec} needs {expected}"
+        "table {location}, file {file}: row {id} holds {found} bytes in field '{field}', its spec {spec} needs {expected}"
     )]
     BadRow {
         /// Table location.
@@ -85,12 +86,14 @@ pub enum LoaderError {
         file: String,
         /// The row's id.
         id: String,
+        /// The field (boxed: the error stays small).
+        field: Box<str>,
         /// Bytes found.
         found: usize,
         /// Bytes expected.
         expected: usize,
-        /// The table's tensor spec.
-        spec: String,
+        /// The field's spec.
+        spec: Box<str>,
     },
     /// A state that cannot be resumed here: another table, file set or version, other order
     /// settings, or not a state at all.

@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use voxlake_format::TensorSpec;
+use voxlake_format::{SampleSpec, TensorSpec};
 use voxlake_stream::replay::OrderSettings;
 use voxlake_stream::{StreamStats, TableStream};
 
@@ -63,7 +63,7 @@ pub struct Loader {
     pub(crate) _thread: JoinHandle<()>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) stream: TableStream,
-    pub(crate) spec: TensorSpec,
+    pub(crate) spec: SampleSpec,
     pub(crate) started: Instant,
     pub(crate) settings: OrderSettings,
     pub(crate) world_size: usize,
@@ -92,9 +92,14 @@ impl Loader {
         self.stream.snapshot().filter_stats().cloned()
     }
 
-    /// The spec of one sample as handed out: the table's (as stored), or the per-sample
-    /// transform's output (`with_transform_to`).
+    /// The spec of one sample's first field (its one tensor, `Batch::tensors`) as handed out:
+    /// the table's (as stored), or the per-sample transform's output (`with_transform_to`).
     pub fn spec(&self) -> &TensorSpec {
+        self.spec.first()
+    }
+
+    /// Every field of one sample as handed out, in order.
+    pub fn sample(&self) -> &SampleSpec {
         &self.spec
     }
 

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use voxlake_format::TensorSpec;
+use voxlake_format::SampleSpec;
 use voxlake_stream::hooks::Hooks;
 use voxlake_stream::mixer::Mixer;
 use voxlake_stream::order::{RowSet, deal};
@@ -50,9 +50,9 @@ pub(crate) struct Counters {
 pub(crate) struct Producer {
     pub stream: TableStream,
     /// The samples handed out (the transform's output, else the table's).
-    pub spec: TensorSpec,
-    /// The table's samples.
-    pub input_spec: TensorSpec,
+    pub spec: SampleSpec,
+    /// The table's samples, as read.
+    pub input_spec: SampleSpec,
     pub transforms: crate::transform::Transforms,
     pub settings: OrderSettings,
     pub rank: usize,

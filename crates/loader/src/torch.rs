@@ -396,6 +396,8 @@ mod tests {
         let batch = crate::batch::Batch {
             tensors: crate::batch::build_tensors(DType::F32, &[3, 1], &[&zeros[..]; 3], None)
                 .unwrap(),
+            first: "tensor".into(),
+            more: Vec::new(),
             labels: vec![Some(0), Some(0), Some(0)],
             ids: vec![String::new(); 3],
             lineage: Vec::new(),

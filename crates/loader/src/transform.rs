@@ -39,7 +39,7 @@
 use std::sync::Arc;
 
 use rand::SeedableRng;
-use voxlake_format::TensorSpec;
+use voxlake_format::SampleSpec;
 
 use crate::batch::{Batch, Tensors};
 
@@ -51,16 +51,67 @@ pub type TransformRng = rand_chacha::ChaCha8Rng;
 /// What a transform returns when it cannot do its work; the loader reports it naming the row.
 pub type TransformError = Box<dyn std::error::Error + Send + Sync>;
 
-/// One sample handed to a per-sample transform, which may replace its tensor (another shape or
-/// element type, as the loader was told with `with_transform_to`) and its label.
+/// One sample handed to a per-sample transform, which may replace its fields' values (another
+/// shape or element type, as the loader was told with `with_transform_to`) and its label. A
+/// transform sees every field: a random flip flips the volume and its mask together.
 #[derive(Debug)]
 pub struct Sample<'a> {
-    /// The sample's values: the table's shape, without a batch axis.
+    /// The sample's first field (its one tensor in a one-tensor table), without a batch axis.
     pub tensor: Tensors,
     /// Its label.
     pub label: Option<i64>,
     /// Its id (read only: lineage and the generator's seed follow it).
     pub id: &'a str,
+    /// The first field's name.
+    pub(crate) first: Arc<str>,
+    /// The other fields, in order.
+    pub(crate) more: Vec<(Arc<str>, FieldValue)>,
+}
+
+/// One field of a sample other than the first.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum FieldValue {
+    Tensor(Tensors),
+    Text(String),
+}
+
+impl Sample<'_> {
+    /// The tensor field `name` (the first field's name gives [`tensor`](Self::tensor)).
+    pub fn field(&self, name: &str) -> Option<&Tensors> {
+        if *self.first == *name {
+            return Some(&self.tensor);
+        }
+        self.more.iter().find_map(|(n, v)| match v {
+            FieldValue::Tensor(t) if **n == *name => Some(t),
+            _ => None,
+        })
+    }
+
+    /// The tensor field `name`, to replace or change.
+    pub fn field_mut(&mut self, name: &str) -> Option<&mut Tensors> {
+        if *self.first == *name {
+            return Some(&mut self.tensor);
+        }
+        self.more.iter_mut().find_map(|(n, v)| match v {
+            FieldValue::Tensor(t) if **n == *name => Some(t),
+            _ => None,
+        })
+    }
+
+    /// The text field `name`.
+    pub fn text(&self, name: &str) -> Option<&str> {
+        self.more.iter().find_map(|(n, v)| match v {
+            FieldValue::Text(t) if **n == *name => Some(t.as_str()),
+            _ => None,
+        })
+    }
+
+    /// The names of the sample's fields, in order.
+    pub fn field_names(&self) -> Vec<&str> {
+        std::iter::once(&*self.first)
+            .chain(self.more.iter().map(|(n, _)| &**n))
+            .collect()
+    }
 }
 
 /// A per-sample transform.
@@ -74,9 +125,32 @@ pub(crate) type BatchFn =
 #[derive(Clone, Default)]
 pub(crate) struct Transforms {
     pub sample: Option<Arc<SampleFn>>,
-    /// The spec of the samples the per-sample transform returns (`None`: the table's).
-    pub output: Option<TensorSpec>,
+    /// The fields the per-sample transform returns (`None`: the table's).
+    pub output: Option<SampleSpec>,
     pub batch: Option<Arc<BatchFn>>,
+}
+
+/// What a per-sample transform returns, given the table's sample `input`: `output`, or where
+/// `output` is one field named `tensor` (a `TensorSpec`) and the table's sample has more, the
+/// table's sample with its first field's spec replaced.
+pub(crate) fn output_of(input: &SampleSpec, output: &SampleSpec) -> SampleSpec {
+    if !output.is_single() || input.fields().len() == 1 {
+        return output.clone();
+    }
+    let fields = input
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let kind = match i {
+                0 => voxlake_format::FieldKind::Tensor(output.first().clone()),
+                _ => f.kind.clone(),
+            };
+            (f.name.clone(), kind)
+        })
+        .collect();
+    // The input's names and kinds were a valid sample; only the first tensor's spec changed.
+    SampleSpec::new(fields).unwrap_or_else(|_| output.clone())
 }
 
 impl std::fmt::Debug for Transforms {

@@ -26,7 +26,8 @@ pub struct StreamBuilder {
     seed: u64,
     shuffle: bool,
     interleave: usize,
-    columns: Vec<String>,
+    /// Columns to read (`None`: id, label and every field of the sample).
+    columns: Option<Vec<String>>,
     memory_budget: u64,
     prefetch: usize,
     root_store: Option<Arc<dyn object_store::ObjectStore>>,
@@ -107,9 +108,10 @@ impl StreamBuilder {
         self
     }
 
-    /// Columns to read (default `id`, `label`, `tensor`): only their byte ranges are fetched.
+    /// Columns to read (default `id`, `label` and every field of the sample: `tensor` for a
+    /// one-tensor table): only their byte ranges are fetched.
     pub fn with_columns(mut self, columns: Vec<String>) -> Self {
-        self.columns = columns;
+        self.columns = Some(columns);
         self
     }
 
@@ -171,6 +173,11 @@ impl StreamBuilder {
             .memory_budget
             .div_ceil(1024)
             .min(Semaphore::MAX_PERMITS as u64) as usize;
+        let columns = with_checksum(
+            self.columns.unwrap_or_else(|| default_columns(&snapshot)),
+            self.verify,
+            &snapshot,
+        );
         TableStream {
             inner: Arc::new(Inner {
                 // Unshuffled means table order: read files one after the other.
@@ -187,7 +194,7 @@ impl StreamBuilder {
                     .map(|f| f.rows.unwrap_or(0))
                     .collect(),
                 snapshot,
-                columns: with_checksum(self.columns, self.verify),
+                columns,
                 hooks: self.hooks,
                 budget: Arc::new(Semaphore::new(kib)),
                 budget_bytes: kib as u64 * 1024,
@@ -234,9 +241,7 @@ impl TableStream {
             seed: 0,
             shuffle: false,
             interleave: 4,
-            columns: [ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN]
-                .map(String::from)
-                .to_vec(),
+            columns: None,
             memory_budget: 512 << 20,
             prefetch: 16,
             root_store: None,
@@ -248,10 +253,25 @@ impl TableStream {
     }
 }
 
-/// `columns`, with the checksum column when verifying and whole rows (id, label, tensor) are read.
-fn with_checksum(mut columns: Vec<String>, verify: bool) -> Vec<String> {
-    let whole = [ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN]
+/// The columns a stream reads by default: id, label and every field of the snapshot's sample.
+pub fn default_columns(snapshot: &Snapshot) -> Vec<String> {
+    [ID_COLUMN, LABEL_COLUMN]
+        .into_iter()
+        .map(String::from)
+        .chain(snapshot.sample().fields().iter().map(|f| f.name.clone()))
+        .collect()
+}
+
+/// `columns`, with the checksum column when verifying and whole rows are read: id, label and
+/// every field the table stores (the checksum covers them all).
+fn with_checksum(mut columns: Vec<String>, verify: bool, snapshot: &Snapshot) -> Vec<String> {
+    let stored: Vec<&str> = snapshot
+        .stored_sample()
+        .map(|s| s.fields().iter().map(|f| f.name.as_str()).collect())
+        .unwrap_or_else(|| vec![TENSOR_COLUMN]);
+    let whole = [ID_COLUMN, LABEL_COLUMN]
         .iter()
+        .chain(stored.iter())
         .all(|c| columns.iter().any(|n| n == c));
     if verify && whole && !columns.iter().any(|c| c == CHECKSUM_COLUMN) {
         columns.push(CHECKSUM_COLUMN.to_string());

@@ -37,7 +37,7 @@ mod snapshot;
 mod stats;
 
 pub use ahead::{AbortOnDrop, spawn_ahead};
-pub use builder::StreamBuilder;
+pub use builder::{StreamBuilder, default_columns};
 pub use error::{StreamError, panic_message, redact, store_error_is_transient};
 pub use group::RowGroupBatch;
 pub use object_store::ObjectStore;

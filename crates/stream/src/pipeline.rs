@@ -412,17 +412,14 @@ impl Inner {
             })
     }
 
-    /// One sample's tensor bytes, where the stream reads the tensor column (else 0).
+    /// One sample's tensor bytes: of the fields the stream reads.
     fn sample_bytes(&self) -> u64 {
-        if self
-            .columns
-            .iter()
-            .any(|c| c == voxlake_format::TENSOR_COLUMN)
-        {
-            self.snapshot.spec().nbytes() as u64
-        } else {
-            0
-        }
+        self.snapshot
+            .sample()
+            .tensors()
+            .filter(|(name, _)| self.columns.iter().any(|c| c == name))
+            .map(|(_, spec)| spec.nbytes() as u64)
+            .sum()
     }
 
     /// Row counts of a file's row groups (the rows read of them: not deleted, selected by a

@@ -92,6 +92,8 @@ pub struct Snapshot {
     location: String,
     version: u64,
     columns: SampleColumns,
+    /// A voxlake table's stored fields (its configuration's).
+    stored: Option<voxlake_format::SampleSpec>,
     /// Partition columns the files do not hold (hive folders, Delta partitions): Int64 where
     /// every value is an integer, else Utf8. Label and id may be read from them.
     partition_types: HashMap<String, arrow_schema::DataType>,
@@ -303,9 +305,20 @@ impl Snapshot {
         self.version
     }
 
-    /// The tensor spec: from the table configuration, or resolved from the files.
+    /// The first field's tensor spec (the one tensor of a one-tensor table): from the table
+    /// configuration, or resolved from the files.
     pub fn spec(&self) -> &TensorSpec {
-        &self.columns.spec
+        self.columns.sample.first()
+    }
+
+    /// The sample's fields and their specs.
+    pub fn sample(&self) -> &voxlake_format::SampleSpec {
+        &self.columns.sample
+    }
+
+    /// The fields a voxlake table stores (its configuration's), whatever of them is read.
+    pub fn stored_sample(&self) -> Option<&voxlake_format::SampleSpec> {
+        self.stored.as_ref()
     }
 
     /// How samples are read: the tensor column and its encoding, the label and id columns.

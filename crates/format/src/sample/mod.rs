@@ -2,8 +2,9 @@
 //! tools wrote (Spark, pyarrow/Ray, Petastorm, plain Parquet).
 //!
 //! [`SampleColumns::resolve`] decides, from the schema, the table's configuration and what the
-//! user said ([`ColumnHints`]), which column holds the tensor and how it is encoded
-//! ([`TensorEncoding`]), and which columns hold the label and the id.
+//! user said ([`ColumnHints`]), which columns hold the sample's fields (the one tensor, or the
+//! named fields: tensors, scalars, text) and how each is encoded ([`TensorEncoding`]), and
+//! which columns hold the label and the id.
 //! [`SampleColumns::normalize`] then turns each decoded record batch into voxlake's layout
 //! (`id` Utf8, `label` Int64, `tensor` BinaryView of little-endian C-order bytes), pointing into
 //! the decoded buffers wherever the layout allows: the rest of the pipeline reads every table the
@@ -26,8 +27,8 @@
 //! let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(volume)])?;
 //!
 //! let hints = ColumnHints::default().with_tensor_shape(vec![2, 2], DType::F32);
-//! let columns = SampleColumns::resolve(&schema, &HashMap::new(), &hints, None)?;
-//! assert_eq!(columns.encoding, TensorEncoding::FixedSizeList);
+//! let columns = SampleColumns::resolve(&schema, &HashMap::new(), &hints, &HashMap::new())?;
+//! assert_eq!(columns.first().encoding, TensorEncoding::FixedSizeList);
 //! let out = columns.normalize(&batch, |row| format!("part-0#{row}"))?;
 //! let tensors = out.column_by_name(TENSOR_COLUMN).unwrap().as_binary_view();
 //! assert_eq!(tensors.value(1), [5.0f32, 6.0, 7.0, 8.0].map(f32::to_le_bytes).concat());
@@ -41,7 +42,8 @@ use arrow_schema::{DataType, Field, Schema};
 
 use crate::npy::NpyArray;
 use crate::{
-    DType, FORMAT_VERSION_KEY, FormatError, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec,
+    DType, FORMAT_VERSION_KEY, FieldKind, FormatError, ID_COLUMN, LABEL_COLUMN, SampleSpec,
+    TENSOR_COLUMN, TensorSpec,
 };
 
 /// Field metadata key naming an Arrow extension type.
@@ -74,6 +76,10 @@ pub enum TensorEncoding {
     /// BINARY of `np.savez_compressed` bytes per row (Petastorm's `CompressedNdarrayCodec`):
     /// inflated, one copy per row.
     Npz,
+    /// One number (or bool) per row: a tensor of shape `[]`, viewed in the decoded values.
+    Scalar,
+    /// A string per row (a string column, or a partition value): a text field.
+    Text,
 }
 
 impl TensorEncoding {
@@ -89,11 +95,40 @@ impl TensorEncoding {
             }
             TensorEncoding::Npy => "np.save bytes per row (read in place after each header)",
             TensorEncoding::Npz => "np.savez_compressed bytes per row (inflated, one copy)",
+            TensorEncoding::Scalar => "one number per row (read in place)",
+            TensorEncoding::Text => "a string per row",
+        }
+    }
+}
+
+/// What the user says about one field of a sample: its column (logical name), which names
+/// the field too, and where the bytes carry no type or shape, those.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FieldHint {
+    /// The column holding the field, and the field's name.
+    pub column: String,
+    /// The shape of one sample's value (needed for LIST and raw BINARY columns; `[]` for a
+    /// scalar).
+    pub shape: Option<Vec<usize>>,
+    /// The element type (needed for raw BINARY columns; checked against the others).
+    pub dtype: Option<DType>,
+}
+
+impl FieldHint {
+    /// The field read from column `column`, shape and type found from the table.
+    pub fn new(column: impl Into<String>) -> FieldHint {
+        FieldHint {
+            column: column.into(),
+            shape: None,
+            dtype: None,
         }
     }
 }
 
 /// What the user says about a table's columns; whatever is left out is found from the table.
+///
+/// A sample is its `fields` where they are given, else the one tensor of `tensor`, `shape`
+/// and `dtype` (the field named `tensor`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ColumnHints {
     /// The tensor column (default: `tensor`, else the only column that can hold tensors).
@@ -108,6 +143,8 @@ pub struct ColumnHints {
     /// The id column, string or integer (default: `id` if there is one, else each row is
     /// named by its file and row number).
     pub id: Option<String>,
+    /// The sample's fields, in order, the first a tensor (empty: the one tensor above).
+    pub fields: Vec<FieldHint>,
 }
 
 impl ColumnHints {
@@ -143,21 +180,38 @@ impl ColumnHints {
         self
     }
 
+    /// One more field of the sample: column `hint.column`.
+    pub fn with_field(mut self, hint: FieldHint) -> Self {
+        self.fields.push(hint);
+        self
+    }
+
     /// Whether nothing was said (a voxlake table is then read as its configuration says).
     pub fn is_empty(&self) -> bool {
         *self == ColumnHints::default()
     }
 }
 
+/// How one field of a sample is read: resolved by [`SampleColumns::resolve`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldColumn {
+    /// The field's name in voxlake's layout and in batches.
+    pub name: String,
+    /// The column holding it.
+    pub column: String,
+    /// How the column holds it.
+    pub encoding: TensorEncoding,
+    /// What it is: a tensor (its spec) or text.
+    pub kind: FieldKind,
+}
+
 /// How each sample is read: resolved by [`SampleColumns::resolve`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SampleColumns {
-    /// The column holding the tensors.
-    pub tensor: String,
-    /// How it holds them.
-    pub encoding: TensorEncoding,
-    /// Shape and element type of one sample.
-    pub spec: TensorSpec,
+    /// The sample's fields, in order (the first a tensor).
+    pub fields: Vec<FieldColumn>,
+    /// The fields' names and kinds, as one spec.
+    pub sample: SampleSpec,
     /// The label column, if any.
     pub label: Option<String>,
     /// The id column, if any (else ids are made from file and row).
@@ -280,19 +334,52 @@ fn npy_spec(bytes: &[u8]) -> Result<TensorSpec, String> {
     Ok(TensorSpec::new(array.shape().to_vec(), array.dtype()))
 }
 
+/// A field's column, as the user named it (or as found), with what the user said of it.
+#[derive(Debug)]
+pub struct NamedColumn<'a> {
+    /// The field's name (`tensor` for the one tensor of a sample without named fields).
+    pub name: String,
+    /// The column's field in the table's schema.
+    pub field: &'a Field,
+    /// The shape the user gave.
+    pub shape: Option<Vec<usize>>,
+    /// The element type the user gave.
+    pub dtype: Option<DType>,
+}
+
 impl SampleColumns {
-    /// The column that holds the tensors: the one `hints` names, else `tensor`, else the only
-    /// column that can hold tensors (a BINARY, or a LIST or FIXED_SIZE_LIST of numbers or
-    /// booleans).
-    pub fn tensor_field<'a>(
+    /// The columns that hold the sample's fields: those `hints.fields` names (each field named
+    /// as its column), else the one tensor column, named `tensor`: the one `hints.tensor`
+    /// names, else `tensor`, else the only column that can hold tensors (a BINARY, or a LIST
+    /// or FIXED_SIZE_LIST of numbers or booleans).
+    pub fn field_columns<'a>(
         schema: &'a Schema,
         hints: &ColumnHints,
-    ) -> Result<&'a Field, FormatError> {
+    ) -> Result<Vec<NamedColumn<'a>>, FormatError> {
         let field_named = |name: &str| field_named(schema, name);
-        match &hints.tensor {
-            Some(name) => field_named(name),
+        if !hints.fields.is_empty() {
+            if hints.tensor.is_some() || hints.shape.is_some() || hints.dtype.is_some() {
+                return Err(meta(
+                    "name the sample's fields (with_field, --field) or its one tensor column (with_tensor_column, --tensor-column, --shape, --dtype), not both".into(),
+                ));
+            }
+            return hints
+                .fields
+                .iter()
+                .map(|h| {
+                    Ok(NamedColumn {
+                        name: h.column.clone(),
+                        field: field_named(&h.column)?,
+                        shape: h.shape.clone(),
+                        dtype: h.dtype,
+                    })
+                })
+                .collect();
+        }
+        let field = match &hints.tensor {
+            Some(name) => field_named(name)?,
             None => match schema.field_with_name(TENSOR_COLUMN) {
-                Ok(f) => Ok(f),
+                Ok(f) => f,
                 Err(_) => {
                     let candidates: Vec<&Field> = schema
                         .fields()
@@ -301,146 +388,71 @@ impl SampleColumns {
                         .filter(|f| can_hold_tensors(f.data_type()))
                         .collect();
                     match candidates.as_slice() {
-                        [only] => Ok(*only),
-                        [] => Err(meta(format!(
-                            "no column can hold tensors (a BINARY, LIST or FIXED_SIZE_LIST of numbers or booleans); the table has {:?}",
-                            schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
-                        ))),
-                        many => Err(meta(format!(
-                            "several columns can hold tensors ({:?}): name one (with_tensor_column, --tensor-column)",
-                            many.iter().map(|f| f.name()).collect::<Vec<_>>()
-                        ))),
+                        [only] => *only,
+                        [] => {
+                            return Err(meta(format!(
+                                "no column can hold tensors (a BINARY, LIST or FIXED_SIZE_LIST of numbers or booleans); the table has {:?}",
+                                schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+                            )));
+                        }
+                        many => {
+                            return Err(meta(format!(
+                                "several columns can hold tensors ({:?}): name one (with_tensor_column, --tensor-column), or name each as a field (with_field, --field)",
+                                many.iter().map(|f| f.name()).collect::<Vec<_>>()
+                            )));
+                        }
                     }
                 }
             },
-        }
+        };
+        Ok(vec![NamedColumn {
+            name: TENSOR_COLUMN.to_string(),
+            field,
+            shape: hints.shape.clone(),
+            dtype: hints.dtype,
+        }])
     }
 
     /// Decides how samples are read from a table of `schema` (the Arrow schema of its files)
-    /// with Delta configuration `config` (empty without a log), following `hints`. `first` is
-    /// the first value of the tensor column when it is BINARY and the table is not voxlake's:
+    /// with Delta configuration `config` (empty without a log), following `hints`. `first`
+    /// holds the first value of each BINARY field column of a table that is not voxlake's:
     /// `np.save`/`np.savez_compressed` bytes say their shape and dtype themselves.
     pub fn resolve(
         schema: &Schema,
         config: &HashMap<String, String>,
         hints: &ColumnHints,
-        first: Option<&[u8]>,
+        first: &HashMap<String, Vec<u8>>,
     ) -> Result<SampleColumns, FormatError> {
         let field_named = |name: &str| field_named(schema, name);
-        let tensor = SampleColumns::tensor_field(schema, hints)?;
-        let name = tensor.name().clone();
-        let native = config.contains_key(FORMAT_VERSION_KEY) && name == TENSOR_COLUMN;
-        let given = match (&hints.shape, hints.dtype) {
-            (Some(shape), Some(dtype)) => Some(TensorSpec::new(shape.clone(), dtype)),
-            _ => None,
-        };
-        let mismatch = |what: &str, found: String, said: String| {
-            meta(format!(
-                "column '{name}': the table holds {what} {found}, the settings say {said}"
-            ))
-        };
-        if let DataType::FixedSizeList(item, _) | DataType::List(item) | DataType::LargeList(item) =
-            tensor.data_type()
-            && dtype_of(item.data_type()).is_none()
-        {
-            return Err(meta(format!(
-                "column '{name}': lists of {} cannot be read as tensors (numbers and booleans only)",
-                item.data_type()
-            )));
+        let named = !hints.fields.is_empty();
+        // A voxlake table's own fields, as its configuration records them.
+        let stored = config
+            .contains_key(FORMAT_VERSION_KEY)
+            .then(|| SampleSpec::from_table_configuration(config))
+            .transpose()?;
+        let mut fields = Vec::new();
+        let mut all_stored = stored.is_some();
+        for column in SampleColumns::field_columns(schema, hints)? {
+            let stored_spec = stored
+                .as_ref()
+                .and_then(|s| s.field(column.field.name()))
+                .and_then(|f| f.kind.tensor());
+            all_stored &= stored_spec.is_some() && column.name == *column.field.name();
+            let value = first.get(column.field.name()).map(Vec::as_slice);
+            let (encoding, kind) = resolve_field(&column, stored_spec, value, named)?;
+            fields.push(FieldColumn {
+                name: column.name,
+                column: column.field.name().clone(),
+                encoding,
+                kind,
+            });
         }
-        let (encoding, spec) = match tensor.data_type() {
-            DataType::FixedSizeList(item, size) => {
-                let dtype = dtype_of(item.data_type()).unwrap_or(DType::F32);
-                let numel = (*size).max(0) as usize;
-                let shape = match (fixed_shape_of(tensor)?, &hints.shape) {
-                    (Some(recorded), Some(said)) if recorded != *said => {
-                        return Err(mismatch(
-                            "tensors of shape",
-                            format!("{recorded:?}"),
-                            format!("{said:?}"),
-                        ));
-                    }
-                    (Some(recorded), _) => recorded,
-                    (None, Some(said)) => said.clone(),
-                    (None, None) => vec![numel],
-                };
-                if shape.iter().product::<usize>() != numel {
-                    return Err(meta(format!(
-                        "column '{name}': shape {shape:?} is not {numel} values, the list size"
-                    )));
-                }
-                (TensorEncoding::FixedSizeList, TensorSpec::new(shape, dtype))
-            }
-            DataType::List(item) | DataType::LargeList(item) => {
-                let dtype = dtype_of(item.data_type()).unwrap_or(DType::F32);
-                let Some(shape) = hints.shape.clone() else {
-                    return Err(meta(format!(
-                        "column '{name}' is a list of {dtype} without a fixed length: give the shape of one sample (with_tensor_shape, --shape)"
-                    )));
-                };
-                (TensorEncoding::List, TensorSpec::new(shape, dtype))
-            }
-            t if is_binary(t) && native => {
-                let spec = TensorSpec::from_table_configuration(config)?;
-                (TensorEncoding::Raw, spec)
-            }
-            t if is_binary(t) => match first {
-                Some(bytes) if bytes.starts_with(NPY_MAGIC) || bytes.starts_with(ZIP_MAGIC) => {
-                    let encoding = if bytes.starts_with(NPY_MAGIC) {
-                        TensorEncoding::Npy
-                    } else {
-                        TensorEncoding::Npz
-                    };
-                    let spec = match encoding {
-                        TensorEncoding::Npz => inflate_npz(bytes).and_then(|b| npy_spec(&b)),
-                        _ => npy_spec(bytes),
-                    }
-                    .map_err(|e| meta(format!("column '{name}', first row: {e}")))?;
-                    (encoding, spec)
-                }
-                _ => match (&given, &hints.shape, hints.dtype) {
-                    (Some(spec), _, _) => (TensorEncoding::Raw, spec.clone()),
-                    (None, Some(shape), None) => {
-                        return Err(meta(format!(
-                            "column '{name}' holds raw bytes, which carry no element type: give the dtype of one sample of shape {shape:?} (with_tensor_shape, --dtype)"
-                        )));
-                    }
-                    (None, None, Some(dtype)) => {
-                        return Err(meta(format!(
-                            "column '{name}' holds raw bytes: give the shape of one sample of {dtype} (with_tensor_shape, --shape)"
-                        )));
-                    }
-                    _ => {
-                        return Err(meta(format!(
-                            "column '{name}' holds raw bytes: give the shape and dtype of one sample (with_tensor_shape, --shape, --dtype)"
-                        )));
-                    }
-                },
-            },
-            other => {
-                return Err(meta(format!(
-                    "column '{name}' is {other}: tensors are read from BINARY, LIST or FIXED_SIZE_LIST columns"
-                )));
-            }
-        };
-        if let Some(shape) = &hints.shape
-            && shape != spec.shape()
-        {
-            return Err(mismatch(
-                "tensors of shape",
-                format!("{:?}", spec.shape()),
-                format!("{shape:?}"),
-            ));
-        }
-        if let Some(dtype) = hints.dtype
-            && dtype != spec.dtype()
-        {
-            return Err(mismatch(
-                "elements of type",
-                spec.dtype().to_string(),
-                dtype.to_string(),
-            ));
-        }
+        let sample = SampleSpec::new(
+            fields
+                .iter()
+                .map(|f| (f.name.clone(), f.kind.clone()))
+                .collect(),
+        )?;
         // Label and id columns: named, else the usual names where the table has them.
         let pick =
             |named: &Option<String>, default: &str, what: &str, ok: fn(&DataType) -> bool| {
@@ -470,30 +482,204 @@ impl SampleColumns {
         })?;
         let label = label.map(|f| f.name().clone());
         let id = id.map(|f| f.name().clone());
-        let native = native
-            && encoding == TensorEncoding::Raw
+        let native = all_stored
+            && fields.iter().all(|f| f.encoding == TensorEncoding::Raw)
             && label.as_deref().is_none_or(|l| l == LABEL_COLUMN)
             && id.as_deref() == Some(ID_COLUMN);
         Ok(SampleColumns {
-            tensor: name,
-            encoding,
-            spec,
+            fields,
+            sample,
             label,
             id,
             native,
         })
     }
 
-    /// The source column to read for `column` of voxlake's layout (`id`, `label`, `tensor`),
-    /// or `None` when the table has none (ids are then made). Other names are read as named.
-    pub fn source_of<'a>(&'a self, column: &'a str) -> Option<&'a str> {
-        match column {
-            TENSOR_COLUMN => Some(&self.tensor),
-            LABEL_COLUMN => self.label.as_deref(),
-            ID_COLUMN => self.id.as_deref(),
-            other => Some(other),
+    /// How a voxlake table's own fields are read, as its configuration records them: each
+    /// field from its column, as stored (raw bytes), with voxlake's label and id.
+    pub fn stored(sample: &SampleSpec) -> SampleColumns {
+        SampleColumns {
+            fields: sample
+                .fields()
+                .iter()
+                .map(|f| FieldColumn {
+                    name: f.name.clone(),
+                    column: f.name.clone(),
+                    encoding: TensorEncoding::Raw,
+                    kind: f.kind.clone(),
+                })
+                .collect(),
+            sample: sample.clone(),
+            label: Some(LABEL_COLUMN.into()),
+            id: Some(ID_COLUMN.into()),
+            native: true,
         }
     }
+
+    /// The first field (a tensor: `Batch::tensors`).
+    pub fn first(&self) -> &FieldColumn {
+        &self.fields[0]
+    }
+
+    /// The field named `name`.
+    pub fn field(&self, name: &str) -> Option<&FieldColumn> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+
+    /// The source column to read for `column` of voxlake's layout (`id`, `label`, a field's
+    /// name), or `None` when the table has none (ids are then made). Other names are read as
+    /// named.
+    pub fn source_of<'a>(&'a self, column: &'a str) -> Option<&'a str> {
+        match column {
+            LABEL_COLUMN => self.label.as_deref(),
+            ID_COLUMN => self.id.as_deref(),
+            other => Some(self.field(other).map_or(other, |f| f.column.as_str())),
+        }
+    }
+}
+
+/// How the column of `column` holds its field: the encoding and what the field is. `stored` is
+/// its spec where a voxlake table records it; `first` its first value where it is BINARY and
+/// not voxlake's; `named`: the sample's fields were named (scalars and strings may be fields).
+fn resolve_field(
+    column: &NamedColumn<'_>,
+    stored: Option<&TensorSpec>,
+    first: Option<&[u8]>,
+    named: bool,
+) -> Result<(TensorEncoding, FieldKind), FormatError> {
+    let field = column.field;
+    let name = field.name().clone();
+    let given = match (&column.shape, column.dtype) {
+        (Some(shape), Some(dtype)) => Some(TensorSpec::new(shape.clone(), dtype)),
+        _ => None,
+    };
+    let mismatch = |what: &str, found: String, said: String| {
+        meta(format!(
+            "column '{name}': the table holds {what} {found}, the settings say {said}"
+        ))
+    };
+    if let DataType::FixedSizeList(item, _) | DataType::List(item) | DataType::LargeList(item) =
+        field.data_type()
+        && dtype_of(item.data_type()).is_none()
+    {
+        return Err(meta(format!(
+            "column '{name}': lists of {} cannot be read as tensors (numbers and booleans only)",
+            item.data_type()
+        )));
+    }
+    let (encoding, spec) = match field.data_type() {
+        DataType::FixedSizeList(item, size) => {
+            let dtype = dtype_of(item.data_type()).unwrap_or(DType::F32);
+            let numel = (*size).max(0) as usize;
+            let shape = match (fixed_shape_of(field)?, &column.shape) {
+                (Some(recorded), Some(said)) if recorded != *said => {
+                    return Err(mismatch(
+                        "tensors of shape",
+                        format!("{recorded:?}"),
+                        format!("{said:?}"),
+                    ));
+                }
+                (Some(recorded), _) => recorded,
+                (None, Some(said)) => said.clone(),
+                (None, None) => vec![numel],
+            };
+            if shape.iter().product::<usize>() != numel {
+                return Err(meta(format!(
+                    "column '{name}': shape {shape:?} is not {numel} values, the list size"
+                )));
+            }
+            (TensorEncoding::FixedSizeList, TensorSpec::new(shape, dtype))
+        }
+        DataType::List(item) | DataType::LargeList(item) => {
+            let dtype = dtype_of(item.data_type()).unwrap_or(DType::F32);
+            let Some(shape) = column.shape.clone() else {
+                return Err(meta(format!(
+                    "column '{name}' is a list of {dtype} without a fixed length: give the shape of one sample (with_tensor_shape, --shape; a field's: with_field_spec, --field {name}=SHAPE)"
+                )));
+            };
+            (TensorEncoding::List, TensorSpec::new(shape, dtype))
+        }
+        t if is_binary(t) && stored.is_some() => {
+            let spec = stored
+                .cloned()
+                .unwrap_or_else(|| TensorSpec::new(Vec::new(), DType::U8));
+            (TensorEncoding::Raw, spec)
+        }
+        t if is_binary(t) => match first {
+            Some(bytes) if bytes.starts_with(NPY_MAGIC) || bytes.starts_with(ZIP_MAGIC) => {
+                let encoding = if bytes.starts_with(NPY_MAGIC) {
+                    TensorEncoding::Npy
+                } else {
+                    TensorEncoding::Npz
+                };
+                let spec = match encoding {
+                    TensorEncoding::Npz => inflate_npz(bytes).and_then(|b| npy_spec(&b)),
+                    _ => npy_spec(bytes),
+                }
+                .map_err(|e| meta(format!("column '{name}', first row: {e}")))?;
+                (encoding, spec)
+            }
+            _ => match (&given, &column.shape, column.dtype) {
+                (Some(spec), _, _) => (TensorEncoding::Raw, spec.clone()),
+                (None, Some(shape), None) => {
+                    return Err(meta(format!(
+                        "column '{name}' holds raw bytes, which carry no element type: give the dtype of one sample of shape {shape:?} (with_tensor_shape, --dtype)"
+                    )));
+                }
+                (None, None, Some(dtype)) => {
+                    return Err(meta(format!(
+                        "column '{name}' holds raw bytes: give the shape of one sample of {dtype} (with_tensor_shape, --shape)"
+                    )));
+                }
+                _ => {
+                    return Err(meta(format!(
+                        "column '{name}' holds raw bytes: give the shape and dtype of one sample (with_tensor_shape, --shape, --dtype)"
+                    )));
+                }
+            },
+        },
+        t if named && dtype_of(t).is_some() => {
+            let dtype = dtype_of(t).unwrap_or(DType::F32);
+            (TensorEncoding::Scalar, TensorSpec::new(Vec::new(), dtype))
+        }
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View if named => {
+            if column.shape.is_some() || column.dtype.is_some() {
+                return Err(meta(format!(
+                    "column '{name}' holds strings: a text field takes no shape or dtype"
+                )));
+            }
+            return Ok((TensorEncoding::Text, FieldKind::Text));
+        }
+        other if named => {
+            return Err(meta(format!(
+                "column '{name}' is {other}: fields are read from BINARY, LIST or FIXED_SIZE_LIST columns (tensors), number or bool columns (scalars) and string columns (text)"
+            )));
+        }
+        other => {
+            return Err(meta(format!(
+                "column '{name}' is {other}: tensors are read from BINARY, LIST or FIXED_SIZE_LIST columns"
+            )));
+        }
+    };
+    if let Some(shape) = &column.shape
+        && shape != spec.shape()
+    {
+        return Err(mismatch(
+            "tensors of shape",
+            format!("{:?}", spec.shape()),
+            format!("{shape:?}"),
+        ));
+    }
+    if let Some(dtype) = column.dtype
+        && dtype != spec.dtype()
+    {
+        return Err(mismatch(
+            "elements of type",
+            spec.dtype().to_string(),
+            dtype.to_string(),
+        ));
+    }
+    Ok((encoding, FieldKind::Tensor(spec)))
 }
 
 mod normalize;

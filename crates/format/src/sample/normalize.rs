@@ -14,15 +14,16 @@ use arrow_buffer::Buffer;
 use arrow_data::{ByteView, MAX_INLINE_VIEW_LEN};
 use arrow_schema::{DataType, Field, Schema};
 
-use super::{RowError, SampleColumns, TensorEncoding, inflate_npz};
+use super::{FieldColumn, RowError, SampleColumns, TensorEncoding, inflate_npz};
 use crate::npy::NpyArray;
-use crate::{Casting, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+use crate::{Casting, FieldKind, ID_COLUMN, LABEL_COLUMN, TensorSpec};
 
 impl SampleColumns {
     /// `batch` (read from the source columns) in voxlake's layout: `id` (Utf8; from
-    /// `make_id(row)` when the table has no id column), `label` (Int64) and `tensor`
-    /// (BinaryView of `spec.nbytes()` little-endian bytes per row), where `batch` has them;
-    /// other columns as they are. A row that does not decode is an error naming it.
+    /// `make_id(row)` when the table has no id column), `label` (Int64) and each field under
+    /// its name (a tensor field as BinaryView of its spec's little-endian bytes per row, a
+    /// text field as Utf8), where `batch` has them; other columns as they are. A row that does
+    /// not decode is an error naming it and its field's column.
     pub fn normalize(
         &self,
         batch: &RecordBatch,
@@ -38,14 +39,15 @@ impl SampleColumns {
             fields.push(Field::new(name, array.data_type().clone(), true));
             columns.push(array);
         };
-        let used: Vec<&str> = [
-            Some(self.tensor.as_str()),
-            self.label.as_deref(),
-            self.id.as_deref(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let used: Vec<&str> = [self.label.as_deref(), self.id.as_deref()]
+            .into_iter()
+            .flatten()
+            .chain(self.fields.iter().map(|f| f.column.as_str()))
+            .collect();
+        let made: Vec<&str> = [ID_COLUMN, LABEL_COLUMN]
+            .into_iter()
+            .chain(self.fields.iter().map(|f| f.name.as_str()))
+            .collect();
         match self.id.as_deref().and_then(|c| batch.column_by_name(c)) {
             Some(ids) => push(ID_COLUMN, Arc::new(ids_of(ids)?)),
             None => push(
@@ -64,16 +66,18 @@ impl SampleColumns {
             })?;
             push(LABEL_COLUMN, Arc::new(labels));
         }
-        if let Some(tensors) = batch.column_by_name(&self.tensor) {
-            let views = self.tensors_of(tensors).map_err(|e| RowError {
-                row: e.row,
-                reason: format!("column '{}': {}", self.tensor, e.reason),
-            })?;
-            push(TENSOR_COLUMN, Arc::new(views));
+        for field in &self.fields {
+            if let Some(values) = batch.column_by_name(&field.column) {
+                let normalized = field_of(field, values).map_err(|e| RowError {
+                    row: e.row,
+                    reason: format!("column '{}': {}", field.column, e.reason),
+                })?;
+                push(&field.name, normalized);
+            }
         }
         for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
             let name = field.name().as_str();
-            if !used.contains(&name) && ![ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN].contains(&name) {
+            if !used.contains(&name) && !made.contains(&name) {
                 push(name, column.clone());
             }
         }
@@ -82,121 +86,156 @@ impl SampleColumns {
             reason: e.to_string(),
         })
     }
+}
 
-    /// The tensor column as BinaryView of each row's little-endian C-order bytes.
-    fn tensors_of(&self, array: &ArrayRef) -> Result<BinaryViewArray, RowError> {
-        let numel = self.spec.numel();
-        let size = self.spec.dtype().size();
-        let err = |row: usize, reason: String| RowError { row, reason };
-        if let Some(nulls) = array.logical_nulls()
-            && let Some(row) = (0..array.len()).find(|&i| nulls.is_null(i))
-        {
-            return Err(err(row, "the tensor is null".into()));
-        }
-        match self.encoding {
-            TensorEncoding::Raw => {
-                let views = binary_views(array).map_err(|e| err(0, e))?;
-                let expected = self.spec.nbytes();
-                if let Some(row) = (0..views.len()).find(|&i| views.value(i).len() != expected) {
-                    return Err(err(
-                        row,
-                        format!(
-                            "{} bytes, a tensor of {} is {expected}",
-                            views.value(row).len(),
-                            self.spec
-                        ),
-                    ));
-                }
-                Ok(views)
-            }
-            TensorEncoding::FixedSizeList => {
-                let lists = array.as_fixed_size_list_opt().ok_or_else(|| {
-                    err(
-                        0,
-                        format!("expected a fixed-size list, found {}", array.data_type()),
-                    )
-                })?;
-                // The values of row i start at element (offset + i) * numel of the child.
-                let values = lists.values();
-                let starts = (0..lists.len()).map(|i| (lists.value_offset(i) as usize, numel));
-                views_into(values, starts, size, numel)
-            }
-            TensorEncoding::List => {
-                let (values, bounds) = match array.data_type() {
-                    DataType::List(_) => list_bounds(array.as_list::<i32>()),
-                    DataType::LargeList(_) => list_bounds(array.as_list::<i64>()),
-                    other => return Err(err(0, format!("expected a list, found {other}"))),
-                };
-                if let Some(row) = bounds.iter().position(|&(_, len)| len != numel) {
-                    return Err(err(
-                        row,
-                        format!(
-                            "a list of {} values, a tensor of {} has {numel}",
-                            bounds[row].1, self.spec
-                        ),
-                    ));
-                }
-                views_into(values, bounds.into_iter(), size, numel)
-            }
-            TensorEncoding::Npy | TensorEncoding::Npz => self.npy_rows(array),
-        }
+/// A field's column in voxlake's layout: a tensor field as BinaryView of each row's
+/// little-endian C-order bytes, a text field as Utf8.
+fn field_of(field: &FieldColumn, array: &ArrayRef) -> Result<ArrayRef, RowError> {
+    match &field.kind {
+        FieldKind::Tensor(spec) => Ok(Arc::new(tensors_of(spec, field.encoding, array)?)),
+        FieldKind::Text => texts_of(array),
     }
+}
 
-    /// Rows of `np.save` / `np.savez_compressed` bytes: each header is checked against the
-    /// spec; little-endian C-order data is used in place, the rest converted.
-    fn npy_rows(&self, array: &ArrayRef) -> Result<BinaryViewArray, RowError> {
-        let err = |row: usize, reason: String| RowError { row, reason };
-        let views = binary_views(array).map_err(|e| err(0, e))?;
-        let mut out = BinaryViewBuilder::with_capacity(views.len());
-        let blocks: Vec<u32> = views
-            .data_buffers()
-            .iter()
-            .map(|b| out.append_block(b.clone()))
-            .collect();
-        let mut converted = Vec::new();
-        for (row, view) in views.views().iter().enumerate() {
-            let bytes = views.value(row);
-            let inflated = match self.encoding {
-                TensorEncoding::Npz => Some(inflate_npz(bytes).map_err(|e| err(row, e))?),
-                _ => None,
-            };
-            let file: &[u8] = inflated.as_deref().unwrap_or(bytes);
-            let npy = NpyArray::parse(file).map_err(|e| err(row, e.to_string()))?;
-            if npy.shape() != self.spec.shape() || npy.dtype() != self.spec.dtype() {
+/// A string column as Utf8 (nulls kept).
+fn texts_of(array: &ArrayRef) -> Result<ArrayRef, RowError> {
+    match array.data_type() {
+        DataType::Utf8 => Ok(array.clone()),
+        DataType::LargeUtf8 | DataType::Utf8View | DataType::Int64 => {
+            arrow_cast::cast(array, &DataType::Utf8).map_err(|e| RowError {
+                row: 0,
+                reason: e.to_string(),
+            })
+        }
+        other => Err(RowError {
+            row: 0,
+            reason: format!("expected strings, found {other}"),
+        }),
+    }
+}
+
+/// A tensor column of `encoding` as BinaryView of each row's little-endian C-order bytes.
+fn tensors_of(
+    spec: &TensorSpec,
+    encoding: TensorEncoding,
+    array: &ArrayRef,
+) -> Result<BinaryViewArray, RowError> {
+    let numel = spec.numel();
+    let size = spec.dtype().size();
+    let err = |row: usize, reason: String| RowError { row, reason };
+    if let Some(nulls) = array.logical_nulls()
+        && let Some(row) = (0..array.len()).find(|&i| nulls.is_null(i))
+    {
+        return Err(err(row, "the tensor is null".into()));
+    }
+    match encoding {
+        TensorEncoding::Raw => {
+            let views = binary_views(array).map_err(|e| err(0, e))?;
+            let expected = spec.nbytes();
+            if let Some(row) = (0..views.len()).find(|&i| views.value(i).len() != expected) {
                 return Err(err(
                     row,
                     format!(
-                        "an array of {:?} {}, the table's tensors are {}",
-                        npy.shape(),
-                        npy.dtype(),
-                        self.spec
+                        "{} bytes, a tensor of {spec} is {expected}",
+                        views.value(row).len(),
                     ),
                 ));
             }
-            let header = (file.len() - npy.data().len()) as u32;
-            let len = npy.data().len() as u32;
-            if !npy.is_le_c(self.spec.dtype()) {
-                converted.clear();
-                npy.write_le_c(self.spec.dtype(), Casting::Safe, &mut converted)
-                    .map_err(|e| err(row, e.to_string()))?;
-                out.append_value(&converted);
-            } else if let Some(inflated) = inflated {
-                // The inflated file becomes a block of its own: the view skips its header.
-                let block = out.append_block(Buffer::from_vec(inflated));
-                out.try_append_view(block, header, len)
-                    .map_err(|e| err(row, e.to_string()))?;
-            } else if bytes.len() > MAX_INLINE_VIEW_LEN as usize {
-                // The data is the tail of the row's bytes: a view into the same buffer.
-                let view = ByteView::from(*view);
-                let block = blocks[view.buffer_index as usize];
-                out.try_append_view(block, view.offset + header, len)
-                    .map_err(|e| err(row, e.to_string()))?;
-            } else {
-                out.append_value(npy.data());
-            }
+            Ok(views)
         }
-        Ok(out.finish())
+        TensorEncoding::FixedSizeList => {
+            let lists = array.as_fixed_size_list_opt().ok_or_else(|| {
+                err(
+                    0,
+                    format!("expected a fixed-size list, found {}", array.data_type()),
+                )
+            })?;
+            // The values of row i start at element (offset + i) * numel of the child.
+            let values = lists.values();
+            let starts = (0..lists.len()).map(|i| (lists.value_offset(i) as usize, numel));
+            views_into(values, starts, size, numel)
+        }
+        TensorEncoding::List => {
+            let (values, bounds) = match array.data_type() {
+                DataType::List(_) => list_bounds(array.as_list::<i32>()),
+                DataType::LargeList(_) => list_bounds(array.as_list::<i64>()),
+                other => return Err(err(0, format!("expected a list, found {other}"))),
+            };
+            if let Some(row) = bounds.iter().position(|&(_, len)| len != numel) {
+                return Err(err(
+                    row,
+                    format!(
+                        "a list of {} values, a tensor of {spec} has {numel}",
+                        bounds[row].1
+                    ),
+                ));
+            }
+            views_into(values, bounds.into_iter(), size, numel)
+        }
+        // One value a row: views into the decoded values.
+        TensorEncoding::Scalar => views_into(array, (0..array.len()).map(|i| (i, 1)), size, 1),
+        TensorEncoding::Npy | TensorEncoding::Npz => npy_rows(spec, encoding, array),
+        TensorEncoding::Text => Err(err(0, "strings are not a tensor".into())),
     }
+}
+
+/// Rows of `np.save` / `np.savez_compressed` bytes: each header is checked against the spec;
+/// little-endian C-order data is used in place, the rest converted.
+fn npy_rows(
+    spec: &TensorSpec,
+    encoding: TensorEncoding,
+    array: &ArrayRef,
+) -> Result<BinaryViewArray, RowError> {
+    let err = |row: usize, reason: String| RowError { row, reason };
+    let views = binary_views(array).map_err(|e| err(0, e))?;
+    let mut out = BinaryViewBuilder::with_capacity(views.len());
+    let blocks: Vec<u32> = views
+        .data_buffers()
+        .iter()
+        .map(|b| out.append_block(b.clone()))
+        .collect();
+    let mut converted = Vec::new();
+    for (row, view) in views.views().iter().enumerate() {
+        let bytes = views.value(row);
+        let inflated = match encoding {
+            TensorEncoding::Npz => Some(inflate_npz(bytes).map_err(|e| err(row, e))?),
+            _ => None,
+        };
+        let file: &[u8] = inflated.as_deref().unwrap_or(bytes);
+        let npy = NpyArray::parse(file).map_err(|e| err(row, e.to_string()))?;
+        if npy.shape() != spec.shape() || npy.dtype() != spec.dtype() {
+            return Err(err(
+                row,
+                format!(
+                    "an array of {:?} {}, the table's tensors are {spec}",
+                    npy.shape(),
+                    npy.dtype(),
+                ),
+            ));
+        }
+        let header = (file.len() - npy.data().len()) as u32;
+        let len = npy.data().len() as u32;
+        if !npy.is_le_c(spec.dtype()) {
+            converted.clear();
+            npy.write_le_c(spec.dtype(), Casting::Safe, &mut converted)
+                .map_err(|e| err(row, e.to_string()))?;
+            out.append_value(&converted);
+        } else if let Some(inflated) = inflated {
+            // The inflated file becomes a block of its own: the view skips its header.
+            let block = out.append_block(Buffer::from_vec(inflated));
+            out.try_append_view(block, header, len)
+                .map_err(|e| err(row, e.to_string()))?;
+        } else if bytes.len() > MAX_INLINE_VIEW_LEN as usize {
+            // The data is the tail of the row's bytes: a view into the same buffer.
+            let view = ByteView::from(*view);
+            let block = blocks[view.buffer_index as usize];
+            out.try_append_view(block, view.offset + header, len)
+                .map_err(|e| err(row, e.to_string()))?;
+        } else {
+            out.append_value(npy.data());
+        }
+    }
+    Ok(out.finish())
 }
 
 /// A list array's values and each row's (start, length) in them.

@@ -21,8 +21,20 @@ fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
     RecordBatch::try_from_iter(columns).unwrap()
 }
 
+/// `first` as the first value of every column (what the snapshot reads for BINARY ones).
+fn firsts(b: &RecordBatch, first: Option<&[u8]>) -> HashMap<String, Vec<u8>> {
+    let Some(first) = first else {
+        return HashMap::new();
+    };
+    b.schema()
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), first.to_vec()))
+        .collect()
+}
+
 fn resolve(b: &RecordBatch, hints: &ColumnHints, first: Option<&[u8]>) -> SampleColumns {
-    SampleColumns::resolve(&b.schema(), &HashMap::new(), hints, first).unwrap()
+    SampleColumns::resolve(&b.schema(), &HashMap::new(), hints, &firsts(b, first)).unwrap()
 }
 
 fn tensors(out: &RecordBatch) -> Vec<Vec<u8>> {
@@ -49,7 +61,10 @@ fn fixed_shape_tensors_are_viewed_in_place_with_their_recorded_shape() {
     let schema = Arc::new(Schema::new(vec![field]));
     let b = RecordBatch::try_new(schema, vec![Arc::new(array)]).unwrap();
     let columns = resolve(&b, &ColumnHints::default(), None);
-    assert_eq!(columns.spec, TensorSpec::new(vec![2, 2], DType::F32));
+    assert_eq!(
+        *columns.sample.first(),
+        TensorSpec::new(vec![2, 2], DType::F32)
+    );
     assert!(!columns.native);
     let out = columns.normalize(&b, |r| format!("f#{r}")).unwrap();
     assert_eq!(tensors(&out), vec![le(&values[4..8]), le(&values[8..12])]);
@@ -61,7 +76,8 @@ fn fixed_shape_tensors_are_viewed_in_place_with_their_recorded_shape() {
     assert_eq!(view.data_buffers()[0].as_ptr(), values_at);
     // A shape the metadata contradicts is refused.
     let hints = ColumnHints::default().with_tensor_shape(vec![4], DType::F32);
-    let e = SampleColumns::resolve(&b.schema(), &HashMap::new(), &hints, None).unwrap_err();
+    let e =
+        SampleColumns::resolve(&b.schema(), &HashMap::new(), &hints, &HashMap::new()).unwrap_err();
     assert!(e.to_string().contains("shape [2, 2]"), "{e}");
 }
 
@@ -86,7 +102,7 @@ fn boolean_lists_are_unpacked_to_a_byte_each() {
             ..ColumnHints::default()
         };
         let columns = resolve(&b, &hints, None);
-        assert_eq!(columns.spec.dtype(), DType::Bool);
+        assert_eq!(columns.sample.first().dtype(), DType::Bool);
         let out = columns.normalize(&b, |r| r.to_string()).unwrap();
         assert_eq!(tensors(&out), vec![bytes(6), bytes(12)]);
     }
@@ -125,8 +141,13 @@ fn lists_are_checked_row_by_row() {
             Arc::new(BooleanArray::from(vec![true, false, true])),
         ),
     ]);
-    let e = SampleColumns::resolve(&b.schema(), &HashMap::new(), &ColumnHints::default(), None)
-        .unwrap_err();
+    let e = SampleColumns::resolve(
+        &b.schema(),
+        &HashMap::new(),
+        &ColumnHints::default(),
+        &HashMap::new(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("give the shape"), "{e}");
     let hints = ColumnHints {
         shape: Some(vec![3]),
@@ -134,7 +155,7 @@ fn lists_are_checked_row_by_row() {
         ..ColumnHints::default()
     };
     let columns = resolve(&b, &hints, None);
-    assert_eq!(columns.spec.dtype(), DType::F64);
+    assert_eq!(columns.sample.first().dtype(), DType::F64);
     let e = columns
         .normalize(&b.slice(0, 3), |r| r.to_string())
         .unwrap_err();
@@ -168,7 +189,7 @@ fn raw_bytes_need_a_shape_and_the_right_length() {
         &b.schema(),
         &HashMap::new(),
         &ColumnHints::default(),
-        Some(&rows[0]),
+        &firsts(&b, Some(&rows[0])),
     )
     .unwrap_err();
     assert!(e.to_string().contains("raw bytes"), "{e}");
@@ -176,7 +197,7 @@ fn raw_bytes_need_a_shape_and_the_right_length() {
         .with_tensor_shape(vec![2], DType::F32)
         .with_id_column("n");
     let columns = resolve(&b, &hints, Some(&rows[0]));
-    assert_eq!(columns.encoding, TensorEncoding::Raw);
+    assert_eq!(columns.first().encoding, TensorEncoding::Raw);
     let out = columns
         .normalize(&b.slice(0, 2), |_| unreachable!())
         .unwrap();
@@ -223,8 +244,11 @@ fn npy_and_npz_rows_decode_whatever_their_byte_order_and_layout() {
             Arc::new(BinaryArray::from_iter_values(rows.iter())) as ArrayRef,
         )]);
         let columns = resolve(&b, &ColumnHints::default(), Some(&rows[0]));
-        assert_eq!(columns.encoding, encoding);
-        assert_eq!(columns.spec, TensorSpec::new(vec![2, 3], DType::F32));
+        assert_eq!(columns.first().encoding, encoding);
+        assert_eq!(
+            *columns.sample.first(),
+            TensorSpec::new(vec![2, 3], DType::F32)
+        );
         let out = columns.normalize(&b, |r| r.to_string()).unwrap();
         assert_eq!(
             tensors(&out),
@@ -261,8 +285,13 @@ fn labels_ids_and_column_choice_are_checked() {
         ("b", Arc::new(fsl(vec![0.; 4], 2))),
         ("score", Arc::new(Float64Array::from(vec![1.0, 2.5]))),
     ]);
-    let e = SampleColumns::resolve(&b.schema(), &HashMap::new(), &ColumnHints::default(), None)
-        .unwrap_err();
+    let e = SampleColumns::resolve(
+        &b.schema(),
+        &HashMap::new(),
+        &ColumnHints::default(),
+        &HashMap::new(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("several columns"), "{e}");
     let hints = ColumnHints::default()
         .with_tensor_column("b")
@@ -275,7 +304,7 @@ fn labels_ids_and_column_choice_are_checked() {
         &b.schema(),
         &HashMap::new(),
         &ColumnHints::default().with_tensor_column("c"),
-        None,
+        &HashMap::new(),
     )
     .unwrap_err();
     assert!(e.to_string().contains("no column 'c'"), "{e}");
@@ -286,9 +315,174 @@ fn labels_ids_and_column_choice_are_checked() {
         &native.schema(),
         &spec.table_configuration(),
         &ColumnHints::default(),
-        None,
+        &HashMap::new(),
     )
     .unwrap();
     assert!(columns.native);
-    assert_eq!(columns.spec, spec);
+    assert_eq!(*columns.sample.first(), spec);
+}
+
+#[test]
+fn several_fields_resolve_and_normalize_each_under_its_name() {
+    // A volume (fixed-size list), its mask (a list of u8), a scalar and a string per row.
+    let item = Arc::new(arrow_schema::Field::new("item", DataType::Float32, true));
+    let x = FixedSizeListArray::new(
+        item,
+        2,
+        Arc::new(Float32Array::from(vec![1.0, 2.0, 3.0, 4.0])),
+        None,
+    );
+    let mask_item = Arc::new(arrow_schema::Field::new("item", DataType::UInt8, true));
+    let mask = ListArray::new(
+        mask_item,
+        OffsetBuffer::from_lengths([2, 2]),
+        Arc::new(arrow_array::UInt8Array::from(vec![0u8, 1, 1, 0])),
+        None,
+    );
+    let b = batch(vec![
+        ("x", Arc::new(x) as ArrayRef),
+        ("mask", Arc::new(mask)),
+        ("porosity", Arc::new(Float64Array::from(vec![0.25, 0.5]))),
+        (
+            "well",
+            Arc::new(arrow_array::StringArray::from(vec!["A-1", "B-7"])),
+        ),
+        ("n", Arc::new(Int32Array::from(vec![7, 8]))),
+    ]);
+    let hints = ColumnHints::default()
+        .with_field(FieldHint::new("x"))
+        .with_field(FieldHint {
+            shape: Some(vec![2]),
+            ..FieldHint::new("mask")
+        })
+        .with_field(FieldHint::new("porosity"))
+        .with_field(FieldHint::new("well"))
+        .with_id_column("n");
+    let columns = resolve(&b, &hints, None);
+    assert_eq!(
+        columns.sample.to_string(),
+        "x [2] f32, mask [2] u8, porosity [] f64, well text"
+    );
+    let encodings: Vec<TensorEncoding> = columns.fields.iter().map(|f| f.encoding).collect();
+    assert_eq!(
+        encodings,
+        [
+            TensorEncoding::FixedSizeList,
+            TensorEncoding::List,
+            TensorEncoding::Scalar,
+            TensorEncoding::Text
+        ]
+    );
+    assert!(!columns.native);
+    let out = columns.normalize(&b, |r| r.to_string()).unwrap();
+    let views = |name: &str| -> Vec<Vec<u8>> {
+        let v = out.column_by_name(name).unwrap().as_binary_view();
+        v.iter().map(|v| v.unwrap().to_vec()).collect()
+    };
+    assert_eq!(views("x")[1], le(&[3.0, 4.0]));
+    assert_eq!(views("mask"), [vec![0u8, 1], vec![1, 0]]);
+    assert_eq!(views("porosity")[1], 0.5f64.to_le_bytes());
+    let well = out.column_by_name("well").unwrap().as_string::<i32>();
+    assert_eq!(well.value(1), "B-7");
+    assert_eq!(
+        out.column_by_name("id")
+            .unwrap()
+            .as_string::<i32>()
+            .value(0),
+        "7"
+    );
+    // A list of the wrong length names the field's column and the row.
+    let short = batch(vec![
+        ("x", b.column(0).clone()),
+        ("mask", b.column(1).clone()),
+    ]);
+    let wrong = ColumnHints::default()
+        .with_field(FieldHint::new("x"))
+        .with_field(FieldHint {
+            shape: Some(vec![3]),
+            ..FieldHint::new("mask")
+        });
+    let e = resolve(&short, &wrong, None)
+        .normalize(&short, |r| r.to_string())
+        .unwrap_err();
+    assert_eq!(e.row, 0);
+    assert!(
+        e.reason.contains("column 'mask': a list of 2 values"),
+        "{e}"
+    );
+}
+
+#[test]
+fn fields_are_refused_where_they_cannot_be() {
+    let b = batch(vec![
+        (
+            "well",
+            Arc::new(arrow_array::StringArray::from(vec!["A"])) as ArrayRef,
+        ),
+        ("x", Arc::new(BinaryArray::from_iter_values([[0u8; 4]]))),
+    ]);
+    let e = |hints: ColumnHints| {
+        SampleColumns::resolve(&b.schema(), &HashMap::new(), &hints, &HashMap::new())
+            .unwrap_err()
+            .to_string()
+    };
+    let text_first = ColumnHints::default().with_field(FieldHint::new("well"));
+    assert!(e(text_first).contains("first field is a tensor"));
+    let both = ColumnHints::default()
+        .with_tensor_column("x")
+        .with_field(FieldHint::new("x"));
+    assert!(e(both).contains("not both"));
+    let shaped_text = ColumnHints::default()
+        .with_field(FieldHint {
+            shape: Some(vec![4]),
+            dtype: Some(DType::U8),
+            ..FieldHint::new("x")
+        })
+        .with_field(FieldHint {
+            shape: Some(vec![1]),
+            ..FieldHint::new("well")
+        });
+    assert!(e(shaped_text).contains("a text field takes no shape"));
+    // Without named fields a string column is no tensor.
+    assert!(e(ColumnHints::default().with_tensor_column("well")).contains("tensors are read from"));
+    // A voxlake table of two fields is native whole, and not when one field is renamed away.
+    let sample = SampleSpec::new(vec![
+        (
+            "x".into(),
+            FieldKind::Tensor(TensorSpec::new(vec![2], DType::F32)),
+        ),
+        (
+            "mask".into(),
+            FieldKind::Tensor(TensorSpec::new(vec![2], DType::U8)),
+        ),
+    ])
+    .unwrap();
+    let native = RecordBatch::new_empty(sample.arrow_schema_with(true));
+    let config = sample.table_configuration().unwrap();
+    let columns = SampleColumns::resolve(
+        &native.schema(),
+        &config,
+        &ColumnHints::default()
+            .with_field(FieldHint::new("x"))
+            .with_field(FieldHint::new("mask")),
+        &HashMap::new(),
+    )
+    .unwrap();
+    assert!(columns.native);
+    assert_eq!(columns.sample, sample);
+    let only_mask = SampleColumns::resolve(
+        &native.schema(),
+        &config,
+        &ColumnHints::default().with_field(FieldHint::new("mask")),
+        &HashMap::new(),
+    )
+    .unwrap();
+    assert!(
+        only_mask.native,
+        "a subset of a voxlake table's fields is read as decoded"
+    );
+    assert_eq!(
+        only_mask.sample.first(),
+        &TensorSpec::new(vec![2], DType::U8)
+    );
 }

@@ -41,6 +41,8 @@ use parquet::file::metadata::ColumnChunkMetaData;
 use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::ColumnDescPtr;
 
+use voxlake_format::TensorSpec;
+
 use super::ReadTimings;
 use super::pages::Chunk;
 use crate::error::StreamError;
@@ -261,34 +263,62 @@ fn array(
     Ok(Some(Arc::new(list)))
 }
 
+/// A LIST tensor field decoded from its pages: the field's index in the sample, its leaf
+/// column, and the Arrow type of its values.
+pub(super) struct ListLeaf {
+    field: usize,
+    leaf: usize,
+    item: DataType,
+}
+
 impl super::Snapshot {
-    /// The leaf of a LIST tensor column decoded here (see [`applies`]), when `projection`
-    /// reads it, and the Arrow type of its values.
+    /// The first LIST tensor field decoded here (see [`applies`]), when `projection` reads
+    /// it: the field, its leaf, and the Arrow type of its values. Other LIST fields of the
+    /// sample go through Arrow's reader.
     pub(super) fn list_leaf(
         &self,
         metadata: &ArrowReaderMetadata,
         projection: &ProjectionMask,
-    ) -> Option<(usize, DataType)> {
+    ) -> Option<ListLeaf> {
         use voxlake_format::sample::TensorEncoding;
-        if !matches!(
-            self.columns.encoding,
-            TensorEncoding::List | TensorEncoding::FixedSizeList
-        ) {
-            return None;
-        }
         let schema = metadata.metadata().file_metadata().schema_descr();
         // By position: under column mapping the file names the column otherwise.
         let logical = self.logical_schema(metadata);
-        let root = logical.index_of(&self.columns.tensor).ok()?;
+        self.columns
+            .fields
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                matches!(
+                    f.encoding,
+                    TensorEncoding::List | TensorEncoding::FixedSizeList
+                )
+            })
+            .find_map(|(field, f)| {
+                let root = logical.index_of(&f.column).ok()?;
+                let included = (0..schema.num_columns())
+                    .any(|i| schema.get_column_root_idx(i) == root && projection.leaf_included(i));
+                included.then_some((field, root))
+            })
+            .and_then(|(field, root)| self.list_leaf_of(metadata, projection, field, root))
+    }
+
+    /// [`list_leaf`](Self::list_leaf) of field `field`, whose column is root `root`.
+    fn list_leaf_of(
+        &self,
+        metadata: &ArrowReaderMetadata,
+        projection: &ProjectionMask,
+        field: usize,
+        root: usize,
+    ) -> Option<ListLeaf> {
+        let schema = metadata.metadata().file_metadata().schema_descr();
+        let logical = self.logical_schema(metadata);
+        let column = &self.columns.fields[field].column;
         let mut leaves =
             (0..schema.num_columns()).filter(|&i| schema.get_column_root_idx(i) == root);
         let leaf = leaves.next()?;
         // What Arrow's reader makes of the values (the file's Arrow schema applied).
-        let item = match logical
-            .field_with_name(&self.columns.tensor)
-            .ok()?
-            .data_type()
-        {
+        let item = match logical.field_with_name(column).ok()?.data_type() {
             DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) => {
                 item.data_type().clone()
             }
@@ -297,7 +327,7 @@ impl super::Snapshot {
         (leaves.next().is_none()
             && projection.leaf_included(leaf)
             && applies(&schema.column(leaf), &item))
-        .then_some((leaf, item))
+        .then_some(ListLeaf { field, leaf, item })
     }
 
     /// Row group `row_group` of file `index` with its LIST tensor column (leaf `leaf`) decoded
@@ -309,9 +339,10 @@ impl super::Snapshot {
         row_group: usize,
         metadata: &ArrowReaderMetadata,
         projection: &ProjectionMask,
-        (leaf, item): (usize, DataType),
+        ListLeaf { field, leaf, item }: ListLeaf,
         hooks: &crate::hooks::Hooks,
     ) -> Result<Option<(RecordBatch, ReadTimings)>, StreamError> {
+        let field = &self.columns.fields[field];
         let parquet = metadata.metadata();
         let schema = parquet.file_metadata().schema_descr();
         let group = parquet.row_group(row_group);
@@ -351,9 +382,9 @@ impl super::Snapshot {
             Ok::<_, StreamError>((decoded, other_timings))
         };
         let column = schema.column(leaf);
-        let numel = self.spec().numel();
+        let numel = field.kind.tensor().map_or(0, TensorSpec::numel);
         let fixed = matches!(
-            self.columns.encoding,
+            field.encoding,
             voxlake_format::sample::TensorEncoding::FixedSizeList
         );
         let object = self.files[index].path.clone();
@@ -393,7 +424,7 @@ impl super::Snapshot {
         };
         let mut fields: Vec<FieldRef> = others.schema().fields().iter().cloned().collect();
         fields.push(Arc::new(Field::new(
-            self.columns.tensor.as_str(),
+            field.column.as_str(),
             array.data_type().clone(),
             true,
         )));

@@ -9,7 +9,7 @@ use object_store::ObjectStore;
 use parquet::arrow::async_reader::AsyncFileReader;
 use tokio::sync::OnceCell;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
-use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN, TensorSpec};
+use voxlake_format::{SampleSpec, TensorSpec};
 
 use super::deletes::{self, Wanted};
 use super::features::Protocol;
@@ -329,14 +329,10 @@ impl Snapshot {
             location,
             version,
             // Replaced by `resolve_columns` before the snapshot is handed out.
-            columns: SampleColumns {
-                tensor: TENSOR_COLUMN.into(),
-                encoding: voxlake_format::sample::TensorEncoding::Raw,
-                spec: TensorSpec::new(Vec::new(), voxlake_format::DType::U8),
-                label: None,
-                id: None,
-                native: true,
-            },
+            columns: SampleColumns::stored(
+                &TensorSpec::new(Vec::new(), voxlake_format::DType::U8).into(),
+            ),
+            stored: None,
             partition_types: HashMap::new(),
             selection: None,
             protocol: None,
@@ -363,14 +359,11 @@ impl Snapshot {
             reason: e.to_string(),
         };
         let voxlake = config.contains_key(voxlake_format::FORMAT_VERSION_KEY);
-        if voxlake && hints.is_empty() {
-            let spec = TensorSpec::from_table_configuration(config).map_err(incompatible)?;
-            self.columns = SampleColumns {
-                spec,
-                label: Some(LABEL_COLUMN.into()),
-                id: Some(ID_COLUMN.into()),
-                ..self.columns
-            };
+        if voxlake {
+            self.stored = Some(SampleSpec::from_table_configuration(config).map_err(incompatible)?);
+        }
+        if let (Some(stored), true) = (&self.stored, hints.is_empty()) {
+            self.columns = SampleColumns::stored(stored);
             return Ok(self);
         }
         if self.files.is_empty() {
@@ -423,24 +416,34 @@ impl Snapshot {
         }
         let schema = arrow_schema::Schema::new(fields);
         self.partition_types = partition_types;
-        let tensor = SampleColumns::tensor_field(&schema, hints).map_err(incompatible)?;
-        let first = match tensor.data_type() {
-            arrow_schema::DataType::Binary
-            | arrow_schema::DataType::LargeBinary
-            | arrow_schema::DataType::BinaryView
-                if !voxlake =>
-            {
-                self.first_value(tensor.name()).await?
+        // The first value of each BINARY field column of a table that is not voxlake's.
+        let binary: Vec<String> = SampleColumns::field_columns(&schema, hints)
+            .map_err(incompatible)?
+            .iter()
+            .filter(|c| {
+                !voxlake
+                    && matches!(
+                        c.field.data_type(),
+                        arrow_schema::DataType::Binary
+                            | arrow_schema::DataType::LargeBinary
+                            | arrow_schema::DataType::BinaryView
+                    )
+            })
+            .map(|c| c.field.name().clone())
+            .collect();
+        let mut first = HashMap::new();
+        for column in binary {
+            if let Some(value) = self.first_value(&column).await? {
+                first.insert(column, value);
             }
-            _ => None,
-        };
-        let columns = SampleColumns::resolve(&schema, config, hints, first.as_deref())
-            .map_err(incompatible)?;
+        }
+        let columns =
+            SampleColumns::resolve(&schema, config, hints, &first).map_err(incompatible)?;
         tracing::debug!(
             location = self.location.as_str(),
-            tensor = columns.tensor.as_str(),
-            encoding = columns.encoding.describe(),
-            spec = %columns.spec,
+            sample = %columns.sample,
+            encodings = ?columns.fields.iter().map(|f| f.encoding.describe()).collect::<Vec<_>>(),
+            native = columns.native,
             "resolved the sample columns"
         );
         self.columns = columns;

@@ -142,12 +142,16 @@ impl Snapshot {
         // about 1 MiB of values the levels stay in cache (decode time halved on the reference
         // cubes, docs/benchmarks.md); the batches are normalized to views and joined without
         // copying the values.
-        let batch_rows = match self.columns.encoding {
-            voxlake_format::sample::TensorEncoding::List
-            | voxlake_format::sample::TensorEncoding::FixedSizeList => {
-                (LIST_DECODE_BYTES / self.spec().nbytes().max(1)).clamp(1, rows)
-            }
-            _ => rows,
+        let batch_rows = if self.columns.fields.iter().any(|f| {
+            matches!(
+                f.encoding,
+                voxlake_format::sample::TensorEncoding::List
+                    | voxlake_format::sample::TensorEncoding::FixedSizeList
+            )
+        }) {
+            (LIST_DECODE_BYTES / self.sample().tensor_bytes().max(1)).clamp(1, rows)
+        } else {
+            rows
         };
         let mut timings = ReadTimings::default();
         let decoder = self.push_decoder(index, row_group, &metadata, projection, batch_rows)?;
@@ -168,8 +172,13 @@ impl Snapshot {
         }
         let batch = self.concat(index, batches)?;
         if batch.column_by_name(CHECKSUM_COLUMN).is_some() {
+            // The checksum covers every field the table stores, in order.
+            let fields: Vec<String> = self
+                .stored_sample()
+                .map(|s| s.fields().iter().map(|f| f.name.clone()).collect())
+                .unwrap_or_else(|| vec![TENSOR_COLUMN.to_string()]);
             let (verified, mismatch) = tokio::task::spawn_blocking(move || {
-                let mismatch = verify_checksums(&batch);
+                let mismatch = verify_checksums(&batch, &fields);
                 (batch, mismatch)
             })
             .await
@@ -331,8 +340,8 @@ impl Snapshot {
         self.concat(index, normalized)
     }
 
-    /// `batch` of file `index` with the partition columns the label or id are read from, as
-    /// constant columns of the file's values.
+    /// `batch` of file `index` with the partition columns the label, the id or a field are read
+    /// from, as constant columns of the file's values.
     fn with_partition_columns(
         &self,
         index: usize,
@@ -341,6 +350,7 @@ impl Snapshot {
         let wanted: Vec<&String> = [&self.columns.label, &self.columns.id]
             .into_iter()
             .flatten()
+            .chain(self.columns.fields.iter().map(|f| &f.column))
             .filter(|c| self.partition_types.contains_key(*c) && batch.column_by_name(c).is_none())
             .collect();
         if wanted.is_empty() {
@@ -481,8 +491,9 @@ fn without_rows(
 }
 
 /// The first row of `batch` that does not match its recorded checksum, described (also when
-/// the columns it covers are not there to check: the projection brings them with it).
-fn verify_checksums(batch: &RecordBatch) -> Option<String> {
+/// the columns it covers, id, label and the tensor `fields` in order, are not there to check:
+/// the projection brings them with it).
+fn verify_checksums(batch: &RecordBatch, fields: &[String]) -> Option<String> {
     use arrow_array::{Array, BinaryArray, BinaryViewArray, Int64Array, StringArray};
     let column = |name: &str| batch.column_by_name(name);
     let sums = column(CHECKSUM_COLUMN)?
@@ -491,30 +502,33 @@ fn verify_checksums(batch: &RecordBatch) -> Option<String> {
     let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
     let labels =
         column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
-    let (Some(sums), Some(ids), Some(labels), Some(tensors)) =
-        (sums, ids, labels, column(TENSOR_COLUMN))
-    else {
+    let tensors: Option<Vec<&arrow_array::ArrayRef>> = fields.iter().map(|f| column(f)).collect();
+    let (Some(sums), Some(ids), Some(labels), Some(tensors)) = (sums, ids, labels, tensors) else {
         return Some(format!(
-            "{CHECKSUM_COLUMN} cannot be checked: {ID_COLUMN} (Utf8), {LABEL_COLUMN} (Int64), {TENSOR_COLUMN} and {CHECKSUM_COLUMN} (Int64) must all be read"
+            "{CHECKSUM_COLUMN} cannot be checked: {ID_COLUMN} (Utf8), {LABEL_COLUMN} (Int64), {} and {CHECKSUM_COLUMN} (Int64) must all be read",
+            fields.join(", ")
         ));
     };
-    let tensor = |i: usize| -> &[u8] {
-        if let Some(views) = tensors.as_any().downcast_ref::<BinaryViewArray>() {
+    fn value(array: &arrow_array::ArrayRef, i: usize) -> &[u8] {
+        if let Some(views) = array.as_any().downcast_ref::<BinaryViewArray>() {
             views.value(i)
-        } else if let Some(plain) = tensors.as_any().downcast_ref::<BinaryArray>() {
+        } else if let Some(plain) = array.as_any().downcast_ref::<BinaryArray>() {
             plain.value(i)
         } else {
             &[]
         }
-    };
+    }
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(tensors.len());
     (0..batch.num_rows()).find_map(|i| {
         if sums.is_null(i) || ids.is_null(i) {
             return None;
         }
         let label = (!labels.is_null(i)).then(|| labels.value(i));
+        parts.clear();
+        parts.extend(tensors.iter().map(|t| value(t, i)));
         let (want, got) = (
             sums.value(i),
-            voxlake_format::row_checksum(ids.value(i), label, tensor(i)),
+            voxlake_format::row_checksum_of(ids.value(i), label, &parts),
         );
         (want != got).then(|| {
             format!(
