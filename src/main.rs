@@ -241,6 +241,8 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         None => None,
     };
     let mut checksum = 0.0;
+    // Per field: the sum of its values (text: the count of non-empty strings).
+    let mut field_sums: Vec<(String, f64)> = Vec::new();
     let mut first_batch_s = None;
     let mut loader = loader;
     let mut delivered = 0u64;
@@ -249,7 +251,21 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         let batch = batch?;
         delivered += 1;
         first_batch_s.get_or_insert_with(|| start.elapsed().as_secs_f64());
-        checksum += touch(&batch.tensors);
+        for (i, (name, field)) in batch.fields().into_iter().enumerate() {
+            let sum = match field {
+                voxlake::loader::FieldRef::Tensors(t) => touch(t),
+                voxlake::loader::FieldRef::Text(t) => {
+                    t.iter().filter(|s| !s.is_empty()).count() as f64
+                }
+            };
+            if i == 0 {
+                checksum += sum;
+            }
+            match field_sums.iter_mut().find(|(n, _)| n == name) {
+                Some((_, total)) => *total += sum,
+                None => field_sums.push((name.to_string(), sum)),
+            }
+        }
         if let Some(out) = &mut ids_out {
             for id in &batch.ids {
                 writeln!(out, "{id}")?;
@@ -273,6 +289,26 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let samples = stats.samples;
     let mb = stats.tensor_bytes as f64 / 1e6;
     let filtered = loader.filter_stats().unwrap_or_default();
+    let fields: serde_json::Map<String, serde_json::Value> = loader
+        .sample()
+        .fields()
+        .iter()
+        .map(|f| {
+            let sum = field_sums
+                .iter()
+                .find(|(n, _)| *n == f.name)
+                .map_or(0.0, |(_, s)| *s);
+            let kind = match &f.kind {
+                voxlake::format::FieldKind::Tensor(spec) => serde_json::json!({
+                    "checksum": sum,
+                    "shape": spec.shape(),
+                    "dtype": spec.dtype().name(),
+                }),
+                _ => serde_json::json!({"checksum": sum, "dtype": "text"}),
+            };
+            (f.name.clone(), kind)
+        })
+        .collect();
     let report = serde_json::json!({
         "table": voxlake::stream::redact(&args.table),
         "version": loader.version(),
@@ -307,6 +343,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "next_epoch": state.epoch,
         "next_batch_in_segment": state.batches,
         "checksum": checksum,
+        "fields": fields,
         "filter": args.filter,
         "filter_files_skipped": filtered.files_skipped,
         "filter_row_groups_skipped": filtered.row_groups_skipped,

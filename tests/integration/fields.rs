@@ -286,3 +286,208 @@ fn the_tch_path_hands_out_every_field_as_the_ndarray_path() {
         assert_eq!(a.text("well"), b.text("well"));
     }
 }
+
+/// numpy's sources of `count` samples in `dir` (see tests/python/fields_source.py).
+fn numpy_sources(dir: &std::path::Path, count: usize) {
+    voxlake_testkit::python_script(
+        "fields_source.py",
+        &["make", dir.to_str().unwrap(), &count.to_string()],
+    );
+}
+
+fn npy_bytes(path: std::path::PathBuf) -> Vec<u8> {
+    let file = std::fs::read(path).unwrap();
+    NpyArray::parse(&file).unwrap().data().to_vec()
+}
+
+#[tokio::test]
+async fn compact_converts_a_folder_per_field_and_npz_archives() {
+    use voxlake::compact::{Compactor, OnError};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    numpy_sources(&src, 30);
+    // A name with no mask: an error naming it, or skipped and listed.
+    std::fs::copy(src.join("x/s000.npy"), src.join("x/lonely.npy")).unwrap();
+    let table = dir.path().join("table");
+    let compactor = || {
+        Compactor::new(table.to_str().unwrap())
+            .with_fields(vec!["x".into(), "mask".into()])
+            .with_layout(voxlake::format::Layout {
+                row_group_rows: 8,
+                ..Default::default()
+            })
+    };
+    let e = compactor()
+        .convert(src.to_str().unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("lonely.npy: no 'mask' field (mask/lonely.npy"),
+        "{e}"
+    );
+    let s = compactor()
+        .with_on_error(OnError::Skip)
+        .convert(src.to_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!((s.rows, s.skipped.len()), (30, 1));
+    assert_eq!(s.tensor, "x [4, 4, 2, 3] f32, mask [4, 4, 2] u8");
+    // Exactly once on a re-run.
+    let again = compactor()
+        .with_on_error(OnError::Skip)
+        .convert(src.to_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!((again.rows, again.already_present), (0, 30));
+    // numpy agrees, through deltalake-python and pyarrow.
+    let checked = voxlake_testkit::python_script(
+        "fields_source.py",
+        &["check", table.to_str().unwrap(), src.to_str().unwrap()],
+    );
+    assert_eq!(checked, "30");
+    // The loader reads both fields (checksums over both verified), value for value.
+    let batches = collect(Loader::builder(table.to_str().unwrap()).with_batch_size(7));
+    let mut n = 0;
+    for b in &batches {
+        assert_eq!(b.tensors.shape(), [b.len(), 4, 4, 2, 3]);
+        let (x, mask) = (
+            b.tensors.as_bytes().unwrap(),
+            b.field("mask").unwrap().as_bytes().unwrap(),
+        );
+        for (i, id) in b.ids.iter().enumerate() {
+            assert_eq!(
+                x[i * 384..(i + 1) * 384],
+                npy_bytes(src.join("x").join(id))[..]
+            );
+            assert_eq!(
+                mask[i * 32..(i + 1) * 32],
+                npy_bytes(src.join("mask").join(id))[..]
+            );
+            n += 1;
+        }
+    }
+    assert_eq!(n, 30);
+    // An .npz source: a field per array, a scalar among them.
+    let npz_table = dir.path().join("npz_table");
+    let s = Compactor::new(npz_table.to_str().unwrap())
+        .convert(src.join("npz").to_str().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        s.tensor,
+        "x [4, 4, 2, 3] f32, mask [4, 4, 2] u8, porosity [] f64"
+    );
+    let batches = collect(Loader::builder(npz_table.to_str().unwrap()).with_batch_size(30));
+    let b = &batches[0];
+    let porosity = b.field("porosity").unwrap().as_f64().unwrap();
+    for (i, id) in b.ids.iter().enumerate() {
+        let k: f64 = id
+            .trim_start_matches('s')
+            .trim_end_matches(".npz")
+            .parse()
+            .unwrap();
+        assert_eq!(porosity[i], k / 10.0);
+        let name = id.replace(".npz", ".npy");
+        assert_eq!(
+            b.field("mask").unwrap().as_bytes().unwrap()[i * 32..(i + 1) * 32],
+            npy_bytes(src.join("mask").join(&name))[..]
+        );
+    }
+}
+
+#[tokio::test]
+async fn reading_some_fields_reads_only_their_chunks_and_checksums_cover_every_field() {
+    use voxlake::compact::Compactor;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    numpy_sources(&src, 16);
+    let table = dir.path().join("table");
+    Compactor::new(table.to_str().unwrap())
+        .with_fields(vec!["x".into(), "mask".into()])
+        .convert(src.to_str().unwrap())
+        .await
+        .unwrap();
+    let fetched = |builder: LoaderBuilder| {
+        std::thread::spawn(move || {
+            let mut loader = builder.with_batch_size(16).build().unwrap();
+            let batch = loader.next().unwrap().unwrap();
+            let names: Vec<String> = batch.fields().iter().map(|(n, _)| n.to_string()).collect();
+            assert!(loader.next().is_none());
+            (names, loader.stats().stream.bytes)
+        })
+        .join()
+        .unwrap()
+    };
+    let path = table.to_str().unwrap().to_string();
+    let (all, all_bytes) = fetched(Loader::builder(&path));
+    let (mask, mask_bytes) = fetched(Loader::builder(&path).with_field("mask"));
+    assert_eq!(
+        (all, mask),
+        (vec!["x".into(), "mask".into()], vec!["mask".to_string()])
+    );
+    // x is 12x the mask's bytes: reading the mask alone fetches a small part of the file.
+    assert!(mask_bytes * 5 < all_bytes, "{mask_bytes} of {all_bytes}");
+    // A byte flipped in the mask's chunk is caught by the row checksum, named by row and id.
+    let file = voxlake_testkit::data_files(&table).remove(0);
+    let reader =
+        parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&file).unwrap())
+            .unwrap();
+    use parquet::file::reader::FileReader;
+    let chunk = reader
+        .metadata()
+        .row_group(0)
+        .columns()
+        .iter()
+        .find(|c| c.column_path().string() == "mask")
+        .unwrap()
+        .clone();
+    let (start, len) = chunk.byte_range();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[(start + len - 40) as usize] ^= 0x01;
+    std::fs::write(&file, bytes).unwrap();
+    let e = first_error(Loader::builder(&path), "a flipped mask byte");
+    assert!(e.contains("CRC-32") && e.contains("corrupt"), "{e}");
+}
+
+#[test]
+fn voxlake_bench_reads_named_fields_and_reports_each() {
+    let report = voxlake_testkit::json_output(
+        std::process::Command::new(voxlake_testkit::voxlake_bin())
+            .args([
+                "bench",
+                &fixture("pyarrow_fields"),
+                "--json",
+                "--id-column",
+                "sample",
+            ])
+            .args([
+                "--field",
+                "volume",
+                "--field",
+                "mask=3,4,2:u8",
+                "--field",
+                "well",
+            ]),
+    );
+    assert_eq!(report["samples"], 24);
+    let fields = &report["fields"];
+    assert_eq!(fields["mask"]["shape"], serde_json::json!([3, 4, 2]));
+    assert_eq!(fields["mask"]["dtype"], "u8");
+    let ones: usize = masks().iter().flatten().map(|&m| usize::from(m)).sum();
+    assert_eq!(fields["mask"]["checksum"], ones as f64);
+    assert_eq!(fields["well"]["checksum"], 24.0, "non-empty strings");
+    let volume: f64 = expected(DType::F32)
+        .iter()
+        .flat_map(|c| {
+            c.chunks(4)
+                .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+        })
+        .sum();
+    let got = fields["volume"]["checksum"].as_f64().unwrap();
+    assert!((got - volume).abs() < 1e-3, "{got} vs {volume}");
+    assert_eq!(
+        report["checksum"], fields["volume"]["checksum"],
+        "the first field's"
+    );
+}

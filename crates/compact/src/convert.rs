@@ -1,4 +1,5 @@
-//! `.npy` objects → rows of the table.
+//! Source samples (`.npy` objects, a folder per field, `.npz` archives: see `source`) → rows
+//! of the table, written in row groups and committed in windows.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -6,20 +7,19 @@ use std::time::Instant;
 
 use arrow_array::builder::{BinaryBuilder, Int64Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
-use bytes::Bytes;
 use deltalake::kernel::Action;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::writer::DeltaWriter;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
-use object_store::path::Path;
 use serde::Serialize;
 use voxlake_format::npy::NpyArray;
-use voxlake_format::{Casting, ID_COLUMN, TensorSpec};
+use voxlake_format::{Casting, FieldKind, ID_COLUMN, SampleSpec};
 
 use crate::error::CompactError;
 use crate::infer;
 use crate::labels::Labels;
+use crate::source::{self, Row, SourceLayout, SourceObject, SourceSample};
 use crate::table::{Table, writer_for};
 use crate::{Compactor, OnError, Progress};
 use voxlake_stream::location::{self, stable_hash};
@@ -62,27 +62,6 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// One source object to convert.
-#[derive(Debug, Clone)]
-struct SourceObject {
-    key: String,
-    location: Path,
-    size: u64,
-    /// The object's bytes when they were already read (to settle a new table's spec).
-    fetched: Option<Bytes>,
-}
-
-/// A decoded sample ready for the table.
-pub(crate) struct Row {
-    pub key: String,
-    pub label: Option<i64>,
-    pub tensor: Bytes,
-    /// CRC-32 of the row, computed where the tensor was made (on the blocking pool when
-    /// converted).
-    pub checksum: i64,
-    pub bytes_read: u64,
-}
-
 impl Compactor {
     pub(crate) async fn run_convert(&self, source: &str) -> Result<ConvertSummary, CompactError> {
         if !self.hints.is_empty() {
@@ -97,8 +76,8 @@ impl Compactor {
             None => None,
         };
 
-        // The listing, sorted, this shard's share.
-        let mut objects: Vec<SourceObject> = src
+        // The listing.
+        let objects: Vec<SourceObject> = src
             .store
             .list(Some(&src.prefix))
             .map_ok(|meta| {
@@ -125,25 +104,56 @@ impl Compactor {
                 location: src.display.clone(),
                 source: e,
             })?;
-        // No `.npy` objects but Parquet files (or a Delta log): a table to rewrite.
+        let has = |suffix: &str| objects.iter().any(|o| o.key.ends_with(suffix));
+        // No `.npy` or `.npz` objects but Parquet files (or a Delta log): a table to rewrite.
         let is_table =
             |o: &SourceObject| o.key.ends_with(".parquet") || o.key.starts_with("_delta_log/");
-        if !objects.iter().any(|o| o.key.ends_with(".npy")) && objects.iter().any(is_table) {
+        if !has(".npy") && !has(".npz") && objects.iter().any(is_table) {
             return self.run_convert_table(source).await;
         }
-        objects.retain(|o| o.key.ends_with(".npy"));
-        objects.sort_by(|a, b| a.key.cmp(&b.key));
-        // Labels for objects the source does not hold: a wrong prefix or a stale file.
+        let layout = match (&self.fields, !has(".npy") && has(".npz")) {
+            (Some(fields), true) => SourceLayout::Npz(fields.clone()),
+            (Some(fields), false) => SourceLayout::Folders(fields.clone()),
+            // The arrays of the first archive, once one is read.
+            (None, true) => SourceLayout::Npz(Vec::new()),
+            (None, false) => SourceLayout::Npy,
+        };
+        if layout != SourceLayout::Npy && (self.shape.is_some() || self.dtype.is_some()) {
+            return Err(CompactError::Incompatible {
+                location: src.display.clone(),
+                reason: "--shape and --dtype are for a source of one field (.npy objects); each field's shape and type come from its arrays".into(),
+            });
+        }
+        let (mut samples, incomplete) = source::group(objects, &layout);
+        let mut skipped = Vec::new();
+        for (key, field, expected) in incomplete {
+            let e = CompactError::MissingField {
+                key,
+                field,
+                expected,
+            };
+            if self.on_error != OnError::Skip {
+                return Err(e);
+            }
+            let CompactError::MissingField { key, .. } = &e else {
+                continue;
+            };
+            tracing::warn!(%key, error = %e, "skipping");
+            skipped.push(Skipped {
+                key: key.clone(),
+                reason: e.to_string(),
+            });
+        }
+        // Labels for samples the source does not hold: a wrong prefix or a stale file.
         let labels_unmatched = match &labels {
             Some(labels) => {
-                let keys: HashSet<&str> = objects.iter().map(|o| o.key.as_str()).collect();
-                let unmatched = labels.unmatched(&keys);
+                let unmatched = labels.unmatched(&source::keys(&samples));
                 if !unmatched.is_empty() {
                     tracing::warn!(
                         count = unmatched.len(),
                         labels = labels.location(),
                         examples = ?&unmatched[..unmatched.len().min(5)],
-                        "labels name objects the source does not hold"
+                        "labels name samples the source does not hold"
                     );
                 }
                 unmatched.len()
@@ -151,7 +161,7 @@ impl Compactor {
             None => 0,
         };
         if let Some((index, count)) = self.shard {
-            objects.retain(|o| stable_hash(&o.key) % u64::from(count) == u64::from(index));
+            samples.retain(|s| stable_hash(&s.key) % u64::from(count) == u64::from(index));
         }
 
         let table_url = location::table_url(&self.table)?;
@@ -162,11 +172,11 @@ impl Compactor {
         let mut already_present = 0;
         if let Some(table) = &existing {
             let present = read_ids(table).await?;
-            let before = objects.len();
-            objects.retain(|o| !present.contains(&o.key));
-            already_present = before - objects.len();
+            let before = samples.len();
+            samples.retain(|s| !present.contains(&s.key));
+            already_present = before - samples.len();
         }
-        if objects.is_empty() && existing.is_none() {
+        if samples.is_empty() && existing.is_none() {
             return Err(CompactError::EmptySource {
                 location: src.display.clone(),
                 detail: self
@@ -176,31 +186,25 @@ impl Compactor {
             });
         }
         tracing::info!(
-            to_convert = objects.len(),
+            to_convert = samples.len(),
             already_present,
             source = %src.display,
             table = %table_display,
             "listed source"
         );
 
-        let mut skipped = Vec::new();
-        let (table, spec) = match existing {
+        let (table, sample, layout) = match existing {
             Some(table) => {
-                let spec = table.spec()?;
-                if let Some(dtype) = self.dtype
-                    && dtype != spec.dtype()
-                {
-                    return Err(CompactError::Incompatible {
-                        location: table_display,
-                        reason: format!("holds {} tensors, --dtype asks for {dtype}", spec.dtype()),
-                    });
-                }
-                (table, spec)
+                let sample = table.sample()?;
+                let layout = self.layout_for(&table_display, &sample, layout)?;
+                (table, sample, layout)
             }
             None => {
-                let spec = self.infer_spec(&src, &mut objects, &mut skipped).await?;
-                let table = Table::create(&table_url, &table_display, &options, &spec).await?;
-                (table, spec)
+                let (sample, layout) = self
+                    .infer_sample(&src, &mut samples, layout, &mut skipped)
+                    .await?;
+                let table = Table::create(&table_url, &table_display, &options, &sample).await?;
+                (table, sample, layout)
             }
         };
         let mut table = table;
@@ -216,9 +220,9 @@ impl Compactor {
             labels_unmatched,
             parquet_files: 0,
             commits: 0,
-            tensor: spec.to_string(),
+            tensor: sample.to_string(),
         };
-        let total = objects.len();
+        let total = samples.len();
         self.report(&summary, total);
 
         let casting = if self.dtype.is_some() {
@@ -226,50 +230,62 @@ impl Compactor {
         } else {
             Casting::Safe
         };
-        let spec = Arc::new(spec);
-        let spec_for_reads = spec.clone();
+        let shared = Arc::new(sample.clone());
+        let layout = Arc::new(layout);
         let store = src.store.clone();
         let src_display: Arc<str> = src.display.trim_end_matches('/').into();
         // Reading and decoding run in their own task, so they go on while the writer waits
         // on the store.
         let concurrency = self.concurrency.max(1);
-        let reads = futures::stream::iter(objects)
-            .map(move |object| {
+        let reads = futures::stream::iter(samples)
+            .map(move |sample| {
                 let store = store.clone();
-                let spec = spec_for_reads.clone();
+                let spec = shared.clone();
+                let layout = layout.clone();
                 let labels = labels.clone();
                 let src_display = src_display.clone();
                 async move {
-                    let mut object = object;
-                    let key = object.key.clone();
-                    let bytes = match object.fetched.take() {
-                        Some(bytes) => Ok(bytes),
-                        None => match store.get(&object.location).await {
-                            Ok(r) => r.bytes().await,
-                            Err(e) => Err(e),
-                        },
+                    let key = sample.key.clone();
+                    let size = sample.size();
+                    let mut parts = Vec::with_capacity(sample.parts.len());
+                    for mut object in sample.parts {
+                        let bytes = match object.fetched.take() {
+                            Some(bytes) => Ok(bytes),
+                            None => match store.get(&object.location).await {
+                                Ok(r) => r.bytes().await,
+                                Err(e) => Err(e),
+                            },
+                        }
+                        .map_err(|e| CompactError::Source {
+                            location: format!("{src_display}/{}", object.key),
+                            source: e,
+                        });
+                        match bytes {
+                            Ok(b) => parts.push((object.key, b)),
+                            Err(e) => return (key, Err(e)),
+                        }
                     }
-                    .map_err(|e| CompactError::Source {
-                        location: format!("{src_display}/{key}"),
-                        source: e,
-                    });
-                    let bytes = match bytes {
-                        Ok(b) => b,
-                        Err(e) => return (key, Err(e)),
+                    // Nothing to convert: slices of the downloads, decoded here.
+                    let ready = !matches!(*layout, SourceLayout::Npz(_))
+                        && parts
+                            .iter()
+                            .zip(spec.tensors())
+                            .all(|((_, b), (_, s))| source::ready(b, s));
+                    let named = key.clone();
+                    let run = move || {
+                        let arrays = source::arrays(&key, &parts, &layout)?;
+                        source::decode(key, arrays, size, &spec, casting, labels.as_deref())
                     };
-                    let ready = NpyArray::parse(&bytes).is_ok_and(|a| a.is_le_c(spec.dtype()));
                     let decoded = if ready {
-                        // Nothing to convert: a slice of the download.
-                        decode(object, bytes, &spec, casting, labels.as_deref())
+                        run()
                     } else {
-                        // Conversion is CPU work: keep it off the I/O threads.
-                        tokio::task::spawn_blocking(move || {
-                            decode(object, bytes, &spec, casting, labels.as_deref())
-                        })
-                        .await
-                        .unwrap_or_else(|e| Err(CompactError::Internal(e.to_string())))
+                        // Conversion (and inflating archives) is CPU work: keep it off the
+                        // I/O threads.
+                        tokio::task::spawn_blocking(run)
+                            .await
+                            .unwrap_or_else(|e| Err(CompactError::Internal(e.to_string())))
                     };
-                    (key, decoded)
+                    (named, decoded)
                 }
             })
             .buffered(concurrency);
@@ -279,7 +295,7 @@ impl Compactor {
             |panic| CompactError::Internal(format!("reading the source panicked: {panic}")),
         );
 
-        let mut sink = self.row_sink(&table, &spec)?;
+        let mut sink = self.row_sink(&table, &sample)?;
         let result: Result<(), CompactError> = async {
             while let Some(read) = rows.next().await {
                 let (key, decoded) = read?;
@@ -306,6 +322,47 @@ impl Compactor {
         self.finish_sink(sink, result, &mut table, &mut summary)
             .await?;
         Ok(self.summarized(summary, &table, start, total))
+    }
+
+    /// The source's layout for an existing table of `sample`: its fields must be the table's.
+    fn layout_for(
+        &self,
+        table: &str,
+        sample: &SampleSpec,
+        layout: SourceLayout,
+    ) -> Result<SourceLayout, CompactError> {
+        let names: Vec<String> = sample.fields().iter().map(|f| f.name.clone()).collect();
+        let layout = match layout {
+            SourceLayout::Npz(given) if given.is_empty() => SourceLayout::Npz(names.clone()),
+            other => other,
+        };
+        let fits = match &layout {
+            SourceLayout::Npy => sample.is_single(),
+            SourceLayout::Folders(f) | SourceLayout::Npz(f) => *f == names,
+        };
+        if !fits {
+            return Err(CompactError::Incompatible {
+                location: table.to_string(),
+                reason: format!(
+                    "holds samples of {sample}, the source's are {}",
+                    layout
+                        .fields()
+                        .map_or_else(|| "one tensor".to_string(), |f| f.join(", "))
+                ),
+            });
+        }
+        if let Some(dtype) = self.dtype
+            && dtype != sample.first().dtype()
+        {
+            return Err(CompactError::Incompatible {
+                location: table.to_string(),
+                reason: format!(
+                    "holds {} tensors, --dtype asks for {dtype}",
+                    sample.first().dtype()
+                ),
+            });
+        }
+        Ok(layout)
     }
 
     /// The summary of a finished conversion, reported.
@@ -350,76 +407,118 @@ impl Compactor {
         Ok(())
     }
 
-    /// Reads objects from the front of the list until one decodes, and takes its shape and
-    /// dtype (or `--dtype`) as the new table's spec.
-    async fn infer_spec(
+    /// Reads samples from the front of the list until enough decode, and takes the shapes and
+    /// dtypes they settle on (per field; `--shape` and `--dtype` for one field) as the new
+    /// table's sample. An `.npz` source without `--fields` takes the first archive's arrays.
+    async fn infer_sample(
         &self,
         src: &location::Location,
-        objects: &mut Vec<SourceObject>,
+        samples: &mut Vec<SourceSample>,
+        mut layout: SourceLayout,
         skipped: &mut Vec<Skipped>,
-    ) -> Result<TensorSpec, CompactError> {
+    ) -> Result<(SampleSpec, SourceLayout), CompactError> {
         let wanted = (self.shape.as_deref(), self.dtype);
-        let mut samples = Vec::new();
-        let mut next = 0;
-        // Both given: no object decides anything.
+        // Both given (one field): no object decides anything.
         let enough = if matches!(wanted, (Some(_), Some(_))) {
             0
         } else {
             infer::SAMPLES
         };
-        while samples.len() < enough && next < objects.len() {
-            let object = &objects[next];
-            let source_error = |e| CompactError::Source {
-                location: format!("{}/{}", src.display.trim_end_matches('/'), object.key),
-                source: e,
-            };
-            let bytes = src
-                .store
-                .get(&object.location)
-                .await
-                .map_err(source_error)?
-                .bytes()
-                .await
-                .map_err(source_error)?;
-            match NpyArray::parse(&bytes) {
-                Ok(array) => {
-                    samples.push(infer::Sample {
-                        key: object.key.clone(),
-                        shape: array.shape().to_vec(),
-                        dtype: array.dtype(),
-                    });
-                    // Converted from these bytes later, not fetched again.
-                    objects[next].fetched = Some(bytes.clone());
+        let names: Vec<String> = match &layout {
+            SourceLayout::Npy => vec![voxlake_format::TENSOR_COLUMN.to_string()],
+            SourceLayout::Folders(f) | SourceLayout::Npz(f) => f.clone(),
+        };
+        let mut seen: Vec<Vec<infer::Sample>> = vec![Vec::new(); names.len()];
+        let mut decoded = 0;
+        let mut next = 0;
+        while decoded < enough && next < samples.len() {
+            let sample = &mut samples[next];
+            let mut parts = Vec::with_capacity(sample.parts.len());
+            for object in &mut sample.parts {
+                let source_error = |e| CompactError::Source {
+                    location: format!("{}/{}", src.display.trim_end_matches('/'), object.key),
+                    source: e,
+                };
+                let bytes = src
+                    .store
+                    .get(&object.location)
+                    .await
+                    .map_err(source_error)?
+                    .bytes()
+                    .await
+                    .map_err(source_error)?;
+                // Converted from these bytes later, not fetched again.
+                object.fetched = Some(bytes.clone());
+                parts.push((object.key.clone(), bytes));
+            }
+            if let SourceLayout::Npz(fields) = &mut layout
+                && fields.is_empty()
+                && let Some((key, bytes)) = parts.first()
+                && let Ok(found) = source::npz_names(bytes, key)
+            {
+                *fields = found;
+                seen = vec![Vec::new(); fields.len()];
+            }
+            let parsed = source::arrays(&sample.key, &parts, &layout).and_then(|arrays| {
+                arrays
+                    .into_iter()
+                    .map(|(key, bytes)| {
+                        NpyArray::parse(&bytes)
+                            .map(|a| infer::Sample {
+                                key: key.clone(),
+                                shape: a.shape().to_vec(),
+                                dtype: a.dtype(),
+                            })
+                            .map_err(|source| CompactError::Npy { key, source })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            });
+            match parsed {
+                Ok(fields) => {
+                    for (seen, field) in seen.iter_mut().zip(fields) {
+                        seen.push(field);
+                    }
+                    decoded += 1;
                     next += 1;
                 }
                 Err(e) if self.on_error == OnError::Skip => {
                     // It is skipped here and not converted later.
                     skipped.push(Skipped {
-                        key: object.key.clone(),
+                        key: sample.key.clone(),
                         reason: e.to_string(),
                     });
-                    objects.remove(next);
+                    samples.remove(next);
                 }
-                Err(e) => {
-                    return Err(CompactError::Npy {
-                        key: object.key.clone(),
-                        source: e,
-                    });
-                }
+                Err(e) => return Err(e),
             }
         }
-        if samples.is_empty() && enough > 0 {
+        if decoded == 0 && enough > 0 {
             return Err(CompactError::EmptySource {
                 location: src.display.clone(),
                 detail: " that decode".into(),
             });
         }
-        infer::settle(&samples, wanted.0, wanted.1, self.on_error == OnError::Skip).map_err(
-            |reason| CompactError::Incompatible {
-                location: src.display.clone(),
-                reason,
-            },
-        )
+        let names = match &layout {
+            SourceLayout::Npy => names,
+            SourceLayout::Folders(f) | SourceLayout::Npz(f) => f.clone(),
+        };
+        let mut fields = Vec::with_capacity(names.len());
+        for (name, seen) in names.iter().zip(&seen) {
+            let spec = infer::settle(seen, wanted.0, wanted.1, self.on_error == OnError::Skip)
+                .map_err(|reason| CompactError::Incompatible {
+                    location: src.display.clone(),
+                    reason: match layout {
+                        SourceLayout::Npy => reason,
+                        _ => format!("field '{name}': {reason}"),
+                    },
+                })?;
+            fields.push((name.clone(), FieldKind::Tensor(spec)));
+        }
+        let sample = SampleSpec::new(fields).map_err(|e| CompactError::Incompatible {
+            location: src.display.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok((sample, layout))
     }
 
     pub(crate) fn report_progress(&self, summary: &ConvertSummary, window: &Window, total: usize) {
@@ -453,28 +552,24 @@ pub(crate) struct RowSink {
     batch: BatchBuilder,
     pub window: Window,
     commit_bytes: u64,
-    spec: TensorSpec,
+    sample: SampleSpec,
 }
 
 impl Compactor {
     pub(crate) fn row_sink(
         &self,
         table: &Table,
-        spec: &TensorSpec,
+        sample: &SampleSpec,
     ) -> Result<RowSink, CompactError> {
         Ok(RowSink {
             writer: writer_for(table, &self.layout)?,
-            batch: BatchBuilder::new(
-                self.layout.row_group_rows,
-                spec.nbytes(),
-                table.has_checksums()?,
-            ),
+            batch: BatchBuilder::new(self.layout.row_group_rows, sample, table.has_checksums()?),
             window: Window::default(),
             commit_bytes: self
                 .layout
                 .target_file_bytes
                 .saturating_mul(self.files_per_commit as u64),
-            spec: spec.clone(),
+            sample: sample.clone(),
         })
     }
 
@@ -490,7 +585,7 @@ impl Compactor {
         sink.window.files += 1;
         sink.batch.push(row);
         if sink.batch.is_full() {
-            let batch = sink.batch.finish(&sink.spec)?;
+            let batch = sink.batch.finish(&sink.sample)?;
             sink.writer.write(batch).await.map_err(|e| table.error(e))?;
         }
         if sink.writer.buffer_len() as u64 >= sink.commit_bytes {
@@ -513,7 +608,7 @@ impl Compactor {
             Ok(()) => {
                 async {
                     if sink.batch.len() > 0 {
-                        let batch = sink.batch.finish(&sink.spec)?;
+                        let batch = sink.batch.finish(&sink.sample)?;
                         sink.writer.write(batch).await.map_err(|e| table.error(e))?;
                     }
                     if sink.window.files > 0 {
@@ -533,95 +628,42 @@ impl Compactor {
     }
 }
 
-fn decode(
-    object: SourceObject,
-    bytes: Bytes,
-    spec: &TensorSpec,
-    casting: Casting,
-    labels: Option<&Labels>,
-) -> Result<Row, CompactError> {
-    let key = object.key;
-    let npy_err = |source| CompactError::Npy {
-        key: key.clone(),
-        source,
-    };
-    let array = NpyArray::parse(&bytes).map_err(npy_err)?;
-    if array.shape() != spec.shape() {
-        return Err(CompactError::ShapeMismatch {
-            key,
-            expected: spec.shape().to_vec(),
-            found: array.shape().to_vec(),
-        });
-    }
-    if !array.dtype().can_cast(spec.dtype(), casting) {
-        return Err(CompactError::DTypeMismatch {
-            key,
-            expected: spec.dtype(),
-            found: array.dtype(),
-            hint: if casting == Casting::Safe {
-                " without loss (pass --dtype to allow narrowing)"
-            } else {
-                ""
-            },
-        });
-    }
-    let label = match labels {
-        Some(labels) => Some(labels.get(&key).ok_or_else(|| CompactError::MissingLabel {
-            key: key.clone(),
-            labels: labels.location().to_string(),
-        })?),
-        None => None,
-    };
-    let tensor = if array.is_le_c(spec.dtype()) {
-        // Already in table layout: share the downloaded buffer.
-        let offset = bytes.len() - array.data().len();
-        bytes.slice(offset..)
-    } else {
-        let mut out = Vec::with_capacity(spec.nbytes());
-        array
-            .write_le_c(spec.dtype(), casting, &mut out)
-            .map_err(npy_err)?;
-        Bytes::from(out)
-    };
-    let checksum = voxlake_format::row_checksum(&key, label, &tensor);
-    Ok(Row {
-        key,
-        label,
-        checksum,
-        tensor,
-        bytes_read: object.size,
-    })
-}
-
 /// Accumulates one row group's worth of rows.
 pub(crate) struct BatchBuilder {
     rows: usize,
     ids: StringBuilder,
     labels: Int64Builder,
-    tensors: BinaryBuilder,
+    /// One builder per field, and the bytes of one sample of it.
+    fields: Vec<(BinaryBuilder, usize)>,
     /// The checksum column, where the table has one.
     checksums: Option<Int64Builder>,
     len: usize,
-    sample_bytes: usize,
 }
 
 impl BatchBuilder {
-    pub fn new(rows: usize, sample_bytes: usize, checksums: bool) -> Self {
+    pub fn new(rows: usize, sample: &SampleSpec, checksums: bool) -> Self {
         let rows = rows.max(1);
         BatchBuilder {
             rows,
             ids: StringBuilder::new(),
             labels: Int64Builder::with_capacity(rows),
-            tensors: BinaryBuilder::with_capacity(rows, rows * sample_bytes),
+            fields: sample
+                .tensors()
+                .map(|(_, s)| {
+                    let bytes = s.nbytes();
+                    (BinaryBuilder::with_capacity(rows, rows * bytes), bytes)
+                })
+                .collect(),
             checksums: checksums.then(|| Int64Builder::with_capacity(rows)),
             len: 0,
-            sample_bytes,
         }
     }
     pub fn push(&mut self, row: Row) {
         self.ids.append_value(&row.key);
         self.labels.append_option(row.label);
-        self.tensors.append_value(&row.tensor);
+        for ((builder, _), bytes) in self.fields.iter_mut().zip(&row.fields) {
+            builder.append_value(bytes);
+        }
         if let Some(c) = &mut self.checksums {
             c.append_value(row.checksum);
         }
@@ -633,18 +675,18 @@ impl BatchBuilder {
     pub fn is_full(&self) -> bool {
         self.len >= self.rows
     }
-    pub fn finish(&mut self, spec: &TensorSpec) -> Result<RecordBatch, CompactError> {
-        let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(self.ids.finish()),
-            Arc::new(self.labels.finish()),
-            Arc::new(self.tensors.finish()),
-        ];
+    pub fn finish(&mut self, sample: &SampleSpec) -> Result<RecordBatch, CompactError> {
+        let mut columns: Vec<ArrayRef> =
+            vec![Arc::new(self.ids.finish()), Arc::new(self.labels.finish())];
+        for (builder, bytes) in &mut self.fields {
+            columns.push(Arc::new(builder.finish()));
+            *builder = BinaryBuilder::with_capacity(self.rows, self.rows * *bytes);
+        }
         if let Some(c) = &mut self.checksums {
             columns.push(Arc::new(c.finish()));
         }
-        self.tensors = BinaryBuilder::with_capacity(self.rows, self.rows * self.sample_bytes);
         self.len = 0;
-        RecordBatch::try_new(spec.arrow_schema_with(self.checksums.is_some()), columns)
+        RecordBatch::try_new(sample.arrow_schema_with(self.checksums.is_some()), columns)
             .map_err(|e| CompactError::Internal(e.to_string()))
     }
 }

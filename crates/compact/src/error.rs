@@ -41,6 +41,17 @@ pub enum CompactError {
         /// Advice, e.g. to pass `--dtype`.
         hint: &'static str,
     },
+    /// A sample without one of its fields (a name in one field's folder and not in
+    /// another's, an `.npz` archive without the array).
+    #[error("{key}: no '{field}' field ({expected} is not in the source)")]
+    MissingField {
+        /// The sample's key (its name, or the archive's key).
+        key: String,
+        /// The field it lacks.
+        field: String,
+        /// What was looked for.
+        expected: String,
+    },
     /// A source object with no entry in the labels file.
     #[error("{key}: no label in {labels}")]
     MissingLabel {
@@ -65,7 +76,7 @@ pub enum CompactError {
         /// The store's error.
         source: object_store::Error,
     },
-    /// The source holds no `.npy` objects (for this shard).
+    /// The source holds no `.npy` or `.npz` objects (for this shard).
     #[error("no .npy objects under {location}{detail}")]
     EmptySource {
         /// The source prefix.

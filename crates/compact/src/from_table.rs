@@ -12,13 +12,14 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, Int64Array, StringArray};
 use bytes::Bytes;
 use futures::StreamExt;
-use voxlake_format::{ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+use voxlake_format::{ID_COLUMN, LABEL_COLUMN};
 use voxlake_stream::location::{self, stable_hash};
 use voxlake_stream::{Snapshot, TableStream};
 
 use crate::Compactor;
-use crate::convert::{ConvertSummary, Row, read_ids};
+use crate::convert::{ConvertSummary, read_ids};
 use crate::error::CompactError;
+use crate::source::Row;
 use crate::table::Table;
 
 impl Compactor {
@@ -35,7 +36,15 @@ impl Compactor {
             .with_row_counts()
             .await?;
         let source_display = snapshot.location().to_string();
-        let spec = snapshot.spec().clone();
+        let spec = snapshot.sample().clone();
+        if spec.tensors().count() != spec.fields().len() {
+            return Err(CompactError::Incompatible {
+                location: source_display,
+                reason: format!(
+                    "the sample {spec} has text fields: a voxlake table stores tensor fields (leave them out)"
+                ),
+            });
+        }
         if self.labels.is_some() {
             return Err(CompactError::Incompatible {
                 location: source_display,
@@ -49,10 +58,10 @@ impl Compactor {
         let mut present = HashSet::new();
         let mut table = match existing {
             Some(table) => {
-                if table.spec()? != spec {
+                if table.sample()? != spec {
                     return Err(CompactError::Incompatible {
                         location: table_display,
-                        reason: format!("holds {} tensors, the source {spec}", table.spec()?),
+                        reason: format!("holds {} tensors, the source {spec}", table.sample()?),
                     });
                 }
                 present = read_ids(&table).await?;
@@ -97,12 +106,17 @@ impl Compactor {
                 let file = &stream.snapshot().files()[group.file()].path;
                 let data = &group.batch;
                 let column = |name: &str| data.column_by_name(name);
-                let (Some(ids), Some(tensors)) = (
+                let fields: Option<Vec<_>> = spec
+                    .fields()
+                    .iter()
+                    .map(|f| column(&f.name).and_then(|c| c.as_binary_view_opt()))
+                    .collect();
+                let (Some(ids), Some(fields)) = (
                     column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>()),
-                    column(TENSOR_COLUMN).map(|c| c.as_binary_view()),
+                    fields,
                 ) else {
                     return Err(CompactError::Internal(format!(
-                        "row group {} of {file} came without ids or tensors",
+                        "row group {} of {file} came without ids or a field",
                         group.row_group()
                     )));
                 };
@@ -131,13 +145,17 @@ impl Compactor {
                     let label = labels.and_then(|l| (!l.is_null(i)).then(|| l.value(i)));
                     // Copied, not viewed: the row group's budget share goes back when it is
                     // dropped, and the sink may hold the row longer.
-                    let tensor = Bytes::copy_from_slice(tensors.value(i));
+                    let values: Vec<Bytes> = fields
+                        .iter()
+                        .map(|f| Bytes::copy_from_slice(f.value(i)))
+                        .collect();
+                    let parts: Vec<&[u8]> = values.iter().map(|b| b.as_ref()).collect();
                     let row = Row {
-                        checksum: voxlake_format::row_checksum(id, label, &tensor),
+                        checksum: voxlake_format::row_checksum_of(id, label, &parts),
                         key: id.to_string(),
                         label,
-                        bytes_read: tensor.len() as u64,
-                        tensor,
+                        bytes_read: values.iter().map(|b| b.len() as u64).sum(),
+                        fields: values,
                     };
                     self.sink_row(&mut sink, row, &mut table, &mut summary)
                         .await?;

@@ -50,6 +50,7 @@ pub mod infer;
 mod inspect;
 mod labels;
 mod optimize;
+mod source;
 pub mod synth;
 mod table;
 
@@ -96,6 +97,8 @@ pub struct Compactor {
     labels: Option<String>,
     dtype: Option<DType>,
     shape: Option<Vec<usize>>,
+    /// The fields of a source with several (a folder per field, `.npz` arrays).
+    fields: Option<Vec<String>>,
     hints: voxlake_format::sample::ColumnHints,
     as_of: voxlake_stream::AsOf,
     shard: Option<(u32, u32)>,
@@ -117,6 +120,7 @@ impl std::fmt::Debug for Compactor {
             .field("labels", &self.labels)
             .field("dtype", &self.dtype)
             .field("shape", &self.shape)
+            .field("fields", &self.fields)
             .field("as_of", &self.as_of)
             .field("shard", &self.shard)
             .field("on_error", &self.on_error)
@@ -137,6 +141,7 @@ impl Compactor {
             labels: None,
             dtype: None,
             shape: None,
+            fields: None,
             hints: Default::default(),
             as_of: voxlake_stream::AsOf::Latest,
             shard: None,
@@ -179,6 +184,18 @@ impl Compactor {
     /// ([`infer::settle`]); objects of another shape are bad input.
     pub fn with_shape(mut self, shape: Vec<usize>) -> Self {
         self.shape = Some(shape);
+        self
+    }
+
+    /// The fields of each sample of a source of several, in order (the first is what
+    /// `Batch::tensors` holds): `SRC/<field>/<name>.npy` for every field makes the sample
+    /// `<name>` (a name missing a field is an error naming it, or skipped and listed with
+    /// `OnError::Skip`); for `.npz` archives, the arrays of each. Each field becomes a column of
+    /// the table, its shape and type settled from its arrays and recorded in the table
+    /// configuration (`docs/format.md`). Without it, `.npy` objects are one field, `tensor`,
+    /// and `.npz` archives their arrays in the first archive's order.
+    pub fn with_fields(mut self, fields: Vec<String>) -> Self {
+        self.fields = Some(fields);
         self
     }
 

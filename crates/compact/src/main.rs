@@ -24,7 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Convert the .npy objects under SRC that are not in TABLE yet; or, when SRC is a table
+    /// Convert the .npy objects under SRC that are not in TABLE yet (with --fields, a folder of
+    /// .npy objects per field; or .npz archives, an array per field); or, when SRC is a table
     /// (a Delta table or a folder of Parquet files another tool wrote), its rows that are not.
     Convert {
         /// Source prefix: a local folder or a URL (az://, abfss://, gs://, s3://, file://).
@@ -41,6 +42,10 @@ enum Command {
         /// objects agree on).
         #[arg(long, value_delimiter = ',')]
         shape: Option<Vec<usize>>,
+        /// The fields of each sample, in order: SRC/<field>/<name>.npy of every field is the
+        /// sample <name>; for .npz sources, the arrays to take (default: the first archive's).
+        #[arg(long, value_delimiter = ',')]
+        fields: Option<Vec<String>>,
         /// Convert only this share of the keys, as I/N (0-based).
         #[arg(long, value_parser = parse_shard)]
         shard: Option<(u32, u32)>,
@@ -101,6 +106,10 @@ enum Command {
         /// Seed.
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Each cube's voxel mask too: fields/x/ and fields/mask/ instead of cubes/ (convert
+        /// with --fields x,mask).
+        #[arg(long)]
+        with_mask: bool,
     },
     /// The embedded default job: generate synthetic cubes locally and convert them.
     Demo {
@@ -242,17 +251,31 @@ fn print_inspect(info: &TableInfo, json: bool) {
     }
     println!("table     {}", info.location);
     println!("version   {}", info.version);
-    println!("tensor    {:?} {}", info.shape, info.dtype);
-    println!(
-        "column    '{}': {}{}",
-        info.tensor_column,
-        info.encoding,
-        if info.native {
-            ", voxlake's layout"
-        } else {
-            ""
+    let native = if info.native {
+        ", voxlake's layout"
+    } else {
+        ""
+    };
+    if let [only] = info.fields.as_slice()
+        && only.name == voxlake_format::TENSOR_COLUMN
+    {
+        println!("tensor    {:?} {}", info.shape, info.dtype);
+        println!(
+            "column    '{}': {}{native}",
+            info.tensor_column, info.encoding
+        );
+    } else {
+        for field in &info.fields {
+            let kind = match (&field.shape, &field.dtype) {
+                (Some(shape), Some(dtype)) => format!("{shape:?} {dtype}"),
+                _ => "text".to_string(),
+            };
+            println!(
+                "field     {}: {kind}, column '{}': {}{native}",
+                field.name, field.column, field.encoding
+            );
         }
-    );
+    }
     println!(
         "label/id  {} / {}",
         info.label_column.as_deref().unwrap_or("none"),
@@ -304,6 +327,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             labels,
             dtype,
             shape,
+            fields,
             shard,
             tensor_column,
             label_column,
@@ -335,6 +359,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
             if let Some(shape) = shape {
                 compactor = compactor.with_shape(shape);
+            }
+            if let Some(fields) = fields {
+                compactor = compactor.with_fields(fields);
             }
             if let Some((i, n)) = shard {
                 compactor = compactor.with_shard(i, n);
@@ -384,8 +411,13 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 .await?;
             print_inspect(&info, common.json);
         }
-        Command::Generate { dir, count, seed } => {
-            let data = synth::generate(&dir, count, seed)?;
+        Command::Generate {
+            dir,
+            count,
+            seed,
+            with_mask,
+        } => {
+            let data = synth::generate_with(&dir, count, seed, with_mask)?;
             println!(
                 "wrote {} cubes ({} labelled 1) to {} and labels to {}",
                 data.count,

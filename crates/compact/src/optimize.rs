@@ -71,7 +71,7 @@ impl Compactor {
         let options = location::storage_options(&self.storage_options);
         let mut table = self.open_existing(&options).await?;
         // Only voxlake tables: the rewrite uses their schema and layout.
-        table.spec()?;
+        table.sample()?;
         let snapshot = table.snapshot().await?;
         let files = snapshot.files();
         let sizes: Vec<u64> = files.iter().map(|f| f.size).collect();

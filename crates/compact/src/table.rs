@@ -9,7 +9,7 @@ use deltalake::operations::create::CreateBuilder;
 use deltalake::protocol::DeltaOperation;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
-use voxlake_format::{Layout, TensorSpec};
+use voxlake_format::{Layout, SampleSpec};
 use voxlake_stream::{Snapshot, location, redact};
 
 use crate::error::CompactError;
@@ -63,13 +63,13 @@ impl Table {
         }
     }
 
-    /// Creates the table for `spec` (version 0); if another writer created it first, opens
-    /// theirs and checks it holds the same spec.
+    /// Creates the table for samples of `spec` (version 0); if another writer created it
+    /// first, opens theirs and checks it holds the same fields.
     pub async fn create(
         url: &Url,
         display: &str,
         options: &HashMap<String, String>,
-        spec: &TensorSpec,
+        spec: &SampleSpec,
     ) -> Result<Table, CompactError> {
         location::register_handlers();
         let err = |source| CompactError::Table {
@@ -77,12 +77,17 @@ impl Table {
             source: Box::new(source),
         };
         let schema: StructType = spec
-            .arrow_schema()
+            .arrow_schema_with(true)
             .as_ref()
             .try_into_kernel()
             .map_err(|e: arrow_schema::ArrowError| err(e.into()))?;
+        let incompatible = |e: voxlake_format::FormatError| CompactError::Incompatible {
+            location: display.to_string(),
+            reason: e.to_string(),
+        };
         let mut configuration: HashMap<String, Option<String>> = spec
             .table_configuration()
+            .map_err(incompatible)?
             .into_iter()
             .map(|(k, v)| (k, Some(v)))
             .collect();
@@ -107,12 +112,12 @@ impl Table {
             Err(e) => {
                 // A concurrent `--shard` run may have created it: use theirs if it fits.
                 match Table::open(url, display, options).await? {
-                    Some(table) if table.spec()? == *spec => Ok(table),
+                    Some(table) if table.sample()? == *spec => Ok(table),
                     Some(table) => Err(CompactError::Incompatible {
                         location: display.to_string(),
                         reason: format!(
                             "created concurrently with tensors {}, this run has {spec}",
-                            table.spec()?
+                            table.sample()?
                         ),
                     }),
                     None => Err(err(e)),
@@ -121,10 +126,10 @@ impl Table {
         }
     }
 
-    /// The tensor spec recorded in the table configuration.
-    pub fn spec(&self) -> Result<TensorSpec, CompactError> {
+    /// The sample's fields recorded in the table configuration.
+    pub fn sample(&self) -> Result<SampleSpec, CompactError> {
         let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
-        TensorSpec::from_table_configuration(snapshot.metadata().configuration()).map_err(|e| {
+        SampleSpec::from_table_configuration(snapshot.metadata().configuration()).map_err(|e| {
             CompactError::Incompatible {
                 location: self.display.clone(),
                 reason: e.to_string(),
@@ -165,7 +170,7 @@ impl Table {
         voxlake_operation: &str,
         blind_append: bool,
     ) -> Result<u64, CompactError> {
-        let spec = self.spec()?;
+        let spec = self.sample()?;
         let mut attempts = 0;
         loop {
             let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
@@ -184,7 +189,7 @@ impl Table {
                     attempts += 1;
                     tracing::debug!(%conflict, attempts, "append conflicted, retrying on a fresh snapshot");
                     self.table.update_state().await.map_err(|e| self.error(e))?;
-                    if self.spec()? != spec {
+                    if self.sample()? != spec {
                         return Err(CompactError::Incompatible {
                             location: self.display.clone(),
                             reason: "the tensor spec changed during the run".into(),
@@ -216,10 +221,12 @@ pub(crate) fn writer_for(
     table: &Table,
     layout: &Layout,
 ) -> Result<deltalake::writer::RecordBatchWriter, CompactError> {
+    let sample = table.sample()?;
+    let tensors: Vec<&str> = sample.tensors().map(|(name, _)| name).collect();
     Ok(
         deltalake::writer::RecordBatchWriter::for_table(&table.table)
             .map_err(|e| table.error(e))?
-            .with_writer_properties(layout.writer_properties())
+            .with_writer_properties(layout.writer_properties_for(&tensors))
             .with_target_file_size(layout.target_file_bytes),
     )
 }

@@ -514,6 +514,31 @@ impl Default for EncodeOptions {
     }
 }
 
+/// The named arrays of an `.npz` archive (`np.savez`, `np.savez_compressed`): each member's
+/// name without `.npy` and its `.npy` bytes (inflated), in archive order. An archive that does
+/// not open, or a member that does not inflate, is an error naming it.
+pub fn read_npz(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, FormatError> {
+    use std::io::Read;
+    let npz = |m: String| FormatError::Npy(m);
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| npz(format!("not a readable npz archive: {e}")))?;
+    let mut out = Vec::with_capacity(archive.len());
+    for index in 0..archive.len() {
+        let mut member = archive
+            .by_index(index)
+            .map_err(|e| npz(format!("npz member {index} does not open: {e}")))?;
+        let name = member.name().to_string();
+        // A member's claimed size is read, not trusted: capped, grown as it inflates.
+        let mut data = Vec::with_capacity(member.size().min(1 << 30) as usize);
+        member
+            .read_to_end(&mut data)
+            .map_err(|e| npz(format!("npz member '{name}' does not inflate: {e}")))?;
+        let name = name.strip_suffix(".npy").unwrap_or(&name).to_string();
+        out.push((name, data));
+    }
+    Ok(out)
+}
+
 /// Writes an `.npy` file of `dtype` and `shape` from values given little-endian in C order.
 ///
 /// # Panics

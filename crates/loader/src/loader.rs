@@ -25,7 +25,7 @@ pub struct LoaderStats {
     pub samples: u64,
     /// Batches handed out.
     pub batches: u64,
-    /// Tensor bytes handed out.
+    /// Tensor bytes handed out (every tensor field).
     pub tensor_bytes: u64,
     /// From `build()` to the first batch handed out (zero before it).
     pub first_batch: Duration,
@@ -304,8 +304,16 @@ impl Iterator for Loader {
                     .store(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
             c.samples.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            c.tensor_bytes
-                .fetch_add(batch.tensors.nbytes() as u64, Ordering::Relaxed);
+            // Every tensor field's bytes.
+            let bytes: usize = batch
+                .fields()
+                .iter()
+                .map(|(_, f)| match f {
+                    crate::FieldRef::Tensors(t) => t.nbytes(),
+                    crate::FieldRef::Text(_) => 0,
+                })
+                .sum();
+            c.tensor_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         }
         item
     }

@@ -36,7 +36,6 @@
 //! ```
 
 use std::collections::HashMap;
-use std::io::Read;
 
 use arrow_schema::{DataType, Field, Schema};
 
@@ -310,22 +309,11 @@ fn fixed_shape_of(field: &Field) -> Result<Option<Vec<usize>>, FormatError> {
 
 /// The `.npy` file an `np.savez_compressed` row holds (its only member), inflated.
 pub(crate) fn inflate_npz(bytes: &[u8]) -> Result<Vec<u8>, String> {
-    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
-        .map_err(|e| format!("not a readable npz archive: {e}"))?;
-    if archive.len() != 1 {
-        return Err(format!(
-            "an npz archive of {} arrays (expected one)",
-            archive.len()
-        ));
+    let mut members = crate::npy::read_npz(bytes).map_err(|e| e.to_string())?;
+    match members.len() {
+        1 => Ok(members.remove(0).1),
+        n => Err(format!("an npz archive of {n} arrays (expected one)")),
     }
-    let mut member = archive
-        .by_index(0)
-        .map_err(|e| format!("npz member does not open: {e}"))?;
-    let mut out = Vec::with_capacity(member.size().min(1 << 30) as usize);
-    member
-        .read_to_end(&mut out)
-        .map_err(|e| format!("npz member '{}' does not inflate: {e}", member.name()))?;
-    Ok(out)
 }
 
 /// The spec of one npy array, checked to be one voxlake can stream.

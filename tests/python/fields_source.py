@@ -1,0 +1,48 @@
+"""Sources of several fields for `compact convert --fields`, written by numpy, and the check
+that a converted table holds them value for value (read with deltalake-python and pyarrow).
+
+    python fields_source.py make DIR COUNT    # DIR/x/s000.npy, DIR/mask/s000.npy, DIR/npz/s000.npz
+    python fields_source.py check TABLE DIR   # every row's x and mask against DIR's arrays
+"""
+
+import os
+import sys
+
+import deltalake
+import numpy as np
+
+SHAPE = (4, 4, 2, 3)
+
+
+def make(root, count):
+    rng = np.random.default_rng(20261124)
+    for d in ("x", "mask", "npz"):
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    for i in range(count):
+        x = rng.standard_normal(SHAPE).astype(np.float32)
+        mask = (x[..., 0] > 0).astype(np.uint8)
+        name = f"s{i:03d}"
+        np.save(os.path.join(root, "x", name + ".npy"), x)
+        np.save(os.path.join(root, "mask", name + ".npy"), mask)
+        np.savez_compressed(os.path.join(root, "npz", name + ".npz"), x=x, mask=mask,
+                            porosity=np.float64(i / 10))
+
+
+def check(table, root):
+    dt = deltalake.DeltaTable(table)
+    t = dt.to_pyarrow_table()
+    assert t.schema.names[:4] == ["id", "label", "x", "mask"], t.schema.names
+    for i in range(t.num_rows):
+        key = t.column("id")[i].as_py()
+        x = np.frombuffer(t.column("x")[i].as_py(), np.float32).reshape(SHAPE)
+        mask = np.frombuffer(t.column("mask")[i].as_py(), np.uint8).reshape(SHAPE[:3])
+        assert (x == np.load(os.path.join(root, "x", key))).all(), key
+        assert (mask == np.load(os.path.join(root, "mask", key))).all(), key
+    print(t.num_rows)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "make":
+        make(sys.argv[2], int(sys.argv[3]))
+    else:
+        check(sys.argv[2], sys.argv[3])
