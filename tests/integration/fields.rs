@@ -491,3 +491,81 @@ fn voxlake_bench_reads_named_fields_and_reports_each() {
         "the first field's"
     );
 }
+
+#[tokio::test]
+async fn compact_converts_a_table_of_several_fields() {
+    use voxlake::compact::Compactor;
+    let dir = tempfile::tempdir().unwrap();
+    // The command line: a LIST field needs its shape (`--field`), the text field is left out.
+    let table = dir.path().join("cli");
+    let summary = voxlake_testkit::json_output(
+        std::process::Command::new(voxlake_testkit::compact_bin())
+            .args([
+                "convert",
+                &fixture("pyarrow_fields"),
+                table.to_str().unwrap(),
+            ])
+            .args([
+                "--id-column",
+                "sample",
+                "--label-column",
+                "target",
+                "--json",
+            ])
+            .args([
+                "--field",
+                "volume",
+                "--field",
+                "mask=3,4,2",
+                "--field",
+                "porosity",
+            ]),
+    );
+    assert_eq!(summary["rows"], 24);
+    let batches = collect(Loader::builder(table.to_str().unwrap()).with_batch_size(24));
+    let b = &batches[0];
+    let names: Vec<&str> = b.fields().iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["volume", "mask", "porosity"]);
+    let (volumes, masks) = (expected(DType::F32), masks());
+    let mask = b.field("mask").unwrap().as_bytes().unwrap();
+    let porosity = b.field("porosity").unwrap().as_f64().unwrap();
+    for (i, id) in b.ids.iter().enumerate() {
+        let n = cube(id);
+        let volume = &b.tensors.as_bytes().unwrap()[i * 192..(i + 1) * 192];
+        assert_eq!(volume, &volumes[n][..], "volume of {id}");
+        assert_eq!(mask[i * 24..(i + 1) * 24], masks[n][..], "mask of {id}");
+        assert!((porosity[i] - (0.1 + n as f64 / 100.0)).abs() < 1e-12);
+        assert_eq!(b.labels[i], Some(n as i64 % 2));
+    }
+    // The library: `with_fields` names a table's columns (no shapes needed here); the text
+    // field is refused by name, and fields given twice are refused.
+    let compactor = |fields: &[&str]| {
+        Compactor::new(dir.path().join("lib").to_str().unwrap())
+            .with_sample_columns(voxlake::format::sample::ColumnHints {
+                id: Some("sample".into()),
+                ..Default::default()
+            })
+            .with_fields(fields.iter().map(|f| f.to_string()).collect())
+    };
+    let e = compactor(&["volume", "well"])
+        .convert(&fixture("pyarrow_fields"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("text fields"), "{e}");
+    let s = compactor(&["volume", "porosity"])
+        .convert(&fixture("pyarrow_fields"))
+        .await
+        .unwrap();
+    assert_eq!(s.tensor, "volume [3, 4, 2, 2] f32, porosity [] f64");
+    let e = compactor(&["volume"])
+        .with_sample_columns(voxlake::format::sample::ColumnHints {
+            fields: vec![voxlake::format::sample::FieldHint::new("volume")],
+            ..Default::default()
+        })
+        .convert(&fixture("pyarrow_fields"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("give a table source's fields once"), "{e}");
+}

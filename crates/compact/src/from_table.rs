@@ -12,6 +12,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, Int64Array, StringArray};
 use bytes::Bytes;
 use futures::StreamExt;
+use voxlake_format::sample::FieldHint;
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN};
 use voxlake_stream::location::{self, stable_hash};
 use voxlake_stream::{Snapshot, TableStream};
@@ -31,6 +32,19 @@ impl Compactor {
         let mut hints = self.hints.clone();
         hints.shape = hints.shape.or_else(|| self.shape.clone());
         hints.dtype = hints.dtype.or(self.dtype);
+        // `with_fields` names a table source's columns too; shapes and types come with hints.
+        match (&self.fields, hints.fields.is_empty()) {
+            (Some(names), true) => {
+                hints.fields = names.iter().map(FieldHint::new).collect();
+            }
+            (Some(_), false) => {
+                return Err(CompactError::Incompatible {
+                    location: source.to_string(),
+                    reason: "give a table source's fields once: with_fields (--fields) or the sample columns' fields (--field)".into(),
+                });
+            }
+            (None, _) => {}
+        }
         let snapshot = Snapshot::open_with(source, &self.storage_options, None, None, &hints)
             .await?
             .with_row_counts()

@@ -193,7 +193,10 @@ impl Compactor {
     /// `OnError::Skip`); for `.npz` archives, the arrays of each. Each field becomes a column of
     /// the table, its shape and type settled from its arrays and recorded in the table
     /// configuration (`docs/format.md`). Without it, `.npy` objects are one field, `tensor`,
-    /// and `.npz` archives their arrays in the first archive's order.
+    /// and `.npz` archives their arrays in the first archive's order. For a table source, the
+    /// columns to take (a column whose bytes need a shape or type: the
+    /// [`FieldHint`](voxlake_format::sample::FieldHint)s of
+    /// [`with_sample_columns`](Self::with_sample_columns) instead).
     pub fn with_fields(mut self, fields: Vec<String>) -> Self {
         self.fields = Some(fields);
         self

@@ -43,9 +43,14 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         shape: Option<Vec<usize>>,
         /// The fields of each sample, in order: SRC/<field>/<name>.npy of every field is the
-        /// sample <name>; for .npz sources, the arrays to take (default: the first archive's).
+        /// sample <name>; for .npz sources, the arrays to take (default: the first archive's);
+        /// for a table source, its columns.
         #[arg(long, value_delimiter = ',')]
         fields: Option<Vec<String>>,
+        /// A table source's field whose column needs a shape or type (repeatable, in order, the
+        /// first a tensor): `NAME`, `NAME=8,8,4` or `NAME=8,8,4:u8`.
+        #[arg(long = "field", value_parser = cli::parse_field, conflicts_with = "fields")]
+        field: Vec<voxlake_format::sample::FieldHint>,
         /// Convert only this share of the keys, as I/N (0-based).
         #[arg(long, value_parser = parse_shard)]
         shard: Option<(u32, u32)>,
@@ -328,6 +333,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             dtype,
             shape,
             fields,
+            field,
             shard,
             tensor_column,
             label_column,
@@ -342,6 +348,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 tensor: tensor_column,
                 label: label_column,
                 id: id_column,
+                fields: field,
                 ..Default::default()
             };
             let mut compactor = Compactor::new(table)
