@@ -42,8 +42,8 @@ enum Command {
         /// objects agree on).
         #[arg(long, value_delimiter = ',')]
         shape: Option<Vec<usize>>,
-        /// The fields of each sample, in order: SRC/<field>/<name>.npy of every field is the
-        /// sample <name>; for .npz sources, the arrays to take (default: the first archive's);
+        /// The fields of each sample, in order: `SRC/FIELD/NAME.npy` of every field is the
+        /// sample NAME; for .npz sources, the arrays to take (default: the first archive's);
         /// for a table source, its columns.
         #[arg(long, value_delimiter = ',')]
         fields: Option<Vec<String>>,
