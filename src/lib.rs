@@ -16,3 +16,8 @@ pub use voxlake_loader as loader;
 pub use voxlake_stream as stream;
 
 pub use voxlake_loader::{AsOf, Batch, Loader, LoaderBuilder, LoaderState, Tensors, Uneven};
+
+/// The README's examples, compiled as doctests so they stay true to the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
