@@ -33,8 +33,16 @@ fn firsts(b: &RecordBatch, first: Option<&[u8]>) -> HashMap<String, Vec<u8>> {
         .collect()
 }
 
+fn try_resolve(
+    b: &RecordBatch,
+    hints: &ColumnHints,
+    first: Option<&[u8]>,
+) -> Result<SampleColumns, FormatError> {
+    SampleColumns::resolve(&b.schema(), &HashMap::new(), hints, &firsts(b, first))
+}
+
 fn resolve(b: &RecordBatch, hints: &ColumnHints, first: Option<&[u8]>) -> SampleColumns {
-    SampleColumns::resolve(&b.schema(), &HashMap::new(), hints, &firsts(b, first)).unwrap()
+    try_resolve(b, hints, first).unwrap()
 }
 
 fn tensors(out: &RecordBatch) -> Vec<Vec<u8>> {
@@ -76,8 +84,7 @@ fn fixed_shape_tensors_are_viewed_in_place_with_their_recorded_shape() {
     assert_eq!(view.data_buffers()[0].as_ptr(), values_at);
     // A shape the metadata contradicts is refused.
     let hints = ColumnHints::default().with_tensor_shape(vec![4], DType::F32);
-    let e =
-        SampleColumns::resolve(&b.schema(), &HashMap::new(), &hints, &HashMap::new()).unwrap_err();
+    let e = try_resolve(&b, &hints, None).unwrap_err();
     assert!(e.to_string().contains("shape [2, 2]"), "{e}");
 }
 
@@ -141,13 +148,7 @@ fn lists_are_checked_row_by_row() {
             Arc::new(BooleanArray::from(vec![true, false, true])),
         ),
     ]);
-    let e = SampleColumns::resolve(
-        &b.schema(),
-        &HashMap::new(),
-        &ColumnHints::default(),
-        &HashMap::new(),
-    )
-    .unwrap_err();
+    let e = try_resolve(&b, &ColumnHints::default(), None).unwrap_err();
     assert!(e.to_string().contains("give the shape"), "{e}");
     let hints = ColumnHints {
         shape: Some(vec![3]),
@@ -285,13 +286,7 @@ fn labels_ids_and_column_choice_are_checked() {
         ("b", Arc::new(fsl(vec![0.; 4], 2))),
         ("score", Arc::new(Float64Array::from(vec![1.0, 2.5]))),
     ]);
-    let e = SampleColumns::resolve(
-        &b.schema(),
-        &HashMap::new(),
-        &ColumnHints::default(),
-        &HashMap::new(),
-    )
-    .unwrap_err();
+    let e = try_resolve(&b, &ColumnHints::default(), None).unwrap_err();
     assert!(e.to_string().contains("several columns"), "{e}");
     let hints = ColumnHints::default()
         .with_tensor_column("b")
@@ -421,11 +416,7 @@ fn fields_are_refused_where_they_cannot_be() {
         ),
         ("x", Arc::new(BinaryArray::from_iter_values([[0u8; 4]]))),
     ]);
-    let e = |hints: ColumnHints| {
-        SampleColumns::resolve(&b.schema(), &HashMap::new(), &hints, &HashMap::new())
-            .unwrap_err()
-            .to_string()
-    };
+    let e = |hints: ColumnHints| try_resolve(&b, &hints, None).unwrap_err().to_string();
     let text_first = ColumnHints::default().with_field(FieldHint::new("well"));
     assert!(e(text_first).contains("first field is a tensor"));
     let both = ColumnHints::default()
