@@ -1,4 +1,6 @@
 //! `voxlake`: tools around the loader. `voxlake bench TABLE` measures it.
+// serde_json's `json!` recurses once per field of the report.
+#![recursion_limit = "256"]
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -62,6 +64,16 @@ struct BenchArgs {
     /// Row groups fetched and decoded at once.
     #[arg(long, default_value_t = 16)]
     row_group_prefetch: usize,
+    /// Read a remote table through a disk cache in this folder, shared by every process of
+    /// the node that uses it (default: VOXLAKE_CACHE_DIR, if set).
+    #[arg(long)]
+    cache_dir: Option<std::path::PathBuf>,
+    /// The cache's cap in MiB (default: half the free space of its filesystem).
+    #[arg(long, requires = "cache_dir")]
+    cache_max_mb: Option<u64>,
+    /// Read without the disk cache, whatever VOXLAKE_CACHE_DIR says.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
     /// Batches assembled ahead of the training loop (default: the loader's, 2; at least 1).
     #[arg(long)]
     prefetch: Option<usize>,
@@ -203,6 +215,16 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     if args.shuffle {
         builder = builder.with_shuffle(args.seed, args.shuffle_buffer);
     }
+    if let Some(dir) = &args.cache_dir {
+        let max = match args.cache_max_mb {
+            Some(mb) => mb << 20,
+            None => voxlake::stream::cache::DiskCache::default_max_bytes(dir)?,
+        };
+        builder = builder.with_cache(dir, max);
+    }
+    if args.no_cache {
+        builder = builder.with_cache_choice(voxlake::stream::cache::CacheChoice::Off);
+    }
     if args.rank_from_env {
         builder = builder.with_rank_from_env();
     }
@@ -333,6 +355,11 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "budget_wait_s": stats.stream.budget_wait.as_secs_f64(),
         "input_bound_fraction": loader.stall_meter().input_bound_fraction(),
         "bytes_fetched": stats.stream.bytes,
+        "store_bytes_fetched": stats.stream.store_bytes,
+        "cache_hits": stats.stream.cache.hits,
+        "cache_misses": stats.stream.cache.misses,
+        "cache_bytes_read": stats.stream.cache.bytes_read,
+        "cache_corrupt": stats.stream.cache.corrupt,
         "row_groups": stats.stream.row_groups,
         "recycled_batches": stats.recycled,
         "staging_waits": stats.staging_waits,

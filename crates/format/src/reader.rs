@@ -10,8 +10,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use object_store::ObjectStore;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::{ParquetError, Result};
@@ -59,11 +59,17 @@ fn external(e: object_store::Error) -> ParquetError {
 
 impl AsyncFileReader for ObjectFileReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
+        // Through `get_ranges`, like the column chunks: stores that wrap reads (a cache) see
+        // every read in one place.
         async move {
-            self.store
-                .get_range(&self.path, range)
+            let mut got = self
+                .store
+                .get_ranges(&self.path, std::slice::from_ref(&range))
                 .await
-                .map_err(external)
+                .map_err(external)?;
+            got.pop().ok_or_else(|| {
+                ParquetError::General(format!("{}: no bytes for range {range:?}", self.path))
+            })
         }
         .boxed()
     }

@@ -47,6 +47,8 @@ pub struct LoaderBuilder {
     pub(crate) hints: voxlake_format::sample::ColumnHints,
     pub(crate) transforms: crate::transform::Transforms,
     pub(crate) filter: Option<String>,
+    #[cfg(unix)]
+    pub(crate) cache: voxlake_stream::cache::CacheChoice,
     #[cfg(feature = "fault-hooks")]
     pub(crate) fault_hook: Option<voxlake_stream::hooks::FaultHook>,
     #[cfg(feature = "tch")]
@@ -139,6 +141,8 @@ impl LoaderBuilder {
             hints: Default::default(),
             transforms: Default::default(),
             filter: None,
+            #[cfg(unix)]
+            cache: Default::default(),
             #[cfg(feature = "fault-hooks")]
             fault_hook: None,
             #[cfg(feature = "tch")]
@@ -160,6 +164,26 @@ impl LoaderBuilder {
     /// store's `ThrottledStore` for latency experiments, …
     pub fn with_object_store(mut self, store: Arc<dyn voxlake_stream::ObjectStore>) -> Self {
         self.root_store = Some(store);
+        self
+    }
+
+    /// Reads a remote table through a disk cache in `dir` holding at most `max_bytes`: the
+    /// first epoch fills it, later epochs (and every other loader of the node using the same
+    /// folder: one per rank) read from local disk. Entries are checksummed, shared without a
+    /// daemon, evicted least recently used first; the memory budget does not change (see
+    /// `voxlake_stream::cache`). Default: the cache `VOXLAKE_CACHE_DIR` names (capped at
+    /// `VOXLAKE_CACHE_MAX_MB`), if set. Local tables are never cached.
+    #[cfg(unix)]
+    pub fn with_cache(mut self, dir: impl Into<std::path::PathBuf>, max_bytes: u64) -> Self {
+        self.cache = voxlake_stream::cache::CacheChoice::Folder(dir.into(), max_bytes);
+        self
+    }
+
+    /// Which disk cache to read through: one already open (shared by loaders of a process),
+    /// none whatever the environment says, or as [`with_cache`](Self::with_cache).
+    #[cfg(unix)]
+    pub fn with_cache_choice(mut self, cache: voxlake_stream::cache::CacheChoice) -> Self {
+        self.cache = cache;
         self
     }
 
@@ -549,9 +573,13 @@ impl LoaderBuilder {
                 self.root_store.clone(),
                 &self.hints,
             )
-            .await?
-            .with_row_counts()
             .await?;
+            #[cfg(unix)]
+            let snapshot = match self.cache.open()? {
+                Some(cache) => snapshot.with_cache(cache),
+                None => snapshot,
+            };
+            let snapshot = snapshot.with_row_counts().await?;
             match &self.filter {
                 Some(filter) => snapshot.with_filter(filter).await,
                 None => Ok(snapshot),

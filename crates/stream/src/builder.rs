@@ -35,9 +35,28 @@ pub struct StreamBuilder {
     verify: bool,
     hints: ColumnHints,
     filter: Option<String>,
+    #[cfg(unix)]
+    cache: crate::cache::CacheChoice,
 }
 
 impl StreamBuilder {
+    /// Reads a remote table through a disk cache in `dir` holding at most `max_bytes` (shared
+    /// by every process of the node using the same folder; see [`crate::cache`]). Default: the
+    /// cache `VOXLAKE_CACHE_DIR` names, if set. Local tables are never cached.
+    #[cfg(unix)]
+    pub fn with_cache(mut self, dir: impl Into<std::path::PathBuf>, max_bytes: u64) -> Self {
+        self.cache = crate::cache::CacheChoice::Folder(dir.into(), max_bytes);
+        self
+    }
+
+    /// Which disk cache to read through: one already open, none (whatever the environment
+    /// says), or as [`with_cache`](Self::with_cache).
+    #[cfg(unix)]
+    pub fn with_cache_choice(mut self, cache: crate::cache::CacheChoice) -> Self {
+        self.cache = cache;
+        self
+    }
+
     /// Reads through this store instead of one built from the location and options: `/` of
     /// `store` is the root of the store the location names (see [`Snapshot::open_with_store`]).
     pub fn with_object_store(mut self, store: Arc<dyn object_store::ObjectStore>) -> Self {
@@ -154,9 +173,13 @@ impl StreamBuilder {
             self.root_store.clone(),
             &self.hints,
         )
-        .await?
-        .with_row_counts()
         .await?;
+        #[cfg(unix)]
+        let snapshot = match self.cache.open()? {
+            Some(cache) => snapshot.with_cache(cache),
+            None => snapshot,
+        };
+        let snapshot = snapshot.with_row_counts().await?;
         let snapshot = match &self.filter {
             Some(filter) => snapshot.with_filter(filter).await?,
             None => snapshot,
@@ -208,8 +231,8 @@ impl StreamBuilder {
 impl std::fmt::Debug for StreamBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Storage options may hold secrets: their keys only.
-        f.debug_struct("StreamBuilder")
-            .field("location", &crate::redact(&self.location))
+        let mut d = f.debug_struct("StreamBuilder");
+        d.field("location", &crate::redact(&self.location))
             .field(
                 "storage_option_keys",
                 &self.storage_options.keys().collect::<Vec<_>>(),
@@ -224,8 +247,10 @@ impl std::fmt::Debug for StreamBuilder {
             .field("prefetch", &self.prefetch)
             .field("custom_store", &self.root_store.is_some())
             .field("sample_columns", &self.hints)
-            .field("filter", &self.filter)
-            .finish()
+            .field("filter", &self.filter);
+        #[cfg(unix)]
+        d.field("cache", &self.cache);
+        d.finish()
     }
 }
 
@@ -249,6 +274,8 @@ impl TableStream {
             verify: true,
             hints: ColumnHints::default(),
             filter: None,
+            #[cfg(unix)]
+            cache: crate::cache::CacheChoice::default(),
         }
     }
 }

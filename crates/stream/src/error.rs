@@ -52,6 +52,15 @@ pub enum StreamError {
         /// Why.
         reason: String,
     },
+    /// A disk cache that cannot be used (a folder that cannot be created or written, a bad
+    /// cap).
+    #[error("cache {dir}: {reason}")]
+    Cache {
+        /// The cache's folder.
+        dir: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A data file the snapshot lists is gone (deleted or vacuumed under a pinned version).
     #[error(
         "table {location}: data file {file} of version {version} is missing from the store (deleted or vacuumed under the pinned version?)"

@@ -5,6 +5,7 @@
 //! - [`Snapshot`]: the table at a version: files from the log, tensor spec, cached footers,
 //!   row-group and column reads through [`object_store`].
 //! - [`local`]: local tables read into recycled buffers.
+//! - [`cache`]: the node-local disk cache of remote reads (`with_cache`).
 //! - [`plan`]: the order of files and row groups in an epoch; the seeded generator.
 //! - [`order`]: the epoch's rows dealt to ranks (equal counts, pad or drop), as units of reading.
 //! - [`mixer`]: the shuffle buffer as a pure state machine.
@@ -20,6 +21,8 @@
 
 mod ahead;
 mod builder;
+#[cfg(unix)]
+pub mod cache;
 mod error;
 pub mod filter;
 mod group;
@@ -31,6 +34,8 @@ pub mod mixer;
 pub mod order;
 mod pipeline;
 pub mod plan;
+#[cfg(unix)]
+mod remote;
 pub mod replay;
 mod select;
 mod snapshot;

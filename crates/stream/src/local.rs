@@ -18,7 +18,7 @@
 //! for passing reasons, ranges are read, and a failure is an error naming the file. Ranges of
 //! at least [`MAPPED_MIN`] bytes are read there into recycled buffers (`pool`).
 
-mod pool;
+pub(crate) mod pool;
 
 use std::fmt;
 use std::ops::Range;
@@ -134,7 +134,7 @@ pub fn mappable(fs_type: i64) -> bool {
 
 /// Whether `file` may be mapped (see [`mappable`]); `false` where the type cannot be told.
 #[cfg(target_os = "linux")]
-fn on_local_filesystem(file: &std::fs::File) -> bool {
+pub(crate) fn on_local_filesystem(file: &std::fs::File) -> bool {
     use std::os::fd::AsRawFd;
     let mut stat = std::mem::MaybeUninit::<libc::statfs>::uninit();
     // SAFETY: a valid open descriptor and a buffer of the right type for the call to fill.
@@ -148,13 +148,13 @@ fn on_local_filesystem(file: &std::fs::File) -> bool {
 
 /// Other systems: read, never mapped (only Linux's filesystem types are known here).
 #[cfg(not(target_os = "linux"))]
-fn on_local_filesystem(_file: &std::fs::File) -> bool {
+pub(crate) fn on_local_filesystem(_file: &std::fs::File) -> bool {
     false
 }
 
 /// `range` of `file` (of `size` bytes), mapped when `map` and large, else read (into a buffer
 /// from `pool` when large).
-fn read_range(
+pub(crate) fn read_range(
     file: &std::fs::File,
     path: &std::path::Path,
     size: u64,

@@ -111,6 +111,14 @@ impl TableStream {
             fetch: ns(&c.fetch_ns),
             decode: ns(&c.decode_ns),
             budget_wait: ns(&c.budget_wait_ns),
+            store_bytes: self.inner.snapshot.store_bytes_fetched(),
+            #[cfg(unix)]
+            cache: self
+                .inner
+                .snapshot
+                .cache()
+                .map(|c| c.stats())
+                .unwrap_or_default(),
         }
     }
 

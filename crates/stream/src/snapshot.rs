@@ -65,6 +65,9 @@ pub struct DataFile {
     pub(crate) delta_stats: Option<String>,
     /// The rows its deletion vector deletes.
     pub(crate) deleted: Option<Deleted>,
+    /// What tells this file's bytes from another's under the same path and size: its e-tag
+    /// or version where a listing gave one, else its modification time (cache keys).
+    pub(crate) tag: String,
 }
 
 impl DataFile {
@@ -105,6 +108,9 @@ pub struct Snapshot {
     mapping: ColumnMapping,
     files: Vec<DataFile>,
     store: Arc<dyn ObjectStore>,
+    /// A remote table's store (`store` is it): counts, parts, the disk cache.
+    #[cfg(unix)]
+    remote: Option<Arc<crate::remote::RemoteStore>>,
     footers: Vec<OnceCell<ArrowReaderMetadata>>,
     view_footers: Vec<OnceCell<ArrowReaderMetadata>>,
     /// Per file with a deletion vector: the rows each row group keeps (made from its footer
@@ -334,6 +340,38 @@ impl Snapshot {
     /// The table's object store (paths relative to the table root).
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
+    }
+
+    /// Serves this remote table's reads of its data files (footers, row groups) from `cache`,
+    /// fetching and writing what it lacks: a later epoch, or another process of the node using
+    /// the same folder, reads them from local disk. A local table is never cached (returned as
+    /// it is).
+    #[cfg(unix)]
+    pub fn with_cache(self, cache: Arc<crate::cache::DiskCache>) -> Snapshot {
+        match &self.remote {
+            Some(remote) => remote.set_cache(cache),
+            None => tracing::debug!(
+                location = self.location.as_str(),
+                "a local table is not cached"
+            ),
+        }
+        self
+    }
+
+    /// The disk cache serving this snapshot's reads, if any.
+    #[cfg(unix)]
+    pub fn cache(&self) -> Option<&Arc<crate::cache::DiskCache>> {
+        self.remote.as_ref().and_then(|r| r.cache())
+    }
+
+    /// Bytes of data files (and deletion vectors) fetched from a remote table's store so far,
+    /// the cache's hits not included (0 for a local table).
+    pub fn store_bytes_fetched(&self) -> u64 {
+        #[cfg(unix)]
+        if let Some(remote) = &self.remote {
+            return remote.fetched();
+        }
+        0
     }
 
     /// A hash of the file set, in plan order: `fnv1a64:` and 16 hex digits over each file's

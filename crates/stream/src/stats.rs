@@ -57,4 +57,9 @@ pub struct StreamStats {
     pub decode: Duration,
     /// Time the pipeline waited for the memory budget.
     pub budget_wait: Duration,
+    /// Bytes of data files fetched from a remote table's store (not counting cache hits).
+    pub store_bytes: u64,
+    /// The disk cache's counters (zero without one).
+    #[cfg(unix)]
+    pub cache: crate::cache::CacheStats,
 }

@@ -222,6 +222,7 @@ impl Snapshot {
                     partitions,
                     delta_stats: f.stats(),
                     deleted: None,
+                    tag: format!("modified={}", f.modification_time()),
                 };
                 (f.modification_time(), file, f.deletion_vector_descriptor())
             })
@@ -288,6 +289,11 @@ impl Snapshot {
                         .is_some_and(|p| p.as_ref().ends_with(".parquet"))
             })
             .map(|o| DataFile {
+                tag: match (&o.e_tag, &o.version) {
+                    (Some(e_tag), _) => format!("etag={e_tag}"),
+                    (None, Some(version)) => format!("version={version}"),
+                    (None, None) => format!("modified={}", o.last_modified.timestamp_millis()),
+                },
                 partitions: crate::select::hive_partitions(o.location.as_ref()),
                 path: o.location.to_string(),
                 object_path: o.location,
@@ -325,7 +331,22 @@ impl Snapshot {
         let view_footers = files.iter().map(|_| OnceCell::new()).collect();
         let undeleted = files.iter().map(|_| OnceCell::new()).collect();
         let files_have_deletes = files.iter().any(DataFile::has_deletion_vector);
+        // Every read of a remote table's data files goes through one store (see `remote`).
+        #[cfg(unix)]
+        let remote = (!location.starts_with("file:")).then(|| {
+            Arc::new(crate::remote::RemoteStore::new(
+                store.clone(),
+                &location,
+                files
+                    .iter()
+                    .map(|f| (&f.object_path, f.size, f.tag.as_str())),
+            ))
+        });
+        #[cfg(unix)]
+        let store = remote.clone().map_or(store, |r| r as Arc<dyn ObjectStore>);
         Snapshot {
+            #[cfg(unix)]
+            remote,
             location,
             version,
             // Replaced by `resolve_columns` before the snapshot is handed out.

@@ -1,0 +1,506 @@
+//! A node-local disk cache of remote reads: the second epoch of a remote table reads from local
+//! disk, and the ranks and processes of a node share what one of them fetched.
+//!
+//! An entry holds the bytes of one read (a row group's column chunks, a footer) of one data
+//! file, keyed by what makes them immutable: the table, the file's path, size and tag (its
+//! e-tag where the listing gives one, else its modification time from the Delta log) and the
+//! ranges. A file rewritten under the same path has another size or tag, so its old entries
+//! are never read again (they age out).
+//!
+//! Shared without a daemon: an entry is written to `tmp/` and renamed into `entries/`, so a
+//! reader sees it whole or not at all, and a process killed at any point leaves only a
+//! temporary file that is never read (deleted after an hour). A miss takes an exclusive lock
+//! on `locks/<entry>` (`flock`, released by the kernel if its holder dies) and looks again
+//! before fetching: ranks that ask for the same entry at once download it once. Every entry
+//! carries a CRC-32 over its key and bytes, checked on every read: a corrupt entry is deleted
+//! and fetched again with a warning, never handed out. Hits touch the entry's modification
+//! time; when the entries outgrow the cap, the least recently used go until they fit 90 % of
+//! it (each process counts its own writes and recounts the folder after every 1/16 of the cap
+//! it wrote, so processes sharing a folder keep it near the cap). The cache lives on disk: the
+//! memory budget does not change (entries are mapped like local tables' chunks).
+//!
+//! A write that fails (a full disk) is logged and the read goes on uncached; a cache that
+//! cannot be opened is an error at `build()`.
+
+mod entry;
+mod evict;
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+
+pub(crate) use entry::EntryKey;
+
+use crate::error::StreamError;
+use crate::local::pool::BufferPool;
+
+/// Environment variable naming the cache folder (a loader or stream built without
+/// `with_cache` uses it).
+pub const CACHE_DIR_ENV: &str = "VOXLAKE_CACHE_DIR";
+/// Environment variable with the cache's cap in MiB (default: half the free space of the
+/// folder's filesystem when the cache is opened).
+pub const CACHE_MAX_MB_ENV: &str = "VOXLAKE_CACHE_MAX_MB";
+
+/// Temporary files and lock files older than this belong to dead processes.
+const STALE: Duration = Duration::from_secs(3600);
+/// MiB of entries being written in the background at most.
+const PENDING_WRITE_MIB: u32 = 256;
+
+/// Which disk cache a stream or loader reads a remote table through.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub enum CacheChoice {
+    /// The cache [`CACHE_DIR_ENV`] names, if set ([`DiskCache::from_env`]).
+    #[default]
+    FromEnv,
+    /// None, whatever the environment says.
+    Off,
+    /// The cache in this folder, capped at this many bytes.
+    Folder(PathBuf, u64),
+    /// An open cache (shared by several streams of a process).
+    Shared(Arc<DiskCache>),
+}
+
+impl CacheChoice {
+    /// The cache chosen, opened.
+    pub fn open(&self) -> Result<Option<Arc<DiskCache>>, StreamError> {
+        match self {
+            CacheChoice::FromEnv => DiskCache::from_env(),
+            CacheChoice::Off => Ok(None),
+            CacheChoice::Folder(dir, max) => DiskCache::open(dir.clone(), *max).map(Some),
+            CacheChoice::Shared(cache) => Ok(Some(cache.clone())),
+        }
+    }
+}
+
+/// What a cache did (counted since it was opened, by this process).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Reads served from the cache.
+    pub hits: u64,
+    /// Reads fetched from the store and written to the cache.
+    pub misses: u64,
+    /// Bytes served from the cache.
+    pub bytes_read: u64,
+    /// Bytes written to the cache.
+    pub bytes_written: u64,
+    /// Entries found corrupt (deleted and fetched again).
+    pub corrupt: u64,
+    /// Entries this process evicted.
+    pub evicted: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    corrupt: AtomicU64,
+    evicted: AtomicU64,
+}
+
+/// A disk cache of remote reads in a local folder, shared by every process that opens the
+/// same folder. See the [module](self) documentation.
+///
+/// ```
+/// # fn main() -> Result<(), voxlake_stream::StreamError> {
+/// let dir = tempfile::tempdir().unwrap();
+/// let cache = voxlake_stream::cache::DiskCache::open(dir.path(), 8 << 30)?;
+/// assert_eq!(cache.stats().hits, 0);
+/// assert_eq!(cache.max_bytes(), 8 << 30);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct DiskCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    /// Bytes of entries as last counted, plus this process's writes since.
+    used: AtomicU64,
+    /// Bytes this process wrote since it last counted the folder.
+    since_scan: AtomicU64,
+    counters: Counters,
+    /// Buffers for entries read (not mapped) from network filesystems.
+    pool: Arc<BufferPool>,
+    /// A failed write was logged (once is enough).
+    write_warned: AtomicBool,
+    /// MiB of entries being written in the background.
+    writes: Arc<tokio::sync::Semaphore>,
+}
+
+impl DiskCache {
+    /// Opens (creating it if needed) the cache in `dir`, holding at most `max_bytes` of
+    /// entries; entries past the cap are evicted now.
+    pub fn open(dir: impl Into<PathBuf>, max_bytes: u64) -> Result<Arc<DiskCache>, StreamError> {
+        let dir = dir.into();
+        let shown = dir.display().to_string();
+        let fail = |reason: String| StreamError::Cache {
+            dir: shown.clone(),
+            reason,
+        };
+        if max_bytes == 0 {
+            return Err(fail("a cap of 0 bytes caches nothing".into()));
+        }
+        for sub in ["entries", "tmp", "locks"] {
+            std::fs::create_dir_all(dir.join(sub))
+                .map_err(|e| fail(format!("cannot create {sub}/: {e}")))?;
+        }
+        // Writable: a cache that cannot take entries would only cost requests.
+        let probe = dir
+            .join("tmp")
+            .join(format!("probe.{}", std::process::id()));
+        File::create(&probe)
+            .and_then(|_| std::fs::remove_file(&probe))
+            .map_err(|e| fail(format!("not writable: {e}")))?;
+        let cache = DiskCache {
+            dir,
+            max_bytes,
+            used: AtomicU64::new(0),
+            since_scan: AtomicU64::new(0),
+            counters: Counters::default(),
+            pool: Arc::default(),
+            write_warned: AtomicBool::new(false),
+            writes: Arc::new(tokio::sync::Semaphore::new(PENDING_WRITE_MIB as usize)),
+        };
+        cache
+            .recount()
+            .map_err(|e| fail(format!("cannot list entries/: {e}")))?;
+        Ok(Arc::new(cache))
+    }
+
+    /// The cache [`CACHE_DIR_ENV`] names, capped at [`CACHE_MAX_MB_ENV`] MiB (default: half
+    /// the free space of its filesystem); `None` where the variable is unset or empty.
+    pub fn from_env() -> Result<Option<Arc<DiskCache>>, StreamError> {
+        let Some(dir) = std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) else {
+            return Ok(None);
+        };
+        let dir = PathBuf::from(dir);
+        let max = match std::env::var(CACHE_MAX_MB_ENV) {
+            Ok(mb) => {
+                mb.trim()
+                    .parse::<u64>()
+                    .map(|mb| mb << 20)
+                    .map_err(|e| StreamError::Cache {
+                        dir: dir.display().to_string(),
+                        reason: format!("{CACHE_MAX_MB_ENV}={mb:?} is not a number of MiB: {e}"),
+                    })?
+            }
+            Err(_) => DiskCache::default_max_bytes(&dir)?,
+        };
+        DiskCache::open(dir, max).map(Some)
+    }
+
+    /// The cap of a cache in `dir` when none is given: half the free space of its filesystem
+    /// now (the folder is created if needed).
+    pub fn default_max_bytes(dir: &Path) -> Result<u64, StreamError> {
+        let fail = |reason: String| StreamError::Cache {
+            dir: dir.display().to_string(),
+            reason,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create it: {e}")))?;
+        let free = free_bytes(dir).ok_or_else(|| fail("its free space cannot be read".into()))?;
+        tracing::info!(dir = %dir.display(), max_mib = (free / 2) >> 20, "cache capped at half the free space");
+        Ok(free / 2)
+    }
+
+    /// The cache's folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The cap on the entries' bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Bytes of entries as this process last counted them, plus its writes since.
+    pub fn used_bytes(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// What this cache did so far.
+    pub fn stats(&self) -> CacheStats {
+        let c = &self.counters;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CacheStats {
+            hits: n(&c.hits),
+            misses: n(&c.misses),
+            bytes_read: n(&c.bytes_read),
+            bytes_written: n(&c.bytes_written),
+            corrupt: n(&c.corrupt),
+            evicted: n(&c.evicted),
+        }
+    }
+
+    /// The entry `key` of `object` (for messages): read from disk when it is there and whole,
+    /// else fetched with `fetch` (once per node when several ask at once) and written in the
+    /// background, off the read's path (the lock held until it is in place, so a reader of the
+    /// same entry waits for it rather than fetching it again).
+    pub(crate) async fn get_or_fetch<F>(
+        self: &Arc<Self>,
+        key: EntryKey,
+        object: &str,
+        fetch: F,
+    ) -> object_store::Result<Vec<Bytes>>
+    where
+        F: std::future::Future<Output = object_store::Result<Vec<Bytes>>>,
+    {
+        let key = Arc::new(key);
+        let object: Arc<str> = object.into();
+        let lock = {
+            let (c, k, o) = (self.clone(), key.clone(), object.clone());
+            match blocking(move || c.lookup_or_lock(&k, &o)).await? {
+                Ok(parts) => return Ok(parts),
+                Err(lock) => lock,
+            }
+        };
+        let parts = fetch.await?;
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        // Writes wait here when the disk is slower than the store: what they hold is bounded.
+        let mib = (key.payload_len().div_ceil(1 << 20) as u32).clamp(1, PENDING_WRITE_MIB);
+        let permit = self.writes.clone().acquire_many_owned(mib).await.ok();
+        let (c, p) = (self.clone(), parts.clone());
+        tokio::task::spawn_blocking(move || {
+            let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                c.write(&key, &p, &object);
+            }));
+            if let Some(lock) = lock {
+                // Removed before it is unlocked: a waiter on it looks again and finds the entry.
+                let _ = std::fs::remove_file(c.lock_path(&key.file_name()));
+                drop(lock);
+            }
+            drop(permit);
+            if let Err(panic) = written {
+                let message = crate::error::panic_message(panic.as_ref());
+                tracing::error!(
+                    object = &*object,
+                    message,
+                    "writing a cache entry panicked (the read was served)"
+                );
+            }
+        });
+        Ok(parts)
+    }
+
+    /// Waits until the entries being written are in place.
+    pub async fn flush(&self) {
+        let _all = self.writes.acquire_many(PENDING_WRITE_MIB).await;
+    }
+
+    /// The entry's ranges if it is there; else the entry's lock, taken (`None` where it could
+    /// not be), after looking again: another task or process may have written it meanwhile.
+    fn lookup_or_lock(&self, key: &EntryKey, object: &str) -> Result<Vec<Bytes>, Option<File>> {
+        if let Some(parts) = self.lookup(key, object) {
+            return Ok(parts);
+        }
+        let lock = self.lock(&key.file_name());
+        if lock.is_some()
+            && let Some(parts) = self.lookup(key, object)
+        {
+            return Ok(parts);
+        }
+        Err(lock)
+    }
+
+    fn entry_path(&self, name: &str) -> PathBuf {
+        self.dir.join("entries").join(name)
+    }
+
+    fn lock_path(&self, name: &str) -> PathBuf {
+        self.dir.join("locks").join(format!("{name}.lock"))
+    }
+
+    /// The entry's ranges, if it is on disk and whole; a corrupt one is deleted.
+    fn lookup(&self, key: &EntryKey, object: &str) -> Option<Vec<Bytes>> {
+        let path = self.entry_path(&key.file_name());
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(entry = %path.display(), object, error = %e, "cache entry unreadable: fetched from the store");
+                return None;
+            }
+        };
+        let read = file.metadata().map_err(|e| e.to_string()).and_then(|meta| {
+            let map = crate::local::on_local_filesystem(&file);
+            crate::local::read_range(&file, &path, meta.len(), map, &self.pool, 0..meta.len())
+                .map_err(|e| e.to_string())
+        });
+        match read.and_then(|bytes| entry::parts(&bytes, key)) {
+            Ok(parts) => {
+                // The modification time is the entry's last use, for eviction.
+                let _ = file.set_modified(SystemTime::now());
+                let c = &self.counters;
+                c.hits.fetch_add(1, Ordering::Relaxed);
+                c.bytes_read
+                    .fetch_add(key.payload_len() as u64, Ordering::Relaxed);
+                Some(parts)
+            }
+            Err(reason) => {
+                tracing::warn!(entry = %path.display(), object, reason, "corrupt cache entry deleted: fetched from the store again");
+                self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// An exclusive lock on entry `name`'s lock file (waiting for it); `None` where it cannot
+    /// be taken (the read goes on, perhaps fetching what another process fetches too).
+    fn lock(&self, name: &str) -> Option<File> {
+        let path = self.lock_path(name);
+        let locked = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.lock().map(|()| f));
+        match locked {
+            Ok(file) => Some(file),
+            Err(e) => {
+                tracing::warn!(lock = %path.display(), error = %e, "cache lock not taken");
+                None
+            }
+        }
+    }
+
+    /// Writes entry `key` (through `tmp/`, renamed into place), then evicts if the cache
+    /// outgrew its cap. A failure is logged; the read it serves goes on.
+    fn write(&self, key: &EntryKey, parts: &[Bytes], object: &str) {
+        let name = key.file_name();
+        let header = entry::header(key, parts);
+        let bytes = (header.len() + key.payload_len()) as u64;
+        if bytes > self.max_bytes {
+            tracing::debug!(
+                object,
+                bytes,
+                "read larger than the cache's cap: not cached"
+            );
+            return;
+        }
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let tmp = self
+            .dir
+            .join("tmp")
+            .join(format!("{name}.{}.{nanos}", std::process::id()));
+        let written = File::create(&tmp)
+            .and_then(|mut f| {
+                f.write_all(&header)?;
+                for p in parts {
+                    f.write_all(p)?;
+                }
+                Ok(())
+            })
+            .and_then(|()| std::fs::rename(&tmp, self.entry_path(&name)));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            // Once: a full disk would log every read.
+            if !self.write_warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(dir = %self.dir.display(), object, error = %e, "cache entry not written (reads go on from the store)");
+            }
+            return;
+        }
+        self.counters
+            .bytes_written
+            .fetch_add(bytes, Ordering::Relaxed);
+        let used = self.used.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        let since = self.since_scan.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if (used > self.max_bytes || since > self.max_bytes / 16)
+            && let Err(e) = self.recount()
+        {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cache not recounted");
+        }
+    }
+
+    /// Counts the entries on disk, deletes stale temporary and lock files, and evicts the
+    /// least recently used entries while they hold more than the cap.
+    fn recount(&self) -> std::io::Result<()> {
+        let now = SystemTime::now();
+        let stale = |meta: &std::fs::Metadata| {
+            meta.modified()
+                .ok()
+                .and_then(|m| now.duration_since(m).ok())
+                .is_some_and(|age| age > STALE)
+        };
+        for sub in ["tmp", "locks"] {
+            for e in std::fs::read_dir(self.dir.join(sub))?.flatten() {
+                if e.metadata().is_ok_and(|m| stale(&m)) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        let mut found = Vec::new();
+        for e in std::fs::read_dir(self.dir.join("entries"))?.flatten() {
+            // An entry evicted by another process meanwhile is simply not counted.
+            let Ok(meta) = e.metadata() else { continue };
+            found.push(evict::Found {
+                name: e.file_name().to_string_lossy().into_owned(),
+                bytes: meta.len(),
+                used: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            });
+        }
+        let (gone, left) = evict::choose(found, self.max_bytes, self.max_bytes / 10 * 9);
+        for name in &gone {
+            match std::fs::remove_file(self.entry_path(name)) {
+                Ok(()) => {
+                    self.counters.evicted.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !gone.is_empty() {
+            tracing::debug!(dir = %self.dir.display(), evicted = gone.len(), left, "cache evicted");
+        }
+        self.used.store(left, Ordering::Relaxed);
+        self.since_scan.store(0, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Runs `f` on the blocking pool; a panic in it is an error naming the cache.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> object_store::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| object_store::Error::Generic {
+            store: "DiskCache",
+            source: format!(
+                "the disk cache's task failed: {}",
+                match e.try_into_panic() {
+                    Ok(p) => crate::error::panic_message(p.as_ref()),
+                    Err(e) => e.to_string(),
+                }
+            )
+            .into(),
+        })
+}
+
+/// Free bytes of the filesystem holding `dir` (for the unprivileged).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a NUL-terminated path and a buffer of the right type for the call to fill.
+    if unsafe { libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled `stat`.
+    let stat = unsafe { stat.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // the fields' widths differ between targets
+    Some(stat.f_bavail as u64 * stat.f_frsize as u64)
+}
+
+#[cfg(test)]
+// One range is a list of ranges to object_store.
+#[allow(clippy::single_range_in_vec_init)]
+mod tests;

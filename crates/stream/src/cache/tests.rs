@@ -1,0 +1,192 @@
+//! The cache under a remote store of its own (object_store's `InMemory`, counting reads):
+//! hits and misses, one fetch for readers asking at once, corrupt and half-written entries,
+//! other identities, eviction.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use super::*;
+use crate::remote::RemoteStore;
+
+async fn remote(data: &[u8], tag: &str, cache: &Arc<DiskCache>) -> (RemoteStore, Path) {
+    let inner = Arc::new(InMemory::new());
+    let path = Path::from("part-0.parquet");
+    inner.put(&path, data.to_vec().into()).await.unwrap();
+    let store = RemoteStore::new(
+        inner,
+        "s3://bucket/table",
+        [(&path, data.len() as u64, tag)],
+    );
+    store.set_cache(cache.clone());
+    (store, path)
+}
+
+/// A read, and its entry written (the cache writes in the background).
+async fn get(store: &RemoteStore, path: &Path, ranges: &[std::ops::Range<u64>]) -> Vec<Bytes> {
+    let got = store.get_ranges(path, ranges).await.unwrap();
+    if let Some(cache) = store.cache() {
+        cache.flush().await;
+    }
+    got
+}
+
+fn data(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+fn entries(cache: &DiskCache) -> Vec<std::path::PathBuf> {
+    let mut names: Vec<_> = std::fs::read_dir(cache.dir().join("entries"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_second_read_is_a_hit_with_the_same_bytes_and_no_fetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let bytes = data(3 << 20);
+    let (store, path) = remote(&bytes, "etag=a", &cache).await;
+    let ranges = [10..2_000_000, 2_500_000..3_000_000];
+    let first = get(&store, &path, &ranges).await;
+    let fetched = store.fetched();
+    let second = get(&store, &path, &ranges).await;
+    assert_eq!(first, second);
+    assert_eq!(second[1], &bytes[2_500_000..3_000_000]);
+    assert_eq!(store.fetched(), fetched, "nothing fetched on a hit");
+    let s = cache.stats();
+    assert_eq!((s.hits, s.misses), (1, 1));
+    assert_eq!(s.bytes_read, 1_999_990 + 500_000);
+    // Another process opening the folder finds it too.
+    let again = DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let (other, _) = remote(&bytes, "etag=a", &again).await;
+    assert_eq!(get(&other, &path, &ranges).await, first);
+    assert_eq!(other.fetched(), 0);
+}
+
+#[tokio::test]
+async fn readers_asking_at_once_fetch_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = data(1 << 20);
+    // Eight "processes" (caches of their own over one folder) and their stores.
+    let mut stores = Vec::new();
+    for _ in 0..8 {
+        let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+        stores.push(remote(&bytes, "etag=a", &cache).await);
+    }
+    let reads = stores
+        .iter()
+        .map(|(store, path)| store.get_ranges(path, &[0..(1 << 20)]));
+    for got in futures::future::join_all(reads).await {
+        assert_eq!(got.unwrap()[0], &bytes[..]);
+    }
+    let fetched: u64 = stores.iter().map(|(s, _)| s.fetched()).sum();
+    assert_eq!(fetched, 1 << 20, "one fetch for eight readers");
+}
+
+#[tokio::test]
+async fn a_corrupt_entry_is_fetched_again_and_a_half_written_one_never_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let bytes = data(100_000);
+    let (store, path) = remote(&bytes, "etag=a", &cache).await;
+    get(&store, &path, &[0..100_000]).await;
+    let [entry] = &entries(&cache)[..] else {
+        panic!("one entry")
+    };
+    // A flipped bit in the payload.
+    let mut on_disk = std::fs::read(entry).unwrap();
+    let at = on_disk.len() - 5;
+    on_disk[at] ^= 0x10;
+    std::fs::write(entry, &on_disk).unwrap();
+    let got = get(&store, &path, &[0..100_000]).await;
+    assert_eq!(
+        got[0],
+        &bytes[..],
+        "the store's bytes, not the corrupt ones"
+    );
+    assert_eq!(cache.stats().corrupt, 1);
+    assert_eq!(store.fetched(), 200_000);
+    // Rewritten whole: a hit again.
+    get(&store, &path, &[0..100_000]).await;
+    assert_eq!(store.fetched(), 200_000);
+    // An entry cut short (a crash mid-write on a filesystem that reordered it) is not read.
+    std::fs::write(entry, &on_disk[..on_disk.len() / 2]).unwrap();
+    assert_eq!(get(&store, &path, &[0..100_000]).await[0], &bytes[..]);
+    assert_eq!(cache.stats().corrupt, 2);
+    // A writer killed before its rename leaves a temporary file, never read as an entry.
+    std::fs::write(dir.path().join("tmp").join("0123.999.1"), b"half").unwrap();
+    get(&store, &path, &[0..100_000]).await;
+    assert_eq!(cache.stats().corrupt, 2);
+}
+
+#[tokio::test]
+async fn another_size_or_tag_is_another_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let (a, path) = remote(&data(1000), "etag=a", &cache).await;
+    get(&a, &path, &[0..100]).await;
+    // The same path rewritten with other bytes: a new e-tag.
+    let other: Vec<u8> = vec![9; 1000];
+    let (b, _) = remote(&other, "etag=b", &cache).await;
+    assert_eq!(get(&b, &path, &[0..100]).await[0], &other[..100]);
+    assert_eq!(b.fetched(), 100, "not the old bytes");
+    let (c, _) = remote(&data(1001), "etag=a", &cache).await;
+    get(&c, &path, &[0..100]).await;
+    assert_eq!(c.fetched(), 100, "another size: fetched");
+    assert_eq!(entries(&cache).len(), 3);
+}
+
+#[tokio::test]
+async fn entries_past_the_cap_go_least_recently_used_first() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for about three entries of 100 kB.
+    let cache = DiskCache::open(dir.path(), 350_000).unwrap();
+    let bytes = data(1 << 20);
+    let (store, path) = remote(&bytes, "etag=a", &cache).await;
+    let range = |i: u64| [i * 100_000..(i + 1) * 100_000];
+    for i in 0..3 {
+        get(&store, &path, &range(i)).await;
+        // Modification times an observable step apart.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Entry 0 used again: entry 1 is now the least recently used.
+    get(&store, &path, &range(0)).await;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    get(&store, &path, &range(3)).await;
+    assert!(cache.used_bytes() <= 350_000, "{}", cache.used_bytes());
+    assert!(cache.stats().evicted >= 1);
+    let before = store.fetched();
+    get(&store, &path, &range(0)).await;
+    get(&store, &path, &range(3)).await;
+    assert_eq!(store.fetched(), before, "the recently used stayed");
+    get(&store, &path, &range(1)).await;
+    assert_eq!(
+        store.fetched(),
+        before + 100_000,
+        "the least recently used went"
+    );
+    // A read larger than the cap is served, not cached.
+    get(&store, &path, &[0..400_000]).await;
+    assert!(cache.used_bytes() <= 350_000);
+}
+
+#[test]
+fn a_cache_that_cannot_be_used_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = DiskCache::open(&file, 1 << 20).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!("cache {}: cannot create entries/", file.display())),
+        "{e}"
+    );
+    let e = DiskCache::open(dir.path(), 0).unwrap_err().to_string();
+    assert!(e.contains("a cap of 0 bytes"), "{e}");
+}

@@ -1,0 +1,268 @@
+//! The object store every read of a remote table's data files goes through (footers, column
+//! chunks, first values, whole files): it fetches large ranges as parallel parts, checks that
+//! the store returned every byte asked for, counts the bytes fetched, and serves and fills
+//! the node's disk cache ([`crate::cache`]) where the snapshot has one. Local tables are read
+//! through [`crate::local`] instead, never cached.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use bytes::{Bytes, BytesMut};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+};
+use object_store::{OBJECT_STORE_COALESCE_DEFAULT, coalesce_ranges};
+
+use crate::cache::{DiskCache, EntryKey};
+
+/// Ranges of at least twice this are fetched as parts of at least this many bytes, at once:
+/// one connection to a cloud store moves ~25–95 MiB/s, so one large row group (Petastorm
+/// writes 256 MB ones) would otherwise be one slow stream (AWS's CRT client and Lance split
+/// reads into 8–16 MiB parts).
+pub const PART_BYTES: u64 = 8 << 20;
+/// Parts of one range fetched at once.
+const PARTS_IN_FLIGHT: usize = 16;
+
+/// What makes a data file's bytes immutable, besides its path.
+#[derive(Debug, Clone)]
+struct Identity {
+    size: u64,
+    /// Its e-tag or version where the store gave one, else its modification time.
+    tag: String,
+}
+
+/// A remote table's store, as its snapshot reads it.
+#[derive(Debug)]
+pub(crate) struct RemoteStore {
+    inner: Arc<dyn ObjectStore>,
+    /// The table, for cache keys.
+    table: String,
+    files: HashMap<Path, Identity>,
+    cache: OnceLock<Arc<DiskCache>>,
+    /// Bytes fetched from the store.
+    fetched: AtomicU64,
+}
+
+impl RemoteStore {
+    /// `inner` (rooted at the table) for `table`'s data files, each with its size and tag.
+    pub(crate) fn new<'a>(
+        inner: Arc<dyn ObjectStore>,
+        table: &str,
+        files: impl IntoIterator<Item = (&'a Path, u64, &'a str)>,
+    ) -> RemoteStore {
+        RemoteStore {
+            inner,
+            table: table.to_string(),
+            files: files
+                .into_iter()
+                .map(|(path, size, tag)| {
+                    (
+                        path.clone(),
+                        Identity {
+                            size,
+                            tag: tag.to_string(),
+                        },
+                    )
+                })
+                .collect(),
+            cache: OnceLock::new(),
+            fetched: AtomicU64::new(0),
+        }
+    }
+
+    /// Serves the data files' reads from `cache` from now on (the first cache set stays).
+    pub(crate) fn set_cache(&self, cache: Arc<DiskCache>) {
+        let _ = self.cache.set(cache);
+    }
+
+    pub(crate) fn cache(&self) -> Option<&Arc<DiskCache>> {
+        self.cache.get()
+    }
+
+    /// Bytes fetched from the store so far.
+    pub(crate) fn fetched(&self) -> u64 {
+        self.fetched.load(Ordering::Relaxed)
+    }
+
+    /// `ranges` of `location`, coalesced as object_store does, each asked-for byte checked.
+    async fn fetch(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        let got = coalesce_ranges(
+            ranges,
+            |r| self.fetch_range(location, r),
+            OBJECT_STORE_COALESCE_DEFAULT,
+        )
+        .await?;
+        check_lengths(location, ranges, &got)?;
+        Ok(got)
+    }
+
+    /// One range: in parts of at least [`PART_BYTES`] fetched at once when it is large.
+    async fn fetch_range(&self, location: &Path, range: Range<u64>) -> Result<Bytes> {
+        let len = range.end.saturating_sub(range.start);
+        let n = (len / PART_BYTES).max(1);
+        let bytes = if n == 1 {
+            self.inner.get_range(location, range).await?
+        } else {
+            let parts: Vec<Bytes> = futures::stream::iter(0..n)
+                .map(|i| {
+                    let part = range.start + len * i / n..range.start + len * (i + 1) / n;
+                    self.inner.get_range(location, part)
+                })
+                .buffered(PARTS_IN_FLIGHT)
+                .try_collect()
+                .await?;
+            let mut whole = BytesMut::with_capacity(len as usize);
+            for p in &parts {
+                whole.extend_from_slice(p);
+            }
+            whole.freeze()
+        };
+        self.fetched
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(bytes)
+    }
+}
+
+/// Every range whole: `coalesce_ranges` cuts a short answer silently, and a short range must
+/// not be decoded (or cached) as if whole.
+fn check_lengths(location: &Path, ranges: &[Range<u64>], got: &[Bytes]) -> Result<()> {
+    for (range, bytes) in ranges.iter().zip(got) {
+        if bytes.len() as u64 != range.end.saturating_sub(range.start) {
+            return Err(object_store::Error::Generic {
+                store: "RemoteStore",
+                source: format!(
+                    "{location}: the store returned {} bytes for range {range:?}",
+                    bytes.len()
+                )
+                .into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl fmt::Display for RemoteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RemoteStore({})", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for RemoteStore {
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        let fetch = self.fetch(location, ranges);
+        match (self.cache.get(), self.files.get(location)) {
+            (Some(cache), Some(file)) => {
+                let key =
+                    EntryKey::new(&self.table, location.as_ref(), file.size, &file.tag, ranges);
+                cache.get_or_fetch(key, location.as_ref(), fetch).await
+            }
+            _ => fetch.await,
+        }
+    }
+
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: object_store::RenameOptions,
+    ) -> Result<()> {
+        self.inner.rename_opts(from, to, options).await
+    }
+}
+
+#[cfg(test)]
+// One range is a list of ranges to object_store.
+#[allow(clippy::single_range_in_vec_init)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    fn store_with(data: &[u8]) -> (Arc<InMemory>, Path) {
+        let inner = Arc::new(InMemory::new());
+        let path = Path::from("part-0.parquet");
+        futures::executor::block_on(inner.put(&path, data.to_vec().into())).unwrap();
+        (inner, path)
+    }
+
+    #[tokio::test]
+    async fn large_ranges_arrive_whole_from_parts_and_are_counted() {
+        let data: Vec<u8> = (0..(PART_BYTES * 5 / 2)).map(|i| (i % 251) as u8).collect();
+        let (inner, path) = store_with(&data);
+        let store = RemoteStore::new(inner, "mem://t", [(&path, data.len() as u64, "v1")]);
+        let end = data.len() as u64;
+        let got = store.get_ranges(&path, &[3..end - 1, 0..10]).await.unwrap();
+        assert_eq!(got[0], &data[3..end as usize - 1]);
+        assert_eq!(got[1], &data[..10]);
+        // One coalesced range (the two overlap), fetched once in two parts.
+        assert_eq!(store.fetched(), end - 1);
+    }
+
+    #[test]
+    fn a_short_answer_is_an_error_naming_the_file() {
+        let path = Path::from("part-0.parquet");
+        let got = [Bytes::from(vec![1; 10]), Bytes::from(vec![2; 4])];
+        assert!(check_lengths(&path, &[0..10], &got[..1]).is_ok());
+        let e = check_lengths(&path, &[0..10, 20..25], &got).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("part-0.parquet: the store returned 4 bytes for range 20..25"),
+            "{e}"
+        );
+    }
+}
