@@ -40,6 +40,8 @@ macro_rules! on_every_backend {
     };
 }
 
+mod cache;
+
 /// The documented Azurite development key (public, emulator only).
 const EMULATOR_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";

@@ -91,7 +91,15 @@ const STALL_CONFIRM: u32 = 20;
 impl Producer {
     pub async fn run(self) {
         let msg = match AssertUnwindSafe(self.run_epochs()).catch_unwind().await {
-            Ok(Ok(true)) => Msg::Done,
+            Ok(Ok(true)) => {
+                // The cache's last entries in place before the caller hears the run is over (a
+                // process that exits then would leave them unwritten).
+                #[cfg(unix)]
+                if let Some(cache) = self.stream.snapshot().cache() {
+                    cache.flush().await;
+                }
+                Msg::Done
+            }
             Ok(Ok(false)) => return, // the caller is gone
             Ok(Err(e)) => Msg::Failed(e),
             Err(panic) => Msg::Failed(LoaderError::Panicked {

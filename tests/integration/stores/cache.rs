@@ -1,0 +1,287 @@
+//! The disk cache on the real stores: later epochs and other processes read from it (counted
+//! at the proxy), the same rows and bytes as without it, eviction under the cap, a corrupted
+//! entry fetched again, a writer killed mid-epoch, a file rewritten under the same path.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use voxlake::Loader;
+use voxlake::stream::StreamStats;
+use voxlake_testkit::{FaultPlan, FaultProxy, json_output, voxlake_bin};
+
+use super::{Backend, remote_table, unique_prefix, upload};
+
+/// One run's ids in delivery order, the sum of every tensor byte, and the stream's counters.
+fn run(
+    table: &str,
+    options: HashMap<String, String>,
+    cache: Option<(&Path, u64)>,
+    epochs: u64,
+) -> (Vec<String>, u64, StreamStats) {
+    run_with(Loader::builder(table.to_string()), options, cache, epochs)
+}
+
+/// [`run`] of `builder`.
+fn run_with(
+    builder: voxlake::LoaderBuilder,
+    options: HashMap<String, String>,
+    cache: Option<(&Path, u64)>,
+    epochs: u64,
+) -> (Vec<String>, u64, StreamStats) {
+    let mut builder = builder
+        .with_storage_options(options)
+        .with_batch_size(4)
+        .with_epochs(epochs)
+        .with_shuffle(11, 8);
+    builder = match cache {
+        Some((dir, max)) => builder.with_cache(dir, max),
+        None => builder.with_cache_choice(voxlake::stream::cache::CacheChoice::Off),
+    };
+    std::thread::spawn(move || {
+        let mut loader = builder.build().unwrap();
+        let (mut ids, mut sum) = (Vec::new(), 0u64);
+        for batch in loader.by_ref() {
+            let batch = batch.unwrap();
+            sum += batch
+                .tensors
+                .as_bytes()
+                .unwrap()
+                .iter()
+                .map(|&b| u64::from(b))
+                .sum::<u64>();
+            ids.extend(batch.ids);
+        }
+        (ids, sum, loader.stats().stream)
+    })
+    .join()
+    .unwrap()
+}
+
+/// Data-file reads the proxy saw since `before`.
+fn data_reads(proxy: &FaultProxy, before: usize) -> usize {
+    proxy.requests()[before..]
+        .iter()
+        .filter(|r| r.target.contains(".parquet"))
+        .count()
+}
+
+/// Two epochs through a cache: the first fetches every footer and row group once, the second
+/// reads them all from disk (not one request), with the same rows and bytes as a run without
+/// the cache; a second process finds the entries too.
+async fn later_epochs_and_processes_read_from_the_cache(backend: Backend) {
+    let table = remote_table(backend, "cache", 32, 31).await.table;
+    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let opts = backend.through(&proxy);
+    let (plain_ids, plain_sum, _) = run(&table, opts.clone(), None, 2);
+    // Footers and row groups, each once.
+    let table_bytes = run(&table, opts.clone(), None, 1).2.store_bytes;
+    let dir = tempfile::tempdir().unwrap();
+    let before = proxy.requests().len();
+    let (ids, sum, stats) = run(&table, opts.clone(), Some((dir.path(), 1 << 30)), 2);
+    assert_eq!(
+        (ids, sum),
+        (plain_ids.clone(), plain_sum),
+        "the same rows and bytes"
+    );
+    let files = data_reads(&proxy, before) - 8;
+    // Eight row groups of four cubes; each footer and row group fetched once, in epoch one.
+    assert_eq!(data_reads(&proxy, before), files + 8);
+    let cache = stats.cache;
+    assert_eq!(cache.misses as usize, files + 8, "{cache:?}");
+    assert_eq!(cache.hits, 8, "epoch two from the cache: {cache:?}");
+    assert_eq!(cache.corrupt, 0);
+    assert_eq!(
+        stats.store_bytes, table_bytes,
+        "the table fetched once in two epochs"
+    );
+    // Another process of the node: every read a hit, nothing fetched.
+    let before = proxy.requests().len();
+    let (ids, _, stats) = run(&table, opts, Some((dir.path(), 1 << 30)), 1);
+    assert_eq!(ids, plain_ids[..32]);
+    assert_eq!(data_reads(&proxy, before), 0);
+    assert_eq!((stats.cache.misses, stats.store_bytes), (0, 0));
+}
+
+on_every_backend!(later_epochs_and_processes_read_from_the_cache);
+
+/// Two `voxlake bench` processes reading the table at once through one cache fetch it about
+/// once between them.
+async fn processes_at_once_fetch_the_table_once(backend: Backend) {
+    let table = remote_table(backend, "cache-two", 48, 37).await.table;
+    let dir = tempfile::tempdir().unwrap();
+    let bench = |seed: &str| {
+        let mut cmd = Command::new(voxlake_bin());
+        cmd.args(["bench", &table, "--json", "--shuffle", "--seed", seed])
+            .args(["--batch-size", "4", "--cache-max-mb", "1024", "--cache-dir"])
+            .arg(dir.path())
+            .envs(backend.standard_env());
+        cmd
+    };
+    let (mut a, mut b) = (bench("1"), bench("2"));
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| json_output(&mut a));
+        let b = s.spawn(|| json_output(&mut b));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let fetched =
+        a["store_bytes_fetched"].as_u64().unwrap() + b["store_bytes_fetched"].as_u64().unwrap();
+    let plain = run(&table, backend.options(), None, 1).2.store_bytes;
+    assert_eq!(
+        (a["samples"].as_u64(), b["samples"].as_u64()),
+        (Some(48), Some(48))
+    );
+    let (sa, sb) = (
+        a["checksum"].as_f64().unwrap(),
+        b["checksum"].as_f64().unwrap(),
+    );
+    assert!(
+        (sa - sb).abs() < 1e-6 * sa.abs(),
+        "{sa} vs {sb}: sums in other orders"
+    );
+    assert!(
+        fetched as f64 <= 1.2 * plain as f64,
+        "{fetched} bytes fetched by both, the table is {plain}"
+    );
+    let hits = a["cache_hits"].as_u64().unwrap() + b["cache_hits"].as_u64().unwrap();
+    assert!(hits > 0, "{a} {b}");
+}
+
+on_every_backend!(processes_at_once_fetch_the_table_once);
+
+/// Under a cap of about a third of the table the cache evicts and stays under it, every row
+/// still delivered once an epoch; a corrupted entry is fetched again, never delivered; a
+/// process killed while filling the cache leaves nothing a later run reads.
+async fn eviction_corruption_and_a_killed_writer(backend: Backend) {
+    let table = remote_table(backend, "cache-evict", 32, 41).await.table;
+    let opts = backend.options();
+    let (plain_ids, plain_sum, plain) = run(&table, opts.clone(), None, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let cap = plain.store_bytes / 3;
+    let (ids, sum, stats) = run(&table, opts.clone(), Some((dir.path(), cap)), 3);
+    assert_eq!(ids.len(), 96);
+    assert_eq!(sum, 3 * plain_sum);
+    let cache = voxlake::stream::cache::DiskCache::open(dir.path(), cap).unwrap();
+    assert!(cache.used_bytes() <= cap, "{} > {cap}", cache.used_bytes());
+    assert!(stats.cache.evicted > 0, "{:?}", stats.cache);
+    // Every entry's bytes flipped: each is found corrupt, fetched again; the rows are right.
+    let dir = tempfile::tempdir().unwrap();
+    run(&table, opts.clone(), Some((dir.path(), 1 << 30)), 1);
+    let entries: Vec<_> = std::fs::read_dir(dir.path().join("entries"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    for entry in &entries {
+        let mut bytes = std::fs::read(entry).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(entry, bytes).unwrap();
+    }
+    let (ids, sum, stats) = run(&table, opts.clone(), Some((dir.path(), 1 << 30)), 1);
+    assert_eq!((ids, sum), (plain_ids.clone(), plain_sum));
+    assert_eq!(
+        stats.cache.corrupt as usize,
+        entries.len(),
+        "{:?}",
+        stats.cache
+    );
+    assert_eq!(stats.cache.hits, 0);
+    // A bench process killed while it fills a fresh cache; the next run reads what it left.
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(voxlake_bin())
+        .args([
+            "bench",
+            &table,
+            "--epochs",
+            "50",
+            "--cache-max-mb",
+            "1024",
+            "--cache-dir",
+        ])
+        .arg(dir.path())
+        .envs(backend.standard_env())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let entries = dir.path().join("entries");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_dir(&entries).map_or(0, |d| d.count()) < 3
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (ids, sum, stats) = run(&table, opts, Some((dir.path(), 1 << 30)), 1);
+    assert_eq!((ids, sum), (plain_ids, plain_sum));
+    assert_eq!(stats.cache.corrupt, 0, "nothing half-written is read");
+    assert!(stats.cache.hits > 0, "{:?}", stats.cache);
+}
+
+on_every_backend!(eviction_corruption_and_a_killed_writer);
+
+/// A folder of Parquet files (no log: the listing gives each file's e-tag) whose file is
+/// rewritten under the same path: the new bytes are read, never the old entry's.
+async fn a_rewritten_file_is_never_read_from_the_cache(backend: Backend) {
+    let a = remote_table(backend, "cache-a", 8, 43).await.table;
+    let b = remote_table(backend, "cache-b", 8, 44).await.table;
+    let local = tempfile::tempdir().unwrap();
+    let copy = |url: &str, to: &str| {
+        let store = backend.store();
+        let prefix = url
+            .split_once(&format!("{}/", backend.bucket()))
+            .unwrap()
+            .1
+            .to_string();
+        let file = local.path().join(to);
+        async move {
+            let listed: Vec<_> = futures::TryStreamExt::try_collect(
+                store.list(Some(&object_store::path::Path::from(prefix))),
+            )
+            .await
+            .unwrap();
+            let part = listed
+                .iter()
+                .find(|o| o.location.as_ref().ends_with(".parquet"))
+                .unwrap();
+            let bytes = object_store::ObjectStoreExt::get(store.as_ref(), &part.location)
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            std::fs::write(&file, &bytes).unwrap();
+            file
+        }
+    };
+    let (file_a, file_b) = (copy(&a, "a.parquet").await, copy(&b, "b.parquet").await);
+    let folder = unique_prefix("cache-folder");
+    let key = format!("{folder}/part-0.parquet");
+    let store = backend.store();
+    upload(store.as_ref(), &file_a, &key).await;
+    let url = backend.url(&folder);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Some((dir.path(), 1 << 30));
+    // Without a log, the raw tensor bytes need their shape.
+    let read = |cache| {
+        let builder = Loader::builder(url.clone())
+            .with_tensor_shape(vec![30, 30, 10, 10], voxlake::format::DType::F32);
+        run_with(builder, backend.options(), cache, 1)
+    };
+    let (_, first, _) = read(cache);
+    upload(store.as_ref(), &file_b, &key).await;
+    let (ids, second, stats) = read(cache);
+    let (expected_ids, expected, _) = read(None);
+    assert_eq!(
+        (ids, second),
+        (expected_ids, expected),
+        "the rewritten file's rows"
+    );
+    assert_ne!(first, second, "two tables of other cubes");
+    assert_eq!(stats.cache.hits, 0, "no entry of the old file is used");
+}
+
+on_every_backend!(a_rewritten_file_is_never_read_from_the_cache);
