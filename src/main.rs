@@ -61,9 +61,9 @@ struct BenchArgs {
     /// Memory budget in MiB.
     #[arg(long, default_value_t = 1024)]
     memory_budget_mb: u64,
-    /// Row groups fetched and decoded at once.
-    #[arg(long, default_value_t = 16)]
-    row_group_prefetch: usize,
+    /// Row groups fetched and decoded at once (default: sized to the store as it runs).
+    #[arg(long)]
+    row_group_prefetch: Option<usize>,
     /// Read a remote table through a disk cache in this folder, shared by every process of
     /// the node that uses it (default: VOXLAKE_CACHE_DIR, if set).
     #[arg(long)]
@@ -207,13 +207,15 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         .with_epochs(args.epochs)
         .with_rank(args.rank, args.world_size)
         .with_memory_budget(args.memory_budget_mb << 20)
-        .with_row_group_prefetch(args.row_group_prefetch)
         .with_channels_first(args.channels_first)
         .with_drop_last(args.drop_last)
         .with_uneven(args.uneven)
         .with_verify_checksums(!args.no_verify);
     if args.shuffle {
         builder = builder.with_shuffle(args.seed, args.shuffle_buffer);
+    }
+    if let Some(n) = args.row_group_prefetch {
+        builder = builder.with_row_group_prefetch(n);
     }
     if let Some(dir) = &args.cache_dir {
         let max = match args.cache_max_mb {
@@ -353,6 +355,8 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "fetch_s": stats.stream.fetch.as_secs_f64(),
         "decode_s": stats.stream.decode.as_secs_f64(),
         "budget_wait_s": stats.stream.budget_wait.as_secs_f64(),
+        "reads_in_flight": stats.stream.in_flight,
+        "read_latency_s": stats.stream.read_latency.as_secs_f64(),
         "input_bound_fraction": loader.stall_meter().input_bound_fraction(),
         "bytes_fetched": stats.stream.bytes,
         "store_bytes_fetched": stats.stream.store_bytes,

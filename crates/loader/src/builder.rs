@@ -37,7 +37,8 @@ pub struct LoaderBuilder {
     pub(crate) channels_first: bool,
     pub(crate) memory_budget: u64,
     pub(crate) prefetch: usize,
-    pub(crate) row_group_prefetch: usize,
+    /// Row-group reads in flight (`None`: sized to the store as it runs).
+    pub(crate) row_group_prefetch: Option<usize>,
     pub(crate) runtime_threads: usize,
     pub(crate) assembly_threads: usize,
     pub(crate) root_store: Option<Arc<dyn voxlake_stream::ObjectStore>>,
@@ -131,7 +132,7 @@ impl LoaderBuilder {
             channels_first: false,
             memory_budget: 1 << 30,
             prefetch: 2,
-            row_group_prefetch: 16,
+            row_group_prefetch: None,
             runtime_threads: 2,
             assembly_threads: default_assembly_threads(),
             root_store: None,
@@ -340,9 +341,11 @@ impl LoaderBuilder {
         self
     }
 
-    /// Row groups fetched and decoded at once (default 16, after a slow start from 4).
+    /// Row groups fetched and decoded at once, always `row_groups`. Default: sized to the
+    /// store as the loader runs (Little's law over the measured read time and the loader's
+    /// pace; see `voxlake_stream::depth`), within the memory budget.
     pub fn with_row_group_prefetch(mut self, row_groups: usize) -> Self {
-        self.row_group_prefetch = row_groups.max(1);
+        self.row_group_prefetch = Some(row_groups.max(1));
         self
     }
 
@@ -610,8 +613,11 @@ impl LoaderBuilder {
                     .unwrap_or_else(|| default_columns(&snapshot)),
             )
             .with_memory_budget(stream_budget)
-            .with_verify_checksums(self.verify)
-            .with_prefetch(self.row_group_prefetch);
+            .with_verify_checksums(self.verify);
+        let stream = match self.row_group_prefetch {
+            Some(n) => stream.with_prefetch(n),
+            None => stream,
+        };
         #[cfg(feature = "fault-hooks")]
         let stream = match self.fault_hook.clone() {
             Some(hook) => stream.with_fault_hook(hook),

@@ -7,13 +7,24 @@ use tokio::sync::Semaphore;
 use voxlake_format::sample::ColumnHints;
 use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 
+use crate::depth::Depth;
 use crate::error::StreamError;
 use crate::hooks::Hooks;
+use crate::inflight::Slots;
 use crate::order::Uneven;
 use crate::pipeline::{Inner, TableStream};
 use crate::plan::{Planner, Shard};
 use crate::snapshot::{AsOf, Snapshot};
 use crate::stats::Counters;
+
+/// Row-group reads in flight at the start (the loader's shuffle buffer waits for about 4 row
+/// groups before its first batch).
+const START_IN_FLIGHT: usize = 4;
+/// The most row-group reads in flight on a remote store: each pays the store's latency (AWS's
+/// CRT client keeps 64–256 parts in flight); the memory budget bounds them besides.
+const REMOTE_IN_FLIGHT: usize = 64;
+/// The most on a local disk, where a read is a mapping and a decode.
+const LOCAL_IN_FLIGHT: usize = 16;
 
 /// Configures and opens a [`TableStream`].
 #[derive(Clone)]
@@ -29,7 +40,8 @@ pub struct StreamBuilder {
     /// Columns to read (`None`: id, label and every field of the sample).
     columns: Option<Vec<String>>,
     memory_budget: u64,
-    prefetch: usize,
+    /// Row-group reads in flight (`None`: sized to the store, see `depth`).
+    prefetch: Option<usize>,
     root_store: Option<Arc<dyn object_store::ObjectStore>>,
     hooks: Hooks,
     verify: bool,
@@ -140,11 +152,12 @@ impl StreamBuilder {
         self
     }
 
-    /// Row groups fetched and decoded at once (default 16, reached by a slow start from 4). Each
-    /// request pays the store's latency: enough in flight keep the store busy meanwhile; the
-    /// memory budget bounds them whatever the depth.
+    /// Row groups fetched and decoded at once, always `row_groups`. Default: sized to the
+    /// store as it runs ([`crate::depth`]: Little's law over the measured read time and the
+    /// consumer's pace, from 4 up to 64 for a remote table, 16 for a local one). Either way the
+    /// memory budget bounds them (each read holds its budget share).
     pub fn with_prefetch(mut self, row_groups: usize) -> Self {
-        self.prefetch = row_groups.max(1);
+        self.prefetch = Some(row_groups.max(1));
         self
     }
 
@@ -196,6 +209,17 @@ impl StreamBuilder {
             .memory_budget
             .div_ceil(1024)
             .min(Semaphore::MAX_PERMITS as u64) as usize;
+        let (depth, max_in_flight) = match self.prefetch {
+            Some(n) => (Depth::fixed(n), n),
+            None if snapshot.is_remote() => (
+                Depth::new(START_IN_FLIGHT, REMOTE_IN_FLIGHT),
+                REMOTE_IN_FLIGHT,
+            ),
+            None => (
+                Depth::new(START_IN_FLIGHT, LOCAL_IN_FLIGHT),
+                LOCAL_IN_FLIGHT,
+            ),
+        };
         let columns = with_checksum(
             self.columns.unwrap_or_else(|| default_columns(&snapshot)),
             self.verify,
@@ -221,7 +245,8 @@ impl StreamBuilder {
                 hooks: self.hooks,
                 budget: Arc::new(Semaphore::new(kib)),
                 budget_bytes: kib as u64 * 1024,
-                prefetch: self.prefetch,
+                slots: Slots::new(depth),
+                max_in_flight,
                 counters: Counters::default(),
             }),
         }
@@ -268,7 +293,7 @@ impl TableStream {
             interleave: 4,
             columns: None,
             memory_budget: 512 << 20,
-            prefetch: 16,
+            prefetch: None,
             root_store: None,
             hooks: Hooks::default(),
             verify: true,

@@ -23,10 +23,12 @@ mod ahead;
 mod builder;
 #[cfg(unix)]
 pub mod cache;
+pub mod depth;
 mod error;
 pub mod filter;
 mod group;
 pub mod hooks;
+mod inflight;
 #[cfg(unix)]
 pub mod local;
 pub mod location;

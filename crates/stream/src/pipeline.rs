@@ -18,6 +18,7 @@ use crate::ahead::spawn_ahead;
 use crate::error::{StreamError, panic_message};
 use crate::group::RowGroupBatch;
 use crate::hooks::{Hooks, Stage};
+use crate::inflight::{Metered, Slots};
 use crate::order::{EpochOrder, Piece, RowSet, Uneven, Unit, deal, rows_per_rank, units_of};
 use crate::plan::{Planner, Shard};
 use crate::snapshot::Snapshot;
@@ -25,9 +26,6 @@ use crate::stats::{BudgetProgress, Counters, GroupBudget, StreamStats};
 
 /// Footers read ahead of the row groups that need them.
 const FOOTERS_AHEAD: usize = 16;
-/// Reads in flight at the start of a stream, before the slow start grows them to the prefetch
-/// depth (the loader's shuffle buffer waits for 4 row groups before its first batch).
-const RAMP_START: usize = 4;
 
 /// Streams the row groups of a pinned snapshot for one shard, epoch by epoch.
 ///
@@ -64,7 +62,9 @@ pub(crate) struct Inner {
     pub(crate) hooks: Hooks,
     pub(crate) budget: Arc<Semaphore>,
     pub(crate) budget_bytes: u64,
-    pub(crate) prefetch: usize,
+    /// Row-group reads in flight (see `depth`), and their most.
+    pub(crate) slots: Arc<Slots>,
+    pub(crate) max_in_flight: usize,
     pub(crate) counters: Counters,
 }
 
@@ -111,6 +111,8 @@ impl TableStream {
             fetch: ns(&c.fetch_ns),
             decode: ns(&c.decode_ns),
             budget_wait: ns(&c.budget_wait_ns),
+            in_flight: self.inner.slots.target(),
+            read_latency: self.inner.slots.read_latency().unwrap_or_default(),
             store_bytes: self.inner.snapshot.store_bytes_fetched(),
             #[cfg(unix)]
             cache: self
@@ -177,16 +179,18 @@ impl TableStream {
         from: u64,
     ) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
         let location = self.inner.snapshot.location().to_string();
-        spawn_ahead(
+        let ahead = spawn_ahead(
             self.plan_stream(epoch, pieces, from),
-            self.inner.prefetch,
+            self.inner.max_in_flight,
             move |panic| StreamError::Panicked {
                 location: location.clone(),
                 stage: "fetch".into(),
                 object: "the row-group pipeline".into(),
                 message: panic,
             },
-        )
+        );
+        // The consumer's pace sizes the reads in flight.
+        Metered::new(ahead, self.inner.slots.clone()).boxed()
     }
 
     /// Row counts of file `file`'s row groups, from its footer (read once); checked against
@@ -274,7 +278,8 @@ impl TableStream {
             .map(|(position, unit)| unit.map(|u| (position as u64, u)));
 
         // Budget taken in plan order (so the head of the line never waits behind later row
-        // groups holding memory), then fetch + decode `prefetch` at a time, order kept.
+        // groups holding memory), then fetch + decode as many at a time as `slots` allows
+        // (Little's law over the measured read time and consumer pace), order kept.
         let reserve = {
             let inner = inner.clone();
             units.and_then(move |(position, unit)| {
@@ -285,17 +290,13 @@ impl TableStream {
                 }
             })
         };
-        let prefetch = inner.prefetch;
-        // Slow start: RAMP_START reads at once, one more after each completed read, up to
-        // `prefetch`. Reads share the store's bandwidth, so the first row groups (the ones the
-        // first batch waits for) arrive sooner than with `prefetch` reads all started at once.
-        let ramp = Arc::new(Ramp::new(prefetch));
+        let (slots, most) = (inner.slots.clone(), inner.max_in_flight);
         reserve
             .map_ok(move |(position, unit, reserved)| {
                 let inner = inner.clone();
-                let ramp = ramp.clone();
+                let slots = slots.clone();
                 async move {
-                    let slot = ramp.slot().await?;
+                    let slot = slots.acquire().await?;
                     let file = unit.file;
                     let read = inner
                         .caught(
@@ -304,12 +305,11 @@ impl TableStream {
                             inner.finish_read(Arc::new(unit), position, reserved),
                         )
                         .await?;
-                    drop(slot);
-                    ramp.grow();
+                    slot.done();
                     Ok(read)
                 }
             })
-            .try_buffered(prefetch)
+            .try_buffered(most)
             .boxed()
     }
 }
@@ -357,46 +357,6 @@ struct Reserved {
     projection: ProjectionMask,
     /// Bytes it holds once decoded (what it keeps of the share).
     held: u64,
-}
-
-/// Reads in flight: a slow start from [`RAMP_START`] up to the prefetch depth.
-#[derive(Debug)]
-struct Ramp {
-    slots: Arc<Semaphore>,
-    granted: std::sync::atomic::AtomicUsize,
-    max: usize,
-}
-
-impl Ramp {
-    fn new(max: usize) -> Self {
-        let start = RAMP_START.min(max);
-        Ramp {
-            slots: Arc::new(Semaphore::new(start)),
-            granted: start.into(),
-            max,
-        }
-    }
-
-    async fn slot(&self) -> Result<OwnedSemaphorePermit, StreamError> {
-        self.slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| StreamError::Internal(e.to_string()))
-    }
-
-    /// One more read may run at once, until `max`.
-    fn grow(&self) {
-        let more = self
-            .granted
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |g| {
-                (g < self.max).then_some(g + 1)
-            })
-            .is_ok();
-        if more {
-            self.slots.add_permits(1);
-        }
-    }
 }
 
 impl Inner {
@@ -561,26 +521,5 @@ impl Inner {
         c.row_groups.fetch_add(1, Ordering::Relaxed);
         c.rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
         Ok(batch)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_ramp_starts_at_four_and_grows_by_one_per_read_to_the_depth() {
-        let ramp = Ramp::new(16);
-        assert_eq!(ramp.slots.available_permits(), RAMP_START);
-        for grown in 1..=12 {
-            ramp.grow();
-            assert_eq!(ramp.slots.available_permits(), RAMP_START + grown);
-        }
-        ramp.grow();
-        assert_eq!(ramp.slots.available_permits(), 16, "never past the depth");
-        // A depth below the start is the depth from the start.
-        let shallow = Ramp::new(2);
-        shallow.grow();
-        assert_eq!(shallow.slots.available_permits(), 2);
     }
 }

@@ -364,6 +364,15 @@ impl Snapshot {
         self.remote.as_ref().and_then(|r| r.cache())
     }
 
+    /// Whether the table is in a remote store (read through one store that counts, splits
+    /// and caches; see [`with_cache`](Self::with_cache)), not on a local filesystem.
+    pub fn is_remote(&self) -> bool {
+        #[cfg(unix)]
+        return self.remote.is_some();
+        #[cfg(not(unix))]
+        return !self.location.starts_with("file:");
+    }
+
     /// Bytes of data files (and deletion vectors) fetched from a remote table's store so far,
     /// the cache's hits not included (0 for a local table).
     pub fn store_bytes_fetched(&self) -> u64 {

@@ -57,6 +57,10 @@ pub struct StreamStats {
     pub decode: Duration,
     /// Time the pipeline waited for the memory budget.
     pub budget_wait: Duration,
+    /// Row-group reads kept in flight now (see [`crate::depth`]).
+    pub in_flight: usize,
+    /// A row-group read's time (request to decoded), as a moving average.
+    pub read_latency: Duration,
     /// Bytes of data files fetched from a remote table's store (not counting cache hits).
     pub store_bytes: u64,
     /// The disk cache's counters (zero without one).
