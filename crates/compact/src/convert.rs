@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use arrow_array::builder::{BinaryBuilder, Int64Builder, StringBuilder};
@@ -22,7 +23,16 @@ use crate::labels::Labels;
 use crate::source::{self, Row, SourceLayout, SourceObject, SourceSample};
 use crate::table::{Table, writer_for};
 use crate::{Compactor, OnError, Progress};
+use voxlake_stream::depth::Depth;
+use voxlake_stream::inflight::{Metered, Slots};
 use voxlake_stream::location::{self, stable_hash};
+
+/// Source reads in flight at the start of a conversion, and at most (objects of a few hundred
+/// KB: 256 hold ~100 MB).
+const START_READS: usize = 16;
+const MAX_READS: usize = 256;
+/// Decoded rows waiting for the writer at most.
+const MAX_AHEAD: usize = 64;
 
 /// What a conversion did.
 #[derive(Debug, Clone, Serialize)]
@@ -51,6 +61,30 @@ pub struct ConvertSummary {
     pub commits: usize,
     /// The tensor spec of the table.
     pub tensor: String,
+    /// Where the time went.
+    #[serde(flatten)]
+    pub timings: ConvertTimings,
+}
+
+/// Where a conversion's time went, in seconds. Reads and decodes run many at once, so their
+/// sums exceed the wall time; `wait_s` says how long the writer waited for them.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct ConvertTimings {
+    /// Before the first read: listing the source, reading labels, opening or creating the
+    /// table and reading the ids it holds.
+    pub list_s: f64,
+    /// Reading source objects (summed over the reads in flight).
+    pub read_s: f64,
+    /// Decoding and converting them (summed).
+    pub decode_s: f64,
+    /// The writer waiting for decoded rows: reads are the bottleneck while this grows.
+    pub wait_s: f64,
+    /// Building row groups from the rows.
+    pub encode_s: f64,
+    /// Writing row groups: Parquet encoding and multipart uploads (deltalake's writer).
+    pub write_s: f64,
+    /// Finishing files and committing them to the log.
+    pub commit_s: f64,
 }
 
 /// A skipped source object.
@@ -221,6 +255,10 @@ impl Compactor {
             parquet_files: 0,
             commits: 0,
             tensor: sample.to_string(),
+            timings: ConvertTimings {
+                list_s: start.elapsed().as_secs_f64(),
+                ..ConvertTimings::default()
+            },
         };
         let total = samples.len();
         self.report(&summary, total);
@@ -236,9 +274,20 @@ impl Compactor {
         let src_display: Arc<str> = src.display.trim_end_matches('/').into();
         // Reading and decoding run in their own task, so they go on while the writer waits
         // on the store.
-        let concurrency = self.concurrency.max(1);
+        // Reads in flight sized to the store: Little's law over the measured GET time and the
+        // writer's pace (a store 100 ms away needs ~50 for ~400 objects a second).
+        let (depth, most) = match self.concurrency {
+            Some(n) => (Depth::fixed(n), n),
+            None => (Depth::new(START_READS, MAX_READS), MAX_READS),
+        };
+        let slots = Slots::new(depth);
+        let paced = slots.clone();
+        let (read_ns, decode_ns) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (read_sum, decode_sum) = (read_ns.clone(), decode_ns.clone());
         let reads = futures::stream::iter(samples)
             .map(move |sample| {
+                let (read_ns, decode_ns) = (read_ns.clone(), decode_ns.clone());
+                let slots = slots.clone();
                 let store = store.clone();
                 let spec = shared.clone();
                 let layout = layout.clone();
@@ -247,6 +296,11 @@ impl Compactor {
                 async move {
                     let key = sample.key.clone();
                     let size = sample.size();
+                    let slot = match slots.acquire().await {
+                        Ok(slot) => slot,
+                        Err(e) => return (key, Err(CompactError::Internal(e.to_string()))),
+                    };
+                    let reading = Instant::now();
                     let mut parts = Vec::with_capacity(sample.parts.len());
                     for mut object in sample.parts {
                         let bytes = match object.fetched.take() {
@@ -265,6 +319,8 @@ impl Compactor {
                             Err(e) => return (key, Err(e)),
                         }
                     }
+                    slot.done();
+                    read_ns.fetch_add(reading.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     // Nothing to convert: slices of the downloads, decoded here.
                     let ready = !matches!(*layout, SourceLayout::Npz(_))
                         && parts
@@ -273,8 +329,13 @@ impl Compactor {
                             .all(|((_, b), (_, s))| source::ready(b, s));
                     let named = key.clone();
                     let run = move || {
+                        let decoding = Instant::now();
                         let arrays = source::arrays(&key, &parts, &layout)?;
-                        source::decode(key, arrays, size, &spec, casting, labels.as_deref())
+                        let row =
+                            source::decode(key, arrays, size, &spec, casting, labels.as_deref());
+                        decode_ns
+                            .fetch_add(decoding.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                        row
                     };
                     let decoded = if ready {
                         run()
@@ -288,16 +349,20 @@ impl Compactor {
                     (named, decoded)
                 }
             })
-            .buffered(concurrency);
-        let mut rows = voxlake_stream::spawn_ahead(
+            .buffered(most);
+        let rows = voxlake_stream::spawn_ahead(
             reads.map(Ok::<_, CompactError>).boxed(),
-            concurrency,
+            most.min(MAX_AHEAD),
             |panic| CompactError::Internal(format!("reading the source panicked: {panic}")),
         );
+        let mut rows = Metered::new(rows, paced);
 
         let mut sink = self.row_sink(&table, &sample)?;
         let result: Result<(), CompactError> = async {
-            while let Some(read) = rows.next().await {
+            loop {
+                let waiting = Instant::now();
+                let Some(read) = rows.next().await else { break };
+                summary.timings.wait_s += waiting.elapsed().as_secs_f64();
                 let (key, decoded) = read?;
                 match decoded {
                     Ok(row) => {
@@ -321,6 +386,8 @@ impl Compactor {
         drop(rows);
         self.finish_sink(sink, result, &mut table, &mut summary)
             .await?;
+        summary.timings.read_s = read_sum.load(Ordering::Relaxed) as f64 / 1e9;
+        summary.timings.decode_s = decode_sum.load(Ordering::Relaxed) as f64 / 1e9;
         Ok(self.summarized(summary, &table, start, total))
     }
 
@@ -387,6 +454,7 @@ impl Compactor {
         window: &mut Window,
         summary: &mut ConvertSummary,
     ) -> Result<(), CompactError> {
+        let started = Instant::now();
         let adds = writer.flush().await.map_err(|e| table.error(e))?;
         summary.parquet_files += adds.len();
         summary.bytes_written += adds.iter().map(|a| a.size as u64).sum::<u64>();
@@ -402,6 +470,7 @@ impl Compactor {
         summary.bytes_read += window.bytes_read;
         summary.commits += 1;
         summary.version = version;
+        summary.timings.commit_s += started.elapsed().as_secs_f64();
         tracing::info!(version, files = window.files, "committed");
         *window = Window::default();
         Ok(())
@@ -585,13 +654,28 @@ impl Compactor {
         sink.window.files += 1;
         sink.batch.push(row);
         if sink.batch.is_full() {
-            let batch = sink.batch.finish(&sink.sample)?;
-            sink.writer.write(batch).await.map_err(|e| table.error(e))?;
+            self.write_batch(sink, table, summary).await?;
         }
         if sink.writer.buffer_len() as u64 >= sink.commit_bytes {
             self.commit(&mut sink.writer, table, &mut sink.window, summary)
                 .await?;
         }
+        Ok(())
+    }
+
+    /// The rows built so far as a row group, written.
+    async fn write_batch(
+        &self,
+        sink: &mut RowSink,
+        table: &Table,
+        summary: &mut ConvertSummary,
+    ) -> Result<(), CompactError> {
+        let encoding = Instant::now();
+        let batch = sink.batch.finish(&sink.sample)?;
+        let writing = Instant::now();
+        summary.timings.encode_s += (writing - encoding).as_secs_f64();
+        sink.writer.write(batch).await.map_err(|e| table.error(e))?;
+        summary.timings.write_s += writing.elapsed().as_secs_f64();
         Ok(())
     }
 
@@ -608,8 +692,7 @@ impl Compactor {
             Ok(()) => {
                 async {
                     if sink.batch.len() > 0 {
-                        let batch = sink.batch.finish(&sink.sample)?;
-                        sink.writer.write(batch).await.map_err(|e| table.error(e))?;
+                        self.write_batch(&mut sink, table, summary).await?;
                     }
                     if sink.window.files > 0 {
                         self.commit(&mut sink.writer, table, &mut sink.window, summary)

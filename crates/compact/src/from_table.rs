@@ -103,6 +103,10 @@ impl Compactor {
             parquet_files: 0,
             commits: 0,
             tensor: spec.to_string(),
+            timings: crate::convert::ConvertTimings {
+                list_s: start.elapsed().as_secs_f64(),
+                ..Default::default()
+            },
         };
         let total = snapshot.num_rows().unwrap_or(0) as usize;
         self.report(&summary, total);
@@ -115,7 +119,10 @@ impl Compactor {
         let mut sink = self.row_sink(&table, &spec)?;
         let mut seen = HashSet::new();
         let result: Result<(), CompactError> = async {
-            while let Some(group) = groups.next().await {
+            loop {
+                let waiting = Instant::now();
+                let Some(group) = groups.next().await else { break };
+                summary.timings.wait_s += waiting.elapsed().as_secs_f64();
                 let group = group?;
                 let file = &stream.snapshot().files()[group.file()].path;
                 let data = &group.batch;

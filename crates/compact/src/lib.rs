@@ -54,7 +54,7 @@ mod source;
 pub mod synth;
 mod table;
 
-pub use convert::{ConvertSummary, Skipped};
+pub use convert::{ConvertSummary, ConvertTimings, Skipped};
 pub use error::CompactError;
 pub use inspect::{FileInfo, TableInfo};
 pub use labels::Labels;
@@ -103,7 +103,8 @@ pub struct Compactor {
     as_of: voxlake_stream::AsOf,
     shard: Option<(u32, u32)>,
     on_error: OnError,
-    concurrency: usize,
+    /// Source objects read at once (`None`: sized to the store as it runs).
+    concurrency: Option<usize>,
     files_per_commit: usize,
     progress: Option<ProgressFn>,
 }
@@ -146,7 +147,7 @@ impl Compactor {
             as_of: voxlake_stream::AsOf::Latest,
             shard: None,
             on_error: OnError::Fail,
-            concurrency: 16,
+            concurrency: None,
             files_per_commit: 8,
             progress: None,
         }
@@ -237,9 +238,11 @@ impl Compactor {
         self
     }
 
-    /// Source objects read at once (default 16).
+    /// Source objects read at once, always `concurrency`. Default: sized to the store as the
+    /// conversion runs (Little's law over the measured read time and the writer's pace, from
+    /// 16 up to 256; see `voxlake_stream::depth`).
     pub fn with_concurrency(mut self, concurrency: usize) -> Self {
-        self.concurrency = concurrency.max(1);
+        self.concurrency = Some(concurrency.max(1));
         self
     }
 

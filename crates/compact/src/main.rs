@@ -66,9 +66,9 @@ enum Command {
         /// `fail` stops at the first bad object; `skip` lists it and goes on.
         #[arg(long, default_value = "fail", value_parser = parse_on_error)]
         on_error: OnError,
-        /// Source objects read at once.
-        #[arg(long, default_value_t = 16)]
-        concurrency: usize,
+        /// Source objects read at once (default: sized to the store as it runs).
+        #[arg(long)]
+        concurrency: Option<usize>,
         /// Commit after about this many full files.
         #[arg(long, default_value_t = 8)]
         files_per_commit: usize,
@@ -232,6 +232,11 @@ fn print_convert(summary: &ConvertSummary, json: bool) {
         summary.parquet_files,
         summary.version
     );
+    let t = &summary.timings;
+    println!(
+        "time: {:.2} s listing and opening; reads {:.2} s and decodes {:.2} s (summed over those in flight), the writer waited {:.2} s for them; row groups {:.2} s, Parquet and uploads {:.2} s, commits {:.2} s",
+        t.list_s, t.read_s, t.decode_s, t.wait_s, t.encode_s, t.write_s, t.commit_s
+    );
     if summary.already_present > 0 {
         println!(
             "{} files were already in the table",
@@ -356,13 +361,15 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 .with_storage_options(HashMap::from_iter(common.storage_options))
                 .with_layout(layout.layout())
                 .with_on_error(on_error)
-                .with_concurrency(concurrency)
                 .with_files_per_commit(files_per_commit);
             if let Some(labels) = labels {
                 compactor = compactor.with_labels(labels);
             }
             if let Some(dtype) = dtype {
                 compactor = compactor.with_dtype(dtype);
+            }
+            if let Some(n) = concurrency {
+                compactor = compactor.with_concurrency(n);
             }
             if let Some(shape) = shape {
                 compactor = compactor.with_shape(shape);

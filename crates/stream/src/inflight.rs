@@ -14,7 +14,7 @@ use crate::error::StreamError;
 
 /// Permits for reads, granted up to the depth's target.
 #[derive(Debug)]
-pub(crate) struct Slots {
+pub struct Slots {
     permits: Arc<Semaphore>,
     state: Mutex<State>,
 }
@@ -27,7 +27,8 @@ struct State {
 }
 
 impl Slots {
-    pub(crate) fn new(depth: Depth) -> Arc<Slots> {
+    /// Permits for as many reads as `depth` asks for, as it measures them.
+    pub fn new(depth: Depth) -> Arc<Slots> {
         let granted = depth.target();
         Arc::new(Slots {
             permits: Arc::new(Semaphore::new(granted)),
@@ -40,17 +41,17 @@ impl Slots {
     }
 
     /// Reads in flight the depth asks for now.
-    pub(crate) fn target(&self) -> usize {
+    pub fn target(&self) -> usize {
         self.state().depth.target()
     }
 
-    /// The moving average of a read's time, once measured.
-    pub(crate) fn read_latency(&self) -> Option<Duration> {
+    /// A read's time as the depth counts it, once measured.
+    pub fn read_latency(&self) -> Option<Duration> {
         self.state().depth.read_latency()
     }
 
     /// A permit for one read, timed from now.
-    pub(crate) async fn acquire(self: &Arc<Self>) -> Result<Slot, StreamError> {
+    pub async fn acquire(self: &Arc<Self>) -> Result<Slot, StreamError> {
         let permit = self
             .permits
             .clone()
@@ -90,14 +91,15 @@ impl Slots {
 /// One read's permit; [`done`](Self::done) when it finished (a failed or dropped read gives
 /// its permit back untimed).
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub struct Slot {
     permit: Option<OwnedSemaphorePermit>,
     start: Instant,
     slots: Arc<Slots>,
 }
 
 impl Slot {
-    pub(crate) fn done(mut self) {
+    /// The read finished: its time counts, and its permit goes back (or retires).
+    pub fn done(mut self) {
         let mut state = self.slots.state();
         state.depth.read_done(self.start.elapsed());
         self.slots.settle(&mut state, self.permit.take());
@@ -106,7 +108,7 @@ impl Slot {
 
 /// The row groups a consumer takes, timing its pace: the time from taking one to asking for the
 /// next is its own work; the time it then waits is the stream's.
-pub(crate) struct Metered<S> {
+pub struct Metered<S> {
     inner: S,
     slots: Arc<Slots>,
     asked: Option<Instant>,
@@ -114,7 +116,8 @@ pub(crate) struct Metered<S> {
 }
 
 impl<S> Metered<S> {
-    pub(crate) fn new(inner: S, slots: Arc<Slots>) -> Self {
+    /// `inner`, its consumer's pace fed to `slots`.
+    pub fn new(inner: S, slots: Arc<Slots>) -> Self {
         Metered {
             inner,
             slots,

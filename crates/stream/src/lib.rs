@@ -6,6 +6,7 @@
 //!   row-group and column reads through [`object_store`].
 //! - [`local`]: local tables read into recycled buffers.
 //! - [`cache`]: the node-local disk cache of remote reads (`with_cache`).
+//! - [`depth`], [`inflight`]: reads in flight sized to the store (Little's law).
 //! - [`plan`]: the order of files and row groups in an epoch; the seeded generator.
 //! - [`order`]: the epoch's rows dealt to ranks (equal counts, pad or drop), as units of reading.
 //! - [`mixer`]: the shuffle buffer as a pure state machine.
@@ -28,7 +29,7 @@ mod error;
 pub mod filter;
 mod group;
 pub mod hooks;
-mod inflight;
+pub mod inflight;
 #[cfg(unix)]
 pub mod local;
 pub mod location;
