@@ -115,6 +115,8 @@ pub struct Request {
     pub target: String,
     /// The `Range` header, if any.
     pub range: Option<String>,
+    /// When it arrived, since the proxy started.
+    pub at: Duration,
 }
 
 /// Counts of what the proxy did.
@@ -181,6 +183,7 @@ impl FaultProxy {
     /// Listens on an ephemeral port of 127.0.0.1 and forwards to `upstream`.
     pub async fn start(upstream: SocketAddr, plan: FaultPlan) -> std::io::Result<FaultProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let started = std::time::Instant::now();
         let addr = listener.local_addr()?;
         let log = Arc::new(Mutex::new(Vec::new()));
         let counters = Arc::new(Counters::default());
@@ -192,7 +195,9 @@ impl FaultProxy {
                 while let Ok((client, _)) = listener.accept().await {
                     let (log, counters, plan) = (log.clone(), counters.clone(), plan.clone());
                     tokio::spawn(async move {
-                        if let Err(e) = serve(client, upstream, &plan, &log, &counters).await {
+                        if let Err(e) =
+                            serve(client, upstream, &plan, &log, &counters, started).await
+                        {
                             tracing::debug!(error = %e, "proxy connection ended");
                         }
                     });
@@ -358,6 +363,7 @@ async fn serve(
     plan: &FaultPlan,
     log: &Mutex<Vec<Request>>,
     counters: &Counters,
+    started: std::time::Instant,
 ) -> std::io::Result<()> {
     // No Nagle: heads and bodies go out as separate writes, and Nagle's wait for the ACK of the
     // first (which the peer delays up to 40 ms) would add latency nobody asked for.
@@ -384,6 +390,7 @@ async fn serve(
             method: method.clone(),
             target,
             range,
+            at: started.elapsed(),
         });
         let fault = if is_data_read {
             let n = counters.data_reads.fetch_add(1, Ordering::Relaxed) + 1;

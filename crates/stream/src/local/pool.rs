@@ -63,13 +63,35 @@ impl BufferPool {
         len: usize,
         read: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<Bytes, E> {
-        let mut pooled = Pooled {
+        let mut filling = BufferPool::filling(pool, len);
+        read(filling.buf())?;
+        Ok(filling.into_bytes())
+    }
+
+    /// A buffer of `len` bytes from `pool` to fill (asynchronously, in parts), handed out as
+    /// [`Bytes`] once filled; dropped unfilled, it goes back to the pool.
+    pub(crate) fn filling(pool: &Arc<BufferPool>, len: usize) -> Filling {
+        Filling(Pooled {
             buf: pool.take(len),
             len,
             pool: Arc::downgrade(pool),
-        };
-        read(&mut pooled.buf[..len])?;
-        Ok(Bytes::from_owner(pooled))
+        })
+    }
+}
+
+/// A pooled buffer being filled.
+pub(crate) struct Filling(Pooled);
+
+impl Filling {
+    /// Its `len` bytes, to fill.
+    pub(crate) fn buf(&mut self) -> &mut [u8] {
+        let len = self.0.len;
+        &mut self.0.buf[..len]
+    }
+
+    /// The filled bytes; the buffer goes back to the pool when the last view is dropped.
+    pub(crate) fn into_bytes(self) -> Bytes {
+        Bytes::from_owner(self.0)
     }
 }
 

@@ -18,6 +18,9 @@ struct Args {
     /// Response bodies paced to this rate per connection (a per-connection link).
     #[arg(long)]
     mib_per_second: Option<f64>,
+    /// Append each request to this file: milliseconds since start, method, target, range.
+    #[arg(long)]
+    log: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -30,6 +33,27 @@ async fn main() -> std::io::Result<()> {
     };
     let proxy = FaultProxy::start(args.upstream, plan).await?;
     println!("listening on {}", proxy.addr());
-    std::future::pending::<()>().await;
-    Ok(())
+    let Some(path) = args.log else {
+        std::future::pending::<()>().await;
+        return Ok(());
+    };
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut written = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let requests = proxy.requests();
+        for r in &requests[written..] {
+            writeln!(
+                out,
+                "{} {} {} {}",
+                r.at.as_millis(),
+                r.method,
+                r.target,
+                r.range.as_deref().unwrap_or("-")
+            )?;
+        }
+        written = requests.len();
+        out.flush()?;
+    }
 }
