@@ -195,8 +195,10 @@ impl DiskCache {
         DiskCache::open(dir, max).map(Some)
     }
 
-    /// The cap of a cache in `dir` when none is given: half the free space of its filesystem
-    /// now (the folder is created if needed).
+    /// The cap of a cache in `dir` when none is given: half of what its filesystem has free
+    /// now plus what its entries already hold, so that a cache opened again (by the next
+    /// epoch's process, or another rank) is not capped below what it holds (the folder is
+    /// created if needed).
     pub fn default_max_bytes(dir: &Path) -> Result<u64, StreamError> {
         let fail = |reason: String| StreamError::Cache {
             dir: dir.display().to_string(),
@@ -204,8 +206,17 @@ impl DiskCache {
         };
         std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create it: {e}")))?;
         let free = free_bytes(dir).ok_or_else(|| fail("its free space cannot be read".into()))?;
-        tracing::info!(dir = %dir.display(), max_mib = (free / 2) >> 20, "cache capped at half the free space");
-        Ok(free / 2)
+        let held: u64 = std::fs::read_dir(dir.join("entries"))
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok()?.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
+        let max = free.saturating_add(held) / 2;
+        tracing::info!(dir = %dir.display(), max_mib = max >> 20, "cache capped at half the free space and its entries");
+        Ok(max)
     }
 
     /// The cache's folder.

@@ -190,3 +190,19 @@ fn a_cache_that_cannot_be_used_is_an_error_naming_it() {
     let e = DiskCache::open(dir.path(), 0).unwrap_err().to_string();
     assert!(e.contains("a cap of 0 bytes"), "{e}");
 }
+
+#[test]
+fn the_default_cap_counts_what_the_cache_already_holds() {
+    // Half the free space alone would cap a cache opened again below what it holds (and evict
+    // half of it at every open); with its entries counted, 64 MiB of entries move the cap by
+    // about what they took from the free space.
+    let dir = tempfile::tempdir().unwrap();
+    let before = DiskCache::default_max_bytes(dir.path()).unwrap();
+    std::fs::create_dir_all(dir.path().join("entries")).unwrap();
+    std::fs::write(dir.path().join("entries").join("e"), vec![1u8; 64 << 20]).unwrap();
+    let after = DiskCache::default_max_bytes(dir.path()).unwrap();
+    assert!(
+        before.abs_diff(after) < 16 << 20,
+        "{before} then {after}: the entries were not counted"
+    );
+}
