@@ -10,19 +10,15 @@ use crate::{LoaderError, budget};
 
 impl LoaderBuilder {
     /// Refuses a budget that cannot stream row groups like the first file's (one footer read,
-    /// which the stream caches), naming the smallest budget that can. The footers the first
-    /// epoch reads first are read meanwhile, in the same round trip.
+    /// which the stream caches), naming the smallest budget that can.
     pub(crate) fn check_budget(
         &self,
         runtime: &tokio::runtime::Runtime,
         stream: &TableStream,
         settings: &OrderSettings,
         sample_bytes: u64,
-        epoch: u64,
     ) -> Result<(), LoaderError> {
-        let (groups, ()) = runtime.block_on(async {
-            futures::try_join!(stream.group_budgets(0), stream.prefetch_footers(epoch))
-        })?;
+        let groups = runtime.block_on(stream.group_budgets(0))?;
         // The largest of each: rows, bytes per row held, peak.
         let Some(rows) = groups.iter().map(|g| g.rows.max(1)).max() else {
             return Ok(());

@@ -138,7 +138,9 @@ impl TableStream {
     /// Each row group of file `file`: rows and budget shares (from its footer).
     pub async fn group_budgets(&self, file: usize) -> Result<Vec<GroupBudget>, StreamError> {
         let inner = &self.inner;
-        let meta = inner.snapshot.reader_metadata(file).await?;
+        let meta = inner
+            .caught(Stage::Footer, file, inner.snapshot.reader_metadata(file))
+            .await?;
         let projection = inner.snapshot.projection(&meta, &inner.columns)?;
         Ok(meta
             .metadata()
@@ -199,31 +201,8 @@ impl TableStream {
         self.inner.row_group_rows(file).await
     }
 
-    /// Reads (and caches) the footers of the first files this shard reads in `epoch`, all at
-    /// once: the pipeline finds them there, so its first row groups are one round trip nearer.
-    pub async fn prefetch_footers(&self, epoch: u64) -> Result<(), StreamError> {
-        let order = self.order(epoch);
-        let shard = self.inner.shard;
-        let pieces = deal(
-            &order,
-            &RowSet::full(order.total()),
-            shard.world_size(),
-            shard.rank(),
-            self.inner.uneven,
-        );
-        let mut files: Vec<usize> = Vec::with_capacity(FOOTERS_AHEAD);
-        for piece in pieces {
-            if !files.contains(&piece.file) {
-                files.push(piece.file);
-                if files.len() == FOOTERS_AHEAD {
-                    break;
-                }
-            }
-        }
-        self.footers(files).await.map(drop)
-    }
-
-    /// [`row_group_rows`](Self::row_group_rows) of several files, read concurrently.
+    /// [`row_group_rows`](Self::row_group_rows) of several files, read concurrently; a panic
+    /// while reading one is [`StreamError::Panicked`] naming its file.
     pub async fn footers(
         &self,
         files: impl IntoIterator<Item = usize>,
@@ -231,8 +210,14 @@ impl TableStream {
         let mut files: Vec<usize> = files.into_iter().collect();
         files.sort_unstable();
         files.dedup();
+        let inner = &self.inner;
         futures::stream::iter(files)
-            .map(|f| async move { Ok((f, self.row_group_rows(f).await?)) })
+            .map(|f| async move {
+                let rows = inner
+                    .caught(Stage::Footer, f, inner.row_group_rows(f))
+                    .await?;
+                Ok((f, rows))
+            })
             .buffer_unordered(crate::READ_CONCURRENCY)
             .try_collect()
             .await
