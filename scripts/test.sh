@@ -34,6 +34,8 @@ source scripts/s3.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-features --all-targets --quiet -- -D warnings
+# What scripts/demo.sh builds: the binaries without the `cloud` feature (local tables only).
+cargo clippy -p voxlake-compact --bin compact -p voxlake --bin voxlake --no-default-features --quiet -- -D warnings
 # The binaries the CLI tests run, built with the same feature selection as the tests.
 cargo build --workspace --bins
 cargo test --workspace --all-features "$@"

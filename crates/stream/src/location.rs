@@ -17,14 +17,23 @@ const ENV_PREFIXES: [&str; 4] = ["AZURE_", "AWS_", "GOOGLE_", "OBJECT_STORE_"];
 /// Registers deltalake's Azure, GCS and S3 handlers once, so `az://`, `abfss://`, `gs://` and
 /// `s3://` tables open. S3 commits use conditional writes (`If-None-Match`), which AWS S3 and
 /// most S3-compatible stores support: no locking provider is needed.
+/// Without the `cloud` feature there are none to register.
 pub fn register_handlers() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        deltalake::azure::register_handlers(None);
-        deltalake::gcp::register_handlers(None);
-        deltalake::aws::register_handlers(None);
+        #[cfg(feature = "cloud")]
+        {
+            deltalake::azure::register_handlers(None);
+            deltalake::gcp::register_handlers(None);
+            deltalake::aws::register_handlers(None);
+        }
     });
 }
+
+/// The schemes of remote stores, there with the `cloud` feature (on by default).
+const REMOTE_SCHEMES: [&str; 10] = [
+    "az", "azure", "abfs", "abfss", "adl", "s3", "s3a", "gs", "http", "https",
+];
 
 /// Storage settings: the standard environment variables, overridden by explicit options.
 pub fn storage_options(explicit: &HashMap<String, String>) -> HashMap<String, String> {
@@ -104,8 +113,17 @@ pub fn to_url(location: &str, is_dir: bool) -> Result<Url, StreamError> {
     if location.contains("://") {
         let url = Url::parse(location).map_err(|e| invalid(e.to_string()))?;
         return match url.scheme() {
-            "file" | "az" | "azure" | "abfs" | "abfss" | "adl" | "s3" | "s3a" | "gs" | "http"
-            | "https" | "memory" => Ok(url),
+            "file" | "memory" => Ok(url),
+            remote if REMOTE_SCHEMES.contains(&remote) => {
+                if cfg!(feature = "cloud") {
+                    Ok(url)
+                } else {
+                    Err(invalid(format!(
+                        "this build reads no '{remote}' stores: it was built without the \
+                         `cloud` feature (on by default; scripts/demo.sh leaves it out)"
+                    )))
+                }
+            }
             other => Err(invalid(format!("unsupported scheme '{other}'"))),
         };
     }
@@ -231,6 +249,7 @@ pub async fn ensure_reachable(
 
 /// Whether a store error means no HTTP answer came back at all (object_store's `HttpError`
 /// somewhere in the chain; an answer with a status carries none).
+#[cfg(feature = "cloud")]
 fn no_answer(e: &object_store::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
@@ -241,6 +260,12 @@ fn no_answer(e: &object_store::Error) -> bool {
         }
         source = s.source();
     }
+    false
+}
+
+/// Without the `cloud` feature no location gets this far (only local ones are accepted).
+#[cfg(not(feature = "cloud"))]
+fn no_answer(_: &object_store::Error) -> bool {
     false
 }
 
@@ -272,10 +297,13 @@ mod tests {
     #[test]
     fn locations_parse() {
         assert_eq!(to_url("/data/x", true).unwrap().as_str(), "file:///data/x/");
-        assert_eq!(
-            to_url("az://cubes/train", true).unwrap().as_str(),
-            "az://cubes/train"
-        );
+        let remote = to_url("az://cubes/train", true);
+        if cfg!(feature = "cloud") {
+            assert_eq!(remote.unwrap().as_str(), "az://cubes/train");
+        } else {
+            let e = remote.unwrap_err().to_string();
+            assert!(e.contains("without the `cloud` feature"), "{e}");
+        }
         let e = to_url("ftp://host/x", true).unwrap_err().to_string();
         assert!(e.contains("unsupported scheme 'ftp'"), "{e}");
         let e = to_url("az://[bad/x?sig=SECRET", true)
