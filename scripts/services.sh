@@ -19,8 +19,23 @@ sys.exit(f"{sys.argv[2]} did not start")
 PY
 }
 
-# track_service PID: stopped when the sourcing shell exits.
+# track_service PID: stopped when the sourcing shell exits (killed outright after 5 s: SeaweedFS
+# does not always exit on SIGTERM, and a store left running holds its deleted data on disk).
 track_service() {
   voxlake_service_pids="${voxlake_service_pids:-} $1"
-  trap 'kill $voxlake_service_pids 2>/dev/null || true' EXIT
+  trap 'stop_services' EXIT
+}
+
+stop_services() {
+  kill $voxlake_service_pids 2>/dev/null || true
+  local pid alive
+  for _ in $(seq 50); do
+    alive=
+    for pid in $voxlake_service_pids; do
+      kill -0 "$pid" 2>/dev/null && alive="$alive $pid"
+    done
+    [ -z "$alive" ] && return 0
+    sleep 0.1
+  done
+  kill -9 $alive 2>/dev/null || true
 }

@@ -239,8 +239,9 @@ impl Compactor {
     }
 
     /// Source objects read at once, always `concurrency`. Default: sized to the store as the
-    /// conversion runs (Little's law over the measured read time and the writer's pace, from
-    /// 16 up to 256; see `voxlake_stream::depth`).
+    /// conversion runs (Little's law over the measured read time and the writer's pace, no
+    /// more than the store's bandwidth-delay product, from 16 up to 256; see
+    /// `voxlake_stream::depth`).
     pub fn with_concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = Some(concurrency.max(1));
         self

@@ -343,7 +343,8 @@ impl LoaderBuilder {
 
     /// Row groups fetched and decoded at once, always `row_groups`. Default: sized to the
     /// store as the loader runs (Little's law over the measured read time and the loader's
-    /// pace; see `voxlake_stream::depth`), within the memory budget.
+    /// pace, no more than the store's bandwidth-delay product; see `voxlake_stream::depth`),
+    /// within the memory budget.
     pub fn with_row_group_prefetch(mut self, row_groups: usize) -> Self {
         self.row_group_prefetch = Some(row_groups.max(1));
         self
@@ -650,7 +651,7 @@ impl LoaderBuilder {
             },
         };
         if !stream.snapshot().files().is_empty() {
-            self.check_budget(&runtime, &stream, &settings, sample_bytes, start.epoch)?;
+            self.check_budget(&runtime, &stream, &settings, sample_bytes)?;
         } else if outside + batch_bytes > self.memory_budget {
             return Err(LoaderError::Config(format!(
                 "a memory budget of {} bytes cannot hold the {} batches of {} samples of {sample_bytes} bytes the loader keeps ({} queued ahead, the one being assembled, yours, {RECYCLED_SPARES} spares); the smallest budget that works is {} bytes",

@@ -154,7 +154,8 @@ impl StreamBuilder {
 
     /// Row groups fetched and decoded at once, always `row_groups`. Default: sized to the
     /// store as it runs ([`crate::depth`]: Little's law over the measured read time and the
-    /// consumer's pace, from 4 up to 64 for a remote table, 16 for a local one). Either way the
+    /// consumer's pace, no more than the store's bandwidth-delay product, from 4 up to 64 for a
+    /// remote table, 16 for a local one). Either way the
     /// memory budget bounds them (each read holds its budget share).
     pub fn with_prefetch(mut self, row_groups: usize) -> Self {
         self.prefetch = Some(row_groups.max(1));
