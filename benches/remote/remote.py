@@ -199,7 +199,7 @@ def main() -> None:
     ap.add_argument("--data", required=True)
     ap.add_argument("--bucket", required=True)
     ap.add_argument("--endpoint", action="append", required=True, help="LATENCY_MS=URL")
-    # boto3's uploads wait for `100 Continue`, which the latency proxy does not relay.
+    # The blobs go up once, straight to the store: the proxies are for what is measured.
     ap.add_argument("--upload", required=True, help="the store itself, for the upload")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--npy-files", type=int, default=400)

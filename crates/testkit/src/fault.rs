@@ -376,7 +376,21 @@ async fn serve(
     // Large buffers: the proxy shares the cores with the store and the loader under test, and
     // its copying cost should stay far below theirs (real latency costs no CPU).
     let mut server_read = BufReader::with_capacity(COPY_BUFFER, server_read);
-    while let Some(request) = read_head(&mut client_read).await? {
+    while let Some(mut request) = read_head(&mut client_read).await? {
+        // A client that waits to be told to send its body (boto3's uploads) is told so here:
+        // the body is read whole before the request goes on, without the header (the server's
+        // own `100 Continue` would be taken for its answer).
+        if request
+            .header("expect")
+            .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+        {
+            request
+                .headers
+                .retain(|(k, _)| !k.eq_ignore_ascii_case("expect"));
+            client_write
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .await?;
+        }
         let body = read_body(&mut client_read, &request, false).await?;
         let mut parts = request.start.split_whitespace();
         let method = parts.next().unwrap_or("").to_string();
@@ -476,6 +490,55 @@ async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_client_that_expects_100_continue_is_answered() {
+        // An upstream that answers 200 to a request whose 5-byte body it read, and checks that
+        // no `Expect` reached it.
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = upstream.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (socket, _) = upstream.accept().await.unwrap();
+            let (read, mut write) = socket.into_split();
+            let mut read = BufReader::new(read);
+            let head = read_head(&mut read).await.unwrap().unwrap();
+            assert!(head.header("expect").is_none(), "{:?}", head.headers);
+            let body = read_body(&mut read, &head, false).await.unwrap();
+            assert_eq!(body, b"hello");
+            write
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+        });
+        let proxy = FaultProxy::start(addr, FaultPlan::default()).await.unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        client
+            .write_all(
+                b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        // Told to go on before the body is sent (a hang here was the bug).
+        let mut interim = [0u8; 25];
+        tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut interim))
+            .await
+            .expect("no 100 Continue")
+            .unwrap();
+        assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+        client.write_all(b"hello").await.unwrap();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 64];
+        while !answer.ends_with(b"ok") {
+            let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
+                .await
+                .expect("no answer")
+                .unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+        assert!(answer.starts_with(b"HTTP/1.1 200 OK"));
+        server.await.unwrap();
+    }
 
     #[test]
     fn error_bursts_follow_the_schedule() {
