@@ -95,16 +95,15 @@ impl RemoteStore {
         self.fetched.load(Ordering::Relaxed)
     }
 
-    /// `ranges` of `location`, coalesced as object_store does, each asked-for byte checked.
+    /// `ranges` of `location`, coalesced as object_store does (each fetched range is whole,
+    /// so each slice of it is).
     async fn fetch(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        let got = coalesce_ranges(
+        coalesce_ranges(
             ranges,
             |r| self.fetch_range(location, r),
             OBJECT_STORE_COALESCE_DEFAULT,
         )
-        .await?;
-        check_lengths(location, ranges, &got)?;
-        Ok(got)
+        .await
     }
 
     /// One range, into a recycled buffer (a fresh one per read costs a page fault and the
@@ -134,31 +133,31 @@ impl RemoteStore {
     /// are an error naming the object and the range.
     async fn read_into(&self, location: &Path, range: Range<u64>, out: &mut [u8]) -> Result<()> {
         let options = GetOptions::new().with_range(Some(range.clone()));
-        let mut body = self.inner.get_opts(location, options).await?.into_stream();
-        let mut at = 0;
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk?;
-            let end = at + chunk.len();
-            let Some(place) = out.get_mut(at..end) else {
-                return Err(length_error(location, &range, end));
-            };
-            place.copy_from_slice(&chunk);
-            at = end;
-        }
-        if at != out.len() {
-            return Err(length_error(location, &range, at));
-        }
-        Ok(())
+        let body = self.inner.get_opts(location, options).await?.into_stream();
+        fill(body, out, location, &range).await
     }
 }
 
-/// Every range whole: `coalesce_ranges` cuts a short answer silently, and a short range must
-/// not be decoded (or cached) as if whole.
-fn check_lengths(location: &Path, ranges: &[Range<u64>], got: &[Bytes]) -> Result<()> {
-    for (range, bytes) in ranges.iter().zip(got) {
-        if bytes.len() as u64 != range.end.saturating_sub(range.start) {
-            return Err(length_error(location, range, bytes.len()));
-        }
+/// `out` filled from `body`, exactly: more or fewer bytes (a short answer would otherwise be
+/// decoded, or cached, as if whole) are an error naming the object and the range.
+async fn fill(
+    mut body: BoxStream<'static, Result<Bytes>>,
+    out: &mut [u8],
+    location: &Path,
+    range: &Range<u64>,
+) -> Result<()> {
+    let mut at = 0;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        let end = at + chunk.len();
+        let Some(place) = out.get_mut(at..end) else {
+            return Err(length_error(location, range, end));
+        };
+        place.copy_from_slice(&chunk);
+        at = end;
+    }
+    if at != out.len() {
+        return Err(length_error(location, range, at));
     }
     Ok(())
 }
@@ -276,16 +275,32 @@ mod tests {
         assert_eq!(store.fetched(), end - 1);
     }
 
-    #[test]
-    fn a_short_answer_is_an_error_naming_the_file() {
+    #[tokio::test]
+    async fn a_short_or_long_answer_is_an_error_naming_the_file() {
         let path = Path::from("part-0.parquet");
-        let got = [Bytes::from(vec![1; 10]), Bytes::from(vec![2; 4])];
-        assert!(check_lengths(&path, &[0..10], &got[..1]).is_ok());
-        let e = check_lengths(&path, &[0..10, 20..25], &got).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("part-0.parquet: the store returned 4 bytes for range 20..25"),
-            "{e}"
-        );
+        let body = |chunks: &[&[u8]]| {
+            let chunks: Vec<Result<Bytes>> =
+                chunks.iter().map(|c| Ok(Bytes::from(c.to_vec()))).collect();
+            futures::stream::iter(chunks).boxed()
+        };
+        let mut out = [0u8; 5];
+        fill(body(&[b"ab", b"cde"]), &mut out, &path, &(20..25))
+            .await
+            .unwrap();
+        assert_eq!(&out, b"abcde");
+        for (chunks, got) in [
+            (&[&b"ab"[..], b"cd"][..], 4),
+            (&[&b"abc"[..], b"def"][..], 6),
+        ] {
+            let e = fill(body(chunks), &mut out, &path, &(20..25))
+                .await
+                .unwrap_err();
+            assert!(
+                e.to_string().contains(&format!(
+                    "part-0.parquet: the store returned {got} bytes for range 20..25"
+                )),
+                "{e}"
+            );
+        }
     }
 }
