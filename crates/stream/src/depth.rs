@@ -229,6 +229,11 @@ impl Depth {
         if self.probing() {
             return self.min;
         }
+        self.measured()
+    }
+
+    /// Reads in flight as measured, a probe's floor left out (what statistics report).
+    pub fn measured(&self) -> usize {
         let latency = match self.read_latency() {
             Some(l) if self.reads_recent.len() >= WARM as usize && self.pace.samples >= WARM => l,
             _ => return self.min.saturating_add(self.reads).min(self.max),
@@ -298,6 +303,8 @@ mod tests {
         for step in 0..steps {
             if d.probing() {
                 probed.push(step);
+                assert_eq!(d.target(), d.min, "a probe asks for the floor");
+                assert!(d.measured() >= d.min, "and reports what it measured");
             }
             let n = d.target();
             d.read_done(took(n as u64), n);
@@ -322,8 +329,13 @@ mod tests {
         // Not Little's 1.25 × 42.5 / 1 + 1 = 55: the store cannot send them sooner.
         let probed = run(&mut d, 600, took);
         assert_eq!(d.target(), 17, "2 × 400/s × 20 ms + 1");
-        // Probes after 32 reads, then every 256, two reads each.
+        // Probes after 32 reads, then every 256, two reads each; what is reported meanwhile
+        // is the measured depth, not the probe's floor.
         assert_eq!(probed, [29, 30, 287, 288, 545, 546]);
+        while !d.probing() {
+            d.read_done(took(17), 17);
+        }
+        assert_eq!((d.target(), d.measured()), (4, 17));
     }
 
     #[test]

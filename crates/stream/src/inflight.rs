@@ -51,6 +51,11 @@ impl Slots {
         self.state().depth.target()
     }
 
+    /// Reads in flight as measured, a probe's brief drop to the floor left out.
+    pub fn measured(&self) -> usize {
+        self.state().depth.measured()
+    }
+
     /// A read's time as the depth counts it, once measured.
     pub fn read_latency(&self) -> Option<Duration> {
         self.state().depth.read_latency()

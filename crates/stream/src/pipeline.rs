@@ -111,7 +111,7 @@ impl TableStream {
             fetch: ns(&c.fetch_ns),
             decode: ns(&c.decode_ns),
             budget_wait: ns(&c.budget_wait_ns),
-            in_flight: self.inner.slots.target(),
+            in_flight: self.inner.slots.measured(),
             read_latency: self.inner.slots.read_latency().unwrap_or_default(),
             store_bytes: self.inner.snapshot.store_bytes_fetched(),
             #[cfg(unix)]

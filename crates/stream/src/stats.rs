@@ -57,7 +57,8 @@ pub struct StreamStats {
     pub decode: Duration,
     /// Time the pipeline waited for the memory budget.
     pub budget_wait: Duration,
-    /// Row-group reads kept in flight now (see [`crate::depth`]).
+    /// Row-group reads kept in flight as measured now (see [`crate::depth`]; a probe's brief
+    /// drop to the floor left out).
     pub in_flight: usize,
     /// A row-group read's time (request to decoded), as a moving average.
     pub read_latency: Duration,
