@@ -60,7 +60,8 @@ pub struct StreamStats {
     /// Row-group reads kept in flight as measured now (see [`crate::depth`]; a probe's brief
     /// drop to the floor left out).
     pub in_flight: usize,
-    /// A row-group read's time (request to decoded), as a moving average.
+    /// A row-group read's time (request to decoded) as the depth counts it: the lower quartile
+    /// of the last 32 reads'.
     pub read_latency: Duration,
     /// Bytes of data files fetched from a remote table's store (not counting cache hits).
     pub store_bytes: u64,
