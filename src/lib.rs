@@ -4,7 +4,10 @@
 //!
 //! - [`format`](mod@format): the table contract (tensor spec, schema, metadata keys, npy codec);
 //! - [`compact`]: `.npy` blobs → one Delta table laid out for streaming;
-//! - [`stream`]: planning, sharding, shuffling and prefetching row groups;
+//! - [`plan`]: the pure order of an epoch (files, row groups, ranks, shuffle buffer, resume);
+//! - [`io`]: locations, the local and remote stores, the disk cache, reads in flight;
+//! - [`table`]: the Delta table at a version (log, features, deletion vectors, filters);
+//! - [`stream`]: the budgeted prefetch pipeline over a table's row groups;
 //! - [`loader`]: the batching iterator a training loop calls.
 //!
 //! Test and bench tooling (the fault proxy) lives in the unpublished `voxlake-testkit` crate.
@@ -12,8 +15,11 @@
 
 pub use voxlake_compact as compact;
 pub use voxlake_format as format;
+pub use voxlake_io as io;
 pub use voxlake_loader as loader;
+pub use voxlake_plan as plan;
 pub use voxlake_stream as stream;
+pub use voxlake_table as table;
 
 pub use voxlake_loader::{AsOf, Batch, Loader, LoaderBuilder, LoaderState, Tensors, Uneven};
 

@@ -23,9 +23,10 @@ use crate::labels::Labels;
 use crate::source::{self, Row, SourceLayout, SourceObject, SourceSample};
 use crate::table::{Table, writer_for};
 use crate::{Compactor, OnError, Progress};
-use voxlake_stream::depth::Depth;
-use voxlake_stream::inflight::{Metered, Slots};
-use voxlake_stream::location::{self, stable_hash};
+use voxlake_io::depth::Depth;
+use voxlake_io::inflight::{Metered, Slots};
+use voxlake_io::location::{self, stable_hash};
+use voxlake_table::stores;
 
 /// Source reads in flight at the start of a conversion, and at most (objects of a few hundred
 /// KB: 256 hold ~100 MB).
@@ -103,8 +104,8 @@ impl Compactor {
         }
         let start = Instant::now();
         let options = location::storage_options(&self.storage_options);
-        let src = location::open_store(source, true, &options)?;
-        location::ensure_reachable(source, &options).await?;
+        let src = stores::open_store(source, true, &options)?;
+        stores::ensure_reachable(source, &options).await?;
         let labels = match &self.labels {
             Some(l) => Some(Arc::new(read_labels(l, &options).await?)),
             None => None,
@@ -350,7 +351,7 @@ impl Compactor {
                 }
             })
             .buffered(most);
-        let rows = voxlake_stream::spawn_ahead(
+        let rows = voxlake_io::spawn_ahead(
             reads.map(Ok::<_, CompactError>).boxed(),
             most.min(MAX_AHEAD),
             |panic| CompactError::Internal(format!("reading the source panicked: {panic}")),
@@ -801,11 +802,11 @@ async fn read_labels(
     options: &std::collections::HashMap<String, String>,
 ) -> Result<Labels, CompactError> {
     let err = |reason: String| CompactError::Labels {
-        location: voxlake_stream::redact(location),
+        location: voxlake_io::redact(location),
         reason,
     };
     let bytes = if location.contains("://") {
-        let loc = location::open_store(location, false, options)?;
+        let loc = stores::open_store(location, false, options)?;
         loc.store
             .get(&loc.prefix)
             .await
@@ -818,5 +819,5 @@ async fn read_labels(
         std::fs::read(location).map_err(|e| err(e.to_string()))?
     };
     let text = String::from_utf8(bytes).map_err(|_| err("not UTF-8 text".into()))?;
-    Labels::parse(&text, &voxlake_stream::redact(location))
+    Labels::parse(&text, &voxlake_io::redact(location))
 }

@@ -2,7 +2,9 @@
 
 use deltalake::DeltaTableError;
 use voxlake_format::{DType, FormatError};
-use voxlake_stream::{StreamError, store_error_is_transient};
+use voxlake_io::{IoError, store_error_is_transient};
+use voxlake_stream::StreamError;
+use voxlake_table::TableError;
 
 /// Everything that can go wrong while converting, optimizing or inspecting a table.
 ///
@@ -124,5 +126,17 @@ impl CompactError {
             CompactError::Read(e) => e.is_transient(),
             _ => false,
         }
+    }
+}
+
+impl From<TableError> for CompactError {
+    fn from(e: TableError) -> Self {
+        CompactError::Read(e.into())
+    }
+}
+
+impl From<IoError> for CompactError {
+    fn from(e: IoError) -> Self {
+        CompactError::Read(e.into())
     }
 }

@@ -14,8 +14,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use voxlake_format::sample::FieldHint;
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN};
-use voxlake_stream::location::{self, stable_hash};
-use voxlake_stream::{Snapshot, TableStream};
+use voxlake_io::location::{self, stable_hash};
+use voxlake_stream::TableStream;
+use voxlake_table::Snapshot;
 
 use crate::Compactor;
 use crate::convert::{ConvertSummary, read_ids};

@@ -10,7 +10,7 @@ use voxlake_format::LABEL_COLUMN;
 
 use crate::Compactor;
 use crate::error::CompactError;
-use voxlake_stream::{READ_CONCURRENCY, Snapshot};
+use voxlake_table::{READ_CONCURRENCY, Snapshot};
 
 /// One data file of a table.
 #[derive(Debug, Clone, Serialize)]
@@ -50,7 +50,7 @@ pub struct TableInfo {
     /// The table version.
     pub version: u64,
     /// The Delta protocol: reader and writer versions and features (`None` without a log).
-    pub protocol: Option<voxlake_stream::Protocol>,
+    pub protocol: Option<voxlake_table::Protocol>,
     /// How files name the columns: `none`, `name` or `id` (Delta column mapping).
     pub column_mapping: String,
     /// Number of active data files.
@@ -191,8 +191,8 @@ impl Compactor {
             version: snapshot.version(),
             protocol: snapshot.protocol().cloned(),
             column_mapping: match snapshot.column_mapping() {
-                voxlake_stream::MappingMode::Name => "name",
-                voxlake_stream::MappingMode::Id => "id",
+                voxlake_table::MappingMode::Name => "name",
+                voxlake_table::MappingMode::Id => "id",
                 _ => "none",
             }
             .to_string(),

@@ -100,7 +100,7 @@ pub struct Compactor {
     /// The fields of a source with several (a folder per field, `.npz` arrays).
     fields: Option<Vec<String>>,
     hints: voxlake_format::sample::ColumnHints,
-    as_of: voxlake_stream::AsOf,
+    as_of: voxlake_table::AsOf,
     shard: Option<(u32, u32)>,
     on_error: OnError,
     /// Source objects read at once (`None`: sized to the store as it runs).
@@ -115,7 +115,7 @@ impl std::fmt::Debug for Compactor {
         let mut keys: Vec<&String> = self.storage_options.keys().collect();
         keys.sort();
         f.debug_struct("Compactor")
-            .field("table", &voxlake_stream::redact(&self.table))
+            .field("table", &voxlake_io::redact(&self.table))
             .field("storage_option_keys", &keys)
             .field("layout", &self.layout)
             .field("labels", &self.labels)
@@ -144,7 +144,7 @@ impl Compactor {
             shape: None,
             fields: None,
             hints: Default::default(),
-            as_of: voxlake_stream::AsOf::Latest,
+            as_of: voxlake_table::AsOf::Latest,
             shard: None,
             on_error: OnError::Fail,
             concurrency: None,
@@ -214,7 +214,7 @@ impl Compactor {
 
     /// The version [`inspect`](Self::inspect) reads: a version, or the one a time names
     /// (default: the latest).
-    pub fn with_as_of(mut self, as_of: voxlake_stream::AsOf) -> Self {
+    pub fn with_as_of(mut self, as_of: voxlake_table::AsOf) -> Self {
         self.as_of = as_of;
         self
     }
@@ -241,7 +241,7 @@ impl Compactor {
     /// Source objects read at once, always `concurrency`. Default: sized to the store as the
     /// conversion runs (Little's law over the measured read time and the writer's pace, no
     /// more than the store's bandwidth-delay product, from 16 up to 256; see
-    /// `voxlake_stream::depth`).
+    /// `voxlake_io::depth`).
     pub fn with_concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = Some(concurrency.max(1));
         self

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::Compactor;
 use crate::error::CompactError;
-use voxlake_stream::location;
+use voxlake_io::location;
 
 use crate::table::{Table, writer_for};
 

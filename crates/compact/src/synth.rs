@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use voxlake_format::DType;
 use voxlake_format::npy::{EncodeOptions, encode};
-use voxlake_stream::plan::SeededRng as Rng;
+use voxlake_plan::SeededRng as Rng;
 
 /// The reference cube shape: 30 × 30 × 10 voxels × 10 channels.
 pub const REFERENCE_SHAPE: [usize; 4] = [30, 30, 10, 10];

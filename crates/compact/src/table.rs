@@ -10,7 +10,8 @@ use deltalake::protocol::DeltaOperation;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
 use voxlake_format::{Layout, SampleSpec};
-use voxlake_stream::{Snapshot, location, redact};
+use voxlake_io::redact;
+use voxlake_table::{Snapshot, stores};
 
 use crate::error::CompactError;
 
@@ -38,8 +39,8 @@ impl Table {
         display: &str,
         options: &HashMap<String, String>,
     ) -> Result<Option<Table>, CompactError> {
-        location::register_handlers();
-        location::ensure_reachable(url.as_str(), options).await?;
+        stores::register_handlers();
+        stores::ensure_reachable(url.as_str(), options).await?;
         let err = |source| CompactError::Table {
             location: display.to_string(),
             source: Box::new(source),
@@ -71,7 +72,7 @@ impl Table {
         options: &HashMap<String, String>,
         spec: &SampleSpec,
     ) -> Result<Table, CompactError> {
-        location::register_handlers();
+        stores::register_handlers();
         let err = |source| CompactError::Table {
             location: display.to_string(),
             source: Box::new(source),

@@ -38,7 +38,6 @@ use parquet::schema::types::ColumnPath;
 mod dtype;
 mod fields;
 pub mod npy;
-pub mod reader;
 pub mod sample;
 
 pub use dtype::{Casting, DType};

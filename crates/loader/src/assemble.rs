@@ -5,17 +5,17 @@
 
 use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::{Array, BinaryViewArray, Int64Array, StringArray};
-use voxlake_format::{FieldKind, ID_COLUMN, LABEL_COLUMN, TensorSpec};
-use voxlake_stream::hooks::Stage;
-use voxlake_stream::{RowGroupBatch, StreamError, panic_message};
+use voxlake_format::{FieldKind, ID_COLUMN, LABEL_COLUMN, SampleSpec, TensorSpec};
+use voxlake_stream::hooks::{Hooks, Stage};
+use voxlake_stream::{RowGroupBatch, Snapshot, StreamError, panic_message};
 
 use crate::LoaderError;
 use crate::batch::{self, Batch, FieldBatch, RowOrigin, Tensors};
-use crate::producer::Producer;
+use crate::counters::Counters;
 use crate::transform::{self, FieldValue, Sample, SampleFn};
 
 /// A field's column in a decoded row group.
@@ -87,13 +87,39 @@ enum Values<'a> {
 /// layout) and its label.
 type Transformed = (Vec<FieldValue>, Option<i64>);
 
-impl Producer {
+/// Turns the rows the mixer draws into batches: a row group's columns checked and kept as a
+/// [`Group`], rows copied into fixed-shape tensors (on the pool's threads), the transforms
+/// run, tensors recycled, a CUDA batch staged through the feed.
+pub(crate) struct Assembler {
+    /// The table, for the files and location that messages name.
+    pub snapshot: Arc<Snapshot>,
+    /// The samples handed out (the transform's output, else the table's).
+    pub spec: SampleSpec,
+    /// The table's samples, as read.
+    pub input_spec: SampleSpec,
+    pub transforms: crate::transform::Transforms,
+    /// The shuffle seed, which the transforms' generators derive from.
+    pub seed: u64,
+    pub channels: Option<usize>,
+    pub counters: Arc<Counters>,
+    pub hooks: Hooks,
+    #[cfg(feature = "tch")]
+    pub device: Option<tch::Device>,
+    /// The staging ring for a CUDA device.
+    #[cfg(feature = "tch")]
+    pub feed: Option<Mutex<crate::feed::DeviceFeed<crate::feed::Cuda>>>,
+    pub recycled: Arc<Mutex<Vec<Tensors>>>,
+    /// Threads that copy each batch's samples in parallel (`None`: the producer's thread).
+    pub pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl Assembler {
     pub(crate) fn group(&self, data: RowGroupBatch) -> Result<Group, LoaderError> {
         let column = |name: &str| data.batch.column_by_name(name).cloned();
         let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
         let labels =
             column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
-        let snapshot = self.stream.snapshot();
+        let snapshot = &self.snapshot;
         let file: Arc<str> = snapshot.files()[data.file()].path.as_str().into();
         let mut fields = Vec::with_capacity(self.input_spec.fields().len());
         for field in self.input_spec.fields() {
@@ -298,6 +324,7 @@ impl Producer {
                             channels,
                             self.pool.as_deref(),
                         )
+                        .map(Tensors::Tch)
                     })
                     .collect::<Result<_, _>>()?,
                 Some(feed) => {
@@ -439,7 +466,7 @@ impl Producer {
         rows: &[Row],
         epoch: u64,
     ) -> Result<Vec<Transformed>, LoaderError> {
-        let (input, output, seed) = (&self.input_spec, &self.spec, self.settings.seed);
+        let (input, output, seed) = (&self.input_spec, &self.spec, self.seed);
         let first: Arc<str> = input.fields()[0].name.as_str().into();
         let names: Vec<Arc<str>> = input
             .fields()
@@ -544,7 +571,7 @@ impl Producer {
             object: format!("batch {index} of epoch {epoch}"),
             message,
         };
-        let mut rng = transform::batch_rng(self.settings.seed, epoch, index);
+        let mut rng = transform::batch_rng(self.seed, epoch, index);
         #[cfg(feature = "tch")]
         let labels = batch.device_labels.is_some().then(|| batch.labels.clone());
         match std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut batch, &mut rng))) {

@@ -41,8 +41,10 @@ mod batch;
 pub mod budget;
 mod builder;
 mod checks;
+mod counters;
 #[cfg(feature = "tch")]
 mod feed;
+mod fill;
 pub mod launch;
 mod loader;
 mod producer;
@@ -50,6 +52,7 @@ mod producer;
 #[cfg_attr(not(feature = "tch"), allow(dead_code))]
 mod ring;
 pub mod stall;
+mod start;
 pub mod state;
 #[cfg(feature = "tch")]
 pub mod torch;

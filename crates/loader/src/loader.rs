@@ -11,7 +11,8 @@ use voxlake_stream::replay::OrderSettings;
 use voxlake_stream::{StreamStats, TableStream};
 
 use crate::builder::LoaderBuilder;
-use crate::producer::{Counters, Msg};
+use crate::counters::Counters;
+use crate::producer::Msg;
 use crate::state::{LoaderState, Position, SegmentState};
 use crate::{Batch, LoaderError, Tensors, stall};
 

@@ -5,22 +5,21 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use voxlake_format::SampleSpec;
-use voxlake_stream::hooks::Hooks;
 use voxlake_stream::mixer::Mixer;
 use voxlake_stream::order::{RowSet, deal};
 use voxlake_stream::replay::{OrderSettings, remaining, replay};
 use voxlake_stream::{TableStream, panic_message};
 
 use crate::LoaderError;
-use crate::assemble::{Group, Row};
-use crate::batch::{Batch, Tensors};
+use crate::assemble::{Assembler, Group, Row};
+use crate::batch::Batch;
+use crate::counters::Counters;
 use crate::state::Position;
 
 /// What the producer sends.
@@ -33,47 +32,20 @@ pub(crate) enum Msg {
     Done,
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub samples: AtomicU64,
-    pub batches: AtomicU64,
-    pub tensor_bytes: AtomicU64,
-    pub assemble_ns: AtomicU64,
-    pub recycled: AtomicU64,
-    pub staging_waits: AtomicU64,
-    pub loosened_rows: AtomicU64,
-    pub producer_wait_ns: AtomicU64,
-    pub consumer_wait_ns: AtomicU64,
-    pub first_batch_ns: AtomicU64,
-}
-
 pub(crate) struct Producer {
     pub stream: TableStream,
-    /// The samples handed out (the transform's output, else the table's).
-    pub spec: SampleSpec,
-    /// The table's samples, as read.
-    pub input_spec: SampleSpec,
-    pub transforms: crate::transform::Transforms,
+    /// Turns the rows the mixer draws into batches.
+    pub assembler: Assembler,
     pub settings: OrderSettings,
     pub rank: usize,
     pub world_size: usize,
     /// The first epoch not to run (`None`: endless).
     pub end_epoch: Option<u64>,
     pub start: Position,
-    pub channels: Option<usize>,
     pub counters: Arc<Counters>,
     pub stop: Arc<AtomicBool>,
     pub shutdown: Arc<tokio::sync::Notify>,
-    pub hooks: Hooks,
-    #[cfg(feature = "tch")]
-    pub device: Option<tch::Device>,
-    /// The staging ring for a CUDA device.
-    #[cfg(feature = "tch")]
-    pub feed: Option<Mutex<crate::feed::DeviceFeed<crate::feed::Cuda>>>,
     pub tx: Sender<Msg>,
-    pub recycled: Arc<Mutex<Vec<Tensors>>>,
-    /// Threads that copy each batch's samples in parallel (`None`: the producer's thread).
-    pub pool: Option<Arc<rayon::ThreadPool>>,
     /// Units received from the stream (and read again on resume), to compare with the
     /// stream's reserved units.
     pub received: AtomicU64,
@@ -182,10 +154,10 @@ impl Producer {
                 match next {
                     Some(group) => {
                         self.received.fetch_add(1, Ordering::SeqCst);
-                        let group = self.group(group?)?;
+                        let group = self.assembler.group(group?)?;
                         let (kept, rows) = (group.data.unit.kept(), group.data.unit.rows);
                         mixer.push(Arc::new(group), kept, rows);
-                        mixer.loosen(|group, kept| self.loosen(group, kept))?;
+                        mixer.loosen(|group, kept| self.assembler.loosen(group, kept))?;
                     }
                     None => mixer.finish(),
                 }
@@ -203,9 +175,11 @@ impl Producer {
                     Ok(Row { group, index })
                 })
                 .collect::<Result<Vec<_>, LoaderError>>()?;
-            let batch = self.assemble_caught(&rows, epoch, before + delivered)?;
+            let batch = self
+                .assembler
+                .assemble_caught(&rows, epoch, before + delivered)?;
             drop(rows); // releases row groups (and their budget) no longer buffered
-            mixer.loosen(|group, kept| self.loosen(group, kept))?;
+            mixer.loosen(|group, kept| self.assembler.loosen(group, kept))?;
             self.counters
                 .assemble_ns
                 .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -307,9 +281,9 @@ impl Producer {
             .map(|(u, rows)| async move {
                 let data = self.stream.read_unit(units[u].clone(), u as u64).await?;
                 self.received.fetch_add(1, Ordering::SeqCst);
-                let group = Arc::new(self.group(data)?);
+                let group = Arc::new(self.assembler.group(data)?);
                 let group = match rows {
-                    Some(rows) => self.loosen(group, &rows)?,
+                    Some(rows) => self.assembler.loosen(group, &rows)?,
                     None => group,
                 };
                 Ok::<_, LoaderError>((u, group))

@@ -15,7 +15,7 @@ use tch::{Device, Kind, Tensor};
 use voxlake_format::DType;
 
 use crate::LoaderError;
-use crate::batch::{Element, Tensors, fill_batch};
+use crate::fill::{Element, fill_batch};
 
 /// A libtorch tensor in a batch (a newtype so batches stay `Clone` and comparable).
 #[derive(Debug)]
@@ -120,7 +120,7 @@ pub(crate) fn assemble_cpu(
     samples: &[&[u8]],
     channels: Option<usize>,
     pool: Option<&rayon::ThreadPool>,
-) -> Result<Tensors, LoaderError> {
+) -> Result<TchTensor, LoaderError> {
     let kind = kind_of(dtype)?;
     let numel: usize = sample_shape.iter().product();
     let mut shape: Vec<i64> = vec![samples.len() as i64];
@@ -137,7 +137,7 @@ pub(crate) fn assemble_cpu(
     }
     let host = Tensor::empty(shape.as_slice(), (kind, Device::Cpu));
     fill(&host, dtype, numel, samples, channels, pool);
-    Ok(Tensors::Tch(TchTensor(host)))
+    Ok(TchTensor(host))
 }
 
 /// A batch staged for a CUDA device (stored layout `[B, …shape]`) with the channel axis moved
@@ -296,6 +296,7 @@ pub(crate) unsafe fn fill_raw(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::Tensors;
 
     fn samples() -> Vec<Vec<u8>> {
         (0..3)
@@ -313,12 +314,14 @@ mod tests {
         let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         let shape = [2, 3, 4];
         for channels in [None, Some(4)] {
-            let t = assemble_cpu(DType::F32, &shape, &refs, channels, None).unwrap();
+            let t = Tensors::Tch(assemble_cpu(DType::F32, &shape, &refs, channels, None).unwrap());
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(2)
                 .build()
                 .unwrap();
-            let parallel = assemble_cpu(DType::F32, &shape, &refs, channels, Some(&pool)).unwrap();
+            let parallel = Tensors::Tch(
+                assemble_cpu(DType::F32, &shape, &refs, channels, Some(&pool)).unwrap(),
+            );
             assert_eq!(t.as_bytes(), parallel.as_bytes(), "one thread and a pool");
             let batch_shape: Vec<usize> = match channels {
                 Some(c) => vec![3, c, 2, 3],
@@ -339,9 +342,6 @@ mod tests {
         let owned = samples();
         let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         let stored = assemble_cpu(DType::F32, &[2, 3, 4], &refs, None, None).unwrap();
-        let Tensors::Tch(stored) = stored else {
-            unreachable!()
-        };
         let moved = Tensors::Tch(TchTensor(channels_first(stored.0, Some(4)).unwrap()));
         let nd = crate::batch::build_tensors(DType::F32, &[3, 4, 2, 3], &refs, Some(4)).unwrap();
         assert_eq!(moved.shape(), vec![3, 4, 2, 3]);

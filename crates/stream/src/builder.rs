@@ -1,11 +1,10 @@
 //! [`StreamBuilder`]: a stream's settings, and opening it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
-use voxlake_format::sample::ColumnHints;
 use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+use voxlake_table::{Snapshot, TableOptions};
 
 use crate::depth::Depth;
 use crate::error::StreamError;
@@ -14,7 +13,6 @@ use crate::inflight::Slots;
 use crate::order::Uneven;
 use crate::pipeline::{Inner, TableStream};
 use crate::plan::{Planner, Shard};
-use crate::snapshot::{AsOf, Snapshot};
 use crate::stats::Counters;
 
 /// Row-group reads in flight at the start (the loader's shuffle buffer waits for about 4 row
@@ -30,8 +28,8 @@ const LOCAL_IN_FLIGHT: usize = 16;
 #[derive(Clone)]
 pub struct StreamBuilder {
     location: String,
-    storage_options: HashMap<String, String>,
-    as_of: AsOf,
+    /// How the table is opened.
+    table: TableOptions,
     shard: Shard,
     uneven: Uneven,
     seed: u64,
@@ -42,57 +40,12 @@ pub struct StreamBuilder {
     memory_budget: u64,
     /// Row-group reads in flight (`None`: sized to the store, see `depth`).
     prefetch: Option<usize>,
-    root_store: Option<Arc<dyn object_store::ObjectStore>>,
     hooks: Hooks,
     verify: bool,
-    hints: ColumnHints,
-    filter: Option<String>,
-    #[cfg(unix)]
-    cache: crate::cache::CacheChoice,
 }
 
 impl StreamBuilder {
-    /// Reads a remote table through a disk cache in `dir` holding at most `max_bytes` (shared
-    /// by every process of the node using the same folder; see [`crate::cache`]). Default: the
-    /// cache `VOXLAKE_CACHE_DIR` names, if set. Local tables are never cached.
-    #[cfg(unix)]
-    pub fn with_cache(mut self, dir: impl Into<std::path::PathBuf>, max_bytes: u64) -> Self {
-        self.cache = crate::cache::CacheChoice::Folder(dir.into(), max_bytes);
-        self
-    }
-
-    /// Which disk cache to read through: one already open, none (whatever the environment
-    /// says), or as [`with_cache`](Self::with_cache).
-    #[cfg(unix)]
-    pub fn with_cache_choice(mut self, cache: crate::cache::CacheChoice) -> Self {
-        self.cache = cache;
-        self
-    }
-
-    /// Reads through this store instead of one built from the location and options: `/` of
-    /// `store` is the root of the store the location names (see [`Snapshot::open_with_store`]).
-    pub fn with_object_store(mut self, store: Arc<dyn object_store::ObjectStore>) -> Self {
-        self.root_store = Some(store);
-        self
-    }
-
-    /// Storage settings on top of the standard environment variables.
-    pub fn with_storage_options(mut self, options: HashMap<String, String>) -> Self {
-        self.storage_options = options;
-        self
-    }
-
-    /// Pins the table version (default: the latest at open).
-    pub fn with_version(mut self, version: u64) -> Self {
-        self.as_of = AsOf::Version(version);
-        self
-    }
-
-    /// The version to open: a version, the latest, or the one a time names (see [`AsOf`]).
-    pub fn with_as_of(mut self, as_of: AsOf) -> Self {
-        self.as_of = as_of;
-        self
-    }
+    voxlake_table::table_options_setters!(table);
 
     /// The share of the table [`epoch`](TableStream::epoch) reads (default: all of it).
     pub fn with_shard(mut self, shard: Shard) -> Self {
@@ -162,42 +115,10 @@ impl StreamBuilder {
         self
     }
 
-    /// How samples are read from a table that is not voxlake's (or from other columns of
-    /// one): tensor column, shape and dtype, label and id columns (see
-    /// [`voxlake_format::sample`]). The stream then hands out row groups in voxlake's layout.
-    pub fn with_sample_columns(mut self, hints: ColumnHints) -> Self {
-        self.hints = hints;
-        self
-    }
-
-    /// Streams only the rows `filter` keeps: one SQL boolean expression over the table's
-    /// columns and partition values (see [`Snapshot::with_filter`] and [`crate::filter`]).
-    pub fn with_filter(mut self, filter: impl Into<String>) -> Self {
-        self.filter = Some(filter.into());
-        self
-    }
-
     /// Opens the snapshot: a voxlake table's log only; another table's log or listing and its
     /// first footer.
     pub async fn build(self) -> Result<TableStream, StreamError> {
-        let snapshot = Snapshot::open_with(
-            &self.location,
-            &self.storage_options,
-            self.as_of,
-            self.root_store.clone(),
-            &self.hints,
-        )
-        .await?;
-        #[cfg(unix)]
-        let snapshot = match self.cache.open()? {
-            Some(cache) => snapshot.with_cache(cache),
-            None => snapshot,
-        };
-        let snapshot = snapshot.with_row_counts().await?;
-        let snapshot = match &self.filter {
-            Some(filter) => snapshot.with_filter(filter).await?,
-            None => snapshot,
-        };
+        let snapshot = Snapshot::open_with_options(&self.location, &self.table).await?;
         Ok(self.build_on(Arc::new(snapshot)))
     }
 
@@ -257,13 +178,9 @@ impl StreamBuilder {
 impl std::fmt::Debug for StreamBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Storage options may hold secrets: their keys only.
-        let mut d = f.debug_struct("StreamBuilder");
-        d.field("location", &crate::redact(&self.location))
-            .field(
-                "storage_option_keys",
-                &self.storage_options.keys().collect::<Vec<_>>(),
-            )
-            .field("as_of", &self.as_of)
+        f.debug_struct("StreamBuilder")
+            .field("location", &crate::redact(&self.location))
+            .field("table", &self.table)
             .field("shard", &self.shard)
             .field("uneven", &self.uneven)
             .field("seed", &self.seed)
@@ -271,12 +188,7 @@ impl std::fmt::Debug for StreamBuilder {
             .field("columns", &self.columns)
             .field("memory_budget", &self.memory_budget)
             .field("prefetch", &self.prefetch)
-            .field("custom_store", &self.root_store.is_some())
-            .field("sample_columns", &self.hints)
-            .field("filter", &self.filter);
-        #[cfg(unix)]
-        d.field("cache", &self.cache);
-        d.finish()
+            .finish()
     }
 }
 
@@ -285,8 +197,7 @@ impl TableStream {
     pub fn builder(location: impl Into<String>) -> StreamBuilder {
         StreamBuilder {
             location: location.into(),
-            storage_options: HashMap::new(),
-            as_of: AsOf::Latest,
+            table: TableOptions::default(),
             shard: Shard::default(),
             uneven: Uneven::Pad,
             seed: 0,
@@ -295,13 +206,8 @@ impl TableStream {
             columns: None,
             memory_budget: 512 << 20,
             prefetch: None,
-            root_store: None,
             hooks: Hooks::default(),
             verify: true,
-            hints: ColumnHints::default(),
-            filter: None,
-            #[cfg(unix)]
-            cache: crate::cache::CacheChoice::default(),
         }
     }
 }

@@ -2,10 +2,9 @@
 
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
-use arrow_schema::DataType;
+use arrow_array::RecordBatch;
 use tokio::sync::OwnedSemaphorePermit;
+use voxlake_table::rows::copy_rows;
 
 use crate::error::StreamError;
 use crate::order::Unit;
@@ -136,53 +135,12 @@ impl RowGroupBatch {
     }
 }
 
-/// Whether a row group keeping `kept` of its `rows` rows (deleted by a vector, or not
-/// selected by a filter) copies them out of its pages: when fewer than half are kept, so its
-/// budget share shrinks with them. Otherwise the kept rows stay views into the pages (a
-/// deletion vector rarely leaves fewer: a copy of most of a row group, into fresh memory, cost
-/// more than half the read rate) and the group keeps its whole share.
-pub(crate) fn copies_kept_rows(kept: usize, rows: usize) -> bool {
-    kept * 2 < rows
-}
-
-/// The rows at `indices` of `batch`: copied out of its buffers (view columns too, which `take`
-/// would leave pointing into the whole row group's pages) when
-/// [`copies_kept_rows`] says so, else as views into them.
-pub(crate) fn kept_rows(
-    batch: &RecordBatch,
-    indices: &[u64],
-) -> Result<RecordBatch, arrow_schema::ArrowError> {
-    if copies_kept_rows(indices.len(), batch.num_rows()) {
-        copy_rows(batch, indices)
-    } else {
-        arrow_select::take::take_record_batch(batch, &UInt64Array::from(indices.to_vec()))
-    }
-}
-
-/// The rows at `indices` of `batch`, copied out of its buffers (view columns too, which
-/// `take` would leave pointing into the whole row group's pages).
-pub(crate) fn copy_rows(
-    batch: &RecordBatch,
-    indices: &[u64],
-) -> Result<RecordBatch, arrow_schema::ArrowError> {
-    let taken = arrow_select::take::take_record_batch(batch, &UInt64Array::from(indices.to_vec()))?;
-    let columns: Vec<ArrayRef> = taken
-        .columns()
-        .iter()
-        .map(|c| match c.data_type() {
-            DataType::BinaryView => Arc::new(c.as_binary_view().gc()) as ArrayRef,
-            DataType::Utf8View => Arc::new(c.as_string_view().gc()) as ArrayRef,
-            _ => c.clone(),
-        })
-        .collect();
-    RecordBatch::try_new(taken.schema(), columns)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow_array::cast::AsArray;
     use arrow_array::{BinaryViewArray, Int64Array, StringArray};
-    use arrow_schema::{Field, Schema};
+    use arrow_schema::{DataType, Field, Schema};
     use tokio::sync::Semaphore;
 
     fn group(budget: &Arc<Semaphore>, kib: u32) -> RowGroupBatch {
@@ -212,37 +170,6 @@ mod tests {
         };
         let permit = budget.clone().try_acquire_many_owned(kib).unwrap();
         RowGroupBatch::new(batch, Arc::new(unit), 0, permit)
-    }
-
-    #[test]
-    fn most_rows_kept_stay_views_and_few_are_copied_out() {
-        let budget = Arc::new(Semaphore::new(64));
-        let batch = group(&budget, 1).batch.clone();
-        let pages = |b: &RecordBatch| {
-            let views = b.column_by_name("tensor").unwrap().as_binary_view();
-            (
-                views
-                    .data_buffers()
-                    .iter()
-                    .map(|d| d.as_ptr())
-                    .collect::<Vec<_>>(),
-                views.clone(),
-            )
-        };
-        let (original, _) = pages(&batch);
-        // Seven of eight (a deletion vector's usual lot): views into the same pages.
-        let most = kept_rows(&batch, &[0, 1, 2, 4, 5, 6, 7]).unwrap();
-        let (buffers, views) = pages(&most);
-        assert_eq!(buffers, original);
-        assert_eq!(views.value(3), vec![4u8; 4096]);
-        // Three of eight: copied out into buffers of their own, three tensors' bytes.
-        let few = kept_rows(&batch, &[1, 5, 6]).unwrap();
-        let (buffers, views) = pages(&few);
-        assert!(buffers.iter().all(|b| !original.contains(b)));
-        let held: usize = views.data_buffers().iter().map(|d| d.len()).sum();
-        assert_eq!(held, 3 * 4096);
-        assert_eq!(views.value(2), vec![6u8; 4096]);
-        assert!(copies_kept_rows(3, 8) && !copies_kept_rows(4, 8));
     }
 
     #[test]

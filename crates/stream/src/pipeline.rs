@@ -15,14 +15,15 @@ use parquet::file::metadata::RowGroupMetaData;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::ahead::spawn_ahead;
-use crate::error::{StreamError, panic_message};
+use crate::error::StreamError;
 use crate::group::RowGroupBatch;
 use crate::hooks::{Hooks, Stage};
 use crate::inflight::{Metered, Slots};
 use crate::order::{EpochOrder, Piece, RowSet, Uneven, Unit, deal, rows_per_rank, units_of};
 use crate::plan::{Planner, Shard};
-use crate::snapshot::Snapshot;
 use crate::stats::{BudgetProgress, Counters, GroupBudget, StreamStats};
+use voxlake_io::panic_message;
+use voxlake_table::{Snapshot, TableError};
 
 /// Footers read ahead of the row groups that need them.
 const FOOTERS_AHEAD: usize = 16;
@@ -184,11 +185,13 @@ impl TableStream {
         let ahead = spawn_ahead(
             self.plan_stream(epoch, pieces, from),
             self.inner.max_in_flight,
-            move |panic| StreamError::Panicked {
-                location: location.clone(),
-                stage: "fetch".into(),
-                object: "the row-group pipeline".into(),
-                message: panic,
+            move |panic| {
+                StreamError::from(TableError::Panicked {
+                    location: location.clone(),
+                    stage: "fetch".into(),
+                    object: "the row-group pipeline".into(),
+                    message: panic,
+                })
             },
         );
         // The consumer's pace sizes the reads in flight.
@@ -266,11 +269,13 @@ impl TableStream {
                 .buffered(FOOTERS_AHEAD)
                 .boxed()
         };
-        let footers = spawn_ahead(footers, FOOTERS_AHEAD, move |panic| StreamError::Panicked {
-            location: location.clone(),
-            stage: Stage::Footer.to_string(),
-            object: "the footer reader".into(),
-            message: panic,
+        let footers = spawn_ahead(footers, FOOTERS_AHEAD, move |panic| {
+            StreamError::from(TableError::Panicked {
+                location: location.clone(),
+                stage: Stage::Footer.to_string(),
+                object: "the footer reader".into(),
+                message: panic,
+            })
         });
         // Windows of pieces → their units interleaved → numbered units.
         let width = inner.planner.interleave_width();
@@ -370,22 +375,23 @@ struct Reserved {
 
 impl Inner {
     /// Runs `work` on file `file`; a panic in it is an error naming the stage and the file.
-    async fn caught<T>(
+    async fn caught<T, E: Into<StreamError>>(
         &self,
         stage: Stage,
         file: usize,
-        work: impl std::future::Future<Output = Result<T, StreamError>>,
+        work: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, StreamError> {
         AssertUnwindSafe(work)
             .catch_unwind()
             .await
+            .map(|r| r.map_err(Into::into))
             .unwrap_or_else(|panic| {
-                Err(StreamError::Panicked {
+                Err(StreamError::from(TableError::Panicked {
                     location: self.snapshot.location().to_string(),
                     stage: stage.to_string(),
                     object: self.snapshot.files()[file].path.clone(),
                     message: panic_message(panic.as_ref()),
-                })
+                }))
             })
     }
 
@@ -417,14 +423,14 @@ impl Inner {
         }
         let total: u64 = rows.iter().sum();
         if total != self.rows_per_file[file] {
-            return Err(StreamError::Corrupt {
+            return Err(StreamError::from(TableError::Corrupt {
                 location: snapshot.location().to_string(),
                 file: path.clone(),
                 reason: format!(
                     "the footer counts {total} rows, the Delta log {}",
                     self.rows_per_file[file]
                 ),
-            });
+            }));
         }
         Ok(rows)
     }
@@ -457,7 +463,7 @@ impl Inner {
             if let Some(rows) = &selected {
                 // Copied out, the kept rows hold their share of the pages; as views, all.
                 let physical = groups[unit.row_group].num_rows().max(1) as usize;
-                if crate::group::copies_kept_rows(rows.len(), physical) {
+                if voxlake_table::rows::copies_kept_rows(rows.len(), physical) {
                     keep = (keep * rows.len()).div_ceil(physical).max(1);
                 }
             }

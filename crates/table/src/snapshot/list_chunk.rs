@@ -45,7 +45,7 @@ use voxlake_format::TensorSpec;
 
 use super::ReadTimings;
 use super::pages::Chunk;
-use crate::error::StreamError;
+use crate::error::TableError;
 
 /// Levels decoded at once, about: two `i16` per value, so 256 Ki values keep them in L2.
 const LEVELS_AT_ONCE: usize = 256 << 10;
@@ -341,7 +341,7 @@ impl super::Snapshot {
         projection: &ProjectionMask,
         ListLeaf { field, leaf, item }: ListLeaf,
         hooks: &crate::hooks::Hooks,
-    ) -> Result<Option<(RecordBatch, ReadTimings)>, StreamError> {
+    ) -> Result<Option<(RecordBatch, ReadTimings)>, TableError> {
         let field = &self.columns.fields[field];
         let parquet = metadata.metadata();
         let schema = parquet.file_metadata().schema_descr();
@@ -379,7 +379,7 @@ impl super::Snapshot {
             let decoded = self
                 .decode_projected(index, decoder, hooks, &mut other_timings)
                 .await?;
-            Ok::<_, StreamError>((decoded, other_timings))
+            Ok::<_, TableError>((decoded, other_timings))
         };
         let column = schema.column(leaf);
         let numel = field.kind.tensor().map_or(0, TensorSpec::numel);
@@ -394,10 +394,10 @@ impl super::Snapshot {
                 let started = Instant::now();
                 list_hooks
                     .check(crate::hooks::Stage::Decode, &object)
-                    .map_err(|e| Err(StreamError::Internal(e)))?;
+                    .map_err(|e| Err(TableError::Internal(e)))?;
                 let array =
                     decode(bytes, &chunk, column, (rows, numel), &item, fixed).map_err(Ok)?;
-                Ok::<_, Result<ParquetError, StreamError>>((array, started.elapsed()))
+                Ok::<_, Result<ParquetError, TableError>>((array, started.elapsed()))
             })
             .await
             .map_err(|e| self.task_error("decode", index, e))?

@@ -17,11 +17,11 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 use tokio::sync::OnceCell;
 use voxlake_format::TensorSpec;
-use voxlake_format::reader::ObjectFileReader;
 use voxlake_format::sample::SampleColumns;
+use voxlake_io::ObjectFileReader;
 
-use crate::error::StreamError;
-use crate::location;
+use crate::error::TableError;
+use voxlake_io::location;
 
 mod deletes;
 mod features;
@@ -38,9 +38,9 @@ pub use mapping::MappingMode;
 pub use read::ReadTimings;
 pub use travel::AsOf;
 
-use crate::select::GroupRows;
+use crate::filter::FilterStats;
+use crate::rows::{GroupRows, Selection, kept_by_group};
 use deletes::Deleted;
-pub(crate) use deletes::intersect;
 use mapping::ColumnMapping;
 
 /// Footers and small-column reads in flight at once.
@@ -101,7 +101,7 @@ pub struct Snapshot {
     /// every value is an integer, else Utf8. Label and id may be read from them.
     partition_types: HashMap<String, arrow_schema::DataType>,
     /// The filter's selection (deleted rows already left out).
-    selection: Option<crate::select::Selection>,
+    selection: Option<Selection>,
     /// The protocol of a Delta table (`None` for a folder of Parquet files).
     protocol: Option<Protocol>,
     /// How the files name the table's columns.
@@ -110,7 +110,7 @@ pub struct Snapshot {
     store: Arc<dyn ObjectStore>,
     /// A remote table's store (`store` is it): counts, parts, the disk cache.
     #[cfg(unix)]
-    remote: Option<Arc<crate::remote::RemoteStore>>,
+    remote: Option<Arc<voxlake_io::remote::RemoteStore>>,
     footers: Vec<OnceCell<ArrowReaderMetadata>>,
     view_footers: Vec<OnceCell<ArrowReaderMetadata>>,
     /// Per file with a deletion vector: the rows each row group keeps (made from its footer
@@ -128,9 +128,9 @@ impl Snapshot {
     /// rest read and decided row by row, deleted rows left out. Files without a selected row
     /// leave the snapshot; each file's row count is then its selected rows, and row groups read
     /// keep only those. Call it after [`with_row_counts`](Self::with_row_counts).
-    pub async fn with_filter(mut self, filter: &str) -> Result<Snapshot, StreamError> {
+    pub async fn with_filter(mut self, filter: &str) -> Result<Snapshot, TableError> {
         let parsed =
-            crate::filter::Filter::parse(filter).map_err(|reason| StreamError::Incompatible {
+            crate::filter::Filter::parse(filter).map_err(|reason| TableError::Incompatible {
                 location: self.location.clone(),
                 reason,
             })?;
@@ -206,7 +206,7 @@ impl Snapshot {
     }
 
     /// What the filter skipped and kept (`None` without a filter).
-    pub fn filter_stats(&self) -> Option<&crate::select::FilterStats> {
+    pub fn filter_stats(&self) -> Option<&FilterStats> {
         self.selection.as_ref().map(|s| &s.stats)
     }
 
@@ -217,7 +217,7 @@ impl Snapshot {
         &self,
         index: usize,
         row_group: usize,
-    ) -> Result<Option<Arc<[u32]>>, StreamError> {
+    ) -> Result<Option<Arc<[u32]>>, TableError> {
         if let Some(selection) = &self.selection {
             return Ok(selection
                 .rows
@@ -240,7 +240,7 @@ impl Snapshot {
 
     /// For a file with a deletion vector, the rows each of its row groups keeps (`None` where
     /// one keeps them all); `None` without a vector.
-    pub(crate) async fn undeleted(&self, index: usize) -> Result<Option<&GroupRows>, StreamError> {
+    pub(crate) async fn undeleted(&self, index: usize) -> Result<Option<&GroupRows>, TableError> {
         let Some(deleted) = &self.file(index)?.deleted else {
             return Ok(None);
         };
@@ -253,14 +253,12 @@ impl Snapshot {
                     .iter()
                     .map(|rg| rg.num_rows().max(0) as u64)
                     .collect();
-                deletes::kept_by_group(&deleted.rows, &sizes).map_err(|reason| {
-                    StreamError::DeletionVector {
-                        location: self.location.clone(),
-                        file: self.files[index].path.clone(),
-                        vector: deleted.id.clone(),
-                        reason,
-                        transient: false,
-                    }
+                kept_by_group(&deleted.rows, &sizes).map_err(|reason| TableError::DeletionVector {
+                    location: self.location.clone(),
+                    file: self.files[index].path.clone(),
+                    vector: deleted.id.clone(),
+                    reason,
+                    transient: false,
                 })
             })
             .await
@@ -347,7 +345,7 @@ impl Snapshot {
     /// the same folder, reads them from local disk. A local table is never cached (returned as
     /// it is).
     #[cfg(unix)]
-    pub fn with_cache(self, cache: Arc<crate::cache::DiskCache>) -> Snapshot {
+    pub fn with_cache(self, cache: Arc<voxlake_io::cache::DiskCache>) -> Snapshot {
         match &self.remote {
             Some(remote) => remote.set_cache(cache),
             None => tracing::debug!(
@@ -360,7 +358,7 @@ impl Snapshot {
 
     /// The disk cache serving this snapshot's reads, if any.
     #[cfg(unix)]
-    pub fn cache(&self) -> Option<&Arc<crate::cache::DiskCache>> {
+    pub fn cache(&self) -> Option<&Arc<voxlake_io::cache::DiskCache>> {
         self.remote.as_ref().and_then(|r| r.cache())
     }
 
@@ -404,7 +402,7 @@ impl Snapshot {
 
     /// The snapshot with every file's row count: files whose add action recorded none get it
     /// from their footer (read concurrently; the footers stay cached).
-    pub async fn with_row_counts(mut self) -> Result<Snapshot, StreamError> {
+    pub async fn with_row_counts(mut self) -> Result<Snapshot, TableError> {
         let missing: Vec<usize> = (0..self.files.len())
             .filter(|&i| self.files[i].rows.is_none())
             .collect();
@@ -419,14 +417,14 @@ impl Snapshot {
                 let deleted = this.files[i].deleted_rows();
                 let live = rows
                     .checked_sub(deleted)
-                    .ok_or_else(|| StreamError::Corrupt {
+                    .ok_or_else(|| TableError::Corrupt {
                         location: this.location.clone(),
                         file: this.files[i].path.clone(),
                         reason: format!(
                             "its deletion vector deletes {deleted} rows, the file has {rows}"
                         ),
                     })?;
-                Ok::<_, StreamError>((i, live))
+                Ok::<_, TableError>((i, live))
             })
             .buffer_unordered(READ_CONCURRENCY)
             .try_collect()
@@ -443,19 +441,19 @@ impl Snapshot {
     }
 
     /// The error for a failed read of file `index`: a vanished file is named as such.
-    pub fn file_error(&self, index: usize, source: ParquetError) -> StreamError {
+    pub fn file_error(&self, index: usize, source: ParquetError) -> TableError {
         let file = self.files[index].path.clone();
         if let ParquetError::External(e) = &source
             && let Some(object_store::Error::NotFound { .. }) =
                 e.downcast_ref::<object_store::Error>()
         {
-            return StreamError::MissingFile {
+            return TableError::MissingFile {
                 location: self.location.clone(),
                 file,
                 version: self.version,
             };
         }
-        StreamError::Parquet {
+        TableError::Parquet {
             location: self.location.clone(),
             file,
             source,
@@ -463,12 +461,12 @@ impl Snapshot {
     }
 
     /// The error for a blocking task of file `index` that panicked or was cancelled.
-    fn task_error(&self, stage: &str, index: usize, e: tokio::task::JoinError) -> StreamError {
+    fn task_error(&self, stage: &str, index: usize, e: tokio::task::JoinError) -> TableError {
         let message = match e.try_into_panic() {
-            Ok(payload) => crate::error::panic_message(payload.as_ref()),
+            Ok(payload) => voxlake_io::panic_message(payload.as_ref()),
             Err(e) => e.to_string(),
         };
-        StreamError::Panicked {
+        TableError::Panicked {
             location: self.location.clone(),
             stage: stage.to_string(),
             object: self.files[index].path.clone(),
@@ -482,10 +480,10 @@ impl Snapshot {
     }
 
     /// File `index`, or an error naming the index and the file count.
-    pub fn file(&self, index: usize) -> Result<&DataFile, StreamError> {
+    pub fn file(&self, index: usize) -> Result<&DataFile, TableError> {
         self.files
             .get(index)
-            .ok_or_else(|| StreamError::Incompatible {
+            .ok_or_else(|| TableError::Incompatible {
                 location: self.location.clone(),
                 reason: format!(
                     "no file {index}: version {} has {} data files",
@@ -496,7 +494,7 @@ impl Snapshot {
     }
 
     /// The footer of file `index`, read once (one ranged GET of the tail) and cached.
-    pub async fn reader_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, StreamError> {
+    pub async fn reader_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, TableError> {
         self.file(index)?;
         self.footers[index]
             .get_or_try_init(|| async {
@@ -514,7 +512,7 @@ impl Snapshot {
 
     /// The footer of file `index` with its binary columns read as `BinaryView`: parquet then
     /// decodes PLAIN values as views into the fetched page instead of copying them out.
-    pub async fn view_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, StreamError> {
+    pub async fn view_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, TableError> {
         let plain = self.reader_metadata(index).await?;
         self.view_footers[index]
             .get_or_try_init(|| async {
@@ -548,7 +546,7 @@ impl Snapshot {
     }
 
     /// The Parquet metadata of file `index` (cached).
-    pub async fn footer(&self, index: usize) -> Result<Arc<ParquetMetaData>, StreamError> {
+    pub async fn footer(&self, index: usize) -> Result<Arc<ParquetMetaData>, TableError> {
         Ok(self.reader_metadata(index).await?.metadata().clone())
     }
 }

@@ -36,7 +36,7 @@ use bytes::Bytes;
 
 pub(crate) use entry::EntryKey;
 
-use crate::error::StreamError;
+use crate::error::IoError;
 use crate::local::pool::BufferPool;
 
 /// Environment variable naming the cache folder (a loader or stream built without
@@ -68,7 +68,7 @@ pub enum CacheChoice {
 
 impl CacheChoice {
     /// The cache chosen, opened.
-    pub fn open(&self) -> Result<Option<Arc<DiskCache>>, StreamError> {
+    pub fn open(&self) -> Result<Option<Arc<DiskCache>>, IoError> {
         match self {
             CacheChoice::FromEnv => DiskCache::from_env(),
             CacheChoice::Off => Ok(None),
@@ -109,9 +109,9 @@ struct Counters {
 /// same folder. See the [module](self) documentation.
 ///
 /// ```
-/// # fn main() -> Result<(), voxlake_stream::StreamError> {
+/// # fn main() -> Result<(), voxlake_io::IoError> {
 /// let dir = tempfile::tempdir().unwrap();
-/// let cache = voxlake_stream::cache::DiskCache::open(dir.path(), 8 << 30)?;
+/// let cache = voxlake_io::cache::DiskCache::open(dir.path(), 8 << 30)?;
 /// assert_eq!(cache.stats().hits, 0);
 /// assert_eq!(cache.max_bytes(), 8 << 30);
 /// # Ok(()) }
@@ -136,10 +136,10 @@ pub struct DiskCache {
 impl DiskCache {
     /// Opens (creating it if needed) the cache in `dir`, holding at most `max_bytes` of
     /// entries; entries past the cap are evicted now.
-    pub fn open(dir: impl Into<PathBuf>, max_bytes: u64) -> Result<Arc<DiskCache>, StreamError> {
+    pub fn open(dir: impl Into<PathBuf>, max_bytes: u64) -> Result<Arc<DiskCache>, IoError> {
         let dir = dir.into();
         let shown = dir.display().to_string();
-        let fail = |reason: String| StreamError::Cache {
+        let fail = |reason: String| IoError::Cache {
             dir: shown.clone(),
             reason,
         };
@@ -175,21 +175,20 @@ impl DiskCache {
 
     /// The cache [`CACHE_DIR_ENV`] names, capped at [`CACHE_MAX_MB_ENV`] MiB (default: half
     /// the free space of its filesystem); `None` where the variable is unset or empty.
-    pub fn from_env() -> Result<Option<Arc<DiskCache>>, StreamError> {
+    pub fn from_env() -> Result<Option<Arc<DiskCache>>, IoError> {
         let Some(dir) = std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) else {
             return Ok(None);
         };
         let dir = PathBuf::from(dir);
         let max = match std::env::var(CACHE_MAX_MB_ENV) {
-            Ok(mb) => {
-                mb.trim()
-                    .parse::<u64>()
-                    .map(|mb| mb << 20)
-                    .map_err(|e| StreamError::Cache {
-                        dir: dir.display().to_string(),
-                        reason: format!("{CACHE_MAX_MB_ENV}={mb:?} is not a number of MiB: {e}"),
-                    })?
-            }
+            Ok(mb) => mb
+                .trim()
+                .parse::<u64>()
+                .map(|mb| mb << 20)
+                .map_err(|e| IoError::Cache {
+                    dir: dir.display().to_string(),
+                    reason: format!("{CACHE_MAX_MB_ENV}={mb:?} is not a number of MiB: {e}"),
+                })?,
             Err(_) => DiskCache::default_max_bytes(&dir)?,
         };
         DiskCache::open(dir, max).map(Some)
@@ -199,8 +198,8 @@ impl DiskCache {
     /// now plus what its entries already hold, so that a cache opened again (by the next
     /// epoch's process, or another rank) is not capped below what it holds (the folder is
     /// created if needed).
-    pub fn default_max_bytes(dir: &Path) -> Result<u64, StreamError> {
-        let fail = |reason: String| StreamError::Cache {
+    pub fn default_max_bytes(dir: &Path) -> Result<u64, IoError> {
+        let fail = |reason: String| IoError::Cache {
             dir: dir.display().to_string(),
             reason,
         };

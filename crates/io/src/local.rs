@@ -20,19 +20,14 @@
 
 pub(crate) mod pool;
 
-use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use memmap2::MmapOptions;
+use object_store::Result;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
-};
 
 /// Ranges smaller than this are read into fresh buffers (ids, labels, footers): mapping costs a
 /// few system calls, worth it only where a copy costs more.
@@ -45,7 +40,7 @@ pub const MAPPED_MIN: usize = 1 << 20;
 /// # async fn main() -> object_store::Result<()> {
 /// use object_store::ObjectStore;
 /// use object_store::path::Path;
-/// use voxlake_stream::local::MappedLocalStore;
+/// use voxlake_io::local::MappedLocalStore;
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// let data: Vec<u8> = (0..3u32 << 20).map(|i| i as u8).collect();
@@ -93,12 +88,6 @@ impl MappedLocalStore {
 impl Default for MappedLocalStore {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl fmt::Display for MappedLocalStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MappedLocalStore({})", self.inner)
     }
 }
 
@@ -198,9 +187,9 @@ pub(crate) fn read_range(
     Ok(Bytes::from_owner(map))
 }
 
-#[async_trait::async_trait]
-impl ObjectStore for MappedLocalStore {
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+impl MappedLocalStore {
+    /// Every data read: see the module's documentation.
+    async fn read_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let path = self.inner.path_to_filesystem(location)?;
         let ranges = ranges.to_vec();
         let (pool, map) = (self.pool.clone(), self.map);
@@ -219,69 +208,14 @@ impl ObjectStore for MappedLocalStore {
             source: Box::new(e),
         })?
     }
-
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: object_store::RenameOptions,
-    ) -> Result<()> {
-        self.inner.rename_opts(from, to, options).await
-    }
 }
+
+crate::passthrough::reads_ranges_itself!(MappedLocalStore);
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use object_store::ObjectStoreExt;
+    use object_store::{ObjectStore, ObjectStoreExt};
 
     /// The process's mappings of `file` (Linux's `/proc/self/maps`; 0 elsewhere).
     fn mappings_of(file: &std::path::Path) -> usize {

@@ -5,7 +5,7 @@
 //! same inputs, seed and epoch give the same plan on every run and every machine.
 //!
 //! ```
-//! use voxlake_stream::plan::Planner;
+//! use voxlake_plan::plan::Planner;
 //!
 //! let planner = Planner::new(7, true);
 //! let order = planner.file_order(5, 0);

@@ -19,7 +19,8 @@ use object_store::path::Path;
 use url::Url;
 
 use super::DataFile;
-use crate::error::{StreamError, kernel_message, store_error_is_transient};
+use crate::error::{TableError, kernel_message};
+use voxlake_io::store_error_is_transient;
 
 /// Vectors at least this large are decoded on the blocking pool.
 const DECODE_INLINE_BYTES: i32 = 64 << 10;
@@ -55,7 +56,7 @@ pub(crate) async fn read_all(
     table: &Url,
     location: &str,
     wanted: Vec<Wanted>,
-) -> Result<Vec<(usize, Deleted)>, StreamError> {
+) -> Result<Vec<(usize, Deleted)>, TableError> {
     let mut inline = Vec::new();
     let mut stored: HashMap<Path, Vec<Vector>> = HashMap::new();
     for w in wanted {
@@ -87,13 +88,13 @@ pub(crate) async fn attach(
     table: &Url,
     location: &str,
     wanted: Vec<Wanted>,
-) -> Result<(), StreamError> {
+) -> Result<(), TableError> {
     let count = wanted.len();
     for (index, deleted) in read_all(store, table, location, wanted).await? {
         let file = &mut files[index];
         let gone = deleted.rows.len() as u64;
         if let Some(rows) = file.rows {
-            file.rows = Some(rows.checked_sub(gone).ok_or_else(|| StreamError::Corrupt {
+            file.rows = Some(rows.checked_sub(gone).ok_or_else(|| TableError::Corrupt {
                 location: location.to_string(),
                 file: file.path.clone(),
                 reason: format!(
@@ -129,13 +130,13 @@ struct Vector {
 }
 
 impl Vector {
-    fn new(wanted: Wanted, table: &Url, location: &str) -> Result<Vector, StreamError> {
+    fn new(wanted: Wanted, table: &Url, location: &str) -> Result<Vector, TableError> {
         let Wanted {
             index,
             file,
             descriptor,
         } = wanted;
-        let error = |vector: &str, reason: String| StreamError::DeletionVector {
+        let error = |vector: &str, reason: String| TableError::DeletionVector {
             location: location.to_string(),
             file: file.clone(),
             vector: vector.to_string(),
@@ -174,8 +175,8 @@ impl Vector {
         })
     }
 
-    fn error(&self, reason: String, transient: bool) -> StreamError {
-        StreamError::DeletionVector {
+    fn error(&self, reason: String, transient: bool) -> TableError {
+        TableError::DeletionVector {
             location: self.location.clone(),
             file: self.file.clone(),
             vector: self.shown.clone(),
@@ -186,7 +187,7 @@ impl Vector {
 
     /// The deleted rows, decoded by the kernel from `fetched` (the file's version byte and
     /// this vector's bytes; nothing for an inline vector).
-    async fn decode(self, fetched: Bytes) -> Result<Deleted, StreamError> {
+    async fn decode(self, fetched: Bytes) -> Result<Deleted, TableError> {
         let cardinality = self.original.cardinality;
         let id = self.descriptor.unique_id();
         // The kernel reads a whole vector file and seeks to the offset: hand it the version
@@ -242,7 +243,7 @@ async fn read_file(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     vectors: Vec<Vector>,
-) -> Result<Vec<(usize, Deleted)>, StreamError> {
+) -> Result<Vec<(usize, Deleted)>, TableError> {
     // The version byte, then each vector.
     let ranges: Vec<Range<u64>> = std::iter::once(0..1)
         .chain(vectors.iter().filter_map(|v| match v.source {
@@ -361,128 +362,9 @@ fn unsupported(what: &str, path: &Url) -> delta_kernel::Error {
     ))
 }
 
-/// The rows each row group keeps, for a file whose row groups hold `group_rows` rows and whose
-/// rows `deleted` (ascending, unique) are deleted: per row group its kept rows (ascending rows
-/// of the row group), `None` where it keeps them all. A deleted row past the file's end is an
-/// error (the vector is not this file's).
-pub(crate) fn kept_by_group(
-    deleted: &[u64],
-    group_rows: &[u64],
-) -> Result<Vec<Option<Arc<[u32]>>>, String> {
-    let total: u64 = group_rows.iter().sum();
-    if let Some(&last) = deleted.last()
-        && last >= total
-    {
-        return Err(format!("it deletes row {last}, the file has {total} rows"));
-    }
-    let mut out = Vec::with_capacity(group_rows.len());
-    let mut next = 0usize;
-    let mut start = 0u64;
-    for &rows in group_rows {
-        let end = start + rows;
-        let from = next;
-        while next < deleted.len() && deleted[next] < end {
-            next += 1;
-        }
-        let gone = &deleted[from..next];
-        if gone.is_empty() {
-            out.push(None);
-        } else {
-            let rows = u32::try_from(rows)
-                .map_err(|_| format!("a row group of {rows} rows (at most 2^32 are read)"))?;
-            let mut kept = Vec::with_capacity(rows as usize - gone.len());
-            let mut gone = gone.iter().map(|&r| (r - start) as u32).peekable();
-            for r in 0..rows {
-                if gone.peek() == Some(&r) {
-                    gone.next();
-                } else {
-                    kept.push(r);
-                }
-            }
-            out.push(Some(kept.into()));
-        }
-        start = end;
-    }
-    Ok(out)
-}
-
-/// The rows both selections keep (`None`: all rows).
-pub(crate) fn intersect(a: Option<Arc<[u32]>>, b: Option<&Arc<[u32]>>) -> Option<Arc<[u32]>> {
-    match (a, b) {
-        (None, None) => None,
-        (Some(a), None) => Some(a),
-        (None, Some(b)) => Some(b.clone()),
-        (Some(a), Some(b)) => {
-            let (mut i, mut j) = (0, 0);
-            let mut both = Vec::with_capacity(a.len().min(b.len()));
-            while i < a.len() && j < b.len() {
-                match a[i].cmp(&b[j]) {
-                    std::cmp::Ordering::Less => i += 1,
-                    std::cmp::Ordering::Greater => j += 1,
-                    std::cmp::Ordering::Equal => {
-                        both.push(a[i]);
-                        i += 1;
-                        j += 1;
-                    }
-                }
-            }
-            Some(both.into())
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-
-    fn kept(groups: &[Option<Arc<[u32]>>], sizes: &[u64]) -> Vec<u64> {
-        let mut out = Vec::new();
-        let mut start = 0;
-        for (g, &n) in groups.iter().zip(sizes) {
-            match g {
-                None => out.extend(start..start + n),
-                Some(rows) => out.extend(rows.iter().map(|&r| start + u64::from(r))),
-            }
-            start += n;
-        }
-        out
-    }
-
-    #[test]
-    fn deletions_spanning_row_groups_leave_the_other_rows() {
-        let sizes = [4, 4, 4];
-        let groups = kept_by_group(&[1, 3, 4, 5, 6, 7, 11], &sizes).unwrap();
-        assert_eq!(groups[0].as_deref(), Some(&[0, 2][..]));
-        assert_eq!(
-            groups[1].as_deref(),
-            Some(&[][..]),
-            "every row of group 1 deleted"
-        );
-        assert_eq!(groups[2].as_deref(), Some(&[0, 1, 2][..]));
-        assert_eq!(kept(&groups, &sizes), vec![0, 2, 8, 9, 10]);
-        assert!(
-            kept_by_group(&[], &sizes)
-                .unwrap()
-                .iter()
-                .all(Option::is_none)
-        );
-        let err = kept_by_group(&[12], &sizes).unwrap_err();
-        assert!(err.contains("row 12") && err.contains("12 rows"), "{err}");
-    }
-
-    #[test]
-    fn intersections_keep_rows_both_keep() {
-        let a: Arc<[u32]> = Arc::from(vec![0, 2, 3, 7]);
-        let b: Arc<[u32]> = Arc::from(vec![2, 4, 7, 9]);
-        assert_eq!(
-            intersect(Some(a.clone()), Some(&b)).as_deref(),
-            Some(&[2, 7][..])
-        );
-        assert_eq!(intersect(None, Some(&b)).as_deref(), Some(&b[..]));
-        assert_eq!(intersect(Some(a.clone()), None).as_deref(), Some(&a[..]));
-        assert_eq!(intersect(None, None), None);
-    }
 
     #[test]
     fn vector_paths_are_read_under_the_table_root_only() {
@@ -499,30 +381,5 @@ mod tests {
             under_table(&table, &sibling).is_none(),
             "a prefix is not a folder"
         );
-    }
-
-    proptest! {
-        /// Every row not deleted is kept, once, in order; every deleted one is gone.
-        #[test]
-        fn kept_rows_are_the_complement_of_the_deleted(
-            sizes in proptest::collection::vec(0u64..40, 1..8),
-            picks in proptest::collection::vec(any::<u64>(), 0..60),
-        ) {
-            let total: u64 = sizes.iter().sum();
-            prop_assume!(total > 0);
-            let mut deleted: Vec<u64> = picks.iter().map(|p| p % total).collect();
-            deleted.sort_unstable();
-            deleted.dedup();
-            let groups = kept_by_group(&deleted, &sizes).unwrap();
-            prop_assert_eq!(groups.len(), sizes.len());
-            let want: Vec<u64> = (0..total).filter(|r| deleted.binary_search(r).is_err()).collect();
-            prop_assert_eq!(kept(&groups, &sizes), want);
-            for (g, &n) in groups.iter().zip(&sizes) {
-                if let Some(rows) = g {
-                    prop_assert!(rows.windows(2).all(|w| w[0] < w[1]));
-                    prop_assert!(rows.iter().all(|&r| u64::from(r) < n));
-                }
-            }
-        }
     }
 }

@@ -25,7 +25,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use voxlake_stream::depth::Depth;
+//! use voxlake_io::depth::Depth;
 //!
 //! let mut depth = Depth::new(4, 64);
 //! assert_eq!(depth.target(), 4);

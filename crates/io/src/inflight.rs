@@ -10,7 +10,7 @@ use futures::Stream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::depth::Depth;
-use crate::error::StreamError;
+use crate::error::IoError;
 
 /// Permits for reads, granted up to the depth's target.
 #[derive(Debug)]
@@ -62,13 +62,13 @@ impl Slots {
     }
 
     /// A permit for one read, timed from now.
-    pub async fn acquire(self: &Arc<Self>) -> Result<Slot, StreamError> {
+    pub async fn acquire(self: &Arc<Self>) -> Result<Slot, IoError> {
         let permit = self
             .permits
             .clone()
             .acquire_owned()
             .await
-            .map_err(|e| StreamError::Internal(e.to_string()))?;
+            .map_err(|e| IoError::Internal(e.to_string()))?;
         let in_flight = {
             let mut state = self.state();
             state.held += 1;

@@ -10,7 +10,7 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use parquet::arrow::async_reader::AsyncFileReader;
-use voxlake_format::reader::ObjectFileReader;
+use voxlake_io::ObjectFileReader;
 
 /// A log file's version, if `name` is a commit (`00000000000000000003.json`) or a checkpoint
 /// (`…10.checkpoint.parquet`, `…10.checkpoint.<uuid>.json`, multi-part ones, v2 sidecars).

@@ -16,7 +16,7 @@ use parquet::errors::ParquetError;
 use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 
 use super::{DataFile, READ_CONCURRENCY, Snapshot};
-use crate::error::StreamError;
+use crate::error::TableError;
 
 /// Values decoded at once from a LIST tensor column (see `read_whole_row_group`).
 const LIST_DECODE_BYTES: usize = 1 << 20;
@@ -28,7 +28,7 @@ impl Snapshot {
         &self,
         metadata: &ArrowReaderMetadata,
         columns: &[String],
-    ) -> Result<ProjectionMask, StreamError> {
+    ) -> Result<ProjectionMask, TableError> {
         let schema = self.logical_schema(metadata);
         let mut roots = Vec::with_capacity(columns.len());
         for name in columns {
@@ -46,7 +46,7 @@ impl Snapshot {
             }
             let index = schema
                 .index_of(name)
-                .map_err(|_| StreamError::Incompatible {
+                .map_err(|_| TableError::Incompatible {
                     location: self.location.clone(),
                     reason: format!(
                         "no column '{name}' (the table has {:?})",
@@ -69,7 +69,7 @@ impl Snapshot {
         index: usize,
         row_group: usize,
         projection: ProjectionMask,
-    ) -> Result<RecordBatch, StreamError> {
+    ) -> Result<RecordBatch, TableError> {
         Ok(self
             .read_row_group_timed(index, row_group, projection)
             .await?
@@ -82,7 +82,7 @@ impl Snapshot {
         index: usize,
         row_group: usize,
         projection: ProjectionMask,
-    ) -> Result<(RecordBatch, ReadTimings), StreamError> {
+    ) -> Result<(RecordBatch, ReadTimings), TableError> {
         self.read_row_group_hooked(
             index,
             row_group,
@@ -95,14 +95,14 @@ impl Snapshot {
     /// [`read_row_group_timed`](Self::read_row_group_timed) with a test's fault hooks: the row
     /// group's rows that are read ([`kept_rows`](Self::kept_rows): not deleted, selected by
     /// the filter), taken out of the decoded pages when it keeps only some (on the blocking
-    /// pool; copied when it keeps fewer than half, see `group::copies_kept_rows`).
-    pub(crate) async fn read_row_group_hooked(
+    /// pool; copied when it keeps fewer than half, see [`copies_kept_rows`](crate::rows::copies_kept_rows)).
+    pub async fn read_row_group_hooked(
         &self,
         index: usize,
         row_group: usize,
         projection: ProjectionMask,
         hooks: &crate::hooks::Hooks,
-    ) -> Result<(RecordBatch, ReadTimings), StreamError> {
+    ) -> Result<(RecordBatch, ReadTimings), TableError> {
         let (batch, timings) = self
             .read_whole_row_group(index, row_group, projection, hooks)
             .await?;
@@ -111,7 +111,7 @@ impl Snapshot {
         };
         let selected = tokio::task::spawn_blocking(move || {
             let indices: Vec<u64> = rows.iter().map(|&r| u64::from(r)).collect();
-            crate::group::kept_rows(&batch, &indices)
+            crate::rows::kept_rows(&batch, &indices)
         })
         .await
         .map_err(|e| self.task_error("decode", index, e))?
@@ -126,7 +126,7 @@ impl Snapshot {
         row_group: usize,
         projection: ProjectionMask,
         hooks: &crate::hooks::Hooks,
-    ) -> Result<(RecordBatch, ReadTimings), StreamError> {
+    ) -> Result<(RecordBatch, ReadTimings), TableError> {
         let metadata = self.view_metadata(index).await?;
         // A LIST tensor column straight from its pages (`list_chunk`), unless it holds a null:
         // then the Arrow path below names the row.
@@ -159,7 +159,7 @@ impl Snapshot {
             .decode_projected(index, decoder, hooks, &mut timings)
             .await?;
         if batches.is_empty() {
-            return Err(StreamError::Internal(format!(
+            return Err(TableError::Internal(format!(
                 "file {}: row group {row_group} decoded to nothing",
                 self.files[index].path
             )));
@@ -184,7 +184,7 @@ impl Snapshot {
             .await
             .map_err(|e| self.task_error("verify", index, e))?;
             if let Some(reason) = mismatch {
-                return Err(StreamError::Corrupt {
+                return Err(TableError::Corrupt {
                     location: self.location.clone(),
                     file: self.files[index].path.clone(),
                     reason: format!("row group {row_group}, {reason}"),
@@ -204,7 +204,7 @@ impl Snapshot {
         metadata: &ArrowReaderMetadata,
         projection: ProjectionMask,
         batch_rows: usize,
-    ) -> Result<ParquetPushDecoder, StreamError> {
+    ) -> Result<ParquetPushDecoder, TableError> {
         ParquetPushDecoderBuilder::new_with_metadata(metadata.clone())
             .with_row_groups(vec![row_group])
             .with_projection(projection)
@@ -221,7 +221,7 @@ impl Snapshot {
         mut decoder: ParquetPushDecoder,
         hooks: &crate::hooks::Hooks,
         timings: &mut ReadTimings,
-    ) -> Result<Vec<RecordBatch>, StreamError> {
+    ) -> Result<Vec<RecordBatch>, TableError> {
         let mut batches = Vec::new();
         let path = &self.files[index].path;
         loop {
@@ -230,7 +230,7 @@ impl Snapshot {
             let (back, step) = tokio::task::spawn_blocking(move || {
                 let start = Instant::now();
                 if let Err(e) = hooks.check(crate::hooks::Stage::Decode, &object) {
-                    return (decoder, Err(StreamError::Internal(e)));
+                    return (decoder, Err(TableError::Internal(e)));
                 }
                 let step = decode_until_data_needed(&mut decoder);
                 (decoder, Ok(step.map(|s| (s, start.elapsed()))))
@@ -257,7 +257,7 @@ impl Snapshot {
         index: usize,
         ranges: Vec<Range<u64>>,
         timings: &mut ReadTimings,
-    ) -> Result<Vec<bytes::Bytes>, StreamError> {
+    ) -> Result<Vec<bytes::Bytes>, TableError> {
         let asked = ranges.len();
         let start = Instant::now();
         let data = self
@@ -269,7 +269,7 @@ impl Snapshot {
         timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
         // object_store's contract; a store that breaks it must not become a panic here.
         if data.len() != asked {
-            return Err(StreamError::Internal(format!(
+            return Err(TableError::Internal(format!(
                 "file {}: {} ranges read for {asked} asked",
                 self.files[index].path,
                 data.len(),
@@ -283,7 +283,7 @@ impl Snapshot {
         &self,
         index: usize,
         batches: Vec<RecordBatch>,
-    ) -> Result<RecordBatch, StreamError> {
+    ) -> Result<RecordBatch, TableError> {
         match batches.as_slice() {
             [only] => Ok(only.clone()),
             [first, ..] => concat_batches(&first.schema(), &batches)
@@ -303,7 +303,7 @@ impl Snapshot {
         row_group: usize,
         metadata: &ArrowReaderMetadata,
         batches: Vec<RecordBatch>,
-    ) -> Result<RecordBatch, StreamError> {
+    ) -> Result<RecordBatch, TableError> {
         let first_row: u64 = metadata.metadata().row_groups()[..row_group]
             .iter()
             .map(|rg| rg.num_rows().max(0) as u64)
@@ -330,7 +330,7 @@ impl Snapshot {
         })
         .await
         .map_err(|e| self.task_error("decode", index, e))?;
-        let normalized = normalized.map_err(|(row, reason)| StreamError::BadRow {
+        let normalized = normalized.map_err(|(row, reason)| TableError::BadRow {
             location: self.location.clone(),
             file: path,
             row_group,
@@ -346,7 +346,7 @@ impl Snapshot {
         &self,
         index: usize,
         batch: RecordBatch,
-    ) -> Result<RecordBatch, StreamError> {
+    ) -> Result<RecordBatch, TableError> {
         let wanted: Vec<&String> = [&self.columns.label, &self.columns.id]
             .into_iter()
             .flatten()
@@ -393,7 +393,7 @@ impl Snapshot {
         index: usize,
         columns: Option<&[&str]>,
         batch_rows: usize,
-    ) -> Result<Vec<RecordBatch>, StreamError> {
+    ) -> Result<Vec<RecordBatch>, TableError> {
         let perr = |e| self.file_error(index, e);
         let metadata = self.reader_metadata(index).await?;
         let reader = self
@@ -428,7 +428,7 @@ impl Snapshot {
 
     /// Reads one column of every file, [`READ_CONCURRENCY`] files at a time, and hands each
     /// file's batches to `f` in file order.
-    pub async fn scan_column<E: From<StreamError>>(
+    pub async fn scan_column<E: From<TableError>>(
         &self,
         column: &str,
         mut f: impl FnMut(&DataFile, Vec<RecordBatch>) -> Result<(), E>,
@@ -436,7 +436,7 @@ impl Snapshot {
         let mut reads = futures::stream::iter(0..self.files.len())
             .map(|index| async move {
                 let batches = self.read_file(index, Some(&[column]), 8192).await?;
-                Ok::<_, StreamError>((index, batches))
+                Ok::<_, TableError>((index, batches))
             })
             .buffered(READ_CONCURRENCY);
         while let Some(result) = reads.next().await {

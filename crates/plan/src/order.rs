@@ -16,8 +16,8 @@
 //! keeping its own rows; the row group stays the unit of I/O.
 //!
 //! ```
-//! use voxlake_stream::order::{deal, EpochOrder, RowSet, Uneven};
-//! use voxlake_stream::plan::Planner;
+//! use voxlake_plan::order::{deal, EpochOrder, RowSet, Uneven};
+//! use voxlake_plan::plan::Planner;
 //!
 //! let rows_per_file = [10, 3, 7]; // 20 rows
 //! let order = EpochOrder::new(&Planner::new(1, true), &rows_per_file, 0);

@@ -7,40 +7,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
-    UInt32Type, UInt64Type,
-};
-use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Schema};
 use futures::{StreamExt, TryStreamExt};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
-use parquet::file::metadata::RowGroupMetaData;
-use parquet::file::statistics::Statistics;
 
-use crate::error::StreamError;
-use crate::filter::{Filter, Stats, Value};
+use crate::error::TableError;
+use crate::filter::stats::{comparable, delta_stats, is_temporal, kind_of, stats_of, value_at};
+use crate::filter::{Filter, FilterStats, Stats, Value};
+use crate::rows::{GroupRows, Selection, intersect};
 use crate::snapshot::{DataFile, Snapshot};
-
-/// What a filter left out, counted when the snapshot was opened.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FilterStats {
-    /// Files skipped by partition values or Delta statistics, unread.
-    pub files_skipped: u64,
-    /// Row groups skipped by their footer statistics, unread.
-    pub row_groups_skipped: u64,
-    /// Rows whose filter columns were read and decided one by one.
-    pub rows_decided: u64,
-    /// Rows the filter keeps.
-    pub rows_selected: u64,
-    /// Rows of the table before the filter, where known.
-    pub rows_before: u64,
-}
-
-/// Per row group of a file: its selected rows (ascending), `None` for all of them.
-pub(crate) type GroupRows = Vec<Option<Arc<[u32]>>>;
 
 /// A partition column's value in a file: `None` when the column is not a partition column,
 /// `Some(None)` for a null partition.
@@ -53,203 +30,14 @@ struct FileSelection {
     decided: u64,
 }
 
-/// The rows of each kept file's row groups a filter selects.
-#[derive(Debug, Clone)]
-pub(crate) struct Selection {
-    /// The filter's text.
-    pub text: String,
-    /// Per file, per row group: the selected rows of the row group (ascending), `None` for all.
-    pub rows: Vec<GroupRows>,
-    pub stats: FilterStats,
-}
-
-/// The value of `array` at `i` as a filter sees it (`None`: null or a type filters cannot
-/// compare, which the check at open rules out).
-fn value_at(array: &ArrayRef, i: usize) -> Option<Value> {
-    if array.is_null(i) {
-        return None;
-    }
-    macro_rules! int {
-        ($t:ty) => {
-            Value::Int(array.as_primitive::<$t>().value(i) as i64)
-        };
-    }
-    Some(match array.data_type() {
-        DataType::Int8 => int!(Int8Type),
-        DataType::Int16 => int!(Int16Type),
-        DataType::Int32 => int!(Int32Type),
-        DataType::Int64 => int!(Int64Type),
-        DataType::UInt8 => int!(UInt8Type),
-        DataType::UInt16 => int!(UInt16Type),
-        DataType::UInt32 => int!(UInt32Type),
-        DataType::UInt64 => {
-            let v = array.as_primitive::<UInt64Type>().value(i);
-            i64::try_from(v).map_or(Value::Float(v as f64), Value::Int)
-        }
-        DataType::Float16 => Value::Float(
-            array
-                .as_primitive::<arrow_array::types::Float16Type>()
-                .value(i)
-                .to_f64(),
-        ),
-        DataType::Float32 => Value::Float(f64::from(array.as_primitive::<Float32Type>().value(i))),
-        DataType::Float64 => Value::Float(array.as_primitive::<Float64Type>().value(i)),
-        DataType::Boolean => Value::Bool(array.as_boolean().value(i)),
-        DataType::Utf8 => Value::Str(array.as_string::<i32>().value(i).to_string()),
-        DataType::LargeUtf8 => Value::Str(array.as_string::<i64>().value(i).to_string()),
-        DataType::Utf8View => Value::Str(array.as_string_view().value(i).to_string()),
-        _ => return None,
-    })
-}
-
-/// The kind of values a column of `data_type` holds, as filter literals name them.
-fn kind_of(data_type: &DataType) -> Option<&'static str> {
-    match data_type {
-        t if t.is_integer() || t.is_floating() => Some("number"),
-        DataType::Boolean => Some("bool"),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some("string"),
-        // Dates and timestamps compare as their ISO text ('2024-01-05', '2024-01-05T10:00:00'),
-        // whose order is time order.
-        t if is_temporal(t) => Some("string"),
-        _ => None,
-    }
-}
-
-fn is_temporal(data_type: &DataType) -> bool {
-    matches!(
-        data_type,
-        DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, _)
-    )
-}
-
-/// A date or timestamp column as its ISO text; other columns as they are.
-fn comparable(array: &ArrayRef) -> Result<ArrayRef, arrow_schema::ArrowError> {
-    if is_temporal(array.data_type()) {
-        arrow_cast::cast(array, &DataType::Utf8)
-    } else {
-        Ok(array.clone())
-    }
-}
-
-/// A footer statistic of leaf column `leaf` as a filter value.
-fn stats_of(rg: &RowGroupMetaData, leaf: usize) -> Option<Stats> {
-    let chunk = rg.columns().get(leaf)?;
-    let s = chunk.statistics()?;
-    let pair = |min: Option<Value>, max: Option<Value>| (min, max);
-    let logical = chunk.column_descr().logical_type_ref();
-    let is_date = matches!(logical, Some(parquet::basic::LogicalType::Date));
-    let is_timestamp = matches!(logical, Some(parquet::basic::LogicalType::Timestamp { .. }))
-        || chunk.column_type() == parquet::basic::Type::INT96;
-    let (min, max) = match s {
-        Statistics::Boolean(v) => pair(
-            v.min_opt().map(|&b| Value::Bool(b)),
-            v.max_opt().map(|&b| Value::Bool(b)),
-        ),
-        Statistics::Int32(v) if is_date => {
-            let day = |d: i32| {
-                arrow_array::temporal_conversions::date32_to_datetime(d)
-                    .map(|t| Value::Str(t.date().to_string()))
-            };
-            (
-                v.min_opt().and_then(|&d| day(d)),
-                v.max_opt().and_then(|&d| day(d)),
-            )
-        }
-        Statistics::Int32(v) => pair(
-            v.min_opt().map(|&x| Value::Int(i64::from(x))),
-            v.max_opt().map(|&x| Value::Int(i64::from(x))),
-        ),
-        // Timestamps: their statistics are not turned into text (no skipping, rows decide).
-        Statistics::Int64(_) if is_timestamp => (None, None),
-        Statistics::Int64(v) => pair(
-            v.min_opt().map(|&x| Value::Int(x)),
-            v.max_opt().map(|&x| Value::Int(x)),
-        ),
-        Statistics::Float(v) => pair(
-            v.min_opt().map(|&x| Value::Float(f64::from(x))),
-            v.max_opt().map(|&x| Value::Float(f64::from(x))),
-        ),
-        Statistics::Double(v) => pair(
-            v.min_opt().map(|&x| Value::Float(x)),
-            v.max_opt().map(|&x| Value::Float(x)),
-        ),
-        Statistics::ByteArray(v) => {
-            // Strings only when exact (a truncated max would rule out rows that match).
-            let text = |b: Option<&parquet::data_type::ByteArray>| {
-                b.and_then(|b| std::str::from_utf8(b.data()).ok())
-                    .map(|s| Value::Str(s.to_string()))
-            };
-            (
-                text(v.min_opt()).filter(|_| v.min_is_exact()),
-                text(v.max_opt()).filter(|_| v.max_is_exact()),
-            )
-        }
-        _ => (None, None),
-    };
-    // Unsigned columns are stored as signed Parquet integers: their statistics' bits read as
-    // signed would misorder large values.
-    let unsigned = chunk
-        .column_descr()
-        .logical_type_ref()
-        .is_some_and(|t| matches!(t, parquet::basic::LogicalType::Integer(i) if !i.is_signed));
-    let (min, max) = if unsigned { (None, None) } else { (min, max) };
-    Some(Stats {
-        min,
-        max,
-        nulls: s.null_count_opt(),
-        rows: Some(rg.num_rows().max(0) as u64),
-    })
-}
-
-/// A Delta add action's statistics for `column`.
-fn delta_stats(json: &serde_json::Value, column: &str, like: Option<&Value>) -> Option<Stats> {
-    let value = |v: &serde_json::Value| -> Option<Value> {
-        match v {
-            serde_json::Value::Number(n) => n
-                .as_i64()
-                .map(Value::Int)
-                .or_else(|| n.as_f64().map(Value::Float)),
-            serde_json::Value::String(s) => match like {
-                // Delta writes dates and timestamps as strings: only strings compare to strings.
-                Some(Value::Str(_)) => Some(Value::Str(s.clone())),
-                _ => None,
-            },
-            serde_json::Value::Bool(b) => Some(Value::Bool(*b)),
-            _ => None,
-        }
-    };
-    let get = |key: &str| json.get(key).and_then(|m| m.get(column));
-    let stats = Stats {
-        min: get("minValues").and_then(value),
-        max: get("maxValues").and_then(value),
-        nulls: get("nullCount").and_then(serde_json::Value::as_u64),
-        rows: json.get("numRecords").and_then(serde_json::Value::as_u64),
-    };
-    (stats != Stats::default()).then_some(stats)
-}
-
-/// `key=value` folders of a listed file's path, as hive writes partitions.
-pub(crate) fn hive_partitions(path: &str) -> Vec<(String, Option<String>)> {
-    let mut parts: Vec<&str> = path.split('/').collect();
-    parts.pop();
-    parts
-        .into_iter()
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| {
-            let v = (v != "__HIVE_DEFAULT_PARTITION__").then(|| v.to_string());
-            (k.to_string(), v)
-        })
-        .collect()
-}
-
 impl Snapshot {
     /// Selects the rows `filter` keeps (see the module docs).
     pub(crate) async fn select(
         &self,
         filter: &Filter,
         text: &str,
-    ) -> Result<Selection, StreamError> {
-        let incompatible = |reason: String| StreamError::Incompatible {
+    ) -> Result<Selection, TableError> {
+        let incompatible = |reason: String| TableError::Incompatible {
             location: self.location().to_string(),
             reason: format!("filter '{text}': {reason}"),
         };
@@ -386,7 +174,7 @@ impl Snapshot {
         filter: &Filter,
         in_files: &[String],
         partition: &PartitionValue<'_>,
-    ) -> Result<FileSelection, StreamError> {
+    ) -> Result<FileSelection, TableError> {
         let file = &self.files()[index];
         // This file's partition values, typed once (not per row).
         let partitions: HashMap<&str, Option<Value>> = filter
@@ -416,7 +204,7 @@ impl Snapshot {
         // Deleted rows are never selected.
         let undeleted = self.undeleted(index).await?;
         let live = |g: usize, selected: Option<Arc<[u32]>>| {
-            crate::snapshot::intersect(selected, undeleted.and_then(|u| u[g].as_ref()))
+            intersect(selected, undeleted.and_then(|u| u[g].as_ref()))
         };
         let mut survivors = Vec::new();
         let mut skipped = 0;
@@ -505,7 +293,7 @@ impl Snapshot {
             out[g] = live(g, (selected.len() != n).then(|| Arc::from(selected)));
         }
         if at != all.num_rows() {
-            return Err(StreamError::Corrupt {
+            return Err(TableError::Corrupt {
                 location: self.location().to_string(),
                 file: file.path.clone(),
                 reason: format!(
@@ -515,73 +303,5 @@ impl Snapshot {
             });
         }
         Ok(done(out, decided))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn column_values_as_filters_see_them() {
-        use arrow_array::{BooleanArray, Float16Array, StringArray, UInt64Array};
-        let halves: ArrayRef = Arc::new(Float16Array::from(vec![
-            Some(half::f16::from_f32(1.5)),
-            None,
-        ]));
-        assert_eq!(value_at(&halves, 0), Some(Value::Float(1.5)));
-        assert_eq!(value_at(&halves, 1), None);
-        let big: ArrayRef = Arc::new(UInt64Array::from(vec![u64::MAX, 7]));
-        assert_eq!(value_at(&big, 0), Some(Value::Float(u64::MAX as f64)));
-        assert_eq!(value_at(&big, 1), Some(Value::Int(7)));
-        let text: ArrayRef = Arc::new(StringArray::from(vec!["a"]));
-        assert_eq!(value_at(&text, 0), Some(Value::Str("a".into())));
-        let flags: ArrayRef = Arc::new(BooleanArray::from(vec![true]));
-        assert_eq!(value_at(&flags, 0), Some(Value::Bool(true)));
-        assert_eq!(kind_of(&DataType::Float16), Some("number"));
-        assert_eq!(kind_of(&DataType::Binary), None);
-    }
-
-    #[test]
-    fn hive_folders_are_partitions() {
-        assert_eq!(
-            hive_partitions("region=a/year=2024/part-0.parquet"),
-            vec![
-                ("region".to_string(), Some("a".to_string())),
-                ("year".to_string(), Some("2024".to_string()))
-            ]
-        );
-        assert_eq!(
-            hive_partitions("k=__HIVE_DEFAULT_PARTITION__/x=1.parquet"),
-            vec![("k".to_string(), None)]
-        );
-        assert!(hive_partitions("part-0.parquet").is_empty());
-    }
-
-    #[test]
-    fn delta_statistics_become_ranges() {
-        let json: serde_json::Value = serde_json::from_str(
-            r#"{"numRecords":12,"minValues":{"depth":100,"sample":"cube-002","t":"2024-01-01"},"maxValues":{"depth":330,"sample":"cube-023"},"nullCount":{"depth":0}}"#,
-        )
-        .unwrap();
-        let s = delta_stats(&json, "depth", Some(&Value::Int(1))).unwrap();
-        assert_eq!(
-            s,
-            Stats {
-                min: Some(Value::Int(100)),
-                max: Some(Value::Int(330)),
-                nulls: Some(0),
-                rows: Some(12)
-            }
-        );
-        // A string statistic compares only with string literals.
-        let s = delta_stats(&json, "t", Some(&Value::Int(1))).unwrap();
-        assert_eq!((s.min, s.rows), (None, Some(12)));
-        assert!(
-            delta_stats(&json, "sample", Some(&Value::Str(String::new())))
-                .unwrap()
-                .max
-                .is_some()
-        );
     }
 }

@@ -5,7 +5,6 @@
 //! through [`crate::local`] instead, never cached.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -14,10 +13,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
-};
+use object_store::{GetOptions, ObjectStore, Result};
 use object_store::{OBJECT_STORE_COALESCE_DEFAULT, coalesce_ranges};
 
 use crate::cache::{DiskCache, EntryKey};
@@ -41,7 +37,7 @@ struct Identity {
 
 /// A remote table's store, as its snapshot reads it.
 #[derive(Debug)]
-pub(crate) struct RemoteStore {
+pub struct RemoteStore {
     inner: Arc<dyn ObjectStore>,
     /// The table, for cache keys.
     table: String,
@@ -55,7 +51,7 @@ pub(crate) struct RemoteStore {
 
 impl RemoteStore {
     /// `inner` (rooted at the table) for `table`'s data files, each with its size and tag.
-    pub(crate) fn new<'a>(
+    pub fn new<'a>(
         inner: Arc<dyn ObjectStore>,
         table: &str,
         files: impl IntoIterator<Item = (&'a Path, u64, &'a str)>,
@@ -82,16 +78,17 @@ impl RemoteStore {
     }
 
     /// Serves the data files' reads from `cache` from now on (the first cache set stays).
-    pub(crate) fn set_cache(&self, cache: Arc<DiskCache>) {
+    pub fn set_cache(&self, cache: Arc<DiskCache>) {
         let _ = self.cache.set(cache);
     }
 
-    pub(crate) fn cache(&self) -> Option<&Arc<DiskCache>> {
+    /// The cache its reads go through, if one was set.
+    pub fn cache(&self) -> Option<&Arc<DiskCache>> {
         self.cache.get()
     }
 
     /// Bytes fetched from the store so far.
-    pub(crate) fn fetched(&self) -> u64 {
+    pub fn fetched(&self) -> u64 {
         self.fetched.load(Ordering::Relaxed)
     }
 
@@ -169,15 +166,9 @@ fn length_error(location: &Path, range: &Range<u64>, got: usize) -> object_store
     }
 }
 
-impl fmt::Display for RemoteStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RemoteStore({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for RemoteStore {
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+impl RemoteStore {
+    /// Every data read: see the module's documentation.
+    async fn read_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let fetch = self.fetch(location, ranges);
         match (self.cache.get(), self.files.get(location)) {
             (Some(cache), Some(file)) => {
@@ -188,64 +179,9 @@ impl ObjectStore for RemoteStore {
             _ => fetch.await,
         }
     }
-
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: object_store::RenameOptions,
-    ) -> Result<()> {
-        self.inner.rename_opts(from, to, options).await
-    }
 }
+
+crate::passthrough::reads_ranges_itself!(RemoteStore);
 
 #[cfg(test)]
 // One range is a list of ranges to object_store.

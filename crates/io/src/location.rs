@@ -1,34 +1,18 @@
 //! Turning the locations users type (local paths, `az://`, `abfss://`, `s3://`, `gs://`,
-//! `file://` URLs) into object stores and Delta table URLs.
+//! `file://` URLs) into URLs, and the store settings they are opened with. Opening the store
+//! itself is the table's (`voxlake_table::stores`): it uses deltalake's store factories.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
-use deltalake::logstore::{StorageConfig, object_store_factories};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
-use crate::error::{StreamError, redact};
+use crate::error::{IoError, redact};
 
 /// Prefixes of the environment variables object_store and deltalake read their settings from.
 const ENV_PREFIXES: [&str; 4] = ["AZURE_", "AWS_", "GOOGLE_", "OBJECT_STORE_"];
-
-/// Registers deltalake's Azure, GCS and S3 handlers once, so `az://`, `abfss://`, `gs://` and
-/// `s3://` tables open. S3 commits use conditional writes (`If-None-Match`), which AWS S3 and
-/// most S3-compatible stores support: no locking provider is needed.
-/// Without the `cloud` feature there are none to register.
-pub fn register_handlers() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        #[cfg(feature = "cloud")]
-        {
-            deltalake::azure::register_handlers(None);
-            deltalake::gcp::register_handlers(None);
-            deltalake::aws::register_handlers(None);
-        }
-    });
-}
 
 /// The schemes of remote stores, there with the `cloud` feature (on by default).
 const REMOTE_SCHEMES: [&str; 10] = [
@@ -105,8 +89,8 @@ pub fn credential_method(url: &Url, options: &HashMap<String, String>) -> &'stat
 }
 
 /// Parses a location into a URL; a path without a scheme is a local path (made absolute).
-pub fn to_url(location: &str, is_dir: bool) -> Result<Url, StreamError> {
-    let invalid = |reason: String| StreamError::InvalidLocation {
+pub fn to_url(location: &str, is_dir: bool) -> Result<Url, IoError> {
+    let invalid = |reason: String| IoError::InvalidLocation {
         location: redact(location),
         reason,
     };
@@ -146,69 +130,6 @@ pub struct Location {
     pub display: String,
 }
 
-/// Opens the object store behind a source prefix or a single object.
-pub fn open_store(
-    location: &str,
-    is_dir: bool,
-    options: &HashMap<String, String>,
-) -> Result<Location, StreamError> {
-    let url = to_url(location, is_dir)?;
-    let display = redact(location);
-    if url.scheme() == "file" {
-        let path = url
-            .to_file_path()
-            .map_err(|_| StreamError::InvalidLocation {
-                location: display.clone(),
-                reason: "not a local path".into(),
-            })?;
-        let meta = std::fs::metadata(&path).map_err(|e| StreamError::InvalidLocation {
-            location: display.clone(),
-            reason: e.to_string(),
-        })?;
-        if is_dir && !meta.is_dir() {
-            return Err(StreamError::InvalidLocation {
-                location: display,
-                reason: "not a directory".into(),
-            });
-        }
-    }
-    let shown: &str = &display;
-    tracing::debug!(
-        location = shown,
-        credentials = credential_method(&url, options),
-        "opening store"
-    );
-    // deltalake's store factories, so sources get exactly the settings tables get: its retry
-    // (`max_retries`, `retry_timeout`, `backoff_config.*`) and client options, and for S3 its
-    // credential chain. Other schemes (http, memory) go straight to object_store.
-    let invalid = |reason: String| StreamError::InvalidLocation {
-        location: display.clone(),
-        reason,
-    };
-    register_handlers();
-    let config = StorageConfig::parse_options(options.iter())
-        .map_err(|e| invalid(format!("bad storage option: {e}")))?;
-    let scheme = Url::parse(&format!("{}://", url.scheme())).map_err(|e| invalid(e.to_string()))?;
-    let factory = object_store_factories()
-        .get(&scheme)
-        .map(|f| f.value().clone());
-    let (store, prefix) = match factory {
-        Some(factory) => factory
-            .parse_url_opts(&url, &config)
-            .map_err(|e| invalid(e.to_string()))?,
-        None => {
-            let (store, prefix) = object_store::parse_url_opts(&url, options.iter())
-                .map_err(|e| invalid(e.to_string()))?;
-            (Arc::from(store), prefix)
-        }
-    };
-    Ok(Location {
-        store,
-        prefix,
-        display,
-    })
-}
-
 /// Retry settings of the first request to a remote location (unless the caller set them): a
 /// few quick attempts, so an endpoint that does not answer is reported in about a second.
 const PROBE_SETTINGS: [(&str, &str); 4] = [
@@ -218,29 +139,26 @@ const PROBE_SETTINGS: [(&str, &str); 4] = [
     ("connect_timeout", "5s"),
 ];
 
-/// Checks that a remote location's endpoint answers, with one `HEAD` of the location's own key
-/// (the cheapest request: a listing of a table of thousands of files is not): an endpoint
-/// that refuses, resets, times out or does not resolve is [`StreamError::Unreachable`], at
-/// once. Any HTTP answer (even 403 or 404) passes: the caller's own request reports those with
-/// their context. Local and in-memory locations pass without a request.
-pub async fn ensure_reachable(
-    location: &str,
-    options: &HashMap<String, String>,
-) -> Result<(), StreamError> {
-    let url = to_url(location, true)?;
-    if matches!(url.scheme(), "file" | "memory") {
-        return Ok(());
-    }
+/// `options` with quick retries for a first request (see [`answers`]), where the caller did
+/// not set them.
+pub fn probe_options(options: &HashMap<String, String>) -> HashMap<String, String> {
     let mut quick = options.clone();
     for (key, value) in PROBE_SETTINGS {
         quick
             .entry(key.to_string())
             .or_insert_with(|| value.to_string());
     }
-    let probe = open_store(location, true, &quick)?;
+    quick
+}
+
+/// Checks that a location's endpoint answers, with one `HEAD` of its own key (the cheapest
+/// request: a listing of a table of thousands of files is not): an endpoint that refuses,
+/// resets, times out or does not resolve is [`IoError::Unreachable`], at once. Any HTTP answer
+/// (even 403 or 404) passes: the caller's own request reports those with their context.
+pub async fn answers(probe: &Location) -> Result<(), IoError> {
     match probe.store.head(&probe.prefix).await {
-        Err(e) if no_answer(&e) => Err(StreamError::Unreachable {
-            location: probe.display,
+        Err(e) if no_answer(&e) => Err(IoError::Unreachable {
+            location: probe.display.clone(),
             reason: e.to_string(),
         }),
         _ => Ok(()),
@@ -250,7 +168,7 @@ pub async fn ensure_reachable(
 /// Whether a store error means no HTTP answer came back at all (object_store's `HttpError`
 /// somewhere in the chain; an answer with a status carries none).
 #[cfg(feature = "cloud")]
-fn no_answer(e: &object_store::Error) -> bool {
+pub fn no_answer(e: &object_store::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
         if s.downcast_ref::<object_store::client::HttpError>()
@@ -265,17 +183,17 @@ fn no_answer(e: &object_store::Error) -> bool {
 
 /// Without the `cloud` feature no location gets this far (only local ones are accepted).
 #[cfg(not(feature = "cloud"))]
-fn no_answer(_: &object_store::Error) -> bool {
+pub fn no_answer(_: &object_store::Error) -> bool {
     false
 }
 
 /// The URL of a Delta table to write to; a local directory is created if missing.
-pub fn table_url(location: &str) -> Result<Url, StreamError> {
+pub fn table_url(location: &str) -> Result<Url, IoError> {
     let url = to_url(location, true)?;
     if url.scheme() == "file"
         && let Ok(path) = url.to_file_path()
     {
-        std::fs::create_dir_all(&path).map_err(|e| StreamError::InvalidLocation {
+        std::fs::create_dir_all(&path).map_err(|e| IoError::InvalidLocation {
             location: redact(location),
             reason: format!("cannot create the table directory: {e}"),
         })?;

@@ -8,7 +8,7 @@
 //! the filter is true).
 //!
 //! ```
-//! use voxlake_stream::filter::{Filter, Stats, Value};
+//! use voxlake_table::filter::{Filter, Stats, Value};
 //!
 //! let f = Filter::parse("label = 1 AND region IN ('a', 'b') AND depth >= 100")?;
 //! let row = |c: &str| match c {
@@ -22,6 +22,8 @@
 //! assert!(!f.may_match(&shallow));
 //! # Ok::<(), String>(())
 //! ```
+
+pub(crate) mod stats;
 
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
@@ -489,6 +491,21 @@ fn convert(expr: &Expr, negate: bool) -> Result<Filter, String> {
             "'{other}' is not supported (comparisons, IN, BETWEEN, IS NULL, AND, OR, NOT)"
         )),
     }
+}
+
+/// What a filter left out, counted when the snapshot was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FilterStats {
+    /// Files skipped by partition values or Delta statistics, unread.
+    pub files_skipped: u64,
+    /// Row groups skipped by their footer statistics, unread.
+    pub row_groups_skipped: u64,
+    /// Rows whose filter columns were read and decided one by one.
+    pub rows_decided: u64,
+    /// Rows the filter keeps.
+    pub rows_selected: u64,
+    /// Rows of the table before the filter, where known.
+    pub rows_before: u64,
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@
 //! the next unit to read come out, so only the row groups still in the buffer are read again.
 //!
 //! ```
-//! use voxlake_stream::order::Uneven;
-//! use voxlake_stream::replay::{OrderSettings, Segment, remaining, replay};
+//! use voxlake_plan::order::Uneven;
+//! use voxlake_plan::replay::{OrderSettings, Segment, remaining, replay};
 //!
 //! let settings = OrderSettings { batch_size: 4, uneven: Uneven::Pad, ..OrderSettings::shuffled(7, 8) };
 //! let rows_per_file = [12, 12, 12];

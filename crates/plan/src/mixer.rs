@@ -24,7 +24,7 @@
 //! resumed loader rebuild its buffer without reading the epoch again.
 //!
 //! ```
-//! use voxlake_stream::mixer::Mixer;
+//! use voxlake_plan::mixer::Mixer;
 //!
 //! let mut mixer = Mixer::new(Some((7, 0)), 4, 8, false);
 //! let mut next_group = 0;

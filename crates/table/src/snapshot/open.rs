@@ -17,8 +17,9 @@ use super::logcheck;
 use super::mapping::ColumnMapping;
 use super::travel::{self, AsOf};
 use super::{DataFile, Snapshot, pages};
-use crate::error::{StreamError, redact};
-use crate::location;
+use crate::error::TableError;
+use voxlake_io::location;
+use voxlake_io::redact;
 
 /// The first read of a BINARY tensor column's first value at open (see `first_value`): one
 /// `np.save` cube of the reference case is 360 KB.
@@ -31,7 +32,7 @@ impl Snapshot {
         location: &str,
         options: &HashMap<String, String>,
         as_of: impl Into<AsOf>,
-    ) -> Result<Snapshot, StreamError> {
+    ) -> Result<Snapshot, TableError> {
         Snapshot::open_with_store(location, options, as_of, None).await
     }
 
@@ -43,7 +44,7 @@ impl Snapshot {
         options: &HashMap<String, String>,
         as_of: impl Into<AsOf>,
         root_store: Option<Arc<dyn ObjectStore>>,
-    ) -> Result<Snapshot, StreamError> {
+    ) -> Result<Snapshot, TableError> {
         Snapshot::open_with(
             location,
             options,
@@ -71,12 +72,12 @@ impl Snapshot {
         as_of: impl Into<AsOf>,
         root_store: Option<Arc<dyn ObjectStore>>,
         hints: &ColumnHints,
-    ) -> Result<Snapshot, StreamError> {
+    ) -> Result<Snapshot, TableError> {
         let as_of = as_of.into();
-        location::register_handlers();
+        crate::stores::register_handlers();
         let url = location::to_url(location, true)?;
         let display = redact(url.as_str());
-        let err = |source| StreamError::Table {
+        let err = |source| TableError::Delta {
             location: display.clone(),
             source: Box::new(source),
         };
@@ -90,18 +91,19 @@ impl Snapshot {
         // Local tables read row groups into recycled buffers (see `local`).
         #[cfg(unix)]
         let root_store = root_store.or_else(|| {
-            (url.scheme() == "file")
-                .then(|| Arc::new(crate::local::MappedLocalStore::new()) as Arc<dyn ObjectStore>)
+            (url.scheme() == "file").then(|| {
+                Arc::new(voxlake_io::local::MappedLocalStore::new()) as Arc<dyn ObjectStore>
+            })
         });
         // The reachability probe runs beside the open, not before it: it costs no round trip,
         // and when nothing answers its error comes first and ends the open.
         let probe = async {
             match root_store {
-                None => location::ensure_reachable(location, &options).await,
-                Some(_) => Ok(()),
+                None => Ok(crate::stores::ensure_reachable(location, &options).await?),
+                Some(_) => Ok::<(), TableError>(()),
             }
         };
-        let version_error = |reason: String| StreamError::Version {
+        let version_error = |reason: String| TableError::Version {
             location: display.clone(),
             reason,
         };
@@ -156,7 +158,7 @@ impl Snapshot {
                     && let Some(reason) =
                         logcheck::unreadable_log_file(&table.object_store(), version).await
                 {
-                    return Err(StreamError::Log {
+                    return Err(TableError::Log {
                         location: display.clone(),
                         reason,
                     });
@@ -173,7 +175,7 @@ impl Snapshot {
     }
 
     /// The snapshot of an already loaded table; `location` is used in messages.
-    pub async fn from_table(table: &DeltaTable, location: String) -> Result<Snapshot, StreamError> {
+    pub async fn from_table(table: &DeltaTable, location: String) -> Result<Snapshot, TableError> {
         Snapshot::from_table_with(table, location, &ColumnHints::default()).await
     }
 
@@ -182,14 +184,14 @@ impl Snapshot {
         table: &DeltaTable,
         location: String,
         hints: &ColumnHints,
-    ) -> Result<Snapshot, StreamError> {
-        let err = |source| StreamError::Table {
+    ) -> Result<Snapshot, TableError> {
+        let err = |source| TableError::Delta {
             location: location.clone(),
             source: Box::new(source),
         };
         let state = table.snapshot().map_err(err)?;
         let config = state.metadata().configuration().clone();
-        let incompatible = |reason: String| StreamError::Incompatible {
+        let incompatible = |reason: String| TableError::Incompatible {
             location: location.clone(),
             reason,
         };
@@ -266,13 +268,13 @@ impl Snapshot {
         store: Arc<dyn ObjectStore>,
         location: String,
         hints: &ColumnHints,
-    ) -> Result<Snapshot, StreamError> {
+    ) -> Result<Snapshot, TableError> {
         let objects: Vec<object_store::ObjectMeta> =
             store
                 .list(None)
                 .try_collect()
                 .await
-                .map_err(|e| StreamError::Table {
+                .map_err(|e| TableError::Delta {
                     location: location.clone(),
                     source: Box::new(DeltaTableError::ObjectStore { source: e }),
                 })?;
@@ -294,7 +296,7 @@ impl Snapshot {
                     (None, Some(version)) => format!("version={version}"),
                     (None, None) => format!("modified={}", o.last_modified.timestamp_millis()),
                 },
-                partitions: crate::select::hive_partitions(o.location.as_ref()),
+                partitions: hive_partitions(o.location.as_ref()),
                 path: o.location.to_string(),
                 object_path: o.location,
                 size: o.size,
@@ -314,7 +316,7 @@ impl Snapshot {
                     "neither a Delta table (no _delta_log) nor a folder of .parquet files ({n} other objects)"
                 ),
             };
-            return Err(StreamError::Incompatible { location, reason });
+            return Err(TableError::Incompatible { location, reason });
         }
         Snapshot::new(location, 0, files, store)
             .resolve_columns(&HashMap::new(), hints)
@@ -334,7 +336,7 @@ impl Snapshot {
         // Every read of a remote table's data files goes through one store (see `remote`).
         #[cfg(unix)]
         let remote = (!location.starts_with("file:")).then(|| {
-            Arc::new(crate::remote::RemoteStore::new(
+            Arc::new(voxlake_io::remote::RemoteStore::new(
                 store.clone(),
                 &location,
                 files
@@ -374,8 +376,8 @@ impl Snapshot {
         mut self,
         config: &HashMap<String, String>,
         hints: &ColumnHints,
-    ) -> Result<Snapshot, StreamError> {
-        let incompatible = |e: voxlake_format::FormatError| StreamError::Incompatible {
+    ) -> Result<Snapshot, TableError> {
+        let incompatible = |e: voxlake_format::FormatError| TableError::Incompatible {
             location: self.location.clone(),
             reason: e.to_string(),
         };
@@ -388,7 +390,7 @@ impl Snapshot {
             return Ok(self);
         }
         if self.files.is_empty() {
-            return Err(StreamError::Incompatible {
+            return Err(TableError::Incompatible {
                 location: self.location.clone(),
                 reason: format!(
                     "version {} has no data files to learn the tensor column from",
@@ -475,7 +477,7 @@ impl Snapshot {
     /// pages of its chunk in row group 0: a prefix of [`FIRST_VALUE_BYTES`], doubled until the
     /// first value's pages are in it, not the whole chunk (a Petastorm row group's tensor chunk
     /// is up to 256 MB).
-    async fn first_value(&self, column: &str) -> Result<Option<Vec<u8>>, StreamError> {
+    async fn first_value(&self, column: &str) -> Result<Option<Vec<u8>>, TableError> {
         let meta = self.reader_metadata(0).await?;
         let parquet = meta.metadata();
         if parquet.num_row_groups() == 0 {
@@ -509,5 +511,40 @@ impl Snapshot {
                 Err(e) => return Err(self.file_error(0, e)),
             }
         }
+    }
+}
+
+/// `key=value` folders of a listed file's path, as hive writes partitions.
+fn hive_partitions(path: &str) -> Vec<(String, Option<String>)> {
+    let mut parts: Vec<&str> = path.split('/').collect();
+    parts.pop();
+    parts
+        .into_iter()
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| {
+            let v = (v != "__HIVE_DEFAULT_PARTITION__").then(|| v.to_string());
+            (k.to_string(), v)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hive_folders_are_partitions() {
+        assert_eq!(
+            hive_partitions("region=a/year=2024/part-0.parquet"),
+            vec![
+                ("region".to_string(), Some("a".to_string())),
+                ("year".to_string(), Some("2024".to_string()))
+            ]
+        );
+        assert_eq!(
+            hive_partitions("k=__HIVE_DEFAULT_PARTITION__/x=1.parquet"),
+            vec![("k".to_string(), None)]
+        );
+        assert!(hive_partitions("part-0.parquet").is_empty());
     }
 }

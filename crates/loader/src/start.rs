@@ -1,0 +1,298 @@
+//! `LoaderBuilder::build`: the settings checked, the table opened, the stream, the assembler
+//! and the producer's thread started, and the [`Loader`] that the training loop iterates.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use voxlake_stream::replay::OrderSettings;
+use voxlake_stream::{
+    AsOf, Shard, Snapshot, StreamError, TableOptions, TableStream, default_columns,
+};
+
+use crate::assemble::Assembler;
+use crate::builder::{INTERLEAVE, LoaderBuilder, RECYCLED_SPARES, batches_outside};
+use crate::counters::Counters;
+use crate::producer::Producer;
+use crate::state::{LoaderState, Position, STATE_FORMAT};
+use crate::{Epochs, Loader, LoaderError, budget, stall};
+
+impl LoaderBuilder {
+    /// Opens the table (its log only) and starts the background work.
+    pub fn build(mut self) -> Result<Loader, LoaderError> {
+        if self.rank_from_env {
+            let launch = crate::launch::from_env()
+                .map_err(|e| LoaderError::Config(format!("the rank from the environment: {e}")))?;
+            (self.rank, self.world_size) = match launch {
+                Some(l) => {
+                    tracing::info!(rank = l.rank, world_size = l.world_size, source = %l.source, "rank from the launcher");
+                    (l.rank, l.world_size)
+                }
+                None => {
+                    tracing::info!(
+                        "no launcher's rank variables are set: one process, rank 0 of 1"
+                    );
+                    (0, 1)
+                }
+            };
+        }
+        if self.batch_size == 0 {
+            return Err(LoaderError::Config("batch size must be at least 1".into()));
+        }
+        if self.assembly_threads == 0 {
+            return Err(LoaderError::Config(
+                "assembly threads must be at least 1".into(),
+            ));
+        }
+        let shard = Shard::new(self.rank, self.world_size).ok_or_else(|| {
+            LoaderError::Config(format!(
+                "rank {} must be below the world size {} (ranks count from 0)",
+                self.rank, self.world_size
+            ))
+        })?;
+        let version = match (&self.state, self.options.as_of) {
+            (Some(s), AsOf::Version(v)) if s.version != v => {
+                return Err(LoaderError::State(format!(
+                    "the state is of version {}, the builder pins version {v}",
+                    s.version
+                )));
+            }
+            // A state pins the version it was read at, whatever time named it.
+            (Some(s), _) => AsOf::Version(s.version),
+            (None, as_of) => as_of,
+        };
+        let started = Instant::now();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(self.runtime_threads)
+            .thread_name("voxlake-io")
+            .enable_all()
+            .build()
+            .map_err(|e| LoaderError::Internal(format!("tokio runtime: {e}")))?;
+        let mut settings = OrderSettings {
+            seed: self.shuffle.map_or(0, |s| s.0),
+            shuffle: self.shuffle.is_some(),
+            buffer_rows: self.batch_size,
+            batch_size: self.batch_size,
+            drop_last: self.drop_last,
+            uneven: self.uneven,
+            interleave: INTERLEAVE,
+        };
+        let options = TableOptions {
+            as_of: version,
+            ..self.options.clone()
+        };
+        let snapshot = runtime
+            .block_on(Snapshot::open_with_options(&self.table, &options))
+            .map_err(StreamError::from)?;
+        // The table's samples, and what the loader hands out (a transform may change them).
+        let input_spec = snapshot.sample().clone();
+        let spec = match &self.transforms.output {
+            Some(output) => crate::transform::output_of(&input_spec, output),
+            None => input_spec.clone(),
+        };
+        let sample_bytes = spec.tensor_bytes().max(input_spec.tensor_bytes()).max(1) as u64;
+        let batch_bytes = self.batch_size as u64 * sample_bytes;
+        // The budget covers the batches outside the stream too: those queued for the caller,
+        // the one being assembled, the caller's, and the spares kept for recycling.
+        let outside = self.outside_bytes(self.batch_size, sample_bytes);
+        // (Too little left for the stream is refused below, with the smallest budget that works.)
+        let stream_budget = self.memory_budget.saturating_sub(outside).max(1024);
+        let stream = TableStream::builder(self.table.clone())
+            .with_shard(shard)
+            .with_uneven(self.uneven)
+            .with_shuffle(settings.shuffle)
+            .with_seed(settings.seed)
+            .with_interleave(INTERLEAVE)
+            .with_columns(
+                self.columns
+                    .clone()
+                    .unwrap_or_else(|| default_columns(&snapshot)),
+            )
+            .with_memory_budget(stream_budget)
+            .with_verify_checksums(self.verify);
+        let stream = match self.row_group_prefetch {
+            Some(n) => stream.with_prefetch(n),
+            None => stream,
+        };
+        #[cfg(feature = "fault-hooks")]
+        let stream = match self.fault_hook.clone() {
+            Some(hook) => stream.with_fault_hook(hook),
+            None => stream,
+        };
+        let stream = stream.build_on(Arc::new(snapshot));
+        // Buffered row groups keep their budget share: the buffer takes at most half of the
+        // stream's.
+        if let Some((_, rows)) = self.shuffle {
+            settings.buffer_rows =
+                budget::buffer_rows(stream_budget, sample_bytes, rows, self.batch_size);
+            if settings.buffer_rows < rows {
+                tracing::warn!(
+                    requested = rows,
+                    fits = settings.buffer_rows,
+                    "shuffle buffer reduced to fit the memory budget"
+                );
+            }
+        }
+        let files = stream.snapshot().file_set_hash();
+        // A state brings its own order settings: check them before the budget, which depends
+        // on them.
+        let start = match &self.state {
+            Some(state) => self.check_state(state, &mut settings, &files, sample_bytes)?,
+            None => Position {
+                epoch: self.start_epoch,
+                closed: Vec::new(),
+                world_size: self.world_size,
+                batches: 0,
+            },
+        };
+        if !stream.snapshot().files().is_empty() {
+            self.check_budget(&runtime, &stream, &settings, sample_bytes)?;
+        } else if outside + batch_bytes > self.memory_budget {
+            return Err(LoaderError::Config(format!(
+                "a memory budget of {} bytes cannot hold the {} batches of {} samples of {sample_bytes} bytes the loader keeps ({} queued ahead, the one being assembled, yours, {RECYCLED_SPARES} spares); the smallest budget that works is {} bytes",
+                self.memory_budget,
+                batches_outside(self.prefetch),
+                self.batch_size,
+                self.prefetch,
+                outside + batch_bytes
+            )));
+        }
+        let total: u64 = stream.rows_per_file().iter().sum();
+        if self.epochs == Epochs::Infinite && settings.batches(total, self.world_size) == 0 {
+            return Err(LoaderError::Config(format!(
+                "endless epochs of no batch: the table has {total} rows, {} per rank of {}, batches of {}{}",
+                voxlake_stream::order::rows_per_rank(total, self.world_size, self.uneven),
+                self.world_size,
+                self.batch_size,
+                if self.drop_last {
+                    " with drop_last"
+                } else {
+                    ""
+                }
+            )));
+        }
+        // Channels first applies to the first field (the volume; a mask has no channel axis).
+        let first = spec.first();
+        let channels = match (self.channels_first, first.shape().last()) {
+            (true, Some(&c)) if first.shape().len() >= 2 => Some(c),
+            (true, _) => {
+                return Err(LoaderError::Config(format!(
+                    "channels first needs at least two axes, the tensors are {:?}",
+                    first.shape()
+                )));
+            }
+            (false, _) => None,
+        };
+        // CUDA set up now (context, staging ring), not at the first batch.
+        #[cfg(feature = "tch")]
+        let feed = match self.device {
+            Some(device) => {
+                for (_, field) in spec.tensors() {
+                    crate::torch::kind_of(field.dtype())?;
+                }
+                crate::torch::check_device(device)?;
+                crate::torch::warm_up(device)?;
+                let fields: Vec<usize> = spec.tensors().map(|(_, s)| s.nbytes()).collect();
+                crate::feed::cuda(device, self.batch_size, &fields)?.map(Mutex::new)
+            }
+            None => None,
+        };
+        let end_epoch = match self.epochs {
+            Epochs::Count(n) => Some(self.start_epoch.saturating_add(n)),
+            Epochs::Infinite => None,
+        };
+        let counters = Arc::new(Counters::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let shutdown = Arc::new(tokio::sync::Notify::new());
+        let (tx, rx) = crossbeam_channel::bounded(self.prefetch);
+        let recycled = Arc::new(Mutex::new(Vec::new()));
+        let pool = match self.assembly_threads {
+            1 => None,
+            n => Some(Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("voxlake-assemble-{i}"))
+                    .build()
+                    .map_err(|e| LoaderError::Internal(format!("the assembly threads: {e}")))?,
+            )),
+        };
+        let assembler = Assembler {
+            snapshot: stream.snapshot().clone(),
+            spec: spec.clone(),
+            input_spec,
+            transforms: self.transforms.clone(),
+            seed: settings.seed,
+            channels,
+            counters: counters.clone(),
+            hooks: self.hooks.clone(),
+            #[cfg(feature = "tch")]
+            device: self.device,
+            #[cfg(feature = "tch")]
+            feed,
+            recycled: recycled.clone(),
+            pool,
+        };
+        let producer = Producer {
+            stream: stream.clone(),
+            assembler,
+            settings,
+            rank: self.rank,
+            world_size: self.world_size,
+            end_epoch,
+            start: start.clone(),
+            counters: counters.clone(),
+            stop: stop.clone(),
+            shutdown: shutdown.clone(),
+            tx,
+            received: Default::default(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("voxlake-loader".into())
+            .spawn(move || {
+                runtime.block_on(producer.run());
+                // Blocking decodes still running are not waited for.
+                runtime.shutdown_background();
+            })
+            .map_err(|e| LoaderError::Internal(format!("spawning the loader thread: {e}")))?;
+        let state_template = LoaderState {
+            format: STATE_FORMAT,
+            table: voxlake_stream::redact(&self.table),
+            version: stream.snapshot().version(),
+            files,
+            file_count: stream.snapshot().files().len(),
+            seed: settings.seed,
+            shuffle: settings.shuffle,
+            shuffle_buffer: self.shuffle.map_or(0, |s| s.1),
+            buffer_rows: settings.buffer_rows,
+            batch_size: settings.batch_size,
+            drop_last: settings.drop_last,
+            uneven: settings.uneven.as_str().to_string(),
+            interleave: settings.interleave,
+            world_size: self.world_size,
+            rank: self.rank,
+            epoch: start.epoch,
+            closed: Vec::new(),
+            batches: 0,
+            samples_in_epoch: 0,
+        };
+        Ok(Loader {
+            rx,
+            stop,
+            shutdown,
+            _thread: thread,
+            counters,
+            stream,
+            spec,
+            started,
+            settings,
+            world_size: self.world_size,
+            position: start,
+            state_template,
+            finished: false,
+            meter: stall::StallMeter::default(),
+            last_return: None,
+            recycled,
+            recycle_max: RECYCLED_SPARES,
+        })
+    }
+}

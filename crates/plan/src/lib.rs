@@ -1,0 +1,29 @@
+//! The pure order of an epoch: which files and row groups, in which order, dealt to which rank,
+//! mixed how, and where an epoch stands after some batches. No I/O and no dependency but `std`:
+//! the same inputs, seed and epoch give the same order on every run and every machine.
+//!
+//! - [`plan`]: the order of files and row groups in an epoch; the seeded generator.
+//! - [`order`]: the epoch's rows dealt to ranks (equal counts, pad or drop), as units of reading.
+//! - [`mixer`]: the shuffle buffer as a pure state machine.
+//! - [`replay`]: where an epoch stands after some batches, for exact and elastic resume.
+//!
+//! ```
+//! use voxlake_plan::{Planner, Shard};
+//!
+//! let shard = Shard::new(1, 4).unwrap();
+//! assert_eq!((shard.rank(), shard.world_size()), (1, 4));
+//! assert_eq!(Planner::new(3, false).file_order(3, 0), vec![0, 1, 2]);
+//! ```
+#![warn(missing_docs)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+pub mod mixer;
+pub mod order;
+pub mod plan;
+pub mod replay;
+
+pub use order::Uneven;
+pub use plan::{Planner, SeededRng, Shard};

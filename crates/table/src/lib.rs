@@ -1,0 +1,47 @@
+//! The Delta table at a version: its log read once (the latest version, a pinned one, or the
+//! one current at a time), its reader features and column mapping checked, its data files with
+//! their deletion vectors and statistics, a filter's selection, and reads of its row groups,
+//! files and columns through `voxlake-io`'s stores. It knows nothing of the pipeline that
+//! streams it.
+//!
+//! - [`Snapshot`]: the table at a version; `Snapshot::open` and its reads.
+//! - [`filter`]: the filter language and the statistics it skips by.
+//! - [`rows`]: which rows of a row group are read (deletion vectors, a selection), as pure
+//!   arithmetic.
+//! - [`stores`]: stores opened with deltalake's own factories, so sources and tables get the
+//!   same settings.
+//! - [`options`]: [`TableOptions`], how a table is opened, and the `with_*` setters every
+//!   builder that opens one shares.
+//! - [`hooks`]: fault injection at each stage of a read (feature `fault-hooks`, tests only).
+//!
+//! ```
+//! use voxlake_table::filter::Filter;
+//! use voxlake_table::rows::intersect;
+//!
+//! assert!(Filter::parse("label = 1 AND depth < 300").is_ok());
+//! let both = intersect(Some([0, 2, 5].into()), Some(&[2, 5, 7].into()));
+//! assert_eq!(both.as_deref(), Some(&[2, 5][..]));
+//! ```
+#![warn(missing_docs)]
+// Library code returns errors: a panic would end a training run. Tests may unwrap.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod error;
+pub mod filter;
+pub mod hooks;
+pub mod options;
+pub mod rows;
+mod select;
+mod snapshot;
+pub mod stores;
+
+pub use error::TableError;
+pub use filter::FilterStats;
+pub use options::TableOptions;
+pub use snapshot::{
+    AsOf, DataFile, MappingMode, Protocol, READ_CONCURRENCY, ReadTimings,
+    SUPPORTED_READER_FEATURES, Snapshot,
+};

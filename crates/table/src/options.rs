@@ -1,0 +1,256 @@
+//! [`TableOptions`]: how a table is opened (store settings, version, sample columns, filter,
+//! cache), held once by every builder that opens one, and [`table_options_setters`], the
+//! `with_*` setters each of those builders gets from it: a setting is declared and documented
+//! here, not again in each builder.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use object_store::ObjectStore;
+pub use voxlake_format::DType;
+pub use voxlake_format::sample::{ColumnHints, FieldHint};
+#[cfg(unix)]
+pub use voxlake_io::cache::CacheChoice;
+
+use crate::error::TableError;
+use crate::snapshot::{AsOf, Snapshot};
+
+/// How a table is opened: everything [`Snapshot::open_with_options`] needs besides the
+/// location.
+///
+/// ```
+/// use voxlake_table::{AsOf, TableOptions};
+///
+/// let options = TableOptions {
+///     as_of: AsOf::Version(3),
+///     filter: Some("label = 1".into()),
+///     ..TableOptions::default()
+/// };
+/// assert_eq!(options.as_of, AsOf::Version(3));
+/// ```
+#[derive(Clone, Default)]
+pub struct TableOptions {
+    /// Storage settings on top of the standard environment variables.
+    pub storage_options: HashMap<String, String>,
+    /// The version to open (default: the latest).
+    pub as_of: AsOf,
+    /// A store of the caller's, with `/` at the root of the store the location names.
+    pub root_store: Option<Arc<dyn ObjectStore>>,
+    /// How samples are read from the table's columns.
+    pub hints: ColumnHints,
+    /// The rows to read: an SQL boolean expression (see [`crate::filter`]).
+    pub filter: Option<String>,
+    /// The disk cache remote reads go through.
+    #[cfg(unix)]
+    pub cache: CacheChoice,
+}
+
+impl std::fmt::Debug for TableOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Storage options may hold secrets: their keys only.
+        let mut d = f.debug_struct("TableOptions");
+        d.field(
+            "storage_option_keys",
+            &self.storage_options.keys().collect::<Vec<_>>(),
+        )
+        .field("as_of", &self.as_of)
+        .field("custom_store", &self.root_store.is_some())
+        .field("sample_columns", &self.hints)
+        .field("filter", &self.filter);
+        #[cfg(unix)]
+        d.field("cache", &self.cache);
+        d.finish()
+    }
+}
+
+impl Snapshot {
+    /// Opens the table at `location` as `options` say: its log at the version, the cache its
+    /// remote reads go through, the row counts of files whose log has none (from their
+    /// footers), then the filter's selection.
+    pub async fn open_with_options(
+        location: &str,
+        options: &TableOptions,
+    ) -> Result<Snapshot, TableError> {
+        let snapshot = Snapshot::open_with(
+            location,
+            &options.storage_options,
+            options.as_of,
+            options.root_store.clone(),
+            &options.hints,
+        )
+        .await?;
+        #[cfg(unix)]
+        let snapshot = match options.cache.open()? {
+            Some(cache) => snapshot.with_cache(cache),
+            None => snapshot,
+        };
+        let snapshot = snapshot.with_row_counts().await?;
+        match &options.filter {
+            Some(filter) => snapshot.with_filter(filter).await,
+            None => Ok(snapshot),
+        }
+    }
+}
+
+/// The `with_*` setters of [`TableOptions`], for a builder with one in its field `$field`
+/// (`voxlake_stream::StreamBuilder`, `voxlake_loader::LoaderBuilder`): written once here,
+/// so every builder that opens a table takes the same settings with the same meaning.
+#[macro_export]
+macro_rules! table_options_setters {
+    ($field:ident) => {
+        /// Storage settings on top of the standard environment variables (`AZURE_*`,
+        /// `AWS_*`, `GOOGLE_*`, `OBJECT_STORE_*`).
+        pub fn with_storage_options(
+            mut self,
+            options: ::std::collections::HashMap<String, String>,
+        ) -> Self {
+            self.$field.storage_options = options;
+            self
+        }
+
+        /// Reads through this store (with `/` at the root of the store the table's location
+        /// names) instead of one built from the location and options: custom clients, object
+        /// store's `ThrottledStore` for latency experiments, …
+        pub fn with_object_store(
+            mut self,
+            store: ::std::sync::Arc<dyn $crate::options::ObjectStore>,
+        ) -> Self {
+            self.$field.root_store = Some(store);
+            self
+        }
+
+        /// Reads a remote table through a disk cache in `dir` holding at most `max_bytes`: the
+        /// first epoch fills it, later epochs (and every other process of the node using the
+        /// same folder: one per rank) read from local disk. Entries are checksummed, shared
+        /// without a daemon, evicted least recently used first; the memory budget does not
+        /// change (see `voxlake_io::cache`). Default: the cache `VOXLAKE_CACHE_DIR` names
+        /// (capped at `VOXLAKE_CACHE_MAX_MB`), if set. Local tables are never cached.
+        #[cfg(unix)]
+        pub fn with_cache(mut self, dir: impl Into<::std::path::PathBuf>, max_bytes: u64) -> Self {
+            self.$field.cache = $crate::options::CacheChoice::Folder(dir.into(), max_bytes);
+            self
+        }
+
+        /// Which disk cache to read through: one already open (shared by the loaders of a
+        /// process), none whatever the environment says, or as `with_cache`.
+        #[cfg(unix)]
+        pub fn with_cache_choice(mut self, cache: $crate::options::CacheChoice) -> Self {
+            self.$field.cache = cache;
+            self
+        }
+
+        /// Pins the table version (default: the latest at open, or a resumed state's). A
+        /// version the log does not have is an error saying which is the latest.
+        pub fn with_version(mut self, version: u64) -> Self {
+            self.$field.as_of = $crate::AsOf::Version(version);
+            self
+        }
+
+        /// Reads the table as it was at `at`: the latest version committed at or before it (by
+        /// the commits' in-commit timestamps where the table records them, else by their log
+        /// files' modification times). A time before the first commit is an error saying when
+        /// the table starts. `AsOf::parse_timestamp` reads RFC 3339 text.
+        pub fn with_timestamp(mut self, at: ::std::time::SystemTime) -> Self {
+            self.$field.as_of = $crate::AsOf::Timestamp(at);
+            self
+        }
+
+        /// The version to read, as `with_version` or `with_timestamp` say it.
+        pub fn with_as_of(mut self, as_of: $crate::AsOf) -> Self {
+            self.$field.as_of = as_of;
+            self
+        }
+
+        /// How samples are read from a table other tools wrote, all at once (the same settings
+        /// as the `with_tensor_*`, `with_field*`, `with_label_column` and `with_id_column`
+        /// methods; see `voxlake_format::sample`).
+        pub fn with_sample_columns(mut self, hints: $crate::options::ColumnHints) -> Self {
+            self.$field.hints = hints;
+            self
+        }
+
+        /// The column holding the tensors, for tables other tools wrote (default: `tensor`,
+        /// else the only BINARY, LIST or FIXED_SIZE_LIST column of numbers). The table may be
+        /// any Delta table or a folder of Parquet files; see `voxlake_format::sample` for the
+        /// encodings read (Spark `array<float>`, Arrow fixed-size lists and
+        /// `arrow.fixed_shape_tensor`, Petastorm's `np.save`/`np.savez_compressed` bytes, raw
+        /// bytes).
+        pub fn with_tensor_column(mut self, name: impl Into<String>) -> Self {
+            self.$field.hints = self.$field.hints.with_tensor_column(name);
+            self
+        }
+
+        /// The shape (C order) and element type of one sample: needed for LIST and raw BINARY
+        /// columns, checked against what the table records otherwise.
+        pub fn with_tensor_shape(
+            mut self,
+            shape: Vec<usize>,
+            dtype: $crate::options::DType,
+        ) -> Self {
+            self.$field.hints = self.$field.hints.with_tensor_shape(shape, dtype);
+            self
+        }
+
+        /// The shape (C order) of one sample, its element type taken from the column: for LIST
+        /// and FIXED_SIZE_LIST columns, whose schema says it (raw bytes need
+        /// `with_tensor_shape`).
+        pub fn with_tensor_dims(mut self, shape: Vec<usize>) -> Self {
+            self.$field.hints = self.$field.hints.with_shape(shape);
+            self
+        }
+
+        /// A field of the sample (repeatable, in order; the first a tensor): column `name` (its
+        /// logical name), found from the table: a tensor of any encoding read, a number or
+        /// bool column (a `[B]` tensor), a string column or partition value (text). When fields
+        /// are named, the sample is them (with the label and id).
+        pub fn with_field(mut self, name: impl Into<String>) -> Self {
+            self.$field.hints = self
+                .$field
+                .hints
+                .with_field($crate::options::FieldHint::new(name));
+            self
+        }
+
+        /// `with_field` for a column whose bytes need a shape or an element type (raw BINARY,
+        /// LIST): checked against what the table records otherwise.
+        pub fn with_field_spec(
+            mut self,
+            name: impl Into<String>,
+            shape: Vec<usize>,
+            dtype: $crate::options::DType,
+        ) -> Self {
+            self.$field.hints = self.$field.hints.with_field($crate::options::FieldHint {
+                shape: Some(shape),
+                dtype: Some(dtype),
+                ..$crate::options::FieldHint::new(name)
+            });
+            self
+        }
+
+        /// The label column: integers, bools or integral floats, handed out as `i64` (default:
+        /// `label` where the table has one, else no labels).
+        pub fn with_label_column(mut self, name: impl Into<String>) -> Self {
+            self.$field.hints = self.$field.hints.with_label_column(name);
+            self
+        }
+
+        /// The id column, strings or integers (default: `id` where the table has one, else each
+        /// row is named `<file>#<row in file>`).
+        pub fn with_id_column(mut self, name: impl Into<String>) -> Self {
+            self.$field.hints = self.$field.hints.with_id_column(name);
+            self
+        }
+
+        /// Reads only the rows `filter` keeps: one SQL boolean expression over the table's
+        /// columns (as the files name them) and partition values, e.g.
+        /// `label = 1 AND region IN ('a', 'b') AND depth >= 100`. It is applied when the table
+        /// is opened, where it is cheapest: files and row groups that cannot match are skipped
+        /// unread (partition values, Delta and Parquet statistics), the filter's columns of the
+        /// rest read and decided row by row; ranks then share the kept rows in equal batch
+        /// counts as without a filter, and a state resumes only under the same filter.
+        pub fn with_filter(mut self, filter: impl Into<String>) -> Self {
+            self.$field.filter = Some(filter.into());
+            self
+        }
+    };
+}
