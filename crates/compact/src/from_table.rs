@@ -19,8 +19,8 @@ use voxlake_stream::TableStream;
 use voxlake_table::Snapshot;
 
 use crate::Compactor;
-use crate::convert::{ConvertSummary, read_ids};
 use crate::error::CompactError;
+use crate::sink::{ConvertSummary, read_ids};
 use crate::source::Row;
 use crate::table::Table;
 
@@ -104,7 +104,7 @@ impl Compactor {
             parquet_files: 0,
             commits: 0,
             tensor: spec.to_string(),
-            timings: crate::convert::ConvertTimings {
+            timings: crate::sink::ConvertTimings {
                 list_s: start.elapsed().as_secs_f64(),
                 ..Default::default()
             },

@@ -50,15 +50,16 @@ pub mod infer;
 mod inspect;
 mod labels;
 mod optimize;
+mod sink;
 mod source;
 pub mod synth;
 mod table;
 
-pub use convert::{ConvertSummary, ConvertTimings, Skipped};
 pub use error::CompactError;
 pub use inspect::{FileInfo, TableInfo};
 pub use labels::Labels;
 pub use optimize::{OptimizeSummary, plan_bins};
+pub use sink::{ConvertSummary, ConvertTimings, Skipped};
 
 /// What to do with a source object that cannot be converted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
