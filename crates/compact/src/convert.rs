@@ -365,6 +365,9 @@ impl Compactor {
         Ok(layout)
     }
 
+    /// Reads samples from the front of the list until enough decode, and takes the shapes and
+    /// dtypes they settle on (per field; `--shape` and `--dtype` for one field) as the new
+    /// table's sample. An `.npz` source without `--fields` takes the first archive's arrays.
     async fn infer_sample(
         &self,
         src: &location::Location,

@@ -126,10 +126,7 @@ impl Compactor {
         Ok(())
     }
 
-    /// Reads samples from the front of the list until enough decode, and takes the shapes and
-    /// dtypes they settle on (per field; `--shape` and `--dtype` for one field) as the new
-    /// table's sample. An `.npz` source without `--fields` takes the first archive's arrays.
-
+    /// Tells the progress callback where the conversion stands, the open window counted.
     pub(crate) fn report_progress(&self, summary: &ConvertSummary, window: &Window, total: usize) {
         if let Some(progress) = &self.progress {
             progress(&Progress {
@@ -142,6 +139,7 @@ impl Compactor {
         }
     }
 
+    /// Tells the progress callback where the conversion stands between windows.
     pub(crate) fn report(&self, summary: &ConvertSummary, total: usize) {
         self.report_progress(summary, &Window::default(), total);
     }

@@ -6,24 +6,19 @@ use std::sync::Arc;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use futures::TryStreamExt;
 use object_store::ObjectStore;
-use parquet::arrow::async_reader::AsyncFileReader;
 use tokio::sync::OnceCell;
+use voxlake_format::TensorSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
-use voxlake_format::{SampleSpec, TensorSpec};
 
 use super::deletes::{self, Wanted};
 use super::features::Protocol;
 use super::logcheck;
 use super::mapping::ColumnMapping;
 use super::travel::{self, AsOf};
-use super::{DataFile, Snapshot, pages};
+use super::{DataFile, Snapshot};
 use crate::error::TableError;
 use voxlake_io::location;
 use voxlake_io::redact;
-
-/// The first read of a BINARY tensor column's first value at open (see `first_value`): one
-/// `np.save` cube of the reference case is 360 KB.
-const FIRST_VALUE_BYTES: u64 = 1 << 20;
 
 impl Snapshot {
     /// Opens the table at `location` (a local path or URL) as of `as_of`: a version
@@ -366,150 +361,6 @@ impl Snapshot {
             view_footers,
             has_deletes: files_have_deletes,
             undeleted,
-        }
-    }
-
-    /// Decides how samples are read. A voxlake table read as it is needs its configuration
-    /// only; any other table is resolved from the first file's footer (and, for a BINARY
-    /// tensor column, its first value: `np.save` bytes say their shape).
-    async fn resolve_columns(
-        mut self,
-        config: &HashMap<String, String>,
-        hints: &ColumnHints,
-    ) -> Result<Snapshot, TableError> {
-        let incompatible = |e: voxlake_format::FormatError| TableError::Incompatible {
-            location: self.location.clone(),
-            reason: e.to_string(),
-        };
-        let voxlake = config.contains_key(voxlake_format::FORMAT_VERSION_KEY);
-        if voxlake {
-            self.stored = Some(SampleSpec::from_table_configuration(config).map_err(incompatible)?);
-        }
-        if let (Some(stored), true) = (&self.stored, hints.is_empty()) {
-            self.columns = SampleColumns::stored(stored);
-            return Ok(self);
-        }
-        if self.files.is_empty() {
-            return Err(TableError::Incompatible {
-                location: self.location.clone(),
-                reason: format!(
-                    "version {} has no data files to learn the tensor column from",
-                    self.version
-                ),
-            });
-        }
-        let meta = self.reader_metadata(0).await?;
-        let file_schema = self.logical_schema(&meta);
-        // Partition columns join the schema the columns are resolved against.
-        let mut keys: Vec<&str> = self
-            .files
-            .iter()
-            .flat_map(|f| f.partitions.iter().map(|(k, _)| k.as_str()))
-            .filter(|k| file_schema.field_with_name(k).is_err())
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        let partition_types: HashMap<String, arrow_schema::DataType> = keys
-            .into_iter()
-            .map(|key| {
-                let integers = self.files.iter().all(|f| {
-                    f.partitions
-                        .iter()
-                        .filter(|(k, _)| k == key)
-                        .all(|(_, v)| v.as_deref().is_none_or(|v| v.parse::<i64>().is_ok()))
-                });
-                let t = if integers {
-                    arrow_schema::DataType::Int64
-                } else {
-                    arrow_schema::DataType::Utf8
-                };
-                (key.to_string(), t)
-            })
-            .collect();
-        let mut fields: Vec<arrow_schema::FieldRef> =
-            file_schema.fields().iter().cloned().collect();
-        let mut partition_names: Vec<&String> = partition_types.keys().collect();
-        partition_names.sort();
-        for name in partition_names {
-            fields.push(Arc::new(arrow_schema::Field::new(
-                name.as_str(),
-                partition_types[name].clone(),
-                true,
-            )));
-        }
-        let schema = arrow_schema::Schema::new(fields);
-        self.partition_types = partition_types;
-        // The first value of each BINARY field column of a table that is not voxlake's.
-        let binary: Vec<String> = SampleColumns::field_columns(&schema, hints)
-            .map_err(incompatible)?
-            .iter()
-            .filter(|c| {
-                !voxlake
-                    && matches!(
-                        c.field.data_type(),
-                        arrow_schema::DataType::Binary
-                            | arrow_schema::DataType::LargeBinary
-                            | arrow_schema::DataType::BinaryView
-                    )
-            })
-            .map(|c| c.field.name().clone())
-            .collect();
-        let mut first = HashMap::new();
-        for column in binary {
-            if let Some(value) = self.first_value(&column).await? {
-                first.insert(column, value);
-            }
-        }
-        let columns =
-            SampleColumns::resolve(&schema, config, hints, &first).map_err(incompatible)?;
-        tracing::debug!(
-            location = self.location.as_str(),
-            sample = %columns.sample,
-            encodings = ?columns.fields.iter().map(|f| f.encoding.describe()).collect::<Vec<_>>(),
-            native = columns.native,
-            "resolved the sample columns"
-        );
-        self.columns = columns;
-        Ok(self)
-    }
-
-    /// The first value of binary column `column` of file 0 (its first row), read from the first
-    /// pages of its chunk in row group 0: a prefix of [`FIRST_VALUE_BYTES`], doubled until the
-    /// first value's pages are in it, not the whole chunk (a Petastorm row group's tensor chunk
-    /// is up to 256 MB).
-    async fn first_value(&self, column: &str) -> Result<Option<Vec<u8>>, TableError> {
-        let meta = self.reader_metadata(0).await?;
-        let parquet = meta.metadata();
-        if parquet.num_row_groups() == 0 {
-            return Ok(None);
-        }
-        let schema = parquet.file_metadata().schema_descr();
-        // By position: under column mapping the file names the column otherwise.
-        let Ok(root) = self.logical_schema(&meta).index_of(column) else {
-            return Ok(None);
-        };
-        let Some(leaf) = (0..schema.num_columns()).find(|&i| {
-            schema.get_column_root_idx(i) == root && schema.column(i).path().parts().len() == 1
-        }) else {
-            return Ok(None);
-        };
-        let group = parquet.row_group(0);
-        let chunk = group.column(leaf);
-        let rows = group.num_rows().max(0) as usize;
-        let (start, len) = chunk.byte_range();
-        let mut want = FIRST_VALUE_BYTES.min(len);
-        loop {
-            let prefix = self
-                .reader(0)
-                .get_bytes(start..start + want)
-                .await
-                .map_err(|e| self.file_error(0, e))?;
-            match pages::first_binary_value(prefix, chunk, schema.column(leaf), rows) {
-                Ok(value) => return Ok(value),
-                // Most likely the prefix ends inside the first value's pages: read more.
-                Err(_) if want < len => want = want.saturating_mul(2).min(len),
-                Err(e) => return Err(self.file_error(0, e)),
-            }
         }
     }
 }

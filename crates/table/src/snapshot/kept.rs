@@ -1,0 +1,149 @@
+//! The rows a snapshot reads: not deleted by a file's deletion vector, and kept by the filter
+//! it was opened with (its selection, made once, where it is cheapest: see `crate::select`).
+
+use std::sync::Arc;
+
+use super::{DataFile, Snapshot};
+use crate::error::TableError;
+use crate::filter::FilterStats;
+use crate::rows::{GroupRows, kept_by_group};
+
+impl Snapshot {
+    /// The snapshot of only the rows `filter` (one SQL boolean expression over the files'
+    /// columns and partition values, e.g. `label = 1 AND region IN ('a', 'b')`) keeps: files
+    /// and row groups that cannot match are skipped unread (partition values, Delta and footer
+    /// statistics, which are bounds of every row, deleted or not), the filter's columns of the
+    /// rest read and decided row by row, deleted rows left out. Files without a selected row
+    /// leave the snapshot; each file's row count is then its selected rows, and row groups read
+    /// keep only those. Call it after [`with_row_counts`](Self::with_row_counts).
+    pub async fn with_filter(mut self, filter: &str) -> Result<Snapshot, TableError> {
+        let parsed =
+            crate::filter::Filter::parse(filter).map_err(|reason| TableError::Incompatible {
+                location: self.location.clone(),
+                reason,
+            })?;
+        let mut selection = self.select(&parsed, filter).await?;
+        let counts: Vec<u64> = (0..self.files.len())
+            .map(|i| match selection.rows.get(i) {
+                Some(groups) if !groups.is_empty() => self.selected_count(i, groups),
+                _ => 0,
+            })
+            .collect();
+        selection.stats.rows_selected = counts.iter().sum();
+        let keep: Vec<bool> = counts.iter().map(|&n| n > 0).collect();
+        let mut kept = keep.iter();
+        let files = std::mem::take(&mut self.files);
+        self.files = files
+            .into_iter()
+            .zip(&counts)
+            .filter(|_| kept.next() == Some(&true))
+            .map(|(f, &n)| DataFile { rows: Some(n), ..f })
+            .collect();
+        fn pick<T>(cells: Vec<T>, keep: &[bool]) -> Vec<T> {
+            cells
+                .into_iter()
+                .zip(keep)
+                .filter(|(_, k)| **k)
+                .map(|(c, _)| c)
+                .collect()
+        }
+        self.footers = pick(std::mem::take(&mut self.footers), &keep);
+        self.view_footers = pick(std::mem::take(&mut self.view_footers), &keep);
+        self.undeleted = pick(std::mem::take(&mut self.undeleted), &keep);
+        selection.rows = selection
+            .rows
+            .into_iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(r, _)| r)
+            .collect();
+        tracing::debug!(
+            location = self.location.as_str(),
+            filter,
+            stats = ?selection.stats,
+            "filter applied"
+        );
+        self.selection = Some(selection);
+        Ok(self)
+    }
+
+    /// Rows of file `index` the groups' selection keeps (its footer is cached by then).
+    fn selected_count(&self, index: usize, groups: &[Option<Arc<[u32]>>]) -> u64 {
+        let Some(meta) = self.footers[index].get() else {
+            return 0;
+        };
+        groups
+            .iter()
+            .zip(meta.metadata().row_groups())
+            .map(|(g, rg)| match g {
+                Some(selected) => selected.len() as u64,
+                None => rg.num_rows().max(0) as u64,
+            })
+            .sum()
+    }
+
+    /// The filter's text, if the snapshot was filtered.
+    pub fn filter(&self) -> Option<&str> {
+        self.selection.as_ref().map(|s| s.text.as_str())
+    }
+
+    /// What the filter skipped and kept (`None` without a filter).
+    pub fn filter_stats(&self) -> Option<&FilterStats> {
+        self.selection.as_ref().map(|s| &s.stats)
+    }
+
+    /// The rows of row group `row_group` of file `index` that are read (ascending rows of the
+    /// row group): those no deletion vector deletes and the filter, if any, selects; `None`
+    /// when every row is (the file's footer is read first where it has a deletion vector).
+    pub async fn kept_rows(
+        &self,
+        index: usize,
+        row_group: usize,
+    ) -> Result<Option<Arc<[u32]>>, TableError> {
+        if let Some(selection) = &self.selection {
+            return Ok(selection
+                .rows
+                .get(index)
+                .and_then(|groups| groups.get(row_group))
+                .cloned()
+                .flatten());
+        }
+        Ok(self
+            .undeleted(index)
+            .await?
+            .and_then(|groups| groups.get(row_group).cloned().flatten()))
+    }
+
+    /// Whether some row group reads only some of its rows (a deletion vector or a filter):
+    /// the rows' places in their files then differ from their places among the rows read.
+    pub fn selects_rows(&self) -> bool {
+        self.selection.is_some() || self.has_deletes
+    }
+
+    /// For a file with a deletion vector, the rows each of its row groups keeps (`None` where
+    /// one keeps them all); `None` without a vector.
+    pub(crate) async fn undeleted(&self, index: usize) -> Result<Option<&GroupRows>, TableError> {
+        let Some(deleted) = &self.file(index)?.deleted else {
+            return Ok(None);
+        };
+        let meta = self.reader_metadata(index).await?;
+        self.undeleted[index]
+            .get_or_try_init(|| async {
+                let sizes: Vec<u64> = meta
+                    .metadata()
+                    .row_groups()
+                    .iter()
+                    .map(|rg| rg.num_rows().max(0) as u64)
+                    .collect();
+                kept_by_group(&deleted.rows, &sizes).map_err(|reason| TableError::DeletionVector {
+                    location: self.location.clone(),
+                    file: self.files[index].path.clone(),
+                    vector: deleted.id.clone(),
+                    reason,
+                    transient: false,
+                })
+            })
+            .await
+            .map(Some)
+    }
+}
