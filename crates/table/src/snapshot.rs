@@ -29,6 +29,7 @@ mod features;
 mod files;
 mod kept;
 mod list_chunk;
+mod list_decode;
 mod logcheck;
 mod mapping;
 mod open;

@@ -1,0 +1,179 @@
+//! One unit's read, as every stream of the pipeline does it: its share of the memory budget
+//! reserved, a read slot taken (reads in flight sized to the store), the row group fetched and
+//! decoded with a panic in any stage an error naming the file, and only its kept rows handed on.
+
+use super::*;
+
+/// A row group's budget share, taken before it is read.
+pub(super) struct Reserved {
+    permit: OwnedSemaphorePermit,
+    projection: ProjectionMask,
+    /// Bytes it holds once decoded (what it keeps of the share).
+    held: u64,
+}
+
+impl Inner {
+    /// Runs `work` on file `file`; a panic in it is an error naming the stage and the file.
+    pub(super) async fn caught<T, E: Into<StreamError>>(
+        &self,
+        stage: Stage,
+        file: usize,
+        work: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, StreamError> {
+        AssertUnwindSafe(work)
+            .catch_unwind()
+            .await
+            .map(|r| r.map_err(Into::into))
+            .unwrap_or_else(|panic| {
+                Err(StreamError::from(TableError::Panicked {
+                    location: self.snapshot.location().to_string(),
+                    stage: stage.to_string(),
+                    object: self.snapshot.files()[file].path.clone(),
+                    message: panic_message(panic.as_ref()),
+                }))
+            })
+    }
+
+    /// One sample's tensor bytes: of the fields the stream reads.
+    pub(super) fn sample_bytes(&self) -> u64 {
+        self.snapshot
+            .sample()
+            .tensors()
+            .filter(|(name, _)| self.columns.iter().any(|c| c == name))
+            .map(|(_, spec)| spec.nbytes() as u64)
+            .sum()
+    }
+
+    /// Row counts of a file's row groups (the rows read of them: not deleted, selected by a
+    /// filter), from its footer, checked against the log.
+    pub(super) async fn row_group_rows(&self, file: usize) -> Result<Vec<u64>, StreamError> {
+        let snapshot = &self.snapshot;
+        let path = &snapshot.file(file)?.path;
+        self.hooks
+            .check(Stage::Footer, path)
+            .map_err(StreamError::Internal)?;
+        let meta = snapshot.reader_metadata(file).await?;
+        let mut rows = Vec::with_capacity(meta.metadata().num_row_groups());
+        for (g, rg) in meta.metadata().row_groups().iter().enumerate() {
+            rows.push(match snapshot.kept_rows(file, g).await? {
+                Some(kept) => kept.len() as u64,
+                None => rg.num_rows().max(0) as u64,
+            });
+        }
+        let total: u64 = rows.iter().sum();
+        if total != self.rows_per_file[file] {
+            return Err(StreamError::from(TableError::Corrupt {
+                location: snapshot.location().to_string(),
+                file: path.clone(),
+                reason: format!(
+                    "the footer counts {total} rows, the Delta log {}",
+                    self.rows_per_file[file]
+                ),
+            }));
+        }
+        Ok(rows)
+    }
+
+    /// Fetches and decodes a reserved unit, then gives back what the decoded group does not
+    /// hold of its budget share.
+    pub(super) async fn finish_read(
+        &self,
+        unit: Arc<Unit>,
+        position: u64,
+        reserved: Reserved,
+    ) -> Result<RowGroupBatch, StreamError> {
+        let Reserved {
+            mut permit,
+            projection,
+            held,
+        } = reserved;
+        let batch = self.read(&unit, projection).await?;
+        // The fetched pages and the decode's transients (a LIST's levels) are gone once
+        // decoded: keep the share of what the group holds, as `build()` counted it.
+        let mut keep = (held.div_ceil(1024) as usize).clamp(1, permit.num_permits().max(1));
+        let mut group = None;
+        if self.snapshot.selects_rows() {
+            // Units count the rows read (not deleted, selected by a filter): lineage needs
+            // the rows in the file, and only those rows were kept (copied out), with their
+            // share.
+            let selected = self.snapshot.kept_rows(unit.file, unit.row_group).await?;
+            let meta = self.snapshot.reader_metadata(unit.file).await?;
+            let groups = meta.metadata().row_groups();
+            if let Some(rows) = &selected {
+                // Copied out, the kept rows hold their share of the pages; as views, all.
+                let physical = groups[unit.row_group].num_rows().max(1) as usize;
+                if voxlake_table::rows::copies_kept_rows(rows.len(), physical) {
+                    keep = (keep * rows.len()).div_ceil(physical).max(1);
+                }
+            }
+            let first_row: u64 = groups[..unit.row_group]
+                .iter()
+                .map(|rg| rg.num_rows().max(0) as u64)
+                .sum();
+            group = Some((first_row, selected));
+        }
+        drop(permit.split(permit.num_permits() - keep));
+        let batch = RowGroupBatch::new(batch, unit, position, permit);
+        Ok(match group {
+            Some((first_row, selected)) => batch.with_file_rows(first_row, selected),
+            None => batch,
+        })
+    }
+
+    /// Takes this row group's share of the budget: its projected chunks as fetched plus as
+    /// decoded, capped at the whole budget so one large row group cannot wait forever. Returns
+    /// the permit, the projection (the read reuses it) and what the group holds once decoded.
+    pub(super) async fn reserve(&self, unit: &Unit) -> Result<Reserved, StreamError> {
+        let meta = self.snapshot.reader_metadata(unit.file).await?;
+        let projection = self.snapshot.projection(&meta, &self.columns)?;
+        let GroupBudget { peak, held, .. } = group_budget(
+            meta.metadata().row_group(unit.row_group),
+            &projection,
+            self.sample_bytes(),
+        );
+        let kib = peak.div_ceil(1024).max(1);
+        let kib = kib.min(self.budget_bytes / 1024).max(1) as u32;
+        let start = Instant::now();
+        let c = &self.counters;
+        c.waiting_kib.store(u64::from(kib), Ordering::SeqCst);
+        let permit = self.budget.clone().acquire_many_owned(kib).await;
+        // Counted before the wait is cleared: a check in between sees a unit on its way, not
+        // a stall (the loader's stall check).
+        if permit.is_ok() {
+            c.reserved_units.fetch_add(1, Ordering::SeqCst);
+        }
+        c.waiting_kib.store(0, Ordering::SeqCst);
+        let permit = permit.map_err(|e| StreamError::Internal(e.to_string()))?;
+        c.budget_wait_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(Reserved {
+            permit,
+            projection,
+            held,
+        })
+    }
+
+    /// Fetches and decodes a row group.
+    pub(super) async fn read(
+        &self,
+        unit: &Unit,
+        projection: ProjectionMask,
+    ) -> Result<RecordBatch, StreamError> {
+        self.hooks
+            .check(Stage::Fetch, &self.snapshot.files()[unit.file].path)
+            .map_err(StreamError::Internal)?;
+        let (batch, timings) = self
+            .snapshot
+            .read_row_group_hooked(unit.file, unit.row_group, projection, &self.hooks)
+            .await?;
+        let c = &self.counters;
+        c.fetch_ns
+            .fetch_add(timings.fetch.as_nanos() as u64, Ordering::Relaxed);
+        c.decode_ns
+            .fetch_add(timings.decode.as_nanos() as u64, Ordering::Relaxed);
+        c.bytes.fetch_add(timings.bytes, Ordering::Relaxed);
+        c.row_groups.fetch_add(1, Ordering::Relaxed);
+        c.rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        Ok(batch)
+    }
+}
