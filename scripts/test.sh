@@ -33,6 +33,8 @@ source scripts/azurite.sh
 source scripts/s3.sh
 
 cargo fmt --all -- --check
+# The walls between the crates and between files (docs/architecture.md).
+bash scripts/check_walls.sh
 cargo clippy --workspace --all-features --all-targets --quiet -- -D warnings
 # What scripts/demo.sh builds: the binaries without the `cloud` feature (local tables only).
 cargo clippy -p voxlake-compact --bin compact -p voxlake --bin voxlake --no-default-features --quiet -- -D warnings

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The walls between voxlake's crates and files (docs/architecture.md), checked so they cannot
+# erode silently: scripts/test.sh runs this before the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail() { echo "walls: $*" >&2; exit 1; }
+
+# voxlake-plan is std only: its normal dependency tree is itself.
+plan=$(cargo tree -p voxlake-plan -e normal --prefix none)
+[ "$(echo "$plan" | grep -cv '^voxlake-plan ')" -eq 0 ] || fail "voxlake-plan depends on more than std: $plan"
+
+# voxlake-io knows nothing of Delta, with or without the cloud stores.
+for features in "" "--no-default-features"; do
+  io=$(cargo tree -p voxlake-io -e normal --prefix none $features)
+  if echo "$io" | grep -qE '^(deltalake|deltalake-core|buoyant_kernel) '; then
+    fail "voxlake-io $features depends on Delta: $(echo "$io" | grep -E '^(deltalake|buoyant)' | sort -u)"
+  fi
+done
+# Without the cloud stores voxlake-io builds no TLS stack and no HTTP client.
+io=$(cargo tree -p voxlake-io -e normal --prefix none --no-default-features)
+if echo "$io" | grep -qE '^(rustls|aws-lc-sys|reqwest) '; then
+  fail "voxlake-io without cloud builds $(echo "$io" | grep -E '^(rustls|aws-lc-sys|reqwest) ' | sort -u | tr '\n' ' ')"
+fi
+
+# The arrows point down: format ← io ← table ← stream ← loader, plan ← stream.
+direct() { cargo tree -p "$1" -e normal --depth 1 --prefix none | tail -n +2 | awk '{print $1}'; }
+forbid() {
+  local crate=$1; shift
+  local deps; deps=$(direct "$crate")
+  for up in "$@"; do
+    if echo "$deps" | grep -qx "$up"; then fail "$crate depends on $up, a layer above it"; fi
+  done
+}
+forbid voxlake-format voxlake-io voxlake-table voxlake-stream voxlake-loader voxlake-compact
+forbid voxlake-io voxlake-table voxlake-stream voxlake-loader voxlake-compact voxlake-plan
+forbid voxlake-table voxlake-stream voxlake-loader voxlake-compact voxlake-plan
+forbid voxlake-stream voxlake-loader voxlake-compact
+forbid voxlake-loader voxlake-compact
+
+# No file of crates/*/src imports a file that imports it; no file grows far past ~500 lines.
+python3 scripts/check_layers.py
+python3 scripts/file_sizes.py --over 550 || fail "files over 550 lines of non-test code (split them)"
+echo "walls: plan is std only, io has no Delta, the crates' arrows point down"
