@@ -3,8 +3,7 @@
 use std::sync::Arc;
 
 use voxlake_format::SampleSpec;
-use voxlake_stream::TableOptions;
-use voxlake_stream::order::Uneven;
+use voxlake_stream::{ReadOptions, TableOptions};
 
 use crate::Epochs;
 use crate::batch::Batch;
@@ -22,13 +21,12 @@ pub struct LoaderBuilder {
     pub(crate) start_epoch: u64,
     pub(crate) shuffle: Option<(u64, usize)>,
     pub(crate) drop_last: bool,
-    pub(crate) uneven: Uneven,
+    /// What the stream reads of each row group (columns, checksums), the uneven policy, hooks.
+    pub(crate) read: ReadOptions,
     pub(crate) rank: usize,
     pub(crate) world_size: usize,
     /// Take the rank and world size from the launcher's variables at `build()`.
     pub(crate) rank_from_env: bool,
-    /// Columns to read (`None`: id, label and every field of the sample).
-    pub(crate) columns: Option<Vec<String>>,
     pub(crate) channels_first: bool,
     pub(crate) memory_budget: u64,
     pub(crate) prefetch: usize,
@@ -37,11 +35,7 @@ pub struct LoaderBuilder {
     pub(crate) runtime_threads: usize,
     pub(crate) assembly_threads: usize,
     pub(crate) state: Option<LoaderState>,
-    pub(crate) hooks: voxlake_stream::hooks::Hooks,
-    pub(crate) verify: bool,
     pub(crate) transforms: crate::transform::Transforms,
-    #[cfg(feature = "fault-hooks")]
-    pub(crate) fault_hook: Option<voxlake_stream::hooks::FaultHook>,
     #[cfg(feature = "tch")]
     pub(crate) device: Option<tch::Device>,
 }
@@ -88,7 +82,7 @@ impl std::fmt::Debug for LoaderBuilder {
             .field("batch_size", &self.batch_size)
             .field("epochs", &self.epochs)
             .field("shuffle", &self.shuffle)
-            .field("uneven", &self.uneven)
+            .field("read", &self.read)
             .field("rank", &self.rank)
             .field("world_size", &self.world_size)
             .field("rank_from_env", &self.rank_from_env)
@@ -108,11 +102,10 @@ impl LoaderBuilder {
             start_epoch: 0,
             shuffle: None,
             drop_last: false,
-            uneven: Uneven::Pad,
+            read: ReadOptions::default(),
             rank: 0,
             world_size: 1,
             rank_from_env: false,
-            columns: None,
             channels_first: false,
             memory_budget: 1 << 30,
             prefetch: 2,
@@ -120,17 +113,14 @@ impl LoaderBuilder {
             runtime_threads: 2,
             assembly_threads: default_assembly_threads(),
             state: None,
-            hooks: Default::default(),
-            verify: true,
             transforms: Default::default(),
-            #[cfg(feature = "fault-hooks")]
-            fault_hook: None,
             #[cfg(feature = "tch")]
             device: None,
         }
     }
 
     voxlake_table::table_options_setters!(options);
+    voxlake_stream::read_options_setters!(read);
 
     /// Hand out the tensors as libtorch tensors on `device` (feature `tch`): assembled in
     /// one copy from the Arrow buffers; for CUDA, into pinned memory and copied asynchronously,
@@ -179,13 +169,6 @@ impl LoaderBuilder {
         self
     }
 
-    /// What to do with rows that do not divide evenly over the ranks (default
-    /// [`Uneven::Pad`]: repeat a few; [`Uneven::Drop`]: leave a few out).
-    pub fn with_uneven(mut self, uneven: Uneven) -> Self {
-        self.uneven = uneven;
-        self
-    }
-
     /// Read only this process's share: rank `rank` of `world_size` (default 0 of 1). Every
     /// rank gets the same number of rows and batches in every epoch.
     pub fn with_rank(mut self, rank: usize, world_size: usize) -> Self {
@@ -213,14 +196,6 @@ impl LoaderBuilder {
     /// (batch size, shuffle, `drop_last`, uneven policy) must be the state's.
     pub fn with_state(mut self, state: LoaderState) -> Self {
         self.state = Some(state);
-        self
-    }
-
-    /// Columns to read (default `id`, `label` and every field of the sample). Without the
-    /// first field the batches' tensors are empty and other fields left out are not in the
-    /// batches; without `id` or `label` the ids are empty strings and the labels `None`.
-    pub fn with_columns(mut self, columns: Vec<String>) -> Self {
-        self.columns = Some(columns);
         self
     }
 
@@ -259,15 +234,6 @@ impl LoaderBuilder {
     /// within the memory budget.
     pub fn with_row_group_prefetch(mut self, row_groups: usize) -> Self {
         self.row_group_prefetch = Some(row_groups.max(1));
-        self
-    }
-
-    /// Verify each row's checksum (id, label and tensor, where the table has the `row_crc32`
-    /// column; default on): a corrupt row is an error naming file, row group, row and id.
-    /// Costs a CRC-32 of every row on the decode pool: a local epoch on 2 cores ran at 0.83
-    /// of the rate without it (docs/benchmarks.md).
-    pub fn with_verify_checksums(mut self, verify: bool) -> Self {
-        self.verify = verify;
         self
     }
 
@@ -323,15 +289,6 @@ impl LoaderBuilder {
     /// Threads of the I/O runtime (default 2); decoding runs on its blocking pool.
     pub fn with_runtime_threads(mut self, threads: usize) -> Self {
         self.runtime_threads = threads.max(1);
-        self
-    }
-
-    /// Calls `hook` at every stage (footer, fetch, decode, assemble) so tests can inject
-    /// errors and panics (feature `fault-hooks`).
-    #[cfg(feature = "fault-hooks")]
-    pub fn with_fault_hook(mut self, hook: voxlake_stream::hooks::FaultHook) -> Self {
-        self.hooks = voxlake_stream::hooks::Hooks::new(hook.clone());
-        self.fault_hook = Some(hook);
         self
     }
 }

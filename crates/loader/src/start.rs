@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use voxlake_stream::replay::OrderSettings;
 use voxlake_stream::{
-    AsOf, Shard, Snapshot, StreamError, TableOptions, TableStream, default_columns,
+    AsOf, ReadOptions, Shard, Snapshot, StreamError, TableOptions, TableStream, default_columns,
 };
 
 use crate::assemble::Assembler;
@@ -74,7 +74,7 @@ impl LoaderBuilder {
             buffer_rows: self.batch_size,
             batch_size: self.batch_size,
             drop_last: self.drop_last,
-            uneven: self.uneven,
+            uneven: self.read.uneven,
             interleave: INTERLEAVE,
         };
         let options = TableOptions {
@@ -99,24 +99,21 @@ impl LoaderBuilder {
         let stream_budget = self.memory_budget.saturating_sub(outside).max(1024);
         let stream = TableStream::builder(self.table.clone())
             .with_shard(shard)
-            .with_uneven(self.uneven)
+            .with_read_options(ReadOptions {
+                columns: Some(
+                    self.read
+                        .columns
+                        .clone()
+                        .unwrap_or_else(|| default_columns(&snapshot)),
+                ),
+                ..self.read.clone()
+            })
             .with_shuffle(settings.shuffle)
             .with_seed(settings.seed)
             .with_interleave(INTERLEAVE)
-            .with_columns(
-                self.columns
-                    .clone()
-                    .unwrap_or_else(|| default_columns(&snapshot)),
-            )
-            .with_memory_budget(stream_budget)
-            .with_verify_checksums(self.verify);
+            .with_memory_budget(stream_budget);
         let stream = match self.row_group_prefetch {
             Some(n) => stream.with_prefetch(n),
-            None => stream,
-        };
-        #[cfg(feature = "fault-hooks")]
-        let stream = match self.fault_hook.clone() {
-            Some(hook) => stream.with_fault_hook(hook),
             None => stream,
         };
         let stream = stream.build_on(Arc::new(snapshot));
@@ -161,7 +158,7 @@ impl LoaderBuilder {
         if self.epochs == Epochs::Infinite && settings.batches(total, self.world_size) == 0 {
             return Err(LoaderError::Config(format!(
                 "endless epochs of no batch: the table has {total} rows, {} per rank of {}, batches of {}{}",
-                voxlake_stream::order::rows_per_rank(total, self.world_size, self.uneven),
+                voxlake_stream::order::rows_per_rank(total, self.world_size, self.read.uneven),
                 self.world_size,
                 self.batch_size,
                 if self.drop_last {
@@ -224,7 +221,7 @@ impl LoaderBuilder {
             seed: settings.seed,
             channels,
             counters: counters.clone(),
-            hooks: self.hooks.clone(),
+            hooks: self.read.hooks.clone(),
             #[cfg(feature = "tch")]
             device: self.device,
             #[cfg(feature = "tch")]

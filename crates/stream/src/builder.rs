@@ -8,11 +8,10 @@ use voxlake_table::{Snapshot, TableOptions};
 
 use crate::depth::Depth;
 use crate::error::StreamError;
-use crate::hooks::Hooks;
 use crate::inflight::Slots;
-use crate::order::Uneven;
 use crate::pipeline::{Inner, TableStream};
 use crate::plan::{Planner, Shard};
+use crate::read_options::ReadOptions;
 use crate::stats::Counters;
 
 /// Row-group reads in flight at the start (the loader's shuffle buffer waits for about 4 row
@@ -31,46 +30,29 @@ pub struct StreamBuilder {
     /// How the table is opened.
     table: TableOptions,
     shard: Shard,
-    uneven: Uneven,
+    /// What is read of each row group, and the uneven policy.
+    read: ReadOptions,
     seed: u64,
     shuffle: bool,
     interleave: usize,
-    /// Columns to read (`None`: id, label and every field of the sample).
-    columns: Option<Vec<String>>,
     memory_budget: u64,
     /// Row-group reads in flight (`None`: sized to the store, see `depth`).
     prefetch: Option<usize>,
-    hooks: Hooks,
-    verify: bool,
 }
 
 impl StreamBuilder {
     voxlake_table::table_options_setters!(table);
+    crate::read_options_setters!(read);
+
+    /// All the read settings at once (see [`ReadOptions`]).
+    pub fn with_read_options(mut self, read: ReadOptions) -> Self {
+        self.read = read;
+        self
+    }
 
     /// The share of the table [`epoch`](TableStream::epoch) reads (default: all of it).
     pub fn with_shard(mut self, shard: Shard) -> Self {
         self.shard = shard;
-        self
-    }
-
-    /// Verify each row's checksum where the table has them and id, label and tensor are read
-    /// (default on; costs a CRC-32 of every tensor on the decode pool).
-    pub fn with_verify_checksums(mut self, verify: bool) -> Self {
-        self.verify = verify;
-        self
-    }
-
-    /// Pad or drop the rows that do not divide evenly over the ranks (default pad).
-    pub fn with_uneven(mut self, uneven: Uneven) -> Self {
-        self.uneven = uneven;
-        self
-    }
-
-    /// Calls `hook` at every stage (footer, fetch, decode) so tests can inject errors and
-    /// panics (feature `fault-hooks`).
-    #[cfg(feature = "fault-hooks")]
-    pub fn with_fault_hook(mut self, hook: crate::hooks::FaultHook) -> Self {
-        self.hooks = Hooks::new(hook);
         self
     }
 
@@ -89,13 +71,6 @@ impl StreamBuilder {
     /// Files whose row groups are read round-robin when shuffling (default 4).
     pub fn with_interleave(mut self, files: usize) -> Self {
         self.interleave = files;
-        self
-    }
-
-    /// Columns to read (default `id`, `label` and every field of the sample: `tensor` for a
-    /// one-tensor table): only their byte ranges are fetched.
-    pub fn with_columns(mut self, columns: Vec<String>) -> Self {
-        self.columns = Some(columns);
         self
     }
 
@@ -143,8 +118,10 @@ impl StreamBuilder {
             ),
         };
         let columns = with_checksum(
-            self.columns.unwrap_or_else(|| default_columns(&snapshot)),
-            self.verify,
+            self.read
+                .columns
+                .unwrap_or_else(|| default_columns(&snapshot)),
+            self.read.verify,
             &snapshot,
         );
         TableStream {
@@ -156,7 +133,7 @@ impl StreamBuilder {
                     1
                 }),
                 shard: self.shard,
-                uneven: self.uneven,
+                uneven: self.read.uneven,
                 rows_per_file: snapshot
                     .files()
                     .iter()
@@ -164,7 +141,7 @@ impl StreamBuilder {
                     .collect(),
                 snapshot,
                 columns,
-                hooks: self.hooks,
+                hooks: self.read.hooks,
                 budget: Arc::new(Semaphore::new(kib)),
                 budget_bytes: kib as u64 * 1024,
                 slots: Slots::new(depth),
@@ -182,10 +159,9 @@ impl std::fmt::Debug for StreamBuilder {
             .field("location", &crate::redact(&self.location))
             .field("table", &self.table)
             .field("shard", &self.shard)
-            .field("uneven", &self.uneven)
+            .field("read", &self.read)
             .field("seed", &self.seed)
             .field("shuffle", &self.shuffle)
-            .field("columns", &self.columns)
             .field("memory_budget", &self.memory_budget)
             .field("prefetch", &self.prefetch)
             .finish()
@@ -199,15 +175,12 @@ impl TableStream {
             location: location.into(),
             table: TableOptions::default(),
             shard: Shard::default(),
-            uneven: Uneven::Pad,
+            read: ReadOptions::default(),
             seed: 0,
             shuffle: false,
             interleave: 4,
-            columns: None,
             memory_budget: 512 << 20,
             prefetch: None,
-            hooks: Hooks::default(),
-            verify: true,
         }
     }
 }

@@ -22,6 +22,7 @@ mod builder;
 mod error;
 mod group;
 mod pipeline;
+mod read_options;
 mod stats;
 
 pub use voxlake_io::{
@@ -44,4 +45,5 @@ pub use object_store::ObjectStore;
 pub use order::Uneven;
 pub use pipeline::TableStream;
 pub use plan::Shard;
+pub use read_options::ReadOptions;
 pub use stats::{BudgetProgress, GroupBudget, StreamStats};
