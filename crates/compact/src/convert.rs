@@ -39,7 +39,7 @@ impl Compactor {
         let src = stores::open_store(source, true, &options)?;
         stores::ensure_reachable(source, &options).await?;
         let labels = match &self.labels {
-            Some(l) => Some(Arc::new(read_labels(l, &options).await?)),
+            Some(l) => Some(Arc::new(Labels::read(l, &options).await?)),
             None => None,
         };
 
@@ -478,29 +478,4 @@ impl Compactor {
         })?;
         Ok((sample, layout))
     }
-}
-
-async fn read_labels(
-    location: &str,
-    options: &std::collections::HashMap<String, String>,
-) -> Result<Labels, CompactError> {
-    let err = |reason: String| CompactError::Labels {
-        location: voxlake_io::redact(location),
-        reason,
-    };
-    let bytes = if location.contains("://") {
-        let loc = stores::open_store(location, false, options)?;
-        loc.store
-            .get(&loc.prefix)
-            .await
-            .map_err(|e| err(e.to_string()))?
-            .bytes()
-            .await
-            .map_err(|e| err(e.to_string()))?
-            .to_vec()
-    } else {
-        std::fs::read(location).map_err(|e| err(e.to_string()))?
-    };
-    let text = String::from_utf8(bytes).map_err(|_| err("not UTF-8 text".into()))?;
-    Labels::parse(&text, &voxlake_io::redact(location))
 }

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 
 use crate::error::CompactError;
+use object_store::ObjectStoreExt;
+use voxlake_table::stores;
 
 /// Labels by source key.
 #[derive(Debug, Clone, Default)]
@@ -98,6 +100,34 @@ impl Labels {
     /// Where the labels came from, for messages.
     pub fn location(&self) -> &str {
         &self.location
+    }
+}
+
+impl Labels {
+    /// The labels file at `location` (a local path or a URL), read whole and parsed.
+    pub(crate) async fn read(
+        location: &str,
+        options: &HashMap<String, String>,
+    ) -> Result<Labels, CompactError> {
+        let err = |reason: String| CompactError::Labels {
+            location: voxlake_io::redact(location),
+            reason,
+        };
+        let bytes = if location.contains("://") {
+            let loc = stores::open_store(location, false, options)?;
+            loc.store
+                .get(&loc.prefix)
+                .await
+                .map_err(|e| err(e.to_string()))?
+                .bytes()
+                .await
+                .map_err(|e| err(e.to_string()))?
+                .to_vec()
+        } else {
+            std::fs::read(location).map_err(|e| err(e.to_string()))?
+        };
+        let text = String::from_utf8(bytes).map_err(|_| err("not UTF-8 text".into()))?;
+        Labels::parse(&text, &voxlake_io::redact(location))
     }
 }
 

@@ -18,60 +18,10 @@ use crate::batch::{self, Batch, FieldBatch, RowOrigin, Tensors};
 use crate::counters::Counters;
 use crate::transform::{self, FieldValue, Sample, SampleFn};
 
+mod group;
 mod transforms;
 
-/// A field's column in a decoded row group.
-enum Column {
-    /// A tensor field: each row's little-endian bytes.
-    Tensors(BinaryViewArray),
-    /// A text field.
-    Text(StringArray),
-}
-
-/// A decoded row group and typed views of its columns.
-pub(crate) struct Group {
-    pub data: RowGroupBatch,
-    file: Arc<str>,
-    ids: Option<StringArray>,
-    labels: Option<Int64Array>,
-    /// Per field of the table's sample, its column (`None` where it is not read).
-    fields: Vec<Option<Column>>,
-}
-
-impl Group {
-    /// The index in `data` of the unit's `kept`-th kept row.
-    pub fn index_of(&self, kept: u64) -> Option<usize> {
-        self.data.index_of_row(self.data.unit.kept_row(kept)?)
-    }
-
-    fn id(&self, index: usize) -> String {
-        self.ids
-            .as_ref()
-            .map_or_else(String::new, |ids| ids.value(index).to_string())
-    }
-
-    fn label(&self, index: usize) -> Option<i64> {
-        self.labels
-            .as_ref()
-            .and_then(|l| (!l.is_null(index)).then(|| l.value(index)))
-    }
-
-    /// Field `field`'s bytes in row `index` (empty where not read or not a tensor).
-    fn bytes(&self, field: usize, index: usize) -> &[u8] {
-        match self.fields.get(field) {
-            Some(Some(Column::Tensors(t))) => t.value(index),
-            _ => &[],
-        }
-    }
-
-    /// Field `field`'s string in row `index` (empty where null or not read).
-    fn text(&self, field: usize, index: usize) -> String {
-        match self.fields.get(field) {
-            Some(Some(Column::Text(t))) if !t.is_null(index) => t.value(index).to_string(),
-            _ => String::new(),
-        }
-    }
-}
+pub(crate) use group::Group;
 
 /// One row drawn for a batch: its group and its index in the group's data.
 pub(crate) struct Row {
@@ -112,88 +62,6 @@ pub(crate) struct Assembler {
 }
 
 impl Assembler {
-    pub(crate) fn group(&self, data: RowGroupBatch) -> Result<Group, LoaderError> {
-        let column = |name: &str| data.batch.column_by_name(name).cloned();
-        let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
-        let labels =
-            column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
-        let snapshot = &self.snapshot;
-        let file: Arc<str> = snapshot.files()[data.file()].path.as_str().into();
-        let mut fields = Vec::with_capacity(self.input_spec.fields().len());
-        for field in self.input_spec.fields() {
-            let read = column(&field.name);
-            let bad = |i: usize, found: usize, expected: usize| LoaderError::BadRow {
-                location: snapshot.location().to_string(),
-                file: file.to_string(),
-                id: ids
-                    .as_ref()
-                    .map_or_else(|| format!("#{i}"), |ids| ids.value(i).to_string()),
-                field: field.name.as_str().into(),
-                found,
-                expected,
-                spec: field.kind.to_string().into(),
-            };
-            fields.push(match (&field.kind, read) {
-                (_, None) => None,
-                (FieldKind::Tensor(spec), Some(c)) => {
-                    let Some(tensors) = c.as_any().downcast_ref::<BinaryViewArray>().cloned()
-                    else {
-                        return Err(bad(0, 0, spec.nbytes()));
-                    };
-                    let expected = spec.nbytes();
-                    for i in 0..tensors.len() {
-                        let found = tensors.value(i).len();
-                        if found != expected || tensors.is_null(i) {
-                            return Err(bad(i, found, expected));
-                        }
-                    }
-                    Some(Column::Tensors(tensors))
-                }
-                (FieldKind::Text, Some(c)) => match c.as_any().downcast_ref::<StringArray>() {
-                    Some(text) => Some(Column::Text(text.clone())),
-                    None => return Err(bad(0, 0, 0)),
-                },
-                #[allow(unreachable_patterns)]
-                (_, Some(_)) => None,
-            });
-        }
-        Ok(Group {
-            file,
-            ids,
-            labels,
-            fields,
-            data,
-        })
-    }
-
-    /// Keeps only the rows `kept` (the unit's kept-row numbers the mixer still has to draw)
-    /// of a buffered group, copied out so the rest of its row group and budget are freed.
-    pub(crate) fn loosen(
-        &self,
-        group: Arc<Group>,
-        kept: &[u64],
-    ) -> Result<Arc<Group>, LoaderError> {
-        let indices = kept
-            .iter()
-            .map(|&k| group.index_of(k).map(|i| i as u64))
-            .collect::<Option<Vec<u64>>>()
-            .ok_or_else(|| {
-                LoaderError::Internal(format!(
-                    "a row to keep is not in the buffered group of {}",
-                    group.file
-                ))
-            })?;
-        let data = match Arc::try_unwrap(group) {
-            Ok(group) => group.data,
-            Err(shared) => shared.data.clone(),
-        };
-        let loose = self.group(data.take(&indices)?)?;
-        self.counters
-            .loosened_rows
-            .fetch_add(kept.len() as u64, Ordering::Relaxed);
-        Ok(Arc::new(loose))
-    }
-
     /// [`assemble`](Self::assemble), with a panic in it reported as an error.
     pub(crate) fn assemble_caught(
         &self,

@@ -26,8 +26,8 @@ mod read_options;
 mod stats;
 
 pub use voxlake_io::{
-    AbortOnDrop, IoError, ObjectFileReader, ahead, depth, inflight, location, panic_message,
-    redact, spawn_ahead, store_error_is_transient,
+    AbortOnDrop, IoError, ObjectFileReader, ahead, depth, inflight, panic_message, redact,
+    spawn_ahead, store_error_is_transient,
 };
 #[cfg(unix)]
 pub use voxlake_io::{cache, local};
@@ -37,6 +37,13 @@ pub use voxlake_table::{
     SUPPORTED_READER_FEATURES, Snapshot, TableError, TableOptions, filter, hooks, options, rows,
     stores,
 };
+
+/// Locations (`voxlake_io::location`) and the stores opened from them with deltalake's
+/// factories (`voxlake_table::stores`), under the one path they had before the split.
+pub mod location {
+    pub use voxlake_io::location::*;
+    pub use voxlake_table::stores::{ensure_reachable, open_store, register_handlers};
+}
 
 pub use builder::{StreamBuilder, default_columns};
 pub use error::StreamError;
