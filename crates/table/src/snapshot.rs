@@ -2,8 +2,9 @@
 //! is no log), how its samples are read (its tensor spec), the rows it reads (not deleted by a
 //! deletion vector, kept by a filter), and cached footers. Opening it is `open`'s job (with
 //! `travel` for the version, `features` for the protocol, `mapping` for column names,
-//! `deletes` for deletion vectors); reads of row groups, files and columns are `read`'s (and
-//! `list_chunk`'s, for LIST tensor columns).
+//! `deletes` for deletion vectors, `columns` for how samples are read); `kept` says which rows
+//! are read; reads of row groups and columns are `read`'s (and `list_chunk`'s, with
+//! `list_decode`, for LIST tensor columns), of whole files `files`'.
 
 use std::collections::HashMap;
 use std::sync::Arc;
