@@ -10,7 +10,7 @@ use crate::batch::Batch;
 use crate::state::LoaderState;
 use crate::transform::{Sample, TransformError, TransformRng};
 
-/// Configures a [`Loader`].
+/// Configures a [`Loader`](crate::Loader).
 #[derive(Clone)]
 pub struct LoaderBuilder {
     pub(crate) table: String,
@@ -189,7 +189,7 @@ impl LoaderBuilder {
         self
     }
 
-    /// Resume from a state taken with [`Loader::state`]: the batches that follow are those
+    /// Resume from a state taken with [`Loader::state`](crate::Loader::state): the batches that follow are those
     /// the uninterrupted run would have given. The table is read at the state's version. The
     /// rank and world size are this builder's: with another world size, the rows of the
     /// epoch no rank has delivered yet are dealt over the new ranks. The order settings
@@ -259,7 +259,7 @@ impl LoaderBuilder {
 
     /// [`with_transform`](Self::with_transform) for a transform that hands back samples of
     /// `output`'s fields, shapes and element types (a cast to f16, a crop): batches, the memory
-    /// budget and [`Loader::spec`] follow `output`. A `TensorSpec` declares the first field
+    /// budget and [`Loader::spec`](crate::Loader::spec) follow `output`. A `TensorSpec` declares the first field
     /// (the one tensor of a one-tensor table), the others unchanged; a `SampleSpec` every
     /// field.
     pub fn with_transform_to<F>(mut self, output: impl Into<SampleSpec>, f: F) -> Self

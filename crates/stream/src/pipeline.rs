@@ -207,7 +207,7 @@ impl TableStream {
     }
 
     /// [`row_group_rows`](Self::row_group_rows) of several files, read concurrently; a panic
-    /// while reading one is [`StreamError::Panicked`] naming its file.
+    /// while reading one is [`TableError::Panicked`](voxlake_table::TableError::Panicked) naming its file.
     pub async fn footers(
         &self,
         files: impl IntoIterator<Item = usize>,

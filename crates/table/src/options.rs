@@ -1,7 +1,8 @@
 //! [`TableOptions`]: how a table is opened (store settings, version, sample columns, filter,
-//! cache), held once by every builder that opens one, and [`table_options_setters`], the
-//! `with_*` setters each of those builders gets from it: a setting is declared and documented
-//! here, not again in each builder.
+//! cache), held once by every builder that opens one, and
+//! [`table_options_setters`](crate::table_options_setters), the `with_*` setters each of those
+//! builders gets from it: a setting is declared and documented here, not again in each
+//! builder.
 
 use std::collections::HashMap;
 use std::sync::Arc;
