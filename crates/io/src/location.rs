@@ -168,7 +168,7 @@ pub async fn answers(probe: &Location) -> Result<(), IoError> {
 /// Whether a store error means no HTTP answer came back at all (object_store's `HttpError`
 /// somewhere in the chain; an answer with a status carries none).
 #[cfg(feature = "cloud")]
-pub fn no_answer(e: &object_store::Error) -> bool {
+fn no_answer(e: &object_store::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
         if s.downcast_ref::<object_store::client::HttpError>()
@@ -183,7 +183,7 @@ pub fn no_answer(e: &object_store::Error) -> bool {
 
 /// Without the `cloud` feature no location gets this far (only local ones are accepted).
 #[cfg(not(feature = "cloud"))]
-pub fn no_answer(_: &object_store::Error) -> bool {
+fn no_answer(_: &object_store::Error) -> bool {
     false
 }
 
