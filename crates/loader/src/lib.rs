@@ -29,6 +29,20 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! The table as it was at a time (`with_timestamp`; `with_version` pins a version), one of
+//! the table settings every builder that opens a table shares (`voxlake_table::TableOptions`):
+//!
+//! ```no_run
+//! use std::time::{Duration, SystemTime};
+//! use voxlake_loader::Loader;
+//!
+//! // The table as it was a day ago.
+//! let day_ago = SystemTime::now() - Duration::from_secs(86_400);
+//! let loader = Loader::builder("az://cubes/table").with_timestamp(day_ago).build()?;
+//! println!("reading version {}", loader.version());
+//! # Ok::<(), voxlake_loader::LoaderError>(())
+//! ```
 #![warn(missing_docs)]
 // Library code returns errors: a panic would end a training run. Tests may unwrap.
 #![cfg_attr(

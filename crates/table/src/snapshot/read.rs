@@ -94,7 +94,8 @@ impl Snapshot {
     /// [`read_row_group_timed`](Self::read_row_group_timed) with a test's fault hooks: the row
     /// group's rows that are read ([`kept_rows`](Self::kept_rows): not deleted, selected by
     /// the filter), taken out of the decoded pages when it keeps only some (on the blocking
-    /// pool; copied when it keeps fewer than half, see [`copies_kept_rows`](crate::rows::copies_kept_rows)).
+    /// pool; copied when it keeps fewer than half, see
+    /// [`copies_kept_rows`](crate::rows::copies_kept_rows)).
     pub async fn read_row_group_hooked(
         &self,
         index: usize,
