@@ -2,6 +2,7 @@
 
 mod cli;
 mod compact;
+mod conformance;
 mod delta;
 mod distributed;
 mod fields;

@@ -227,6 +227,7 @@ fn transforms_cast_to_bfloat16_on_every_path() {
                 Ok(())
             })
     };
+    #[cfg_attr(not(feature = "tch"), allow(unused_mut))]
     let mut paths = vec![cast(Loader::builder(fixture("pyarrow_tensor")))];
     #[cfg(feature = "tch")]
     paths.push(

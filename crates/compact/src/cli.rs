@@ -48,6 +48,19 @@ pub struct SampleArgs {
     /// is these fields (with the label and id).
     #[arg(long = "field", value_parser = parse_field)]
     pub fields: Vec<voxlake_format::sample::FieldHint>,
+    /// What nulls of a field become (repeatable): `FIELD=error` (the default: an error naming
+    /// the column, file and row), `FIELD=fill:VALUE`, or `FIELD=mask` (zeros, and a bool field
+    /// `FIELD_valid`).
+    #[arg(long = "null", value_parser = parse_null)]
+    pub nulls: Vec<(String, voxlake_format::sample::NullPolicy)>,
+}
+
+/// Parses a `--null FIELD=error|mask|fill:VALUE`.
+pub fn parse_null(s: &str) -> Result<(String, voxlake_format::sample::NullPolicy), String> {
+    let (name, policy) = s
+        .split_once('=')
+        .ok_or_else(|| "expected FIELD=error, FIELD=mask or FIELD=fill:VALUE".to_string())?;
+    Ok((name.to_string(), policy.parse()?))
 }
 
 /// Parses a `--field NAME[=SHAPE[:DTYPE]]`.
@@ -112,6 +125,7 @@ impl SampleArgs {
             label: self.label_column,
             id: self.id_column,
             fields: self.fields,
+            nulls: self.nulls,
         }
     }
 }

@@ -228,6 +228,18 @@ macro_rules! table_options_setters {
             self
         }
 
+        /// What nulls of field `name` become: an error naming the column, file and row (the
+        /// default), a fill value, or zeros and a validity field `<name>_valid`
+        /// ([`NullPolicy`](voxlake_format::sample::NullPolicy)).
+        pub fn with_null(
+            mut self,
+            name: impl Into<String>,
+            policy: voxlake_format::sample::NullPolicy,
+        ) -> Self {
+            self.$field.hints = self.$field.hints.with_null(name, policy);
+            self
+        }
+
         /// The label column: integers, bools or integral floats, handed out as `i64` (default:
         /// `label` where the table has one, else no labels).
         pub fn with_label_column(mut self, name: impl Into<String>) -> Self {

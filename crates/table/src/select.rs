@@ -42,10 +42,7 @@ impl Snapshot {
             reason: format!("filter '{text}': {reason}"),
         };
         let files = self.files();
-        let schema: Arc<Schema> = match files.first() {
-            Some(_) => self.logical_schema(&self.reader_metadata(0).await?),
-            None => Arc::new(Schema::empty()),
-        };
+        let schema: Arc<Schema> = self.schema().clone();
         let partition_columns: Vec<&str> = files
             .iter()
             .flat_map(|f| f.partitions.iter().map(|(k, _)| k.as_str()))
@@ -61,7 +58,7 @@ impl Snapshot {
             } else {
                 let field = schema.field_with_name(column).map_err(|_| {
                     incompatible(format!(
-                        "no column '{column}' (the files have {:?}{})",
+                        "no column '{column}' (the table has {:?}{})",
                         schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>(),
                         if partition_columns.is_empty() {
                             String::new()
@@ -109,7 +106,9 @@ impl Snapshot {
                 return Some(None);
             };
             let kind = match self.partition_type(column) {
-                Some(DataType::Int64) => Value::Int(0),
+                Some(t) if t.is_integer() => Value::Int(0),
+                Some(t) if t.is_floating() => Value::Float(0.0),
+                Some(DataType::Boolean) => Value::Bool(false),
                 Some(_) => Value::Str(String::new()),
                 None => like(column).unwrap_or(Value::Str(String::new())),
             };

@@ -36,6 +36,7 @@ mod mapping;
 mod open;
 mod pages;
 mod read;
+mod schema;
 mod travel;
 
 pub use features::{Protocol, SUPPORTED_READER_FEATURES};
@@ -101,8 +102,14 @@ pub struct Snapshot {
     columns: SampleColumns,
     /// A voxlake table's stored fields (its configuration's).
     stored: Option<voxlake_format::SampleSpec>,
-    /// Partition columns the files do not hold (hive folders, Delta partitions): Int64 where
-    /// every value is an integer, else Utf8. Label and id may be read from them.
+    /// The table's columns at this version under their logical names: the Delta schema of the
+    /// version (a file's footer only refines how a column it holds is encoded), or for a folder
+    /// of Parquet files the first file's columns and its hive partitions.
+    schema: arrow_schema::SchemaRef,
+    /// The Delta schema of the version and its partition columns (`None` for a listing).
+    delta: Option<schema::DeltaSchema>,
+    /// Partition columns the files do not hold (hive folders, Delta partitions), typed as the
+    /// Delta schema says (a listing's: Int64 where every value is an integer, else Utf8).
     partition_types: HashMap<String, arrow_schema::DataType>,
     /// The filter's selection (deleted rows already left out).
     selection: Option<Selection>,
@@ -125,11 +132,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The type of partition column `name` where the files do not hold it (Int64 when every
-    /// value is an integer, else Utf8), once the sample columns were resolved.
+    /// The type of partition column `name` where the files do not hold it (the Delta schema's;
+    /// a listing's Int64 when every value is an integer, else Utf8), once the sample columns
+    /// were resolved.
     pub fn partition_type(&self, name: &str) -> Option<&arrow_schema::DataType> {
         self.partition_types.get(name)
     }
+    /// The table's columns at this version, under their logical names (see
+    /// [`Snapshot::open_with`]): a column a file lacks reads as null there, a column a file
+    /// holds in a narrower type reads widened.
+    pub fn schema(&self) -> &arrow_schema::SchemaRef {
+        &self.schema
+    }
+
     /// The table's protocol (`None` for a folder of Parquet files).
     pub fn protocol(&self) -> Option<&Protocol> {
         self.protocol.as_ref()

@@ -5,6 +5,7 @@
 //! in-commit timestamps).
 #![warn(missing_docs)]
 
+pub mod conformance;
 pub mod delta;
 pub mod fault;
 pub mod support;

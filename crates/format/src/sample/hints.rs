@@ -14,6 +14,8 @@ pub struct FieldHint {
     pub shape: Option<Vec<usize>>,
     /// The element type (needed for raw BINARY columns; checked against the others).
     pub dtype: Option<DType>,
+    /// What a null value of the column becomes (default: an error naming it).
+    pub null: NullPolicy,
 }
 
 impl FieldHint {
@@ -23,6 +25,48 @@ impl FieldHint {
             column: column.into(),
             shape: None,
             dtype: None,
+            null: NullPolicy::Error,
+        }
+    }
+}
+
+/// What a field's null value becomes. Nothing is silently zero: the default is an error that
+/// names the column, the file and the row.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NullPolicy {
+    /// A null is an error naming the column, file and row.
+    #[default]
+    Error,
+    /// A null becomes this value: every element of a tensor (a number, `true`/`false`), or
+    /// the text of a text field.
+    Fill(String),
+    /// A null becomes zeros (empty text), and the sample gets a field `<name>_valid`
+    /// (a bool scalar: 1 where the value was there, 0 where it was null).
+    Mask,
+}
+
+impl NullPolicy {
+    /// The name of the validity field a [`NullPolicy::Mask`] adds to field `field`.
+    pub fn mask_name(field: &str) -> String {
+        format!("{field}_valid")
+    }
+}
+
+impl std::str::FromStr for NullPolicy {
+    type Err = String;
+
+    /// `error`, `mask` or `fill:VALUE` (as `--null FIELD=…` takes it).
+    fn from_str(s: &str) -> Result<NullPolicy, String> {
+        match s {
+            "error" => Ok(NullPolicy::Error),
+            "mask" => Ok(NullPolicy::Mask),
+            _ => match s.strip_prefix("fill:") {
+                Some(value) => Ok(NullPolicy::Fill(value.to_string())),
+                None => Err(format!(
+                    "'{s}' is not a null policy: error, mask or fill:VALUE"
+                )),
+            },
         }
     }
 }
@@ -47,6 +91,9 @@ pub struct ColumnHints {
     pub id: Option<String>,
     /// The sample's fields, in order, the first a tensor (empty: the one tensor above).
     pub fields: Vec<FieldHint>,
+    /// What nulls of a field become, by field name (each must name a field of `fields`;
+    /// applied over the field's own [`FieldHint::null`]).
+    pub nulls: Vec<(String, NullPolicy)>,
 }
 
 impl ColumnHints {
@@ -85,6 +132,12 @@ impl ColumnHints {
     /// One more field of the sample: column `hint.column`.
     pub fn with_field(mut self, hint: FieldHint) -> Self {
         self.fields.push(hint);
+        self
+    }
+
+    /// What nulls of field `name` become (see [`NullPolicy`]; default an error).
+    pub fn with_null(mut self, name: impl Into<String>, policy: NullPolicy) -> Self {
+        self.nulls.push((name.into(), policy));
         self
     }
 

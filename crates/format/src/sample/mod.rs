@@ -79,6 +79,9 @@ pub enum TensorEncoding {
     Scalar,
     /// A string per row (a string column, or a partition value): a text field.
     Text,
+    /// Whether another field's column holds a value in each row (1) or a null (0): the bool
+    /// scalar a [`NullPolicy::Mask`] adds.
+    Validity,
 }
 
 impl TensorEncoding {
@@ -96,6 +99,7 @@ impl TensorEncoding {
             TensorEncoding::Npz => "np.savez_compressed bytes per row (inflated, one copy)",
             TensorEncoding::Scalar => "one number per row (read in place)",
             TensorEncoding::Text => "a string per row",
+            TensorEncoding::Validity => "1 where the column holds a value, 0 where it is null",
         }
     }
 }
@@ -111,6 +115,11 @@ pub struct FieldColumn {
     pub encoding: TensorEncoding,
     /// What it is: a tensor (its spec) or text.
     pub kind: FieldKind,
+    /// What its numbers mean where the column's type says more than its dtype: a date's or
+    /// timestamp's unit and zone, a decimal's precision and scale.
+    pub unit: Option<String>,
+    /// What a null of the column becomes.
+    pub null: NullPolicy,
 }
 
 /// How each sample is read: resolved by [`SampleColumns::resolve`].
@@ -242,6 +251,8 @@ pub struct NamedColumn<'a> {
     pub shape: Option<Vec<usize>>,
     /// The element type the user gave.
     pub dtype: Option<DType>,
+    /// What a null becomes, as the user said.
+    pub null: NullPolicy,
 }
 
 impl SampleColumns {
@@ -254,6 +265,15 @@ impl SampleColumns {
         hints: &ColumnHints,
     ) -> Result<Vec<NamedColumn<'a>>, FormatError> {
         let field_named = |name: &str| field_named(schema, name);
+        if let Some((name, _)) = hints
+            .nulls
+            .iter()
+            .find(|(name, _)| hints.fields.iter().all(|f| f.column != *name))
+        {
+            return Err(meta(format!(
+                "a null policy is given for '{name}', which is not a field of the sample (name it with with_field, --field)"
+            )));
+        }
         if !hints.fields.is_empty() {
             if hints.tensor.is_some() || hints.shape.is_some() || hints.dtype.is_some() {
                 return Err(meta(
@@ -269,6 +289,12 @@ impl SampleColumns {
                         field: field_named(&h.column)?,
                         shape: h.shape.clone(),
                         dtype: h.dtype,
+                        null: hints
+                            .nulls
+                            .iter()
+                            .rev()
+                            .find(|(name, _)| *name == h.column)
+                            .map_or_else(|| h.null.clone(), |(_, p)| p.clone()),
                     })
                 })
                 .collect();
@@ -307,6 +333,7 @@ impl SampleColumns {
             field,
             shape: hints.shape.clone(),
             dtype: hints.dtype,
+            null: NullPolicy::Error,
         }])
     }
 
@@ -337,12 +364,23 @@ impl SampleColumns {
             all_stored &= stored_spec.is_some() && column.name == *column.field.name();
             let value = first.get(column.field.name()).map(Vec::as_slice);
             let (encoding, kind) = resolve_field(&column, stored_spec, value, named)?;
+            let mask = (column.null == NullPolicy::Mask).then(|| FieldColumn {
+                name: NullPolicy::mask_name(&column.name),
+                column: column.field.name().clone(),
+                encoding: TensorEncoding::Validity,
+                kind: FieldKind::Tensor(TensorSpec::new(Vec::new(), DType::Bool)),
+                unit: None,
+                null: NullPolicy::Error,
+            });
             fields.push(FieldColumn {
+                unit: unit_of(column.field.data_type()),
                 name: column.name,
                 column: column.field.name().clone(),
                 encoding,
                 kind,
+                null: column.null,
             });
+            fields.extend(mask);
         }
         let sample = SampleSpec::new(
             fields
@@ -404,6 +442,8 @@ impl SampleColumns {
                     column: f.name.clone(),
                     encoding: TensorEncoding::Raw,
                     kind: f.kind.clone(),
+                    unit: None,
+                    null: NullPolicy::Error,
                 })
                 .collect(),
             sample: sample.clone(),
@@ -437,9 +477,14 @@ impl SampleColumns {
 
 mod hints;
 mod normalize;
+mod nulls;
 mod resolve;
+mod temporal;
 
-pub use hints::{ColumnHints, FieldHint};
+pub use temporal::MAX_EXACT_DECIMAL_PRECISION;
+use temporal::{temporal_dtype_of, unit_of};
+
+pub use hints::{ColumnHints, FieldHint, NullPolicy};
 use resolve::resolve_field;
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,7 @@ use arrow_buffer::Buffer;
 use arrow_data::{ByteView, MAX_INLINE_VIEW_LEN};
 use arrow_schema::{DataType, Field, Schema};
 
+use super::nulls::field_rows;
 use super::{FieldColumn, RowError, SampleColumns, TensorEncoding, inflate_npz};
 use crate::npy::NpyArray;
 use crate::{Casting, FieldKind, ID_COLUMN, LABEL_COLUMN, TensorSpec};
@@ -29,10 +30,65 @@ impl SampleColumns {
         batch: &RecordBatch,
         make_id: impl Fn(usize) -> String,
     ) -> Result<RecordBatch, RowError> {
+        self.normalize_rows(batch, None, make_id)
+    }
+
+    /// [`normalize`](Self::normalize) of the rows at `rows` of `batch` only (ascending; all
+    /// when `None`): a row left out (deleted, or not selected by a filter) is never converted
+    /// or checked. `make_id` and a [`RowError`] name rows by their place in `batch`. Tensors of
+    /// the rows kept still point into `batch`'s buffers.
+    pub fn normalize_rows(
+        &self,
+        batch: &RecordBatch,
+        rows: Option<&[u32]>,
+        make_id: impl Fn(usize) -> String,
+    ) -> Result<RecordBatch, RowError> {
+        let original = |row: usize| rows.map_or(row, |r| r.get(row).map_or(row, |&i| i as usize));
+        self.normalize_kept(batch, rows, &|row| make_id(original(row)))
+            .map_err(|e| RowError {
+                row: original(e.row),
+                reason: e.reason,
+            })
+    }
+
+    /// The rows at `rows` of `batch` in voxlake's layout; rows are named by their place among
+    /// those kept.
+    fn normalize_kept(
+        &self,
+        batch: &RecordBatch,
+        rows: Option<&[u32]>,
+        make_id: &dyn Fn(usize) -> String,
+    ) -> Result<RecordBatch, RowError> {
+        let indices = rows.map(|r| arrow_array::UInt32Array::from(r.to_vec()));
+        let kept = |array: &ArrayRef| -> Result<ArrayRef, RowError> {
+            match &indices {
+                None => Ok(array.clone()),
+                Some(indices) => {
+                    arrow_select::take::take(array, indices, None).map_err(|e| RowError {
+                        row: 0,
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        };
         if self.native {
-            return Ok(batch.clone());
+            let columns = batch
+                .columns()
+                .iter()
+                .map(kept)
+                .collect::<Result<Vec<_>, _>>()?;
+            return RecordBatch::try_new_with_options(
+                batch.schema(),
+                columns,
+                &arrow_array::RecordBatchOptions::new()
+                    .with_row_count(Some(rows.map_or(batch.num_rows(), <[u32]>::len))),
+            )
+            .map_err(|e| RowError {
+                row: 0,
+                reason: e.to_string(),
+            });
         }
-        let rows = batch.num_rows();
+        let rows_kept = rows.map_or(batch.num_rows(), <[u32]>::len);
         let mut fields = Vec::new();
         let mut columns: Vec<ArrayRef> = Vec::new();
         let mut push = |name: &str, array: ArrayRef| {
@@ -49,14 +105,14 @@ impl SampleColumns {
             .chain(self.fields.iter().map(|f| f.name.as_str()))
             .collect();
         match self.id.as_deref().and_then(|c| batch.column_by_name(c)) {
-            Some(ids) => push(ID_COLUMN, Arc::new(ids_of(ids)?)),
+            Some(ids) => push(ID_COLUMN, Arc::new(ids_of(&kept(ids)?)?)),
             None => push(
                 ID_COLUMN,
-                Arc::new(StringArray::from_iter_values((0..rows).map(&make_id))),
+                Arc::new(StringArray::from_iter_values((0..rows_kept).map(make_id))),
             ),
         }
         if let Some(labels) = self.label.as_deref().and_then(|c| batch.column_by_name(c)) {
-            let labels = labels_of(labels).map_err(|e| RowError {
+            let labels = labels_of(&kept(labels)?).map_err(|e| RowError {
                 row: e.row,
                 reason: format!(
                     "label column '{}': {}",
@@ -68,7 +124,7 @@ impl SampleColumns {
         }
         for field in &self.fields {
             if let Some(values) = batch.column_by_name(&field.column) {
-                let normalized = field_of(field, values).map_err(|e| RowError {
+                let normalized = field_rows(field, values, rows, &kept).map_err(|e| RowError {
                     row: e.row,
                     reason: format!("column '{}': {}", field.column, e.reason),
                 })?;
@@ -78,10 +134,15 @@ impl SampleColumns {
         for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
             let name = field.name().as_str();
             if !used.contains(&name) && !made.contains(&name) {
-                push(name, column.clone());
+                push(name, kept(column)?);
             }
         }
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| RowError {
+        RecordBatch::try_new_with_options(
+            Arc::new(Schema::new(fields)),
+            columns,
+            &arrow_array::RecordBatchOptions::new().with_row_count(Some(rows_kept)),
+        )
+        .map_err(|e| RowError {
             row: 0,
             reason: e.to_string(),
         })
@@ -90,9 +151,15 @@ impl SampleColumns {
 
 /// A field's column in voxlake's layout: a tensor field as BinaryView of each row's
 /// little-endian C-order bytes, a text field as Utf8.
-fn field_of(field: &FieldColumn, array: &ArrayRef) -> Result<ArrayRef, RowError> {
+/// `rows`: the rows of a LIST or FIXED_SIZE_LIST column made (all when `None`); a row is
+/// named by its place among them.
+pub(super) fn field_of(
+    field: &FieldColumn,
+    array: &ArrayRef,
+    rows: Option<&[u32]>,
+) -> Result<ArrayRef, RowError> {
     match &field.kind {
-        FieldKind::Tensor(spec) => Ok(Arc::new(tensors_of(spec, field.encoding, array)?)),
+        FieldKind::Tensor(spec) => Ok(Arc::new(tensors_of(spec, field.encoding, array, rows)?)),
         FieldKind::Text => texts_of(array),
     }
 }
@@ -114,19 +181,30 @@ fn texts_of(array: &ArrayRef) -> Result<ArrayRef, RowError> {
     }
 }
 
-/// A tensor column of `encoding` as BinaryView of each row's little-endian C-order bytes.
+/// A tensor column of `encoding` as BinaryView of each row's little-endian C-order bytes, of
+/// the rows at `rows` (all when `None`; LIST and FIXED_SIZE_LIST columns only, others come
+/// taken already).
 fn tensors_of(
     spec: &TensorSpec,
     encoding: TensorEncoding,
     array: &ArrayRef,
+    rows: Option<&[u32]>,
 ) -> Result<BinaryViewArray, RowError> {
     let numel = spec.numel();
     let size = spec.dtype().size();
     let err = |row: usize, reason: String| RowError { row, reason };
+    let picked: Vec<usize> = match rows {
+        Some(rows) => rows.iter().map(|&r| r as usize).collect(),
+        None => (0..array.len()).collect(),
+    };
     if let Some(nulls) = array.logical_nulls()
-        && let Some(row) = (0..array.len()).find(|&i| nulls.is_null(i))
+        && let Some(row) = picked.iter().position(|&i| nulls.is_null(i))
     {
-        return Err(err(row, "the tensor is null".into()));
+        return Err(err(
+            row,
+            "the value is null (a null policy reads it: --null FIELD=fill:VALUE or FIELD=mask)"
+                .into(),
+        ));
     }
     match encoding {
         TensorEncoding::Raw => {
@@ -152,14 +230,21 @@ fn tensors_of(
             })?;
             // The values of row i start at element (offset + i) * numel of the child.
             let values = lists.values();
-            let starts = (0..lists.len()).map(|i| (lists.value_offset(i) as usize, numel));
-            views_into(values, starts, size, numel)
+            let starts = picked
+                .iter()
+                .map(|&i| (lists.value_offset(i) as usize, numel))
+                .collect();
+            views_into(values, starts, size)
         }
         TensorEncoding::List => {
             let (values, bounds) = match array.data_type() {
                 DataType::List(_) => list_bounds(array.as_list::<i32>()),
                 DataType::LargeList(_) => list_bounds(array.as_list::<i64>()),
                 other => return Err(err(0, format!("expected a list, found {other}"))),
+            };
+            let bounds: Vec<(usize, usize)> = match rows {
+                Some(_) => picked.iter().map(|&i| bounds[i]).collect(),
+                None => bounds,
             };
             if let Some(row) = bounds.iter().position(|&(_, len)| len != numel) {
                 return Err(err(
@@ -170,13 +255,35 @@ fn tensors_of(
                     ),
                 ));
             }
-            views_into(values, bounds.into_iter(), size, numel)
+            views_into(values, bounds, size)
         }
         // One value a row: views into the decoded values.
-        TensorEncoding::Scalar => views_into(array, (0..array.len()).map(|i| (i, 1)), size, 1),
+        TensorEncoding::Scalar => {
+            let array = scalar_values(array).map_err(|e| err(0, e))?;
+            views_into(&array, (0..array.len()).map(|i| (i, 1)).collect(), size)
+        }
         TensorEncoding::Npy | TensorEncoding::Npz => npy_rows(spec, encoding, array),
-        TensorEncoding::Text => Err(err(0, "strings are not a tensor".into())),
+        TensorEncoding::Text | TensorEncoding::Validity => {
+            Err(err(0, "not a tensor column".into()))
+        }
     }
+}
+
+/// A scalar column's values as its field's dtype holds them: numbers and dates (days, i32) as
+/// they are, timestamps as microseconds (i64), decimals as the nearest f64.
+fn scalar_values(array: &ArrayRef) -> Result<ArrayRef, String> {
+    use arrow_schema::TimeUnit;
+    let to = match array.data_type() {
+        DataType::Timestamp(TimeUnit::Microsecond, _) => return Ok(array.clone()),
+        DataType::Timestamp(_, zone) => DataType::Timestamp(TimeUnit::Microsecond, zone.clone()),
+        DataType::Decimal128(_, _) => DataType::Float64,
+        _ => return Ok(array.clone()),
+    };
+    let options = arrow_cast::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    arrow_cast::cast_with_options(array, &to, &options).map_err(|e| e.to_string())
 }
 
 /// Rows of `np.save` / `np.savez_compressed` bytes: each header is checked against the spec;
@@ -266,16 +373,17 @@ fn binary_views(array: &ArrayRef) -> Result<BinaryViewArray, String> {
 /// and a byte each in a tensor, are unpacked first: one copy).
 fn views_into(
     values: &ArrayRef,
-    rows: impl Iterator<Item = (usize, usize)>,
+    rows: Vec<(usize, usize)>,
     size: usize,
-    numel: usize,
 ) -> Result<BinaryViewArray, RowError> {
     let err = |row: usize, reason: String| RowError { row, reason };
-    if values.null_count() > 0 {
-        let nulls = values.logical_nulls();
-        let row = nulls
-            .and_then(|n| (0..values.len()).find(|&i| n.is_null(i)))
-            .map_or(0, |i| i / numel.max(1));
+    // Only the rows made are checked: a row left out may hold anything.
+    if values.null_count() > 0
+        && let Some(nulls) = values.logical_nulls()
+        && let Some(row) = rows
+            .iter()
+            .position(|&(start, len)| (start..start + len).any(|i| nulls.is_null(i)))
+    {
         return Err(err(row, "a null value inside the tensor".into()));
     }
     let unpacked: ArrayRef;
@@ -312,10 +420,9 @@ fn views_into(
             ),
         ));
     }
-    let (lower, _) = rows.size_hint();
-    let mut out = BinaryViewBuilder::with_capacity(lower);
+    let mut out = BinaryViewBuilder::with_capacity(rows.len());
     let block = out.append_block(buffer);
-    for (row, (start, len)) in rows.enumerate() {
+    for (row, (start, len)) in rows.into_iter().enumerate() {
         out.try_append_view(block, (start * size) as u32, (len * size) as u32)
             .map_err(|e| err(row, e.to_string()))?;
     }

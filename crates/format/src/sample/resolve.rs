@@ -108,6 +108,15 @@ pub(super) fn resolve_field(
             let dtype = dtype_of(t).unwrap_or(DType::F32);
             (TensorEncoding::Scalar, TensorSpec::new(Vec::new(), dtype))
         }
+        t if named && temporal_dtype_of(t).is_some() => {
+            let dtype = temporal_dtype_of(t).unwrap_or(DType::I64);
+            (TensorEncoding::Scalar, TensorSpec::new(Vec::new(), dtype))
+        }
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) if named => {
+            return Err(meta(format!(
+                "column '{name}' is decimal({p},{s}): more than {MAX_EXACT_DECIMAL_PRECISION} digits do not fit an f64 exactly, so it is not read as a field (cast it in the table, or read a column of fewer digits)"
+            )));
+        }
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View if named => {
             if column.shape.is_some() || column.dtype.is_some() {
                 return Err(meta(format!(
@@ -118,7 +127,7 @@ pub(super) fn resolve_field(
         }
         other if named => {
             return Err(meta(format!(
-                "column '{name}' is {other}: fields are read from BINARY, LIST or FIXED_SIZE_LIST columns (tensors), number or bool columns (scalars) and string columns (text)"
+                "column '{name}' is {other}: fields are read from BINARY, LIST or FIXED_SIZE_LIST columns (tensors), number, bool, date, timestamp and decimal columns (scalars) and string columns (text)"
             )));
         }
         other => {

@@ -3,13 +3,12 @@
 //! BINARY tensor column, its first value (`np.save` bytes say their shape).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use parquet::arrow::async_reader::AsyncFileReader;
 use voxlake_format::SampleSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 
-use super::{Snapshot, pages};
+use super::{Snapshot, pages, schema};
 use crate::error::TableError;
 
 /// The first read of a BINARY tensor column's first value at open (see `first_value`): one
@@ -33,11 +32,15 @@ impl Snapshot {
         if voxlake {
             self.stored = Some(SampleSpec::from_table_configuration(config).map_err(incompatible)?);
         }
-        if let (Some(stored), true) = (&self.stored, hints.is_empty()) {
+        if let (Some(stored), true, Some(_)) = (&self.stored, hints.is_empty(), &self.delta) {
+            // The configuration says how samples are read: no footer needed.
+            let (schema, partitions) =
+                schema::table_schema(self.delta.as_ref(), None, &HashMap::new());
+            (self.schema, self.partition_types) = (schema, partitions);
             self.columns = SampleColumns::stored(stored);
             return Ok(self);
         }
-        if self.files.is_empty() {
+        if self.files.is_empty() && self.delta.is_none() {
             return Err(TableError::Incompatible {
                 location: self.location.clone(),
                 reason: format!(
@@ -46,53 +49,51 @@ impl Snapshot {
                 ),
             });
         }
-        let meta = self.reader_metadata(0).await?;
-        let file_schema = self.logical_schema(&meta);
-        // Partition columns join the schema the columns are resolved against.
+        let footer = match self.files.is_empty() {
+            true => None,
+            false => Some(self.logical_schema(&self.reader_metadata(0).await?)),
+        };
+        // A listing's hive partitions: Int64 where every value is an integer, else Utf8.
         let mut keys: Vec<&str> = self
             .files
             .iter()
             .flat_map(|f| f.partitions.iter().map(|(k, _)| k.as_str()))
-            .filter(|k| file_schema.field_with_name(k).is_err())
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        let partition_types: HashMap<String, arrow_schema::DataType> = keys
-            .into_iter()
-            .map(|key| {
-                let integers = self.files.iter().all(|f| {
-                    f.partitions
-                        .iter()
-                        .filter(|(k, _)| k == key)
-                        .all(|(_, v)| v.as_deref().is_none_or(|v| v.parse::<i64>().is_ok()))
-                });
-                let t = if integers {
-                    arrow_schema::DataType::Int64
-                } else {
-                    arrow_schema::DataType::Utf8
-                };
-                (key.to_string(), t)
-            })
-            .collect();
-        let mut fields: Vec<arrow_schema::FieldRef> =
-            file_schema.fields().iter().cloned().collect();
-        let mut partition_names: Vec<&String> = partition_types.keys().collect();
-        partition_names.sort();
-        for name in partition_names {
-            fields.push(Arc::new(arrow_schema::Field::new(
-                name.as_str(),
-                partition_types[name].clone(),
-                true,
-            )));
-        }
-        let schema = arrow_schema::Schema::new(fields);
-        self.partition_types = partition_types;
+        let listed: HashMap<String, arrow_schema::DataType> = match self.delta {
+            Some(_) => HashMap::new(),
+            None => keys
+                .into_iter()
+                .map(|key| {
+                    let integers = self.files.iter().all(|f| {
+                        f.partitions
+                            .iter()
+                            .filter(|(k, _)| k == key)
+                            .all(|(_, v)| v.as_deref().is_none_or(|v| v.parse::<i64>().is_ok()))
+                    });
+                    let t = if integers {
+                        arrow_schema::DataType::Int64
+                    } else {
+                        arrow_schema::DataType::Utf8
+                    };
+                    (key.to_string(), t)
+                })
+                .collect(),
+        };
+        let (table_schema, partitions) =
+            schema::table_schema(self.delta.as_ref(), footer.as_deref(), &listed);
+        (self.schema, self.partition_types) = (table_schema.clone(), partitions);
+        let schema = table_schema.as_ref();
         // The first value of each BINARY field column of a table that is not voxlake's.
-        let binary: Vec<String> = SampleColumns::field_columns(&schema, hints)
+        let binary: Vec<String> = SampleColumns::field_columns(schema, hints)
             .map_err(incompatible)?
             .iter()
             .filter(|c| {
                 !voxlake
+                    && footer
+                        .as_ref()
+                        .is_some_and(|f| f.field_with_name(c.field.name()).is_ok())
                     && matches!(
                         c.field.data_type(),
                         arrow_schema::DataType::Binary
@@ -108,8 +109,20 @@ impl Snapshot {
                 first.insert(column, value);
             }
         }
-        let columns =
-            SampleColumns::resolve(&schema, config, hints, &first).map_err(incompatible)?;
+        let columns = match SampleColumns::resolve(schema, config, hints, &first) {
+            Ok(columns) => columns,
+            // An empty version has no first value to learn a BINARY column's tensors from, and
+            // no rows to read with them: it opens, and reads nothing.
+            Err(e) if self.files.is_empty() => {
+                tracing::debug!(
+                    location = self.location.as_str(),
+                    reason = %e,
+                    "an empty version: the sample is not resolved"
+                );
+                self.columns.clone()
+            }
+            Err(e) => return Err(incompatible(e)),
+        };
         tracing::debug!(
             location = self.location.as_str(),
             sample = %columns.sample,

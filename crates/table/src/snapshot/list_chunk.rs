@@ -106,7 +106,7 @@ impl super::Snapshot {
         projection: &ProjectionMask,
         ListLeaf { field, leaf, item }: ListLeaf,
         hooks: &crate::hooks::Hooks,
-    ) -> Result<Option<(RecordBatch, ReadTimings)>, TableError> {
+    ) -> Result<Option<(Vec<RecordBatch>, ReadTimings)>, TableError> {
         let field = &self.columns.fields[field];
         let parquet = metadata.metadata();
         let schema = parquet.file_metadata().schema_descr();
@@ -197,9 +197,6 @@ impl super::Snapshot {
         columns.push(array);
         let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
             .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))?;
-        let normalized = self
-            .normalize(index, row_group, metadata, vec![batch])
-            .await?;
-        Ok(Some((normalized, timings)))
+        Ok(Some((vec![batch], timings)))
     }
 }

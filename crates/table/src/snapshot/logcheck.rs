@@ -24,6 +24,35 @@ fn parse_name(name: &str) -> Option<(u64, bool)> {
     }
 }
 
+/// The first commit missing from a log whose last checkpoint is `checkpoint` and whose
+/// commits after it are `commits` (ascending): "commit 2 is missing between 1 and 3".
+fn gap(checkpoint: Option<u64>, commits: impl Iterator<Item = u64>) -> Option<String> {
+    let mut last = checkpoint;
+    for version in commits {
+        match last {
+            Some(before) if version > before + 1 => {
+                let missing = before + 1;
+                return Some(format!(
+                    "commit {missing} ({missing:020}.json) is missing between {} {before} and commit {version}: the log is not contiguous",
+                    if checkpoint == Some(before) {
+                        "checkpoint"
+                    } else {
+                        "commit"
+                    }
+                ));
+            }
+            None if version > 0 => {
+                return Some(format!(
+                    "commit 0 (00000000000000000000.json) is missing and no checkpoint precedes commit {version}"
+                ));
+            }
+            _ => {}
+        }
+        last = Some(version);
+    }
+    None
+}
+
 /// The first file among those a load up to `up_to` (the latest: `None`) reads that does not
 /// parse, as "commit FILE, line N: cause" or "checkpoint FILE: cause"; `None` when each of
 /// them parses (the failure was elsewhere) or the log cannot be listed.
@@ -62,6 +91,9 @@ pub(crate) async fn unreadable_log_file(
     let checkpoint = checkpoints.iter().map(|(v, _)| *v).max();
     commits.retain(|(v, _)| checkpoint.is_none_or(|c| *v > c));
     commits.sort();
+    if let Some(gap) = gap(checkpoint, commits.iter().map(|(v, _)| *v)) {
+        return Some(gap);
+    }
     for (_, path) in commits {
         if let Some(found) = bad_json(store, &path, "commit").await {
             return Some(found);
@@ -106,6 +138,26 @@ async fn bad_json(store: &Arc<dyn ObjectStore>, path: &Path, what: &str) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_commit_is_named() {
+        let e = gap(None, [0, 1, 3].into_iter()).unwrap();
+        assert!(
+            e.starts_with(
+                "commit 2 (00000000000000000002.json) is missing between commit 1 and commit 3"
+            ),
+            "{e}"
+        );
+        assert!(
+            gap(Some(10), [12].into_iter())
+                .unwrap()
+                .contains("between checkpoint 10")
+        );
+        assert!(gap(None, [1, 2].into_iter()).unwrap().contains("commit 0"));
+        assert_eq!(gap(Some(10), [11, 12].into_iter()), None);
+        assert_eq!(gap(None, [0, 1, 2].into_iter()), None);
+        assert_eq!(gap(Some(3), std::iter::empty()), None);
+    }
     use object_store::PutPayload;
     use object_store::memory::InMemory;
 

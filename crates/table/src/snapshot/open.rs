@@ -249,7 +249,25 @@ impl Snapshot {
             }
             deletes::attach(&mut files, &table.object_store(), &root, &location, wanted).await?;
         }
+        let delta_schema = super::schema::DeltaSchema {
+            schema: delta_kernel::engine::arrow_conversion::TryIntoArrow::try_into_arrow(
+                state.schema().as_ref(),
+            )
+            .map_err(|e: arrow_schema::ArrowError| {
+                incompatible(format!("the Delta schema has no Arrow form: {e}"))
+            })?,
+            partitions: state.metadata().partition_columns().to_vec(),
+        };
+        if files.is_empty() {
+            tracing::warn!(
+                location = location.as_str(),
+                version = state.version(),
+                "version {} of the table has no data files: it reads no rows",
+                state.version()
+            );
+        }
         let mut snapshot = Snapshot::new(location, state.version(), files, table.object_store());
+        snapshot.delta = Some(delta_schema);
         snapshot.protocol = Some(protocol);
         snapshot.mapping = mapping;
         snapshot.resolve_columns(&config, hints).await
@@ -351,6 +369,8 @@ impl Snapshot {
                 &TensorSpec::new(Vec::new(), voxlake_format::DType::U8).into(),
             ),
             stored: None,
+            schema: Arc::new(arrow_schema::Schema::empty()),
+            delta: None,
             partition_types: HashMap::new(),
             selection: None,
             protocol: None,

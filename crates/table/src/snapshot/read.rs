@@ -40,7 +40,9 @@ impl Snapshot {
             let Some(name) = self.columns.source_of(name) else {
                 continue;
             };
-            if self.partition_types.contains_key(name) && schema.index_of(name).is_err() {
+            // Partition columns come from the add action; a column of the table this file
+            // lacks (written before it was added) reads as null (`conform`).
+            if schema.index_of(name).is_err() && self.schema.index_of(name).is_ok() {
                 continue;
             }
             let index = schema
@@ -49,7 +51,11 @@ impl Snapshot {
                     location: self.location.clone(),
                     reason: format!(
                         "no column '{name}' (the table has {:?})",
-                        schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+                        self.schema
+                            .fields()
+                            .iter()
+                            .map(|f| f.name())
+                            .collect::<Vec<_>>()
                     ),
                 })?;
             roots.push(index);
@@ -103,36 +109,68 @@ impl Snapshot {
         projection: ProjectionMask,
         hooks: &crate::hooks::Hooks,
     ) -> Result<(RecordBatch, ReadTimings), TableError> {
-        let (batch, timings) = self
-            .read_whole_row_group(index, row_group, projection, hooks)
+        let metadata = self.view_metadata(index).await?;
+        let (batches, timings) = self
+            .read_whole_row_group(index, row_group, &metadata, projection, hooks)
             .await?;
-        let Some(rows) = self.kept_rows(index, row_group).await? else {
+        // Rows are selected first: a row that is not delivered is never converted or checked.
+        let kept = self.kept_rows(index, row_group).await?;
+        if !self.columns.native {
+            let batch = self
+                .normalize(index, row_group, &metadata, batches, kept)
+                .await?;
             return Ok((batch, timings));
+        }
+        let batch = self.concat(index, batches)?;
+        let batch = match kept {
+            None => batch,
+            Some(rows) => tokio::task::spawn_blocking(move || {
+                let indices: Vec<u64> = rows.iter().map(|&r| u64::from(r)).collect();
+                crate::rows::kept_rows(&batch, &indices)
+            })
+            .await
+            .map_err(|e| self.task_error("decode", index, e))?
+            .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))?,
         };
-        let selected = tokio::task::spawn_blocking(move || {
-            let indices: Vec<u64> = rows.iter().map(|&r| u64::from(r)).collect();
-            crate::rows::kept_rows(&batch, &indices)
+        if batch.column_by_name(CHECKSUM_COLUMN).is_none() {
+            return Ok((batch, timings));
+        }
+        // The checksum covers every field the table stores, in order.
+        let fields: Vec<String> = self
+            .stored_sample()
+            .map(|s| s.fields().iter().map(|f| f.name.clone()).collect())
+            .unwrap_or_else(|| vec![TENSOR_COLUMN.to_string()]);
+        let (verified, mismatch) = tokio::task::spawn_blocking(move || {
+            let mismatch = verify_checksums(&batch, &fields);
+            (batch, mismatch)
         })
         .await
-        .map_err(|e| self.task_error("decode", index, e))?
-        .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))?;
-        Ok((selected, timings))
+        .map_err(|e| self.task_error("verify", index, e))?;
+        if let Some(reason) = mismatch {
+            return Err(TableError::Corrupt {
+                location: self.location.clone(),
+                file: self.files[index].path.clone(),
+                reason: format!("row group {row_group}, {reason}"),
+            });
+        }
+        Ok((verified, timings))
     }
 
-    /// Every row of one row group, decoded, verified and in voxlake's layout.
+    /// Every row of one row group, decoded, as the file holds it (logical names): selected,
+    /// then normalized or verified, by [`read_row_group_hooked`](Self::read_row_group_hooked).
     async fn read_whole_row_group(
         &self,
         index: usize,
         row_group: usize,
+        metadata: &ArrowReaderMetadata,
         projection: ProjectionMask,
         hooks: &crate::hooks::Hooks,
-    ) -> Result<(RecordBatch, ReadTimings), TableError> {
-        let metadata = self.view_metadata(index).await?;
+    ) -> Result<(Vec<RecordBatch>, ReadTimings), TableError> {
         // A LIST tensor column straight from its pages (`list_chunk`), unless it holds a null:
         // then the Arrow path below names the row.
-        if let Some(list) = self.list_leaf(&metadata, &projection)
+        if let Some(list) = self.list_leaf(metadata, &projection)
             && let Some(read) = self
-                .read_list_row_group(index, row_group, &metadata, &projection, list, hooks)
+                .read_list_row_group(index, row_group, metadata, &projection, list, hooks)
                 .await?
         {
             return Ok(read);
@@ -154,7 +192,7 @@ impl Snapshot {
             rows
         };
         let mut timings = ReadTimings::default();
-        let decoder = self.push_decoder(index, row_group, &metadata, projection, batch_rows)?;
+        let decoder = self.push_decoder(index, row_group, metadata, projection, batch_rows)?;
         let batches = self
             .decode_projected(index, decoder, hooks, &mut timings)
             .await?;
@@ -164,35 +202,7 @@ impl Snapshot {
                 self.files[index].path
             )));
         }
-        if !self.columns.native {
-            return Ok((
-                self.normalize(index, row_group, &metadata, batches).await?,
-                timings,
-            ));
-        }
-        let batch = self.concat(index, batches)?;
-        if batch.column_by_name(CHECKSUM_COLUMN).is_some() {
-            // The checksum covers every field the table stores, in order.
-            let fields: Vec<String> = self
-                .stored_sample()
-                .map(|s| s.fields().iter().map(|f| f.name.clone()).collect())
-                .unwrap_or_else(|| vec![TENSOR_COLUMN.to_string()]);
-            let (verified, mismatch) = tokio::task::spawn_blocking(move || {
-                let mismatch = verify_checksums(&batch, &fields);
-                (batch, mismatch)
-            })
-            .await
-            .map_err(|e| self.task_error("verify", index, e))?;
-            if let Some(reason) = mismatch {
-                return Err(TableError::Corrupt {
-                    location: self.location.clone(),
-                    file: self.files[index].path.clone(),
-                    reason: format!("row group {row_group}, {reason}"),
-                });
-            }
-            return Ok((verified, timings));
-        }
-        Ok((batch, timings))
+        Ok((batches, timings))
     }
 
     /// parquet's push decoder for row group `row_group` of file `index`: the columns of
@@ -303,27 +313,49 @@ impl Snapshot {
         row_group: usize,
         metadata: &ArrowReaderMetadata,
         batches: Vec<RecordBatch>,
+        kept: Option<Arc<[u32]>>,
     ) -> Result<RecordBatch, TableError> {
         let first_row: u64 = metadata.metadata().row_groups()[..row_group]
             .iter()
             .map(|rg| rg.num_rows().max(0) as u64)
             .sum();
+        let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        let copies = kept
+            .as_deref()
+            .is_some_and(|rows| crate::rows::copies_kept_rows(rows.len(), total));
         let columns = self.columns.clone();
         let path = self.files[index].path.clone();
+        let wanted: Vec<&String> = [&columns.label, &columns.id]
+            .into_iter()
+            .flatten()
+            .chain(columns.fields.iter().map(|f| &f.column))
+            .collect();
         let named = path.clone();
         let batches = batches
             .into_iter()
-            .map(|b| self.with_partition_columns(index, b))
+            .map(|b| self.conform(index, b, &wanted))
             .collect::<Result<Vec<_>, _>>()?;
         let normalized = tokio::task::spawn_blocking(move || {
-            let mut at = first_row;
+            // Row r of the row group is row r - start of the batch that holds it.
+            let mut start = 0usize;
+            let mut next = 0usize;
             let mut out = Vec::with_capacity(batches.len());
             for batch in &batches {
-                let start = at;
+                let end = start + batch.num_rows();
+                let local: Option<Vec<u32>> = kept.as_deref().map(|rows| {
+                    let from = next;
+                    while next < rows.len() && (rows[next] as usize) < end {
+                        next += 1;
+                    }
+                    rows[from..next].iter().map(|&r| r - start as u32).collect()
+                });
+                let at = first_row + start as u64;
                 let one = columns
-                    .normalize(batch, |row| format!("{named}#{}", start + row as u64))
-                    .map_err(|e| (start + e.row as u64, e.reason))?;
-                at += batch.num_rows() as u64;
+                    .normalize_rows(batch, local.as_deref(), |row| {
+                        format!("{named}#{}", at + row as u64)
+                    })
+                    .map_err(|e| (at + e.row as u64, e.reason))?;
+                start = end;
                 out.push(one);
             }
             Ok::<_, (u64, String)>(out)
@@ -337,52 +369,13 @@ impl Snapshot {
             row,
             reason,
         })?;
-        self.concat(index, normalized)
-    }
-
-    /// `batch` of file `index` with the partition columns the label, the id or a field are read
-    /// from, as constant columns of the file's values.
-    fn with_partition_columns(
-        &self,
-        index: usize,
-        batch: RecordBatch,
-    ) -> Result<RecordBatch, TableError> {
-        let wanted: Vec<&String> = [&self.columns.label, &self.columns.id]
-            .into_iter()
-            .flatten()
-            .chain(self.columns.fields.iter().map(|f| &f.column))
-            .filter(|c| self.partition_types.contains_key(*c) && batch.column_by_name(c).is_none())
-            .collect();
-        if wanted.is_empty() {
+        let batch = self.concat(index, normalized)?;
+        // Few rows kept: copied out, so that the row group's pages are not held for them.
+        if !copies {
             return Ok(batch);
         }
-        let rows = batch.num_rows();
-        let schema = batch.schema();
-        let mut fields: Vec<arrow_schema::FieldRef> = schema.fields().iter().cloned().collect();
-        let mut arrays = batch.columns().to_vec();
-        let file = &self.files[index];
-        for name in wanted {
-            let value = file
-                .partitions
-                .iter()
-                .find(|(k, _)| k == name)
-                .and_then(|(_, v)| v.clone());
-            let array: arrow_array::ArrayRef =
-                match self.partition_types[name] {
-                    arrow_schema::DataType::Int64 => Arc::new(arrow_array::Int64Array::from(vec![
-                    value.and_then(|v| v.parse::<i64>().ok());
-                    rows
-                ])),
-                    _ => Arc::new(arrow_array::StringArray::from(vec![value; rows])),
-                };
-            fields.push(Arc::new(arrow_schema::Field::new(
-                name.as_str(),
-                array.data_type().clone(),
-                true,
-            )));
-            arrays.push(array);
-        }
-        RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), arrays)
+        let all: Vec<u64> = (0..batch.num_rows() as u64).collect();
+        crate::rows::copy_rows(&batch, &all)
             .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))
     }
 }

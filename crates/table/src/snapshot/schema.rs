@@ -1,0 +1,293 @@
+//! The table's columns at the version read: the Delta schema of that version decides every
+//! column's presence and type; a file's footer only refines how a column it holds is encoded
+//! (a fixed-size list, a tensor extension type). Batches of a file are made to fit it
+//! ([`Snapshot::conform`]): partition values parsed as the Delta protocol serializes them, a
+//! column the file lacks (written before the column was added) as nulls, a column the file
+//! holds in a narrower type (before a type widening) cast to the table's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow_cast::CastOptions;
+use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
+use parquet::errors::ParquetError;
+
+use super::Snapshot;
+use crate::error::TableError;
+
+/// The Delta schema of the version read, as Arrow, and its partition columns.
+#[derive(Debug, Clone)]
+pub(crate) struct DeltaSchema {
+    /// Logical names and types (the kernel's Arrow conversion of `metaData.schemaString`).
+    pub schema: Schema,
+    /// Its partition columns (logical names).
+    pub partitions: Vec<String>,
+}
+
+/// The Delta partition value of an absent partition (Hive's spelling).
+const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
+
+/// Whether values of type `t` are one fixed-width number, bool, date, time or decimal per row:
+/// the types a table may widen and a file's narrower one is cast to.
+fn is_scalar(t: &DataType) -> bool {
+    t.is_primitive() || *t == DataType::Boolean
+}
+
+/// The table's schema: the Delta schema's columns in its order, each the footer's field where
+/// the first file holds it (its encoding: a fixed-size list, a tensor extension) unless the
+/// table widened a scalar type; partition columns as the Delta schema types them. Without a
+/// Delta log (a listing), the footer's columns and then the listed hive partitions.
+pub(crate) fn table_schema(
+    delta: Option<&DeltaSchema>,
+    footer: Option<&Schema>,
+    listed: &HashMap<String, DataType>,
+) -> (SchemaRef, HashMap<String, DataType>) {
+    let Some(delta) = delta else {
+        let mut fields: Vec<FieldRef> = footer
+            .map(|s| s.fields().iter().cloned().collect())
+            .unwrap_or_default();
+        let mut names: Vec<&String> = listed.keys().collect();
+        names.sort();
+        for name in names {
+            if fields.iter().all(|f| f.name() != name) {
+                fields.push(Arc::new(Field::new(name, listed[name].clone(), true)));
+            }
+        }
+        let partitions = listed
+            .iter()
+            .filter(|(k, _)| footer.is_none_or(|s| s.field_with_name(k).is_err()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        return (Arc::new(Schema::new(fields)), partitions);
+    };
+    let mut partitions = HashMap::new();
+    let fields: Vec<FieldRef> = delta
+        .schema
+        .fields()
+        .iter()
+        .map(|field| {
+            let held = footer.and_then(|s| s.field_with_name(field.name()).ok());
+            if delta.partitions.contains(field.name()) {
+                if held.is_none() {
+                    partitions.insert(field.name().clone(), field.data_type().clone());
+                }
+                return field.clone();
+            }
+            match held {
+                Some(held)
+                    if !(is_scalar(held.data_type())
+                        && is_scalar(field.data_type())
+                        && held.data_type() != field.data_type()) =>
+                {
+                    Arc::new(held.clone().with_nullable(field.is_nullable()))
+                }
+                _ => field.clone(),
+            }
+        })
+        .collect();
+    (Arc::new(Schema::new(fields)), partitions)
+}
+
+/// One partition value as a column of `rows` rows of `data_type`, parsed as the Delta protocol
+/// serializes partition values (strings as they are, numbers and bools as text, dates
+/// `YYYY-MM-DD`, timestamps `YYYY-MM-DD HH:MM:SS[.ffffff]` or ISO 8601, decimals as text);
+/// `None` or [`HIVE_NULL`] is null.
+pub(crate) fn partition_column(
+    value: Option<&str>,
+    data_type: &DataType,
+    rows: usize,
+) -> Result<ArrayRef, String> {
+    let value = value.filter(|v| *v != HIVE_NULL);
+    let text: ArrayRef = Arc::new(StringArray::from(vec![value; 1]));
+    let one = match data_type {
+        DataType::Utf8 => text,
+        // A timestamp without a zone (Delta's `timestamp_ntz`) may still be written with one.
+        _ => arrow_cast::cast_with_options(
+            &text,
+            data_type,
+            &CastOptions {
+                safe: false,
+                ..Default::default()
+            },
+        )
+        .map_err(|e| format!("partition value {value:?} is not a {data_type}: {e}"))?,
+    };
+    if value.is_some() && one.is_null(0) {
+        return Err(format!("partition value {value:?} is not a {data_type}"));
+    }
+    let indices = arrow_array::UInt32Array::from(vec![0u32; rows]);
+    arrow_select::take::take(&one, &indices, None).map_err(|e| e.to_string())
+}
+
+impl Snapshot {
+    /// A decoded batch of file `index` made to fit the table's schema, for the columns the
+    /// sample is read from (`wanted`): partition values as constant columns, columns the file
+    /// lacks as nulls, scalar columns of a narrower type cast to the table's.
+    pub(super) fn conform(
+        &self,
+        index: usize,
+        batch: RecordBatch,
+        wanted: &[&String],
+    ) -> Result<RecordBatch, TableError> {
+        let rows = batch.num_rows();
+        let schema = batch.schema();
+        let mut fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
+        let mut arrays = batch.columns().to_vec();
+        let mut changed = false;
+        let file = &self.files[index];
+        let bad = |reason: String| TableError::Incompatible {
+            location: self.location.clone(),
+            reason: format!("file {}: {reason}", file.path),
+        };
+        for (i, field) in schema.fields().iter().enumerate() {
+            let Ok(table) = self.schema.field_with_name(field.name()) else {
+                continue;
+            };
+            if table.data_type() != field.data_type()
+                && is_scalar(table.data_type())
+                && is_scalar(field.data_type())
+            {
+                arrays[i] = arrow_cast::cast_with_options(
+                    &arrays[i],
+                    table.data_type(),
+                    &CastOptions {
+                        safe: false,
+                        ..Default::default()
+                    },
+                )
+                .map_err(|e| {
+                    bad(format!(
+                        "column '{}' of {} does not widen to the table's {}: {e}",
+                        field.name(),
+                        field.data_type(),
+                        table.data_type()
+                    ))
+                })?;
+                fields[i] = Arc::new(
+                    field
+                        .as_ref()
+                        .clone()
+                        .with_data_type(table.data_type().clone()),
+                );
+                changed = true;
+            }
+        }
+        for &name in wanted {
+            if batch.column_by_name(name).is_some() || fields.iter().any(|f| f.name() == name) {
+                continue;
+            }
+            let array = match self.partition_types.get(name) {
+                Some(data_type) => {
+                    let value = file
+                        .partitions
+                        .iter()
+                        .find(|(k, _)| k == name)
+                        .and_then(|(_, v)| v.as_deref());
+                    partition_column(value, data_type, rows)
+                        .map_err(|e| bad(format!("partition column '{name}': {e}")))?
+                }
+                // Written before the column was added to the table: null in this file.
+                None => match self.schema.field_with_name(name) {
+                    Ok(field) => arrow_array::new_null_array(field.data_type(), rows),
+                    Err(_) => continue,
+                },
+            };
+            fields.push(Arc::new(Field::new(name, array.data_type().clone(), true)));
+            arrays.push(array);
+            changed = true;
+        }
+        if !changed {
+            return Ok(batch);
+        }
+        RecordBatch::try_new_with_options(
+            Arc::new(Schema::new(fields)),
+            arrays,
+            &arrow_array::RecordBatchOptions::new().with_row_count(Some(rows)),
+        )
+        .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_schema::TimeUnit;
+
+    #[test]
+    fn partition_values_parse_as_their_delta_type() {
+        let text = partition_column(Some("007"), &DataType::Utf8, 2).unwrap();
+        assert_eq!(text.as_string::<i32>().value(1), "007");
+        let int = partition_column(Some("007"), &DataType::Int32, 1).unwrap();
+        assert_eq!(
+            int.as_primitive::<arrow_array::types::Int32Type>().value(0),
+            7
+        );
+        let null = partition_column(Some(HIVE_NULL), &DataType::Int64, 3).unwrap();
+        assert_eq!(null.null_count(), 3);
+        assert_eq!(
+            partition_column(None, &DataType::Utf8, 1)
+                .unwrap()
+                .null_count(),
+            1
+        );
+        let date = partition_column(Some("2021-01-02"), &DataType::Date32, 1).unwrap();
+        assert_eq!(
+            date.as_primitive::<arrow_array::types::Date32Type>()
+                .value(0),
+            18629
+        );
+        let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        for spelled in ["2021-01-02 03:04:05.000006", "2021-01-02T03:04:05.000006Z"] {
+            let ts = partition_column(Some(spelled), &utc, 1).unwrap();
+            let micros = ts.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+            assert_eq!(micros.value(0), 1_609_556_645_000_006, "{spelled}");
+        }
+        let dec = partition_column(Some("-1.25"), &DataType::Decimal128(5, 2), 1).unwrap();
+        assert_eq!(
+            dec.as_primitive::<arrow_array::types::Decimal128Type>()
+                .value(0),
+            -125
+        );
+        assert!(partition_column(Some("x7"), &DataType::Int64, 1).is_err());
+        assert!(partition_column(Some("2021-13-40"), &DataType::Date32, 1).is_err());
+    }
+
+    #[test]
+    fn the_delta_schema_decides_presence_and_scalar_types() {
+        let delta = DeltaSchema {
+            schema: Schema::new(vec![
+                Field::new("a", DataType::Int64, true),
+                Field::new(
+                    "v",
+                    DataType::List(Arc::new(Field::new("element", DataType::Float32, true))),
+                    true,
+                ),
+                Field::new("added", DataType::Utf8, true),
+                Field::new("code", DataType::Utf8, true),
+            ]),
+            partitions: vec!["code".into()],
+        };
+        let fsl = DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), 4);
+        let footer = Schema::new(vec![
+            Field::new("a", DataType::Int32, true),
+            Field::new("v", fsl.clone(), true),
+        ]);
+        let (schema, partitions) = table_schema(Some(&delta), Some(&footer), &HashMap::new());
+        let types: Vec<&DataType> = schema.fields().iter().map(|f| f.data_type()).collect();
+        assert_eq!(
+            types,
+            [&DataType::Int64, &fsl, &DataType::Utf8, &DataType::Utf8]
+        );
+        assert_eq!(
+            partitions,
+            HashMap::from([("code".to_string(), DataType::Utf8)])
+        );
+        // A listing: the footer's columns, then the hive partitions.
+        let listed = HashMap::from([("year".to_string(), DataType::Int64)]);
+        let (schema, partitions) = table_schema(None, Some(&footer), &listed);
+        assert_eq!(schema.fields().len(), 3);
+        assert_eq!(partitions, listed);
+    }
+}
