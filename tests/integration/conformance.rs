@@ -672,3 +672,22 @@ fn an_empty_version_opens_and_reads_nothing() {
         (Some(0), Some(0))
     );
 }
+
+#[test]
+fn a_widened_column_reads_widened_in_the_files_written_before() {
+    // Version 0's file holds x int32 and y float32, version 2's x int64 and y float64: every row
+    // reads as the Delta schema says (long, double), the older values cast exactly.
+    let (_dir, table) = written("widened");
+    let builder = Loader::builder(&table).with_field("x").with_field("y");
+    assert_eq!(
+        rows_of(builder, &["x", "y"]),
+        [
+            row(&["1", "0.5"]),
+            row(&["1099511627776", "0.1"]),
+            row(&["2", "1.5"]),
+            row(&["3", "2.5"]),
+        ]
+    );
+    let filtered = Loader::builder(&table).with_field("x").with_filter("x >= 3");
+    assert_eq!(rows_of(filtered, &["x"]), [row(&["1099511627776"]), row(&["3"])]);
+}

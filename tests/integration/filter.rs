@@ -256,7 +256,7 @@ fn voxlake_bench_filters_and_reports_what_it_skipped() {
 }
 
 #[test]
-fn dates_and_timestamps_filter_as_iso_text() {
+fn dates_and_timestamps_filter_by_their_time() {
     use arrow::array::{BinaryArray, Date32Array, StringArray, TimestampMillisecondArray};
     use arrow::record_batch::RecordBatch;
     use std::sync::Arc;
@@ -308,6 +308,19 @@ fn dates_and_timestamps_filter_as_iso_text() {
     );
     let (ids, _) = run("at >= TIMESTAMP '2024-01-01T00:00:10' AND at <= '2024-01-01T00:00:12'");
     assert_eq!(ids, ["s10", "s11", "s12"]);
+    // The same instants spelled with a zone (compared as time, not as text: '…10Z' sorts
+    // after '…10' as text) and with a space.
+    let (ids, _) = run("at >= '2024-01-01T00:00:10Z' AND at <= '2024-01-01 00:00:12'");
+    assert_eq!(ids, ["s10", "s11", "s12"]);
+    let (ids, _) = run("at IN ('2024-01-01T00:00:03Z', '2024-01-01T00:00:05.000Z')");
+    assert_eq!(ids, ["s03", "s05"]);
+    let e = first_error(
+        Loader::builder(table.clone())
+            .with_tensor_shape(vec![2], DType::F32)
+            .with_filter("day = '2024-13-01'"),
+        "a date that is none",
+    );
+    assert!(e.contains("column 'day': '2024-13-01' is not a date"), "{e}");
     let e = first_error(
         Loader::builder(table.clone())
             .with_tensor_shape(vec![2], DType::F32)

@@ -251,6 +251,39 @@ impl Filter {
         }
     }
 
+    /// The filter with each literal of `column` replaced by `f` of it.
+    pub(crate) fn map_literals(
+        &self,
+        name: &str,
+        f: &impl Fn(&Value) -> Result<Value, String>,
+    ) -> Result<Filter, String> {
+        Ok(match self {
+            Filter::And(a, b) => Filter::And(
+                Box::new(a.map_literals(name, f)?),
+                Box::new(b.map_literals(name, f)?),
+            ),
+            Filter::Or(a, b) => Filter::Or(
+                Box::new(a.map_literals(name, f)?),
+                Box::new(b.map_literals(name, f)?),
+            ),
+            Filter::Cmp { column, op, value } if column == name => Filter::Cmp {
+                column: column.clone(),
+                op: *op,
+                value: f(value)?,
+            },
+            Filter::In {
+                column,
+                values,
+                negated,
+            } if column == name => Filter::In {
+                column: column.clone(),
+                values: values.iter().map(f).collect::<Result<_, _>>()?,
+                negated: *negated,
+            },
+            other => other.clone(),
+        })
+    }
+
     /// The literals compared with `column`, for checking their kind against its type.
     pub fn literals_of<'a>(&'a self, column: &str) -> Vec<&'a Value> {
         let mut out = Vec::new();

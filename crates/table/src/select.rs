@@ -14,7 +14,9 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use crate::error::TableError;
-use crate::filter::stats::{comparable, delta_stats, is_temporal, kind_of, stats_of, value_at};
+use crate::filter::stats::{
+    comparable, delta_stats, is_temporal, kind_of, stats_of, temporal_literal, value_at,
+};
 use crate::filter::{Filter, FilterStats, Stats, Value};
 use crate::rows::{GroupRows, Selection, intersect};
 use crate::snapshot::{DataFile, Snapshot};
@@ -49,8 +51,8 @@ impl Snapshot {
             .collect();
         // Every column must exist, and its literals be of its kind.
         let mut in_files = Vec::new();
-        // Delta writes timestamp statistics in another text form than the rows compare in
-        // ('…T10:00:00.000Z' against '…T10:00:00'): not used, lest a file be skipped wrongly.
+        // Dates and timestamps compare as numbers (days, microseconds); the log's statistics
+        // write them as text: not used, the footers' and the rows' decide.
         let mut timestamps = Vec::new();
         for column in filter.columns() {
             let kind = if partition_columns.contains(&column) {
@@ -68,7 +70,7 @@ impl Snapshot {
                     ))
                 })?;
                 in_files.push(column.to_string());
-                if matches!(field.data_type(), DataType::Timestamp(_, _)) {
+                if is_temporal(field.data_type()) {
                     timestamps.push(column);
                 }
                 Some(kind_of(field.data_type()).ok_or_else(|| {
@@ -87,7 +89,8 @@ impl Snapshot {
                             .field_with_name(column)
                             .is_ok_and(|f| is_temporal(f.data_type()))
                     {
-                        "dates or timestamps, compared as ISO text ('2024-01-05')".to_string()
+                        "dates or timestamps, written as text ('2024-01-05', '2024-01-05T10:00:00Z')"
+                            .to_string()
                     } else {
                         format!("{kind}s")
                     };
@@ -98,6 +101,21 @@ impl Snapshot {
                 }
             }
         }
+        // Date and timestamp literals as the numbers the values compare as.
+        let mut typed = filter.clone();
+        for column in filter.columns() {
+            if let Ok(field) = schema.field_with_name(column)
+                && is_temporal(field.data_type())
+            {
+                typed = typed
+                    .map_literals(column, &|v| match v {
+                        Value::Str(text) => temporal_literal(text, field.data_type()),
+                        other => Ok(other.clone()),
+                    })
+                    .map_err(|e| incompatible(format!("column '{column}': {e}")))?;
+            }
+        }
+        let filter = &typed;
         let like = |column: &str| filter.literals_of(column).first().map(|v| (*v).clone());
         // A partition value, typed as the column is (else as the filter's literal is).
         let partition = |file: &DataFile, column: &str| -> Option<Option<Value>> {
@@ -106,6 +124,12 @@ impl Snapshot {
                 return Some(None);
             };
             let kind = match self.partition_type(column) {
+                Some(t) if is_temporal(t) => {
+                    let parsed = crate::snapshot::partition_column(Some(raw), t, 1)
+                        .and_then(|a| comparable(&a).map_err(|e| e.to_string()))
+                        .ok()?;
+                    return Some(value_at(&parsed, 0));
+                }
                 Some(t) if t.is_integer() => Value::Int(0),
                 Some(t) if t.is_floating() => Value::Float(0.0),
                 Some(DataType::Boolean) => Value::Bool(false),

@@ -43,6 +43,7 @@ pub use features::{Protocol, SUPPORTED_READER_FEATURES};
 pub use mapping::MappingMode;
 pub use read::ReadTimings;
 pub use travel::AsOf;
+pub(crate) use schema::partition_column;
 
 use crate::rows::{GroupRows, Selection};
 use deletes::Deleted;

@@ -58,8 +58,8 @@ pub(crate) fn kind_of(data_type: &DataType) -> Option<&'static str> {
         t if t.is_integer() || t.is_floating() => Some("number"),
         DataType::Boolean => Some("bool"),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some("string"),
-        // Dates and timestamps compare as their ISO text ('2024-01-05', '2024-01-05T10:00:00'),
-        // whose order is time order.
+        // Dates and timestamps are written as text ('2024-01-05', '2024-01-05T10:00:00Z'):
+        // the literals are turned into the numbers the values compare as (`temporal_literal`).
         t if is_temporal(t) => Some("string"),
         _ => None,
     }
@@ -72,13 +72,53 @@ pub(crate) fn is_temporal(data_type: &DataType) -> bool {
     )
 }
 
-/// A date or timestamp column as its ISO text; other columns as they are.
+/// A date column as days since 1970-01-01 and a timestamp column as microseconds since
+/// 1970-01-01 (UTC, or its wall clock without a zone), the numbers the filter's literals of
+/// those columns were turned into ([`temporal_literal`]); other columns as they are.
 pub(crate) fn comparable(array: &ArrayRef) -> Result<ArrayRef, arrow_schema::ArrowError> {
-    if is_temporal(array.data_type()) {
-        arrow_cast::cast(array, &DataType::Utf8)
-    } else {
-        Ok(array.clone())
+    match array.data_type() {
+        DataType::Date32 => arrow_cast::cast(array, &DataType::Int32),
+        DataType::Date64 => {
+            arrow_cast::cast(&arrow_cast::cast(array, &DataType::Date32)?, &DataType::Int32)
+        }
+        DataType::Timestamp(_, zone) => arrow_cast::cast(
+            &arrow_cast::cast(
+                array,
+                &DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, zone.clone()),
+            )?,
+            &DataType::Int64,
+        ),
+        _ => Ok(array.clone()),
     }
+}
+
+/// A filter's text literal for a date or timestamp column of `data_type`, as the number the
+/// column's values compare as (see [`comparable`]): `'2026-01-01'` or `DATE '2026-01-01'` for a
+/// date, `'2026-01-01T00:00:00Z'`, `'2026-01-01 00:00:00'` (UTC where the column has a zone)
+/// for a timestamp.
+pub(crate) fn temporal_literal(text: &str, data_type: &DataType) -> Result<Value, String> {
+    let target = match data_type {
+        DataType::Date32 | DataType::Date64 => DataType::Date32,
+        DataType::Timestamp(_, zone) => {
+            DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, zone.clone())
+        }
+        other => return Err(format!("{other} is not a date or timestamp")),
+    };
+    let one: ArrayRef = std::sync::Arc::new(arrow_array::StringArray::from(vec![text]));
+    let options = arrow_cast::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let parsed = arrow_cast::cast_with_options(&one, &target, &options)
+        .and_then(|a| comparable(&a))
+        .map_err(|_| {
+            let kind = match target {
+                DataType::Date32 => "a date ('2026-01-01')",
+                _ => "a timestamp ('2026-01-01T00:00:00Z')",
+            };
+            format!("'{text}' is not {kind}")
+        })?;
+    value_at(&parsed, 0).ok_or_else(|| format!("'{text}' is not a date or timestamp"))
 }
 
 /// A footer statistic of leaf column `leaf` as a filter value.
@@ -95,22 +135,28 @@ pub(crate) fn stats_of(rg: &RowGroupMetaData, leaf: usize) -> Option<Stats> {
             v.min_opt().map(|&b| Value::Bool(b)),
             v.max_opt().map(|&b| Value::Bool(b)),
         ),
-        Statistics::Int32(v) if is_date => {
-            let day = |d: i32| {
-                arrow_array::temporal_conversions::date32_to_datetime(d)
-                    .map(|t| Value::Str(t.date().to_string()))
-            };
-            (
-                v.min_opt().and_then(|&d| day(d)),
-                v.max_opt().and_then(|&d| day(d)),
-            )
-        }
+        // Days since 1970-01-01, as the rows compare.
+        Statistics::Int32(v) if is_date => pair(
+            v.min_opt().map(|&x| Value::Int(i64::from(x))),
+            v.max_opt().map(|&x| Value::Int(i64::from(x))),
+        ),
         Statistics::Int32(v) => pair(
             v.min_opt().map(|&x| Value::Int(i64::from(x))),
             v.max_opt().map(|&x| Value::Int(i64::from(x))),
         ),
-        // Timestamps: their statistics are not turned into text (no skipping, rows decide).
-        Statistics::Int64(_) if is_timestamp => (None, None),
+        // Timestamps compare as microseconds: footers in another unit (and INT96's, whose
+        // statistics are not to be trusted) skip nothing, the rows decide.
+        Statistics::Int64(v) if is_timestamp => match logical {
+            Some(parquet::basic::LogicalType::Timestamp(t))
+                if t.unit == parquet::basic::TimeUnit::MICROS =>
+            {
+                pair(
+                v.min_opt().map(|&x| Value::Int(x)),
+                v.max_opt().map(|&x| Value::Int(x)),
+            )
+            }
+            _ => (None, None),
+        },
         Statistics::Int64(v) => pair(
             v.min_opt().map(|&x| Value::Int(x)),
             v.max_opt().map(|&x| Value::Int(x)),

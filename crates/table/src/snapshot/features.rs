@@ -16,6 +16,8 @@ pub const SUPPORTED_READER_FEATURES: &[&str] = &[
     "deletionVectors",
     "columnMapping",
     "timestampNtz",
+    "typeWidening",
+    "typeWidening-preview",
     "v2Checkpoint",
     "vacuumProtocolCheck",
 ];
