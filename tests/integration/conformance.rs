@@ -688,6 +688,35 @@ fn a_widened_column_reads_widened_in_the_files_written_before() {
             row(&["3", "2.5"]),
         ]
     );
-    let filtered = Loader::builder(&table).with_field("x").with_filter("x >= 3");
-    assert_eq!(rows_of(filtered, &["x"]), [row(&["1099511627776"]), row(&["3"])]);
+    let filtered = Loader::builder(&table)
+        .with_field("x")
+        .with_filter("x >= 3");
+    assert_eq!(
+        rows_of(filtered, &["x"]),
+        [row(&["1099511627776"]), row(&["3"])]
+    );
+}
+
+#[test]
+fn a_struct_leaf_is_a_field_and_a_filter_column_by_its_dotted_path() {
+    let (_dir, table) = written("nested");
+    let builder = Loader::builder(&table)
+        .with_field("x")
+        .with_field("meta.depth")
+        .with_null("meta.depth", NullPolicy::Mask)
+        .with_field("meta.well")
+        .with_null("meta.well", NullPolicy::Mask);
+    // Row 3's struct is null: so are its leaves.
+    assert_eq!(
+        rows_of(builder, &["x", "meta.depth", "meta.well"]),
+        [
+            row(&["1.0", "1.5", "A"]),
+            row(&["2.0", "null", "B"]),
+            row(&["3.0", "null", "null"]),
+        ]
+    );
+    let filtered = Loader::builder(&table)
+        .with_field("x")
+        .with_filter("meta.well = 'B' OR meta.depth > 1");
+    assert_eq!(rows_of(filtered, &["x"]), [row(&["1.0"]), row(&["2.0"])]);
 }

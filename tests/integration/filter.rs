@@ -320,7 +320,10 @@ fn dates_and_timestamps_filter_by_their_time() {
             .with_filter("day = '2024-13-01'"),
         "a date that is none",
     );
-    assert!(e.contains("column 'day': '2024-13-01' is not a date"), "{e}");
+    assert!(
+        e.contains("column 'day': '2024-13-01' is not a date"),
+        "{e}"
+    );
     let e = first_error(
         Loader::builder(table.clone())
             .with_tensor_shape(vec![2], DType::F32)

@@ -7,6 +7,9 @@ tests/integration/conformance.rs is what this script writes, not what voxlake re
                    in one row
     python evolved_table.py empty TABLE
         version 0 with the schema above and no data files
+    python evolved_table.py nested TABLE
+        x float32 (1, 2, 3) and meta struct<depth: float64, well: string>:
+        {1.5, 'A'}, {null, 'B'}, null
     python evolved_table.py widened TABLE
         version 0: x int32 (1, 2, 3) and y float32 (0.5 ...), written by deltalake-python;
         version 1: type widening as Delta Spark commits it (`ALTER COLUMN x TYPE BIGINT`, y to
@@ -39,6 +42,12 @@ def evolved(path):
 def empty(path):
     schema = pa.schema([("x", pa.float32()), ("label", pa.int64()), ("code", pa.string())])
     deltalake.write_deltalake(path, schema.empty_table(), partition_by=["code"])
+
+
+def nested(path):
+    meta = pa.array([{"depth": 1.5, "well": "A"}, {"depth": None, "well": "B"}, None],
+                    pa.struct([("depth", pa.float64()), ("well", pa.string())]))
+    deltalake.write_deltalake(path, pa.table({"x": pa.array([1.0, 2.0, 3.0], pa.float32()), "meta": meta}))
 
 
 def widened(path):
@@ -80,4 +89,4 @@ def widened(path):
 
 
 if __name__ == "__main__":
-    {"evolved": evolved, "empty": empty, "widened": widened}[sys.argv[1]](sys.argv[2])
+    {"evolved": evolved, "empty": empty, "nested": nested, "widened": widened}[sys.argv[1]](sys.argv[2])

@@ -211,10 +211,15 @@ impl Snapshot {
         // otherwise): their root in the schema and, for footer statistics, their leaf.
         let descr = meta.metadata().file_metadata().schema_descr();
         let logical = self.logical_schema(&meta);
-        let roots: Vec<usize> = in_files
+        // A struct's leaf (`meta.depth`) is read with its struct; footer statistics are
+        // used for top-level columns only.
+        let table = self.schema();
+        let mut roots: Vec<usize> = in_files
             .iter()
-            .filter_map(|c| logical.index_of(c).ok())
+            .filter_map(|c| logical.index_of(crate::snapshot::root_of(table, c)).ok())
             .collect();
+        roots.sort_unstable();
+        roots.dedup();
         let leaves: HashMap<&str, usize> = in_files
             .iter()
             .filter_map(|c| {
@@ -289,8 +294,8 @@ impl Snapshot {
         })?;
         let columns: HashMap<&str, ArrayRef> = in_files
             .iter()
-            .filter_map(|c| Some((c.as_str(), all.column_by_name(c)?)))
-            .map(|(c, a)| Ok((c, comparable(a)?)))
+            .filter_map(|c| Some((c.as_str(), crate::snapshot::column_at_path(&all, c)?)))
+            .map(|(c, a)| Ok((c, comparable(&a)?)))
             .collect::<Result<_, arrow_schema::ArrowError>>()
             .map_err(|e| {
                 self.file_error(

@@ -42,8 +42,8 @@ mod travel;
 pub use features::{Protocol, SUPPORTED_READER_FEATURES};
 pub use mapping::MappingMode;
 pub use read::ReadTimings;
+pub(crate) use schema::{column_at_path, partition_column, root_of};
 pub use travel::AsOf;
-pub(crate) use schema::partition_column;
 
 use crate::rows::{GroupRows, Selection};
 use deletes::Deleted;

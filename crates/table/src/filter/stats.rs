@@ -78,9 +78,10 @@ pub(crate) fn is_temporal(data_type: &DataType) -> bool {
 pub(crate) fn comparable(array: &ArrayRef) -> Result<ArrayRef, arrow_schema::ArrowError> {
     match array.data_type() {
         DataType::Date32 => arrow_cast::cast(array, &DataType::Int32),
-        DataType::Date64 => {
-            arrow_cast::cast(&arrow_cast::cast(array, &DataType::Date32)?, &DataType::Int32)
-        }
+        DataType::Date64 => arrow_cast::cast(
+            &arrow_cast::cast(array, &DataType::Date32)?,
+            &DataType::Int32,
+        ),
         DataType::Timestamp(_, zone) => arrow_cast::cast(
             &arrow_cast::cast(
                 array,
@@ -151,9 +152,9 @@ pub(crate) fn stats_of(rg: &RowGroupMetaData, leaf: usize) -> Option<Stats> {
                 if t.unit == parquet::basic::TimeUnit::MICROS =>
             {
                 pair(
-                v.min_opt().map(|&x| Value::Int(x)),
-                v.max_opt().map(|&x| Value::Int(x)),
-            )
+                    v.min_opt().map(|&x| Value::Int(x)),
+                    v.max_opt().map(|&x| Value::Int(x)),
+                )
             }
             _ => (None, None),
         },

@@ -40,6 +40,8 @@ impl Snapshot {
             let Some(name) = self.columns.source_of(name) else {
                 continue;
             };
+            // A struct's leaf (`meta.depth`) is read with its struct.
+            let name = super::schema::root_of(&self.schema, name);
             // Partition columns come from the add action; a column of the table this file
             // lacks (written before it was added) reads as null (`conform`).
             if schema.index_of(name).is_err() && self.schema.index_of(name).is_ok() {

@@ -3,7 +3,8 @@
 //! (a fixed-size list, a tensor extension type). Batches of a file are made to fit it
 //! ([`Snapshot::conform`]): partition values parsed as the Delta protocol serializes them, a
 //! column the file lacks (written before the column was added) as nulls, a column the file
-//! holds in a narrower type (before a type widening) cast to the table's.
+//! holds in a narrower type (before a type widening) cast to the table's, a struct's leaf
+//! taken out by its dotted path.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -59,7 +60,7 @@ pub(crate) fn table_schema(
             .filter(|(k, _)| footer.is_none_or(|s| s.field_with_name(k).is_err()))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        return (Arc::new(Schema::new(fields)), partitions);
+        return (with_struct_leaves(fields), partitions);
     };
     let mut partitions = HashMap::new();
     let fields: Vec<FieldRef> = delta
@@ -86,7 +87,77 @@ pub(crate) fn table_schema(
             }
         })
         .collect();
-    (Arc::new(Schema::new(fields)), partitions)
+    (with_struct_leaves(fields), partitions)
+}
+
+/// `fields`, then the leaves of their struct columns by dotted path.
+fn with_struct_leaves(fields: Vec<FieldRef>) -> SchemaRef {
+    let schema = Schema::new(fields);
+    let leaves = struct_leaves(&schema);
+    if leaves.is_empty() {
+        return Arc::new(schema);
+    }
+    let mut fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
+    fields.extend(leaves);
+    Arc::new(Schema::new(fields))
+}
+
+/// The leaves of `schema`'s struct columns, each as a field named by its dotted path
+/// (`meta.depth`), nullable (null where a parent is): a struct's leaf may be a field or a
+/// filter's column.
+pub(crate) fn struct_leaves(schema: &Schema) -> Vec<FieldRef> {
+    fn walk(prefix: &str, field: &Field, out: &mut Vec<FieldRef>) {
+        let DataType::Struct(children) = field.data_type() else {
+            return;
+        };
+        for child in children {
+            let path = format!("{prefix}.{}", child.name());
+            match child.data_type() {
+                DataType::Struct(_) => walk(&path, child, out),
+                t => out.push(Arc::new(Field::new(path, t.clone(), true))),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for field in schema.fields() {
+        walk(field.name(), field, &mut out);
+    }
+    out.retain(|leaf| schema.field_with_name(leaf.name()).is_err());
+    out
+}
+
+/// The top-level column a column of the table is read from: itself, or for a struct's leaf
+/// (`meta.depth`) its struct (`meta`).
+pub(crate) fn root_of<'a>(schema: &Schema, name: &'a str) -> &'a str {
+    match name.split_once('.') {
+        Some((root, _))
+            if schema
+                .field_with_name(root)
+                .is_ok_and(|f| matches!(f.data_type(), DataType::Struct(_))) =>
+        {
+            root
+        }
+        _ => name,
+    }
+}
+
+/// Column `path` of `batch`: a column of that name, else the leaf of a struct column by its
+/// dotted path, null wherever a parent is.
+pub(crate) fn column_at_path(batch: &RecordBatch, path: &str) -> Option<ArrayRef> {
+    if let Some(column) = batch.column_by_name(path) {
+        return Some(column.clone());
+    }
+    let mut parts = path.split('.');
+    let mut array = batch.column_by_name(parts.next()?)?.clone();
+    let mut nulls = array.logical_nulls();
+    for part in parts {
+        let parent = array.as_any().downcast_ref::<arrow_array::StructArray>()?;
+        let child = parent.column_by_name(part)?.clone();
+        nulls = arrow_buffer::NullBuffer::union(nulls.as_ref(), child.logical_nulls().as_ref());
+        array = child;
+    }
+    let data = array.to_data().into_builder().nulls(nulls).build().ok()?;
+    Some(arrow_array::make_array(data))
 }
 
 /// One partition value as a column of `rows` rows of `data_type`, parsed as the Delta protocol
@@ -177,7 +248,15 @@ impl Snapshot {
             if batch.column_by_name(name).is_some() || fields.iter().any(|f| f.name() == name) {
                 continue;
             }
+            // A struct's leaf, where the file holds the struct.
+            let leaf = match name.contains('.') {
+                true => column_at_path(&batch, name),
+                false => None,
+            };
             let array = match self.partition_types.get(name) {
+                _ if leaf.is_some() => {
+                    leaf.unwrap_or_else(|| arrow_array::new_empty_array(&DataType::Null))
+                }
                 Some(data_type) => {
                     let value = file
                         .partitions
@@ -289,5 +368,36 @@ mod tests {
         let (schema, partitions) = table_schema(None, Some(&footer), &listed);
         assert_eq!(schema.fields().len(), 3);
         assert_eq!(partitions, listed);
+    }
+}
+
+#[cfg(test)]
+mod struct_tests {
+    use super::*;
+    use arrow_array::cast::AsArray;
+
+    #[test]
+    fn a_struct_leaf_is_null_where_a_parent_is() {
+        let depth: ArrayRef = Arc::new(arrow_array::Float64Array::from(vec![
+            Some(1.5),
+            None,
+            Some(9.0),
+        ]));
+        let meta = arrow_array::StructArray::try_new(
+            vec![Field::new("depth", DataType::Float64, true)].into(),
+            vec![depth],
+            Some(arrow_buffer::NullBuffer::from(vec![true, true, false])),
+        )
+        .unwrap();
+        let batch = RecordBatch::try_from_iter([("meta", Arc::new(meta) as ArrayRef)]).unwrap();
+        let leaf = column_at_path(&batch, "meta.depth").unwrap();
+        let values = leaf.as_primitive::<arrow_array::types::Float64Type>();
+        assert_eq!(values.iter().collect::<Vec<_>>(), [Some(1.5), None, None]);
+        assert!(column_at_path(&batch, "meta.nope").is_none());
+        let leaves = struct_leaves(&batch.schema());
+        assert_eq!(leaves[0].name(), "meta.depth");
+        assert_eq!(root_of(&batch.schema(), "meta.depth"), "meta");
+        let flat = Schema::new(vec![Field::new("meta", DataType::Int8, true)]);
+        assert_eq!(root_of(&flat, "meta.depth"), "meta.depth");
     }
 }
