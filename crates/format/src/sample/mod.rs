@@ -475,6 +475,7 @@ impl SampleColumns {
     }
 }
 
+mod convert;
 mod hints;
 mod normalize;
 mod nulls;

@@ -9,7 +9,7 @@ use arrow_array::{Array, ArrayRef, BinaryViewArray, StringArray};
 use arrow_data::{ByteView, MAX_INLINE_VIEW_LEN};
 use arrow_schema::DataType;
 
-use super::normalize::field_of;
+use super::convert::field_of;
 use super::{FieldColumn, NullPolicy, RowError, TensorEncoding};
 use crate::{FieldKind, TensorSpec};
 
