@@ -583,10 +583,10 @@ fn unsupported_reader_features_are_refused_by_name() {
         }});
         write_commit(&table, version, &[protocol]);
     };
-    require(2, "typeWidening");
-    let err = first_error(e.builder(&table), "a table needing typeWidening");
+    require(2, "variantType");
+    let err = first_error(e.builder(&table), "a table needing variantType");
     assert!(
-        err.contains("typeWidening") && err.contains("reader feature"),
+        err.contains("variantType") && err.contains("reader feature"),
         "{err}"
     );
     // A feature no reader knows yet: the kernel refuses it at load, by name too.

@@ -105,7 +105,14 @@ pub(crate) fn temporal_literal(text: &str, data_type: &DataType) -> Result<Value
         }
         other => return Err(format!("{other} is not a date or timestamp")),
     };
-    let one: ArrayRef = std::sync::Arc::new(arrow_array::StringArray::from(vec![text]));
+    // A year or a month alone is its first instant ('2020' is 2020-01-01T00:00:00), as its
+    // text sorts before every later time of it.
+    let padded = match text.len() {
+        4 if text.bytes().all(|b| b.is_ascii_digit()) => format!("{text}-01-01"),
+        7 if text.as_bytes()[4] == b'-' => format!("{text}-01"),
+        _ => text.to_string(),
+    };
+    let one: ArrayRef = std::sync::Arc::new(arrow_array::StringArray::from(vec![padded]));
     let options = arrow_cast::CastOptions {
         safe: false,
         ..Default::default()

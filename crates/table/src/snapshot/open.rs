@@ -158,7 +158,18 @@ impl Snapshot {
                         reason,
                     });
                 }
-                return Err(err(e));
+                // A log the kernel refuses: say which version was being read.
+                if store_fault || matches!(e, DeltaTableError::NotATable(_)) {
+                    return Err(err(e));
+                }
+                let at = match version {
+                    Some(v) => format!("version {v}"),
+                    None => "the latest version".to_string(),
+                };
+                return Err(TableError::Log {
+                    location: display.clone(),
+                    reason: format!("{} (reading {at})", crate::error::delta_message(&e)),
+                });
             }
             Ok(Ok(table))
         };
