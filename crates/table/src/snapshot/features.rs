@@ -123,14 +123,22 @@ mod tests {
             "column mapping, legacy"
         );
         assert!(
-            protocol(3, &["deletionVectors", "columnMapping", "v2Checkpoint"])
-                .check_readable()
-                .is_ok()
+            protocol(
+                3,
+                &[
+                    "deletionVectors",
+                    "columnMapping",
+                    "v2Checkpoint",
+                    "typeWidening"
+                ]
+            )
+            .check_readable()
+            .is_ok()
         );
-        let err = protocol(3, &["deletionVectors", "typeWidening", "variantType"])
+        let err = protocol(3, &["deletionVectors", "timestampNanos", "variantType"])
             .check_readable()
             .unwrap_err();
-        assert!(err.contains("typeWidening, variantType"), "{err}");
+        assert!(err.contains("timestampNanos, variantType"), "{err}");
         assert!(!err.contains("features deletionVectors"), "{err}");
         let err = protocol(4, &[]).check_readable().unwrap_err();
         assert!(err.contains("version 4"), "{err}");
