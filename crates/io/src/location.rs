@@ -96,6 +96,13 @@ pub fn to_url(location: &str, is_dir: bool) -> Result<Url, IoError> {
     };
     if location.contains("://") {
         let url = Url::parse(location).map_err(|e| invalid(e.to_string()))?;
+        // A query (a SAS, say) would reach deltalake's logs and every process list: refused,
+        // never passed on.
+        if url.query().is_some() {
+            return Err(invalid(
+                "the URL carries a query string (not shown): give credentials as storage options (a SAS as azure_storage_sas_key), from the environment (AZURE_STORAGE_SAS_KEY, AWS_*, GOOGLE_*) or a file (--storage-option-file), not in the URL, which logs and process lists show".into(),
+            ));
+        }
         return match url.scheme() {
             "file" | "memory" => Ok(url),
             remote if REMOTE_SCHEMES.contains(&remote) => {
@@ -229,6 +236,15 @@ mod tests {
             .to_string();
         assert!(
             e.contains("az://[bad/x?<redacted>") && !e.contains("SECRET"),
+            "{e}"
+        );
+        let e = to_url("az://c/t?sv=2024&sig=SECRET", true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("query string")
+                && e.contains("azure_storage_sas_key")
+                && !e.contains("SECRET"),
             "{e}"
         );
     }

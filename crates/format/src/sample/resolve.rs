@@ -49,7 +49,7 @@ pub(super) fn resolve_field(
                 (None, Some(said)) => said.clone(),
                 (None, None) => vec![numel],
             };
-            if shape.iter().product::<usize>() != numel {
+            if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(numel) {
                 return Err(meta(format!(
                     "column '{name}': shape {shape:?} is not {numel} values, the list size"
                 )));

@@ -227,6 +227,7 @@ impl Snapshot {
                     object_path: f.object_store_path(),
                     size: f.size() as u64,
                     rows: f.num_records().map(|n| n as u64),
+                    records: f.num_records().map(|n| n as u64),
                     partitions,
                     delta_stats: f.stats(),
                     deleted: None,
@@ -247,6 +248,7 @@ impl Snapshot {
                     wanted.push(Wanted {
                         index,
                         file: file.path.clone(),
+                        rows: file.rows,
                         descriptor,
                     });
                 }
@@ -325,6 +327,7 @@ impl Snapshot {
                 object_path: o.location,
                 size: o.size,
                 rows: None,
+                records: None,
                 delta_stats: None,
                 deleted: None,
             })
