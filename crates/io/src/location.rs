@@ -29,6 +29,43 @@ pub fn storage_options(explicit: &HashMap<String, String>) -> HashMap<String, St
     options
 }
 
+/// What tells a store apart from another one reached by the same URL: the URL (without a
+/// query) and the account, region and endpoint the settings give (never a secret). Cache
+/// entries are keyed by it, so two accounts or endpoints with a bucket of the same name never
+/// serve each other's bytes.
+pub fn store_identity(url: &Url, options: &HashMap<String, String>) -> String {
+    let pick = |keys: &[&str]| {
+        keys.iter()
+            .find_map(|k| options.get(*k))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (account, endpoint) = match url.scheme() {
+        "az" | "azure" | "abfs" | "abfss" | "adl" | "https" | "http" => (
+            pick(&[
+                "azure_storage_account_name",
+                "account_name",
+                "azure_storage_account",
+            ]),
+            pick(&["azure_storage_endpoint", "endpoint", "azure_endpoint"]),
+        ),
+        "s3" | "s3a" => (
+            pick(&["aws_region", "region"]),
+            pick(&[
+                "aws_endpoint",
+                "aws_endpoint_url",
+                "endpoint",
+                "endpoint_url",
+            ]),
+        ),
+        "gs" => (String::new(), pick(&["google_base_url", "base_url"])),
+        _ => (String::new(), String::new()),
+    };
+    let mut shown = url.clone();
+    shown.set_query(None);
+    format!("{shown}|account={account}|endpoint={endpoint}")
+}
+
 /// Which credential method the settings select, by key names only (never values), for a debug
 /// line: the first match in object_store's own order of precedence.
 pub fn credential_method(url: &Url, options: &HashMap<String, String>) -> &'static str {
