@@ -2,14 +2,13 @@
 // serde_json's `json!` recurses once per field of the report.
 #![recursion_limit = "256"]
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use voxlake::compact::cli::{self, parse_key_value};
+use voxlake::compact::cli;
 use voxlake::{Loader, LoaderState, Tensors, Uneven};
 
 #[derive(Parser)]
@@ -106,9 +105,8 @@ struct BenchArgs {
     resume: Option<PathBuf>,
     #[command(flatten)]
     version: cli::VersionArgs,
-    /// A storage option KEY=VALUE.
-    #[arg(long = "storage-option", value_parser = parse_key_value)]
-    storage_options: Vec<(String, String)>,
+    #[command(flatten)]
+    storage: cli::StorageArgs,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -202,7 +200,7 @@ fn sum_f32(values: &[f32]) -> f64 {
 fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
     let mut builder = Loader::builder(args.table.clone())
-        .with_storage_options(HashMap::from_iter(args.storage_options))
+        .with_storage_options(args.storage.options()?)
         .with_batch_size(args.batch_size)
         .with_epochs(args.epochs)
         .with_rank(args.rank, args.world_size)

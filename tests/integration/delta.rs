@@ -729,3 +729,108 @@ fn the_cli_reads_list_shapes_alone_and_inspect_shows_the_protocol() {
         (3.into(), 99.into())
     );
 }
+
+/// Rewrites the deletion vector of the add action in commit `version` of `table`.
+fn craft_vector(table: &Path, version: u64, edit: impl Fn(&mut Value)) {
+    let path = table.join("_delta_log").join(format!("{version:020}.json"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let mut action: Value = serde_json::from_str(line).unwrap();
+            if let Some(dv) = action
+                .get_mut("add")
+                .and_then(|a| a.get_mut("deletionVector"))
+            {
+                edit(dv);
+            }
+            action.to_string()
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+}
+
+#[tokio::test]
+async fn crafted_deletion_vectors_are_refused_before_they_are_expanded() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = small_table(dir.path(), 40).await;
+    let first = collect(Loader::builder(table.to_str().unwrap()));
+    let file = first[0].lineage()[0].file.to_string();
+    let rows = first
+        .iter()
+        .flat_map(|b| b.lineage())
+        .filter(|o| *o.file == *file)
+        .count() as u64;
+    let cases: [(&str, Box<dyn Fn(&mut Value)>, &str); 4] = [
+        // More deleted rows than the file has: refused from the log alone.
+        (
+            "a cardinality past the file's rows",
+            Box::new(|dv| dv["cardinality"] = serde_json::json!(1u64 << 40)),
+            "deleting 1099511627776 rows, for a file of",
+        ),
+        (
+            "a size no vector of the file's rows takes",
+            Box::new(|dv| dv["sizeInBytes"] = serde_json::json!(1u64 << 30)),
+            "a vector of 1073741824 bytes",
+        ),
+        // The vector's own rows disagree with its descriptor.
+        (
+            "a cardinality the bitmap does not hold",
+            Box::new(|dv| dv["cardinality"] = serde_json::json!(1)),
+            "its descriptor says 1",
+        ),
+        // An empty inline vector: the kernel would panic on it; refused by name first.
+        (
+            "an empty inline vector",
+            Box::new(|dv| {
+                dv["pathOrInlineDv"] = serde_json::json!("");
+                dv["sizeInBytes"] = serde_json::json!(0);
+                dv["cardinality"] = serde_json::json!(0);
+            }),
+            "an inline vector of 0 characters holds no bitmap",
+        ),
+    ];
+    for (what, edit, says) in cases {
+        let copy = tempfile::tempdir().unwrap();
+        let t = copy.path().join("t");
+        copy_dir(&table, &t);
+        let version =
+            delete_rows(&t, &[(file.as_str(), vec![0, 1])], DvStorage::Inline, false).await;
+        craft_vector(&t, version, edit);
+        let e = first_error(Loader::builder(t.to_str().unwrap()), what);
+        assert!(e.contains(says) && e.contains(&file), "{what}: {e}");
+        assert!(!e.contains("panicked"), "{what}: {e}");
+    }
+    // A vector deleting a row past the file's end.
+    let copy = tempfile::tempdir().unwrap();
+    let t = copy.path().join("t");
+    copy_dir(&table, &t);
+    delete_rows(
+        &t,
+        &[(file.as_str(), vec![0, rows + 100])],
+        DvStorage::Inline,
+        false,
+    )
+    .await;
+    let e = first_error(Loader::builder(t.to_str().unwrap()), "a row past the end");
+    assert!(
+        e.contains(&format!(
+            "deletes row {}, the file has {rows} rows",
+            rows + 100
+        )),
+        "{e}"
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}

@@ -24,6 +24,61 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| "expected KEY=VALUE".to_string())
 }
 
+/// Keys whose values are secrets: given with `--storage-option`, they show in process lists.
+const SECRET_KEY_PARTS: [&str; 6] = ["key", "secret", "sas", "token", "password", "credential"];
+
+/// Storage options: on the command line, or (for secrets) from a file.
+#[derive(clap::Args)]
+pub struct StorageArgs {
+    /// A storage option KEY=VALUE (object_store keys, e.g. azure_storage_account_name). A
+    /// secret here shows in every process list: give secrets in the environment
+    /// (AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_KEY, AWS_SECRET_ACCESS_KEY, …) or in a file
+    /// (--storage-option-file).
+    #[arg(long = "storage-option", value_parser = parse_key_value)]
+    pub storage_options: Vec<(String, String)>,
+    /// A file of storage options, one KEY=VALUE a line (blank lines and `#` comments skipped):
+    /// the way to give secrets, which --storage-option shows in process lists.
+    #[arg(long = "storage-option-file")]
+    pub storage_option_file: Option<std::path::PathBuf>,
+}
+
+impl StorageArgs {
+    /// The options: the file's, then the command line's over them. A secret on the command
+    /// line is used, with a warning naming its key.
+    pub fn options(self) -> Result<std::collections::HashMap<String, String>, String> {
+        let mut options = std::collections::HashMap::new();
+        if let Some(path) = &self.storage_option_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--storage-option-file {}: {e}", path.display()))?;
+            for (i, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                let (k, v) = parse_key_value(line).map_err(|e| {
+                    format!(
+                        "--storage-option-file {}, line {}: {e}",
+                        path.display(),
+                        i + 1
+                    )
+                })?;
+                options.insert(k.trim().to_string(), v.trim().to_string());
+            }
+        }
+        for (k, v) in self.storage_options {
+            let lower = k.to_ascii_lowercase();
+            if SECRET_KEY_PARTS.iter().any(|p| lower.contains(p)) {
+                tracing::warn!(
+                    key = k.as_str(),
+                    "a secret given with --storage-option shows in process lists: give it in the environment or with --storage-option-file"
+                );
+            }
+            options.insert(k, v);
+        }
+        Ok(options)
+    }
+}
+
 /// How samples are read from a table other tools wrote.
 #[derive(clap::Args)]
 pub struct SampleArgs {

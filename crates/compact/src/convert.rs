@@ -263,7 +263,12 @@ impl Compactor {
                     let named = key.clone();
                     let run = move || {
                         let decoding = Instant::now();
-                        let arrays = source::arrays(&key, &parts, &layout)?;
+                        // An archive holds the sample's arrays (and perhaps a few others): it
+                        // inflates to twice their size at most, never to what a bomb claims.
+                        let cap = (spec.tensor_bytes() as u64)
+                            .saturating_mul(2)
+                            .saturating_add(voxlake_format::npy::NPY_HEADER_ROOM * 16);
+                        let arrays = source::arrays(&key, &parts, &layout, cap)?;
                         let row =
                             source::decode(key, arrays, size, &spec, casting, labels.as_deref());
                         decode_ns
@@ -417,7 +422,13 @@ impl Compactor {
                 *fields = found;
                 seen = vec![Vec::new(); fields.len()];
             }
-            let parsed = source::arrays(&sample.key, &parts, &layout).and_then(|arrays| {
+            let parsed = source::arrays(
+                &sample.key,
+                &parts,
+                &layout,
+                voxlake_format::npy::NPZ_DEFAULT_CAP,
+            )
+            .and_then(|arrays| {
                 arrays
                     .into_iter()
                     .map(|(key, bytes)| {

@@ -1,13 +1,12 @@
 //! `compact`: numpy blobs → one Delta table of streaming-friendly Parquet files.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use voxlake_compact::cli::{self, parse_key_value};
+use voxlake_compact::cli;
 use voxlake_compact::{Compactor, ConvertSummary, OnError, TableInfo, synth};
 use voxlake_format::{Codec, DType, Layout};
 
@@ -161,9 +160,8 @@ struct CommonArgs {
     /// Print the result as one JSON object on stdout.
     #[arg(long)]
     json: bool,
-    /// A storage option KEY=VALUE (object_store keys, e.g. azure_storage_account_name).
-    #[arg(long = "storage-option", value_parser = parse_key_value)]
-    storage_options: Vec<(String, String)>,
+    #[command(flatten)]
+    storage: cli::StorageArgs,
 }
 
 fn parse_shard(s: &str) -> Result<(u32, u32), String> {
@@ -358,7 +356,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             };
             let mut compactor = Compactor::new(table)
                 .with_sample_columns(hints)
-                .with_storage_options(HashMap::from_iter(common.storage_options))
+                .with_storage_options(common.storage.options()?)
                 .with_layout(layout.layout())
                 .with_on_error(on_error)
                 .with_files_per_commit(files_per_commit);
@@ -392,7 +390,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             common,
         } => {
             let summary = Compactor::new(table)
-                .with_storage_options(HashMap::from_iter(common.storage_options))
+                .with_storage_options(common.storage.options()?)
                 .with_layout(layout.layout())
                 .with_files_per_commit(files_per_commit)
                 .optimize()
@@ -418,7 +416,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             common,
         } => {
             let info = Compactor::new(table)
-                .with_storage_options(HashMap::from_iter(common.storage_options))
+                .with_storage_options(common.storage.options()?)
                 .with_sample_columns(sample.hints())
                 .with_as_of(version.as_of()?)
                 .inspect()

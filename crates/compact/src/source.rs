@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use bytes::Bytes;
 use object_store::path::Path;
-use voxlake_format::npy::{NpyArray, read_npz};
+use voxlake_format::npy::{NpyArray, read_npz_capped};
 use voxlake_format::{Casting, FieldKind, SampleSpec, TensorSpec};
 
 use crate::error::CompactError;
@@ -121,11 +121,12 @@ pub(crate) fn group(
 }
 
 /// Each field's array of a sample, parsed from its objects' bytes (`(key, npy bytes)` per
-/// field, in the layout's order).
+/// field, in the layout's order); an archive's members inflate to at most `cap` bytes.
 pub(crate) fn arrays(
     sample_key: &str,
     parts: &[(String, Bytes)],
     layout: &SourceLayout,
+    cap: u64,
 ) -> Result<Vec<(String, Bytes)>, CompactError> {
     match layout {
         SourceLayout::Npy | SourceLayout::Folders(_) => Ok(parts.to_vec()),
@@ -133,7 +134,7 @@ pub(crate) fn arrays(
             let (key, bytes) = parts.first().ok_or_else(|| {
                 CompactError::Internal(format!("{sample_key}: a sample without its archive"))
             })?;
-            let members = read_npz(bytes).map_err(|source| CompactError::Npy {
+            let members = read_npz_capped(bytes, cap).map_err(|source| CompactError::Npy {
                 key: key.clone(),
                 source,
             })?;
@@ -157,10 +158,13 @@ pub(crate) fn arrays(
 
 /// The array names of the first archive that opens, for an `.npz` source without `--fields`.
 pub(crate) fn npz_names(bytes: &[u8], key: &str) -> Result<Vec<String>, CompactError> {
-    let members = read_npz(bytes).map_err(|source| CompactError::Npy {
-        key: key.to_string(),
-        source,
-    })?;
+    let members =
+        read_npz_capped(bytes, voxlake_format::npy::NPZ_DEFAULT_CAP).map_err(|source| {
+            CompactError::Npy {
+                key: key.to_string(),
+                source,
+            }
+        })?;
     Ok(members.into_iter().map(|(name, _)| name).collect())
 }
 

@@ -104,6 +104,22 @@ impl SampleSpec {
             }
             Some((_, FieldKind::Tensor(spec))) => spec.clone(),
         };
+        for (name, kind) in &fields {
+            if let FieldKind::Tensor(spec) = kind {
+                spec.clone()
+                    .checked()
+                    .map_err(|e| meta(format!("field '{name}': {e}")))?;
+            }
+        }
+        let total = fields
+            .iter()
+            .filter_map(|(_, k)| k.tensor().and_then(TensorSpec::checked_nbytes))
+            .try_fold(0usize, usize::checked_add);
+        if total.is_none_or(|t| t > isize::MAX as usize) {
+            return Err(meta(
+                "the fields together are more bytes than a sample can hold".into(),
+            ));
+        }
         for (i, (name, _)) in fields.iter().enumerate() {
             if name.is_empty() || RESERVED.contains(&name.as_str()) {
                 return Err(meta(format!(
@@ -265,6 +281,37 @@ mod tests {
 
     fn tensor(shape: &[usize], dtype: DType) -> FieldKind {
         FieldKind::Tensor(TensorSpec::new(shape.to_vec(), dtype))
+    }
+
+    #[test]
+    fn shapes_whose_size_overflows_are_refused_by_name() {
+        // 6148914691236517206 × 3 wraps to 2 in 64 bits: it must never pass as 2 elements.
+        let e = SampleSpec::new(vec![(
+            "x".into(),
+            tensor(&[6148914691236517206, 3], DType::U8),
+        )])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("field 'x'") && e.contains("overflows"), "{e}");
+        let config = TensorSpec::new(vec![1], DType::F32)
+            .table_configuration()
+            .into_iter()
+            .map(|(k, v)| match k.as_str() {
+                crate::SHAPE_KEY => (k, "[4611686018427387904,4]".to_string()),
+                _ => (k, v),
+            })
+            .collect();
+        let e = TensorSpec::from_table_configuration(&config)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("overflows"), "{e}");
+        // Two fields each fine, together past what a sample can hold.
+        let half = tensor(&[1 << 62], DType::U8);
+        assert!(SampleSpec::new(vec![("a".into(), half.clone()), ("b".into(), half)]).is_err());
+        assert_eq!(
+            TensorSpec::new(vec![2, 3], DType::F64).checked_nbytes(),
+            Some(48)
+        );
     }
 
     #[test]

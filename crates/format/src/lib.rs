@@ -150,6 +150,28 @@ impl TensorSpec {
         self.numel() * self.dtype.size()
     }
 
+    /// Bytes per sample, `None` where the shape's product overflows (or passes `isize::MAX`,
+    /// which no allocation can hold). Every spec read from a table or a user is checked with it
+    /// ([`TensorSpec::checked`]) before [`numel`](Self::numel) and [`nbytes`](Self::nbytes)
+    /// multiply it out.
+    pub fn checked_nbytes(&self) -> Option<usize> {
+        self.shape
+            .iter()
+            .try_fold(self.dtype.size(), |n, &d| n.checked_mul(d))
+            .filter(|&n| n <= isize::MAX as usize)
+    }
+
+    /// The spec, or an error naming a shape whose size overflows.
+    pub fn checked(self) -> Result<Self, FormatError> {
+        match self.checked_nbytes() {
+            Some(_) => Ok(self),
+            None => Err(FormatError::Metadata(format!(
+                "shape {:?} of {} is more bytes than a sample can hold (its product overflows)",
+                self.shape, self.dtype
+            ))),
+        }
+    }
+
     /// The key/value pairs recorded in the Delta table configuration and field metadata.
     pub fn table_configuration(&self) -> HashMap<String, String> {
         // A JSON list of integers, as serde_json writes it.
@@ -191,7 +213,7 @@ impl TensorSpec {
                 )));
             }
         }
-        Ok(TensorSpec { shape, dtype })
+        TensorSpec { shape, dtype }.checked()
     }
 
     /// The Arrow schema of a new table of this spec, with the spec in the `tensor` field

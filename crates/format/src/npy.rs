@@ -358,21 +358,42 @@ impl Default for EncodeOptions {
 /// name without `.npy` and its `.npy` bytes (inflated), in archive order. An archive that does
 /// not open, or a member that does not inflate, is an error naming it.
 pub fn read_npz(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, FormatError> {
+    read_npz_capped(bytes, NPZ_DEFAULT_CAP)
+}
+
+/// What an archive's members may inflate to together when nothing says what they hold
+/// ([`read_npz`]): 1 GiB. Where the arrays' spec is known, the cap is their size.
+pub const NPZ_DEFAULT_CAP: u64 = 1 << 30;
+
+/// Room for an `.npy` header (at most 64 KiB in versions 2 and 3) beside its data.
+pub const NPY_HEADER_ROOM: u64 = 1 << 16;
+
+/// [`read_npz`], the members inflating to at most `cap` bytes together: an archive that
+/// inflates past it (a zip bomb, or not the arrays expected) is an error before more memory
+/// is taken.
+pub fn read_npz_capped(bytes: &[u8], cap: u64) -> Result<Vec<(String, Vec<u8>)>, FormatError> {
     use std::io::Read;
     let npz = |m: String| FormatError::Npy(m);
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| npz(format!("not a readable npz archive: {e}")))?;
-    let mut out = Vec::with_capacity(archive.len());
+    let mut out = Vec::with_capacity(archive.len().min(1 << 10));
+    let mut left = cap;
     for index in 0..archive.len() {
-        let mut member = archive
+        let member = archive
             .by_index(index)
             .map_err(|e| npz(format!("npz member {index} does not open: {e}")))?;
         let name = member.name().to_string();
-        // A member's claimed size is read, not trusted: capped, grown as it inflates.
-        let mut data = Vec::with_capacity(member.size().min(1 << 30) as usize);
+        // A member's claimed size is read, not trusted: grown as it inflates, up to the cap.
+        let mut data = Vec::with_capacity(member.size().min(left).min(1 << 30) as usize);
         member
+            .take(left.saturating_add(1))
             .read_to_end(&mut data)
             .map_err(|e| npz(format!("npz member '{name}' does not inflate: {e}")))?;
+        left = left.checked_sub(data.len() as u64).ok_or_else(|| {
+            npz(format!(
+                "npz member '{name}' inflates past {cap} bytes, more than the arrays expected (a zip bomb?)"
+            ))
+        })?;
         let name = name.strip_suffix(".npy").unwrap_or(&name).to_string();
         out.push((name, data));
     }

@@ -21,6 +21,15 @@
 //!
 //! A write that fails (a full disk) is logged and the read goes on uncached; a cache that
 //! cannot be opened is an error at `build()`.
+//!
+//! Safe on a shared node: the cache lives in a folder of its own, [`CACHE_SUBDIR`], inside the
+//! one it is given (so pointing it at `$HOME` or `/tmp` touches nothing else there), created
+//! 0700 and refused when another user owns it or others may write to it; entries and locks are
+//! files 0600, opened without following a symbolic link and without blocking (a FIFO planted
+//! as an entry is refused, not waited on), read into buffers (an entry truncated while read
+//! cannot kill the process), and used only when this user owns them. Only names of its own
+//! format are ever deleted, and a wait for another process's lock ends after [`LOCK_WAIT`]
+//! (the read goes on and fetches itself).
 
 mod choice;
 mod entry;
@@ -43,6 +52,11 @@ use crate::local::pool::BufferPool;
 
 /// Temporary files and lock files older than this belong to dead processes.
 const STALE: Duration = Duration::from_secs(3600);
+/// The folder a cache keeps inside the one it is given: the only one it creates files in or
+/// deletes from.
+pub const CACHE_SUBDIR: &str = "voxlake-cache-v1";
+/// How long a miss waits for another process fetching the same entry before fetching too.
+pub const LOCK_WAIT: Duration = Duration::from_secs(60);
 /// MiB of entries being written in the background at most.
 const PENDING_WRITE_MIB: u32 = 256;
 
@@ -105,8 +119,8 @@ impl DiskCache {
     /// Opens (creating it if needed) the cache in `dir`, holding at most `max_bytes` of
     /// entries; entries past the cap are evicted now.
     pub fn open(dir: impl Into<PathBuf>, max_bytes: u64) -> Result<Arc<DiskCache>, IoError> {
-        let dir = dir.into();
-        let shown = dir.display().to_string();
+        let given = dir.into();
+        let shown = given.display().to_string();
         let fail = |reason: String| IoError::Cache {
             dir: shown.clone(),
             reason,
@@ -114,15 +128,21 @@ impl DiskCache {
         if max_bytes == 0 {
             return Err(fail("a cap of 0 bytes caches nothing".into()));
         }
-        for sub in ["entries", "tmp", "locks"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .map_err(|e| fail(format!("cannot create {sub}/: {e}")))?;
+        std::fs::create_dir_all(&given).map_err(|e| fail(format!("cannot create it: {e}")))?;
+        let dir = given.join(CACHE_SUBDIR);
+        for folder in [
+            dir.clone(),
+            dir.join("entries"),
+            dir.join("tmp"),
+            dir.join("locks"),
+        ] {
+            private_dir(&folder).map_err(&fail)?;
         }
         // Writable: a cache that cannot take entries would only cost requests.
         let probe = dir
             .join("tmp")
             .join(format!("probe.{}", std::process::id()));
-        File::create(&probe)
+        create_private(&probe)
             .and_then(|_| std::fs::remove_file(&probe))
             .map_err(|e| fail(format!("not writable: {e}")))?;
         let cache = DiskCache {
@@ -251,17 +271,19 @@ impl DiskCache {
     /// The entry's ranges, if it is on disk and whole; a corrupt one is deleted.
     fn lookup(&self, key: &EntryKey, object: &str) -> Option<Vec<Bytes>> {
         let path = self.entry_path(&key.file_name());
-        let file = match File::open(&path) {
+        let file = match open_private(&path, false) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
             Err(e) => {
-                tracing::warn!(entry = %path.display(), object, error = %e, "cache entry unreadable: fetched from the store");
+                tracing::warn!(entry = %path.display(), object, error = %e, "cache entry unreadable (a symbolic link?): deleted, fetched from the store");
+                let _ = std::fs::remove_file(&path);
                 return None;
             }
         };
+        // Read, never mapped: a mapped entry cut short while read would kill the process.
         let read = file.metadata().map_err(|e| e.to_string()).and_then(|meta| {
-            let map = crate::local::on_local_filesystem(&file);
-            crate::local::read_range(&file, &path, meta.len(), map, &self.pool, 0..meta.len())
+            owned_regular(&meta)?;
+            crate::local::read_range(&file, &path, meta.len(), false, &self.pool, 0..meta.len())
                 .map_err(|e| e.to_string())
         });
         match read.and_then(|bytes| entry::parts(&bytes, key)) {
@@ -287,17 +309,32 @@ impl DiskCache {
     /// be taken (the read goes on, perhaps fetching what another process fetches too).
     fn lock(&self, name: &str) -> Option<File> {
         let path = self.lock_path(name);
-        let locked = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.lock().map(|()| f));
-        match locked {
-            Ok(file) => Some(file),
+        let file = match open_private(&path, true).and_then(|f| {
+            owned_regular(&f.metadata()?).map_err(std::io::Error::other)?;
+            Ok(f)
+        }) {
+            Ok(file) => file,
             Err(e) => {
                 tracing::warn!(lock = %path.display(), error = %e, "cache lock not taken");
-                None
+                return None;
+            }
+        };
+        // Bounded: a holder that hangs (a stalled fetch) must not hold every reader of it.
+        let start = std::time::Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Some(file),
+                Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_WAIT => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    tracing::warn!(lock = %path.display(), waited_s = LOCK_WAIT.as_secs(), "cache lock held too long by another reader: fetched here too");
+                    return None;
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    tracing::warn!(lock = %path.display(), error = %e, "cache lock not taken");
+                    return None;
+                }
             }
         }
     }
@@ -324,7 +361,7 @@ impl DiskCache {
             .dir
             .join("tmp")
             .join(format!("{name}.{}.{nanos}", std::process::id()));
-        let written = File::create(&tmp)
+        let written = create_private(&tmp)
             .and_then(|mut f| {
                 f.write_all(&header)?;
                 for p in parts {
@@ -363,9 +400,12 @@ impl DiskCache {
                 .and_then(|m| now.duration_since(m).ok())
                 .is_some_and(|age| age > STALE)
         };
+        // Only names this cache makes are deleted (a DirEntry's metadata is the name's own,
+        // never a link's target).
         for sub in ["tmp", "locks"] {
             for e in std::fs::read_dir(self.dir.join(sub))?.flatten() {
-                if e.metadata().is_ok_and(|m| stale(&m)) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if ours(sub, &name) && e.metadata().is_ok_and(|m| stale(&m)) {
                     let _ = std::fs::remove_file(e.path());
                 }
             }
@@ -374,6 +414,10 @@ impl DiskCache {
         for e in std::fs::read_dir(self.dir.join("entries"))?.flatten() {
             // An entry evicted by another process meanwhile is simply not counted.
             let Ok(meta) = e.metadata() else { continue };
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !ours("entries", &name) || !meta.is_file() {
+                continue;
+            }
             found.push(evict::Found {
                 name: e.file_name().to_string_lossy().into_owned(),
                 bytes: meta.len(),
@@ -397,6 +441,108 @@ impl DiskCache {
         self.since_scan.store(0, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// Whether `name` in the cache's folder `sub` is one this cache makes: an entry (16 hex
+/// digits), its lock (`<entry>.lock`), a temporary entry (`<entry>.<pid>.<nanos>`) or the
+/// open's probe (`probe.<pid>`).
+fn ours(sub: &str, name: &str) -> bool {
+    let entry = |n: &str| n.len() == 16 && n.bytes().all(|b| b.is_ascii_hexdigit());
+    let digits = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    match sub {
+        "entries" => entry(name),
+        "locks" => name.strip_suffix(".lock").is_some_and(entry),
+        "tmp" => match name.split('.').collect::<Vec<_>>().as_slice() {
+            [e, pid, nanos] => entry(e) && digits(pid) && digits(nanos),
+            ["probe", pid] => digits(pid),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The user this process runs as.
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Folder `path`, created 0700 if it is not there, and checked: a folder (not a link) this user
+/// owns that no one else may write to (one only others may read is made 0700).
+fn private_dir(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let shown = path.display();
+    match std::fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {shown}: {e}")),
+    }
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    if !meta.file_type().is_dir() {
+        return Err(format!(
+            "{shown} is not a folder (a symbolic link or a file): refused"
+        ));
+    }
+    if meta.uid() != euid() {
+        return Err(format!(
+            "{shown} is owned by user {}, not by this process's user {}: another user's cache is never used",
+            meta.uid(),
+            euid()
+        ));
+    }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "{shown} may be written by others (mode {mode:o}): refused (make it 0700)"
+        ));
+    }
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("{shown}: cannot make it 0700: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Opens `path` without following a symbolic link and without blocking (a FIFO answers at
+/// once); `write`: for writing, created 0600 if missing.
+fn open_private(path: &Path, write: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = OpenOptions::new();
+    options
+        .read(!write)
+        .write(write)
+        .create(write)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC);
+    options.open(path)
+}
+
+/// Creates `path` (it must not exist) 0600, without following a symbolic link.
+fn create_private(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Refuses what is not a regular file of this user's (a FIFO, a device, another user's entry).
+fn owned_regular(meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.uid() != euid() {
+        return Err(format!(
+            "written by user {}, not by this process's user {}: never trusted",
+            meta.uid(),
+            euid()
+        ));
+    }
+    Ok(())
 }
 
 /// Runs `f` on the blocking pool; a panic in it is an error naming the cache.

@@ -29,6 +29,43 @@ pub fn storage_options(explicit: &HashMap<String, String>) -> HashMap<String, St
     options
 }
 
+/// What tells a store apart from another one reached by the same URL: the URL (without a
+/// query) and the account, region and endpoint the settings give (never a secret). Cache
+/// entries are keyed by it, so two accounts or endpoints with a bucket of the same name never
+/// serve each other's bytes.
+pub fn store_identity(url: &Url, options: &HashMap<String, String>) -> String {
+    let pick = |keys: &[&str]| {
+        keys.iter()
+            .find_map(|k| options.get(*k))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (account, endpoint) = match url.scheme() {
+        "az" | "azure" | "abfs" | "abfss" | "adl" | "https" | "http" => (
+            pick(&[
+                "azure_storage_account_name",
+                "account_name",
+                "azure_storage_account",
+            ]),
+            pick(&["azure_storage_endpoint", "endpoint", "azure_endpoint"]),
+        ),
+        "s3" | "s3a" => (
+            pick(&["aws_region", "region"]),
+            pick(&[
+                "aws_endpoint",
+                "aws_endpoint_url",
+                "endpoint",
+                "endpoint_url",
+            ]),
+        ),
+        "gs" => (String::new(), pick(&["google_base_url", "base_url"])),
+        _ => (String::new(), String::new()),
+    };
+    let mut shown = url.clone();
+    shown.set_query(None);
+    format!("{shown}|account={account}|endpoint={endpoint}")
+}
+
 /// Which credential method the settings select, by key names only (never values), for a debug
 /// line: the first match in object_store's own order of precedence.
 pub fn credential_method(url: &Url, options: &HashMap<String, String>) -> &'static str {
@@ -96,6 +133,13 @@ pub fn to_url(location: &str, is_dir: bool) -> Result<Url, IoError> {
     };
     if location.contains("://") {
         let url = Url::parse(location).map_err(|e| invalid(e.to_string()))?;
+        // A query (a SAS, say) would reach deltalake's logs and every process list: refused,
+        // never passed on.
+        if url.query().is_some() {
+            return Err(invalid(
+                "the URL carries a query string (not shown): give credentials as storage options (a SAS as azure_storage_sas_key), from the environment (AZURE_STORAGE_SAS_KEY, AWS_*, GOOGLE_*) or a file (--storage-option-file), not in the URL, which logs and process lists show".into(),
+            ));
+        }
         return match url.scheme() {
             "file" | "memory" => Ok(url),
             remote if REMOTE_SCHEMES.contains(&remote) => {
@@ -229,6 +273,15 @@ mod tests {
             .to_string();
         assert!(
             e.contains("az://[bad/x?<redacted>") && !e.contains("SECRET"),
+            "{e}"
+        );
+        let e = to_url("az://c/t?sv=2024&sig=SECRET", true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("query string")
+                && e.contains("azure_storage_sas_key")
+                && !e.contains("SECRET"),
             "{e}"
         );
     }

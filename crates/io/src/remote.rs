@@ -36,7 +36,6 @@ struct Identity {
 }
 
 /// A remote table's store, as its snapshot reads it.
-#[derive(Debug)]
 pub struct RemoteStore {
     inner: Arc<dyn ObjectStore>,
     /// The table, for cache keys.
@@ -47,6 +46,19 @@ pub struct RemoteStore {
     fetched: AtomicU64,
     /// Buffers reads land in, recycled once their last view is dropped.
     pool: Arc<BufferPool>,
+}
+
+/// The inner store is left out: a store's own `Debug` may print its credentials (object_store's
+/// Azure client prints its account key or SAS).
+impl std::fmt::Debug for RemoteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteStore")
+            .field("table", &self.table)
+            .field("files", &self.files.len())
+            .field("cache", &self.cache.get().map(|c| c.dir().to_path_buf()))
+            .field("fetched", &self.fetched.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 impl RemoteStore {

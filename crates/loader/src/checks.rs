@@ -65,12 +65,32 @@ impl LoaderBuilder {
         settings: &mut OrderSettings,
         files: &str,
         sample_bytes: u64,
+        rows: u64,
     ) -> Result<Position, LoaderError> {
         if state.files != files {
             return Err(LoaderError::State(format!(
                 "the state's file set ({}, {} files, version {}) is not this table's at that version ({files}): another table or another file set",
                 state.files, state.file_count, state.version
             )));
+        }
+        // Each segment's ranks deliver at most one batch of pad rows each beyond the rows.
+        let slack = state
+            .closed
+            .iter()
+            .map(|s| s.world_size as u64)
+            .chain([state.world_size as u64])
+            .try_fold(0u64, |sum, w| {
+                sum.checked_add(w.checked_mul(state.batch_size as u64)?)
+            });
+        match (state.delivered(), slack) {
+            (Some(delivered), Some(slack)) if delivered <= rows.saturating_add(slack) => {}
+            (delivered, _) => {
+                return Err(LoaderError::State(format!(
+                    "the state counts {} samples delivered in epoch {}, more than the table's {rows} rows an epoch: not a state of this table's run",
+                    delivered.map_or("more than 2^64".into(), |d| d.to_string()),
+                    state.epoch
+                )));
+            }
         }
         let theirs = state.order_settings()?;
         let mismatch = |what: &str, a: String, b: String| {

@@ -134,7 +134,13 @@ impl LoaderBuilder {
         // A state brings its own order settings: check them before the budget, which depends
         // on them.
         let start = match &self.state {
-            Some(state) => self.check_state(state, &mut settings, &files, sample_bytes)?,
+            Some(state) => self.check_state(
+                state,
+                &mut settings,
+                &files,
+                sample_bytes,
+                stream.rows_per_file().iter().sum(),
+            )?,
             None => Position {
                 epoch: self.start_epoch,
                 closed: Vec::new(),

@@ -97,7 +97,44 @@ impl LoaderState {
             )));
         }
         state.uneven()?;
+        state.check()?;
         Ok(state)
+    }
+
+    /// Refuses a state no run could have written: no ranks, a rank outside them, no rows a
+    /// batch, or counts whose samples overflow (they are multiplied out when resuming).
+    fn check(&self) -> Result<(), LoaderError> {
+        let bad = |m: String| Err(LoaderError::State(format!("not a state a run wrote: {m}")));
+        if self.world_size == 0 || self.rank >= self.world_size {
+            return bad(format!(
+                "rank {} of world size {}",
+                self.rank, self.world_size
+            ));
+        }
+        if self.batch_size == 0 {
+            return bad("a batch size of 0".into());
+        }
+        if let Some(s) = self.closed.iter().find(|s| s.world_size == 0) {
+            return bad(format!("a closed segment of {} ranks", s.world_size));
+        }
+        if self.delivered().is_none() {
+            return bad("its counts of batches overflow".into());
+        }
+        Ok(())
+    }
+
+    /// Samples the epoch's segments delivered over all ranks, pad rows included (`None` if
+    /// the counts overflow).
+    pub(crate) fn delivered(&self) -> Option<u64> {
+        let b = self.batch_size as u64;
+        let segment =
+            |world: usize, batches: u64| (world as u64).checked_mul(batches)?.checked_mul(b);
+        self.closed
+            .iter()
+            .try_fold(0u64, |sum, s| {
+                sum.checked_add(segment(s.world_size, s.batches)?)
+            })?
+            .checked_add(segment(self.world_size, self.batches)?)
     }
 
     /// The policy for uneven ranks.
@@ -153,5 +190,47 @@ impl Position {
             .map(|s| s.world_size as u64 * s.batches * b)
             .sum::<u64>()
             + self.world_size as u64 * self.batches * b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"{"format":1,"table":"/data/t","version":3,"files":"fnv1a64:00000000000000ff",
+      "file_count":2,"seed":7,"shuffle":true,"shuffle_buffer":64,"buffer_rows":64,
+      "batch_size":4,"drop_last":false,"uneven":"pad","interleave":4,"world_size":2,"rank":0,
+      "epoch":1,"closed":[{"world_size":4,"batches":3}],"batches":5,"samples_in_epoch":88}"#;
+
+    fn with(key: &str, value: serde_json::Value) -> String {
+        let mut state: serde_json::Value = serde_json::from_str(GOOD).unwrap();
+        state[key] = value;
+        state.to_string()
+    }
+
+    #[test]
+    fn states_no_run_could_write_are_refused() {
+        let state = LoaderState::from_json(GOOD).unwrap();
+        assert_eq!(state.delivered(), Some(4 * 3 * 4 + 2 * 5 * 4));
+        for (key, value, says) in [
+            ("world_size", serde_json::json!(0), "world size 0"),
+            ("rank", serde_json::json!(2), "rank 2 of world size 2"),
+            ("batch_size", serde_json::json!(0), "batch size of 0"),
+            (
+                "closed",
+                serde_json::json!([{"world_size": 0, "batches": 1}]),
+                "closed segment of 0 ranks",
+            ),
+            (
+                "closed",
+                serde_json::json!([{"world_size": 1_000_000_000_000_000u64, "batches": 1_000_000_000_000u64}]),
+                "overflow",
+            ),
+        ] {
+            let e = LoaderState::from_json(&with(key, value))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{key}: {e}");
+        }
     }
 }

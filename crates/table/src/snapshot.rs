@@ -64,6 +64,9 @@ pub struct DataFile {
     /// Live rows: the add action's row count (`None` if the writer recorded none) less those
     /// its deletion vector deletes; under a filter, the rows it selects.
     pub rows: Option<u64>,
+    /// Rows the file holds, as its add action counts them before any deletion (`None` without
+    /// statistics): its footer must say the same.
+    pub(crate) records: Option<u64>,
     /// Partition values: the add action's, or a listed file's hive `key=value` folders
     /// (`None`: null).
     pub partitions: Vec<(String, Option<String>)>,
@@ -96,7 +99,6 @@ impl DataFile {
 
 /// A pinned snapshot of a table: a voxlake table, another Delta table, or a folder of Parquet
 /// files (version 0; the files listed once at open).
-#[derive(Debug)]
 pub struct Snapshot {
     location: String,
     version: u64,
@@ -130,6 +132,20 @@ pub struct Snapshot {
     undeleted: Vec<OnceCell<GroupRows>>,
     /// Whether a file has a deletion vector.
     has_deletes: bool,
+}
+
+/// What the snapshot is, without its store: a store's own `Debug` may print its credentials.
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("location", &self.location)
+            .field("version", &self.version)
+            .field("files", &self.files.len())
+            .field("sample", &self.columns.sample)
+            .field("protocol", &self.protocol)
+            .field("filtered", &self.selection.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Snapshot {
@@ -384,6 +400,14 @@ impl Snapshot {
                     .get_metadata(None)
                     .await
                     .map_err(|e| self.file_error(index, e))?;
+                let file = &self.files[index];
+                check_footer(&metadata, file.size, file.records).map_err(|reason| {
+                    TableError::Corrupt {
+                        location: self.location.clone(),
+                        file: file.path.clone(),
+                        reason,
+                    }
+                })?;
                 ArrowReaderMetadata::try_new(metadata, ArrowReaderOptions::default())
                     .map_err(|e| self.file_error(index, e))
             })
@@ -429,5 +453,33 @@ impl Snapshot {
     /// The Parquet metadata of file `index` (cached).
     pub async fn footer(&self, index: usize) -> Result<Arc<ParquetMetaData>, TableError> {
         Ok(self.reader_metadata(index).await?.metadata().clone())
+    }
+}
+
+/// Refuses a footer whose sizes no file of `size` bytes (and `records` rows, where the log
+/// counts them) can hold, before any of them sizes a buffer: each column chunk inside the
+/// file, row counts not negative and adding up to the log's.
+fn check_footer(meta: &ParquetMetaData, size: u64, records: Option<u64>) -> Result<(), String> {
+    let mut rows = 0u64;
+    for (g, group) in meta.row_groups().iter().enumerate() {
+        let n = u64::try_from(group.num_rows())
+            .map_err(|_| format!("row group {g} has {} rows", group.num_rows()))?;
+        rows = rows
+            .checked_add(n)
+            .ok_or_else(|| format!("row group {g}: the row counts overflow"))?;
+        for (c, chunk) in group.columns().iter().enumerate() {
+            let (start, len) = chunk.byte_range();
+            if start.checked_add(len).is_none_or(|end| end > size) {
+                return Err(format!(
+                    "row group {g}, column {c}: its chunk of {len} bytes at {start} lies past the file's {size} bytes"
+                ));
+            }
+        }
+    }
+    match records {
+        Some(records) if records != rows => Err(format!(
+            "its footer counts {rows} rows, the Delta log {records}"
+        )),
+        _ => Ok(()),
     }
 }

@@ -169,10 +169,14 @@ async fn eviction_corruption_and_a_killed_writer(backend: Backend) {
     // Every entry's bytes flipped: each is found corrupt, fetched again; the rows are right.
     let dir = tempfile::tempdir().unwrap();
     run(&table, opts.clone(), Some((dir.path(), 1 << 30)), 1);
-    let entries: Vec<_> = std::fs::read_dir(dir.path().join("entries"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let entries: Vec<_> = std::fs::read_dir(
+        dir.path()
+            .join(voxlake::stream::cache::CACHE_SUBDIR)
+            .join("entries"),
+    )
+    .unwrap()
+    .map(|e| e.unwrap().path())
+    .collect();
     for entry in &entries {
         let mut bytes = std::fs::read(entry).unwrap();
         let last = bytes.len() - 1;
@@ -206,7 +210,10 @@ async fn eviction_corruption_and_a_killed_writer(backend: Backend) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let entries = dir.path().join("entries");
+    let entries = dir
+        .path()
+        .join(voxlake::stream::cache::CACHE_SUBDIR)
+        .join("entries");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while std::fs::read_dir(&entries).map_or(0, |d| d.count()) < 3
         && std::time::Instant::now() < deadline

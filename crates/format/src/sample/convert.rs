@@ -170,7 +170,11 @@ fn npy_rows(
     for (row, view) in views.views().iter().enumerate() {
         let bytes = views.value(row);
         let inflated = match encoding {
-            TensorEncoding::Npz => Some(inflate_npz(bytes).map_err(|e| err(row, e))?),
+            // Each row's array is the spec's size: it inflates to no more.
+            TensorEncoding::Npz => Some(
+                inflate_npz(bytes, spec.nbytes() as u64 + crate::npy::NPY_HEADER_ROOM)
+                    .map_err(|e| err(row, e))?,
+            ),
             _ => None,
         };
         let file: &[u8] = inflated.as_deref().unwrap_or(bytes);

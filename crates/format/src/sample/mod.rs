@@ -226,8 +226,9 @@ fn fixed_shape_of(field: &Field) -> Result<Option<Vec<usize>>, FormatError> {
 }
 
 /// The `.npy` file an `np.savez_compressed` row holds (its only member), inflated.
-pub(crate) fn inflate_npz(bytes: &[u8]) -> Result<Vec<u8>, String> {
-    let mut members = crate::npy::read_npz(bytes).map_err(|e| e.to_string())?;
+/// The one array of an `np.savez_compressed` row, inflating to at most `cap` bytes.
+pub(crate) fn inflate_npz(bytes: &[u8], cap: u64) -> Result<Vec<u8>, String> {
+    let mut members = crate::npy::read_npz_capped(bytes, cap).map_err(|e| e.to_string())?;
     match members.len() {
         1 => Ok(members.remove(0).1),
         n => Err(format!("an npz archive of {n} arrays (expected one)")),

@@ -49,7 +49,7 @@ pub(super) fn resolve_field(
                 (None, Some(said)) => said.clone(),
                 (None, None) => vec![numel],
             };
-            if shape.iter().product::<usize>() != numel {
+            if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(numel) {
                 return Err(meta(format!(
                     "column '{name}': shape {shape:?} is not {numel} values, the list size"
                 )));
@@ -79,7 +79,9 @@ pub(super) fn resolve_field(
                     TensorEncoding::Npz
                 };
                 let spec = match encoding {
-                    TensorEncoding::Npz => inflate_npz(bytes).and_then(|b| npy_spec(&b)),
+                    TensorEncoding::Npz => {
+                        inflate_npz(bytes, crate::npy::NPZ_DEFAULT_CAP).and_then(|b| npy_spec(&b))
+                    }
                     _ => npy_spec(bytes),
                 }
                 .map_err(|e| meta(format!("column '{name}', first row: {e}")))?;

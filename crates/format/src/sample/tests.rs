@@ -222,6 +222,25 @@ fn npz(npy: &[u8]) -> Vec<u8> {
 }
 
 #[test]
+fn an_npz_row_that_inflates_past_its_array_is_refused_before_it_is_held() {
+    // 64 MiB of zeros deflate to ~64 KiB: as a cell of a table of [2, 3] f32 tensors it may
+    // inflate to 24 bytes and a header, no more.
+    let bomb = npz(&vec![0u8; 64 << 20]);
+    assert!(bomb.len() < 1 << 20, "{}", bomb.len());
+    let e = crate::npy::read_npz_capped(&bomb, 1 << 20)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("inflates past 1048576 bytes"), "{e}");
+    let rows = BinaryArray::from_iter_values([bomb.as_slice()]);
+    let b = batch(vec![("x", Arc::new(rows) as ArrayRef)]);
+    let hints = ColumnHints::default().with_tensor_shape(vec![2, 3], DType::F32);
+    let plain = encode(DType::F32, &[2, 3], &[0u8; 24], EncodeOptions::default());
+    let columns = resolve(&b, &hints, Some(&npz(&plain)));
+    let e = columns.normalize(&b, |r| r.to_string()).unwrap_err();
+    assert!(e.reason.contains("inflates past"), "{e}");
+}
+
+#[test]
 fn npy_and_npz_rows_decode_whatever_their_byte_order_and_layout() {
     let values: Vec<f32> = (0..6).map(|v| v as f32 * 0.5).collect();
     let c_order = le(&values);

@@ -74,7 +74,7 @@ impl DiskCache {
         };
         std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create it: {e}")))?;
         let free = free_bytes(dir).ok_or_else(|| fail("its free space cannot be read".into()))?;
-        let held: u64 = std::fs::read_dir(dir.join("entries"))
+        let held: u64 = std::fs::read_dir(dir.join(super::CACHE_SUBDIR).join("entries"))
             .map(|entries| {
                 entries
                     .filter_map(|e| e.ok()?.metadata().ok())

@@ -94,7 +94,7 @@ async fn readers_asking_at_once_fetch_once() {
 async fn a_corrupt_entry_is_fetched_again_and_a_half_written_one_never_read() {
     let dir = tempfile::tempdir().unwrap();
     let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
-    let bytes = data(100_000);
+    let bytes = Bytes::from(data(100_000));
     let (store, path) = remote(&bytes, "etag=a", &cache).await;
     get(&store, &path, &[0..100_000]).await;
     let [entry] = &entries(&cache)[..] else {
@@ -121,7 +121,7 @@ async fn a_corrupt_entry_is_fetched_again_and_a_half_written_one_never_read() {
     assert_eq!(get(&store, &path, &[0..100_000]).await[0], &bytes[..]);
     assert_eq!(cache.stats().corrupt, 2);
     // A writer killed before its rename leaves a temporary file, never read as an entry.
-    std::fs::write(dir.path().join("tmp").join("0123.999.1"), b"half").unwrap();
+    std::fs::write(cache.dir().join("tmp").join("0123.999.1"), b"half").unwrap();
     get(&store, &path, &[0..100_000]).await;
     assert_eq!(cache.stats().corrupt, 2);
 }
@@ -184,7 +184,7 @@ fn a_cache_that_cannot_be_used_is_an_error_naming_it() {
     std::fs::write(&file, b"x").unwrap();
     let e = DiskCache::open(&file, 1 << 20).unwrap_err().to_string();
     assert!(
-        e.starts_with(&format!("cache {}: cannot create entries/", file.display())),
+        e.starts_with(&format!("cache {}: cannot create it", file.display())),
         "{e}"
     );
     let e = DiskCache::open(dir.path(), 0).unwrap_err().to_string();
@@ -198,11 +198,111 @@ fn the_default_cap_counts_what_the_cache_already_holds() {
     // about what they took from the free space.
     let dir = tempfile::tempdir().unwrap();
     let before = DiskCache::default_max_bytes(dir.path()).unwrap();
-    std::fs::create_dir_all(dir.path().join("entries")).unwrap();
-    std::fs::write(dir.path().join("entries").join("e"), vec![1u8; 64 << 20]).unwrap();
+    let entries = dir.path().join(CACHE_SUBDIR).join("entries");
+    std::fs::create_dir_all(&entries).unwrap();
+    std::fs::write(entries.join("e"), vec![1u8; 64 << 20]).unwrap();
     let after = DiskCache::default_max_bytes(dir.path()).unwrap();
     assert!(
         before.abs_diff(after) < 16 << 20,
         "{before} then {after}: the entries were not counted"
     );
+}
+
+#[test]
+fn a_shared_folder_is_never_touched_outside_the_caches_own() {
+    use std::os::unix::fs::PermissionsExt;
+    // Pointed at a folder holding other files (a home, a scratch folder): it works in its own
+    // subfolder, 0700, and an hour-old file of someone else's is still there after a recount.
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["tmp", "locks"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        std::fs::write(dir.path().join(sub).join("notes.txt"), b"mine").unwrap();
+    }
+    let cache = DiskCache::open(dir.path(), 1 << 20).unwrap();
+    assert_eq!(cache.dir(), dir.path().join(CACHE_SUBDIR));
+    let mode = std::fs::metadata(cache.dir()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    // Names not of its own format, even old, stay: in its folders as in the one above.
+    let old = std::time::SystemTime::now() - 2 * STALE;
+    for sub in ["tmp", "locks"] {
+        let foreign = cache.dir().join(sub).join("notes.txt");
+        std::fs::write(&foreign, b"mine").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&foreign)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    cache.recount().unwrap();
+    for sub in ["tmp", "locks"] {
+        assert!(dir.path().join(sub).join("notes.txt").exists());
+        assert!(cache.dir().join(sub).join("notes.txt").exists());
+    }
+    assert!(ours("tmp", "0123456789abcdef.12.34") && ours("locks", "0123456789abcdef.lock"));
+    assert!(!ours("tmp", "notes.txt") && !ours("entries", "../x") && !ours("locks", "a.lock"));
+}
+
+#[test]
+fn a_planted_link_or_a_folder_others_may_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    // Another user (or process) made the subfolder a link elsewhere: refused, nothing there
+    // touched.
+    let dir = tempfile::tempdir().unwrap();
+    let victim = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(victim.path(), dir.path().join(CACHE_SUBDIR)).unwrap();
+    let e = DiskCache::open(dir.path(), 1 << 20)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a folder (a symbolic link"), "{e}");
+    assert_eq!(std::fs::read_dir(victim.path()).unwrap().count(), 0);
+    // A subfolder anyone may write to: refused (an entry there could be anyone's).
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join(CACHE_SUBDIR);
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = DiskCache::open(dir.path(), 1 << 20)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("may be written by others (mode 777)"), "{e}");
+    // Only readable by others: made private.
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 20).unwrap();
+    let mode = std::fs::metadata(cache.dir()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[tokio::test]
+async fn planted_entries_and_locks_are_never_followed_or_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let bytes = Bytes::from(data(100_000));
+    let (store, path) = remote(&bytes, "etag=a", &cache).await;
+    get(&store, &path, &[0..100]).await;
+    let entries: Vec<_> = std::fs::read_dir(cache.dir().join("entries"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1);
+    let entry = &entries[0];
+    // A FIFO in its place: read without blocking, refused, fetched from the store.
+    std::fs::remove_file(entry).unwrap();
+    let fifo = std::ffi::CString::new(entry.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let fetched = store.fetched();
+    let got = tokio::time::timeout(Duration::from_secs(10), get(&store, &path, &[0..100]))
+        .await
+        .expect("a FIFO entry must not hang the read");
+    assert_eq!(got[0], bytes.slice(0..100));
+    assert_eq!(store.fetched(), fetched + 100);
+    // A link to another file in its place: never followed (the target is not read or
+    // replaced).
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, b"not an entry").unwrap();
+    let _ = std::fs::remove_file(entry);
+    std::os::unix::fs::symlink(&secret, entry).unwrap();
+    let got = get(&store, &path, &[0..100]).await;
+    assert_eq!(got[0], bytes.slice(0..100));
+    assert_eq!(std::fs::read(&secret).unwrap(), b"not an entry");
 }

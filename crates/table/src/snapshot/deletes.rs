@@ -43,6 +43,8 @@ pub(crate) struct Wanted {
     pub index: usize,
     /// The file's path, for messages.
     pub file: String,
+    /// The file's rows as its add action counts them (`None` without statistics).
+    pub rows: Option<u64>,
     pub descriptor: deltalake::kernel::DeletionVectorDescriptor,
 }
 
@@ -121,6 +123,8 @@ struct Vector {
     index: usize,
     file: String,
     location: String,
+    /// The file's rows, as its add action counts them.
+    rows: Option<u64>,
     original: deltalake::kernel::DeletionVectorDescriptor,
     descriptor: KernelDescriptor,
     source: Source,
@@ -134,6 +138,7 @@ impl Vector {
         let Wanted {
             index,
             file,
+            rows,
             descriptor,
         } = wanted;
         let error = |vector: &str, reason: String| TableError::DeletionVector {
@@ -144,12 +149,41 @@ impl Vector {
             transient: false,
         };
         let original = descriptor.clone();
-        let descriptor = KernelDescriptor::try_from(descriptor)
-            .map_err(|e| error("(descriptor)", kernel_message(&e)))?;
+        // Sizes the log states are checked before anything is read or decoded: a vector
+        // deletes at most the file's rows, and its bytes are bounded by them.
+        if original.cardinality < 0
+            || rows.is_some_and(|r| original.cardinality as u64 > r)
+            || original.size_in_bytes < 0
+            || rows.is_some_and(|r| original.size_in_bytes as u64 > max_vector_bytes(r))
+        {
+            return Err(error(
+                "(descriptor)",
+                format!(
+                    "a vector of {} bytes deleting {} rows, for a file of {} rows",
+                    original.size_in_bytes,
+                    original.cardinality,
+                    rows.map_or("unknown".into(), |r| r.to_string())
+                ),
+            ));
+        }
+        let descriptor = caught(|| KernelDescriptor::try_from(descriptor))
+            .and_then(|r| r.map_err(|e| kernel_message(&e)))
+            .map_err(|reason| error("(descriptor)", reason))?;
         let absolute = descriptor
             .absolute_path(table)
             .map_err(|e| error(&descriptor.unique_id(), kernel_message(&e)))?;
         let (source, shown) = match absolute {
+            // The magic alone is 4 bytes, 5 characters of Z85 (the kernel indexes them
+            // unchecked).
+            None if descriptor.path_or_inline_dv.len() < 5 => {
+                return Err(error(
+                    "(inline)",
+                    format!(
+                        "an inline vector of {} characters holds no bitmap",
+                        descriptor.path_or_inline_dv.len()
+                    ),
+                ));
+            }
             None => (Source::Inline, "(inline)".to_string()),
             Some(url) => {
                 let path = under_table(table, &url).ok_or_else(|| {
@@ -167,6 +201,7 @@ impl Vector {
             index,
             file,
             location: location.to_string(),
+            rows,
             original,
             descriptor,
             source,
@@ -205,11 +240,23 @@ impl Vector {
         };
         let large = decode.size_in_bytes >= DECODE_INLINE_BYTES;
         let table = self.table.clone();
+        let file_rows = self.rows;
         let run = move || -> Result<Vec<u64>, String> {
             let handler: Arc<dyn delta_kernel::StorageHandler> = Arc::new(Fetched(fetched));
-            let bitmap = decode
-                .read(handler, &table)
-                .map_err(|e| kernel_message(&e))?;
+            let bitmap =
+                caught(|| decode.read(handler, &table))?.map_err(|e| kernel_message(&e))?;
+            // Counted before a row is expanded: a few bytes of runs can stand for billions.
+            let deleted = bitmap.len();
+            if deleted != cardinality as u64 {
+                return Err(format!(
+                    "it deletes {deleted} rows, its descriptor says {cardinality}"
+                ));
+            }
+            if let (Some(last), Some(rows)) = (bitmap.max(), file_rows)
+                && last >= rows
+            {
+                return Err(format!("it deletes row {last}, the file has {rows} rows"));
+            }
             Ok(bitmap.into_iter().collect())
         };
         let rows = if large {
@@ -220,21 +267,28 @@ impl Vector {
             run()
         }
         .map_err(|reason| self.error(reason, false))?;
-        if rows.len() as i64 != cardinality {
-            return Err(self.error(
-                format!(
-                    "it deletes {} rows, its descriptor says {cardinality}",
-                    rows.len()
-                ),
-                false,
-            ));
-        }
         Ok(Deleted {
             rows: rows.into(),
             id: format!("{id}#{cardinality}"),
             descriptor: self.original,
         })
     }
+}
+
+/// The most bytes a vector deleting rows of a file of `rows` rows takes: 2 bytes a row in
+/// array containers, plus each container's header (at most one per row) and the format's own.
+fn max_vector_bytes(rows: u64) -> u64 {
+    rows.saturating_mul(12).saturating_add(1 << 10)
+}
+
+/// `f`, with a panic inside it (the kernel's, on a crafted vector) as an error.
+fn caught<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        format!(
+            "the Delta kernel failed on it: {}",
+            voxlake_io::panic_message(p.as_ref())
+        )
+    })
 }
 
 /// The vectors stored in the file at `path`: its version byte and each vector's bytes in one

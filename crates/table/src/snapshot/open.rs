@@ -77,6 +77,7 @@ impl Snapshot {
             source: Box::new(source),
         };
         let options = location::storage_options(options);
+        let identity = location::store_identity(&url, &options);
         let shown: &str = &display;
         tracing::debug!(
             location = shown,
@@ -175,8 +176,8 @@ impl Snapshot {
         };
         let (table, ()) = futures::try_join!(open, probe)?;
         match table {
-            Ok(table) => Snapshot::from_table_with(&table, display, hints).await,
-            Err(store) => Snapshot::from_listing(store, display, hints).await,
+            Ok(table) => Snapshot::from_table_in(&table, display, hints, &identity).await,
+            Err(store) => Snapshot::from_listing_in(store, display, hints, &identity).await,
         }
     }
 
@@ -190,6 +191,18 @@ impl Snapshot {
         table: &DeltaTable,
         location: String,
         hints: &ColumnHints,
+    ) -> Result<Snapshot, TableError> {
+        let identity = location.clone();
+        Snapshot::from_table_in(table, location, hints, &identity).await
+    }
+
+    /// [`from_table_with`](Self::from_table_with), its store told apart from others by
+    /// `identity` ([`location::store_identity`]) in cache keys.
+    async fn from_table_in(
+        table: &DeltaTable,
+        location: String,
+        hints: &ColumnHints,
+        identity: &str,
     ) -> Result<Snapshot, TableError> {
         let err = |source| TableError::Delta {
             location: location.clone(),
@@ -227,6 +240,7 @@ impl Snapshot {
                     object_path: f.object_store_path(),
                     size: f.size() as u64,
                     rows: f.num_records().map(|n| n as u64),
+                    records: f.num_records().map(|n| n as u64),
                     partitions,
                     delta_stats: f.stats(),
                     deleted: None,
@@ -247,6 +261,7 @@ impl Snapshot {
                     wanted.push(Wanted {
                         index,
                         file: file.path.clone(),
+                        rows: file.rows,
                         descriptor,
                     });
                 }
@@ -277,7 +292,13 @@ impl Snapshot {
                 state.version()
             );
         }
-        let mut snapshot = Snapshot::new(location, state.version(), files, table.object_store());
+        let mut snapshot = Snapshot::new(
+            location,
+            state.version(),
+            files,
+            table.object_store(),
+            identity,
+        );
         snapshot.delta = Some(delta_schema);
         snapshot.protocol = Some(protocol);
         snapshot.mapping = mapping;
@@ -292,6 +313,17 @@ impl Snapshot {
         store: Arc<dyn ObjectStore>,
         location: String,
         hints: &ColumnHints,
+    ) -> Result<Snapshot, TableError> {
+        let identity = location.clone();
+        Snapshot::from_listing_in(store, location, hints, &identity).await
+    }
+
+    /// [`from_listing`](Self::from_listing), its store told apart by `identity`.
+    async fn from_listing_in(
+        store: Arc<dyn ObjectStore>,
+        location: String,
+        hints: &ColumnHints,
+        identity: &str,
     ) -> Result<Snapshot, TableError> {
         let objects: Vec<object_store::ObjectMeta> =
             store
@@ -325,6 +357,7 @@ impl Snapshot {
                 object_path: o.location,
                 size: o.size,
                 rows: None,
+                records: None,
                 delta_stats: None,
                 deleted: None,
             })
@@ -342,7 +375,7 @@ impl Snapshot {
             };
             return Err(TableError::Incompatible { location, reason });
         }
-        Snapshot::new(location, 0, files, store)
+        Snapshot::new(location, 0, files, store, identity)
             .resolve_columns(&HashMap::new(), hints)
             .await
     }
@@ -352,6 +385,7 @@ impl Snapshot {
         version: u64,
         files: Vec<DataFile>,
         store: Arc<dyn ObjectStore>,
+        identity: &str,
     ) -> Snapshot {
         let footers = files.iter().map(|_| OnceCell::new()).collect();
         let view_footers = files.iter().map(|_| OnceCell::new()).collect();
@@ -362,7 +396,7 @@ impl Snapshot {
         let remote = (!location.starts_with("file:")).then(|| {
             Arc::new(voxlake_io::remote::RemoteStore::new(
                 store.clone(),
-                &location,
+                identity,
                 files
                     .iter()
                     .map(|f| (&f.object_path, f.size, f.tag.as_str())),

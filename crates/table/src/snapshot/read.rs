@@ -17,6 +17,9 @@ use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 use super::Snapshot;
 use crate::error::TableError;
 
+/// Rows decoded at once at most (a footer's row count never sizes a buffer beyond it).
+const MAX_BATCH_ROWS: usize = 1 << 16;
+
 /// Values decoded at once from a LIST tensor column (see `read_whole_row_group`).
 const LIST_DECODE_BYTES: usize = 1 << 20;
 
@@ -177,7 +180,9 @@ impl Snapshot {
         {
             return Ok(read);
         }
-        let rows = metadata.metadata().row_group(row_group).num_rows().max(1) as usize;
+        // Decoded in batches of at most MAX_BATCH_ROWS: the decoder sizes its buffers by them.
+        let rows = (metadata.metadata().row_group(row_group).num_rows().max(1) as usize)
+            .min(MAX_BATCH_ROWS);
         // LIST columns decode a repetition and a definition level per value: in batches of
         // about 1 MiB of values the levels stay in cache (decode time halved on the reference
         // cubes, docs/benchmarks.md); the batches are normalized to views and joined without
