@@ -168,3 +168,43 @@ async fn python_deltalake_and_pyarrow_read_the_table() {
     let checked = python_script("check_table.py", &[&table, &data.cubes, &data.labels]);
     assert_eq!(checked, "ok 50");
 }
+
+#[test]
+fn secrets_stay_out_of_urls_and_process_lists() {
+    // A SAS pasted into the table URL: refused before anything reads it, and never printed.
+    let out = Command::new(voxlake_testkit::voxlake_bin())
+        .args(["bench", "az://cubes/train?sv=2024-01-01&sig=SECRETSIG"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("query string") && stderr.contains("azure_storage_sas_key"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("SECRETSIG"), "{stderr}");
+    // Options from a file (secrets out of `ps`); a bad line is named.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("options");
+    std::fs::write(&file, "# for the loader\nallow_http=true\nnot an option\n").unwrap();
+    let out = Command::new(voxlake_testkit::voxlake_bin())
+        .args(["bench", "/nonexistent/table", "--storage-option-file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 3: expected KEY=VALUE"), "{stderr}");
+    // A secret on the command line is used, with a warning naming its key only.
+    let out = Command::new(voxlake_testkit::voxlake_bin())
+        .args([
+            "bench",
+            "/nonexistent/table",
+            "--storage-option",
+            "azure_storage_account_key=TOPSECRET",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("shows in process lists"), "{stderr}");
+    assert!(!stderr.contains("TOPSECRET"), "{stderr}");
+}
