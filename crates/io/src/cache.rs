@@ -34,8 +34,9 @@
 mod choice;
 mod entry;
 mod evict;
+mod private;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,6 +47,7 @@ use bytes::Bytes;
 
 pub use choice::{CACHE_DIR_ENV, CACHE_MAX_MB_ENV, CacheChoice};
 pub(crate) use entry::EntryKey;
+use private::{create_private, open_private, ours, owned_regular, private_dir};
 
 use crate::error::IoError;
 use crate::local::pool::BufferPool;
@@ -441,108 +443,6 @@ impl DiskCache {
         self.since_scan.store(0, Ordering::Relaxed);
         Ok(())
     }
-}
-
-/// Whether `name` in the cache's folder `sub` is one this cache makes: an entry (16 hex
-/// digits), its lock (`<entry>.lock`), a temporary entry (`<entry>.<pid>.<nanos>`) or the
-/// open's probe (`probe.<pid>`).
-fn ours(sub: &str, name: &str) -> bool {
-    let entry = |n: &str| n.len() == 16 && n.bytes().all(|b| b.is_ascii_hexdigit());
-    let digits = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
-    match sub {
-        "entries" => entry(name),
-        "locks" => name.strip_suffix(".lock").is_some_and(entry),
-        "tmp" => match name.split('.').collect::<Vec<_>>().as_slice() {
-            [e, pid, nanos] => entry(e) && digits(pid) && digits(nanos),
-            ["probe", pid] => digits(pid),
-            _ => false,
-        },
-        _ => false,
-    }
-}
-
-/// The user this process runs as.
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Folder `path`, created 0700 if it is not there, and checked: a folder (not a link) this user
-/// owns that no one else may write to (one only others may read is made 0700).
-fn private_dir(path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let shown = path.display();
-    match std::fs::DirBuilder::new().mode(0o700).create(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {shown}: {e}")),
-    }
-    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{shown}: {e}"))?;
-    if !meta.file_type().is_dir() {
-        return Err(format!(
-            "{shown} is not a folder (a symbolic link or a file): refused"
-        ));
-    }
-    if meta.uid() != euid() {
-        return Err(format!(
-            "{shown} is owned by user {}, not by this process's user {}: another user's cache is never used",
-            meta.uid(),
-            euid()
-        ));
-    }
-    let mode = meta.mode() & 0o777;
-    if mode & 0o022 != 0 {
-        return Err(format!(
-            "{shown} may be written by others (mode {mode:o}): refused (make it 0700)"
-        ));
-    }
-    if mode & 0o077 != 0 {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("{shown}: cannot make it 0700: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Opens `path` without following a symbolic link and without blocking (a FIFO answers at
-/// once); `write`: for writing, created 0600 if missing.
-fn open_private(path: &Path, write: bool) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut options = OpenOptions::new();
-    options
-        .read(!write)
-        .write(write)
-        .create(write)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC);
-    options.open(path)
-}
-
-/// Creates `path` (it must not exist) 0600, without following a symbolic link.
-fn create_private(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
-/// Refuses what is not a regular file of this user's (a FIFO, a device, another user's entry).
-fn owned_regular(meta: &std::fs::Metadata) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
-    }
-    if meta.uid() != euid() {
-        return Err(format!(
-            "written by user {}, not by this process's user {}: never trusted",
-            meta.uid(),
-            euid()
-        ));
-    }
-    Ok(())
 }
 
 /// Runs `f` on the blocking pool; a panic in it is an error naming the cache.
