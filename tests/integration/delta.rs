@@ -761,7 +761,8 @@ async fn crafted_deletion_vectors_are_refused_before_they_are_expanded() {
         .flat_map(|b| b.lineage())
         .filter(|o| *o.file == *file)
         .count() as u64;
-    let cases: [(&str, Box<dyn Fn(&mut Value)>, &str); 4] = [
+    type Edit = Box<dyn Fn(&mut Value)>;
+    let cases: [(&str, Edit, &str); 4] = [
         // More deleted rows than the file has: refused from the log alone.
         (
             "a cardinality past the file's rows",

@@ -438,6 +438,38 @@ async fn faults_are_survived(backend: Backend) {
 // Multi-threaded: the proxy's tasks must run while this thread waits for the loader.
 on_every_backend!(faults_are_survived);
 
+/// The store away for 8 s mid-epoch (every request answered 503, of any kind): with the default
+/// settings the epoch rides it out — retries are measured in time, not in tries — and delivers
+/// every id exactly once.
+async fn a_store_away_for_seconds_is_ridden_out(backend: Backend) {
+    let table = remote_table(backend, "outage", 40, 23).await.table;
+    let proxy = FaultProxy::start(
+        backend.addr(),
+        FaultPlan {
+            outage: Some((4, Duration::from_secs(8))),
+            ..FaultPlan::default()
+        },
+    )
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    let ids = epoch_ids(&table, backend.through(&proxy), 1);
+    assert!(
+        proxy.faults() >= 10,
+        "only {} faults injected",
+        proxy.faults()
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(7),
+        "{:?}",
+        started.elapsed()
+    );
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (40, 40), "every id exactly once");
+}
+
+on_every_backend!(a_store_away_for_seconds_is_ridden_out);
+
 /// Faults drawn at random (seeded: 503/500 bursts, resets, truncated bodies, stalls) over three
 /// epochs: every id once per epoch. With one retry and a high rate, the run ends in one error,
 /// the last item, naming the table, and no id came twice before it.

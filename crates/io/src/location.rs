@@ -174,6 +174,26 @@ pub struct Location {
     pub display: String,
 }
 
+/// Retries measured in time, not in tries, where the caller did not set them: a store away for
+/// a minute or two (a restart, a throttling storm) is ridden out with jittered backoff of at
+/// most 5 s between tries; object_store's default of 10 tries spends itself in seconds.
+const RETRY_SETTINGS: [(&str, &str); 3] = [
+    ("max_retries", "100000"),
+    ("retry_timeout", "180s"),
+    ("backoff_config.max_backoff", "5s"),
+];
+
+/// `options` with [`RETRY_SETTINGS`] where the caller did not set them: the settings every
+/// store of a table or a source is built with (the reachability probe keeps its quick ones).
+pub fn with_retry_defaults(options: &HashMap<String, String>) -> HashMap<String, String> {
+    let mut out = options.clone();
+    for (key, value) in RETRY_SETTINGS {
+        out.entry(key.to_string())
+            .or_insert_with(|| value.to_string());
+    }
+    out
+}
+
 /// Retry settings of the first request to a remote location (unless the caller set them): a
 /// few quick attempts, so an endpoint that does not answer is reported in about a second.
 const PROBE_SETTINGS: [(&str, &str); 4] = [

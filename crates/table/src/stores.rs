@@ -34,6 +34,8 @@ pub fn open_store(
 ) -> Result<Location, IoError> {
     let url = to_url(location, is_dir)?;
     let display = redact(location);
+    // Retries measured in time unless the caller (or the quick probe) set them.
+    let options = &voxlake_io::location::with_retry_defaults(options);
     if url.scheme() == "file" {
         let path = url.to_file_path().map_err(|_| IoError::InvalidLocation {
             location: display.clone(),

@@ -57,6 +57,8 @@ pub struct Request {
 struct Counters {
     data_reads: AtomicU64,
     faults: AtomicU64,
+    /// When the outage began, as nanoseconds since the proxy started plus one (0: not yet).
+    outage_from: AtomicU64,
 }
 
 /// A running proxy; it stops when dropped.
@@ -310,6 +312,27 @@ async fn serve(
         if !plan.latency.is_zero() {
             tokio::time::sleep(plan.latency).await;
         }
+        // The store away: every request in the window, whatever its kind.
+        let fault = match plan.outage {
+            Some((after, length)) => {
+                let now = started.elapsed().as_nanos() as u64 + 1;
+                if is_data_read && counters.data_reads.load(Ordering::Relaxed) >= after {
+                    let _ = counters.outage_from.compare_exchange(
+                        0,
+                        now,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                }
+                let from = counters.outage_from.load(Ordering::Relaxed);
+                if from != 0 && now - from < length.as_nanos() as u64 {
+                    Fault::Status("503 Service Unavailable")
+                } else {
+                    fault
+                }
+            }
+            None => fault,
+        };
         if let Fault::Status(status) = fault {
             counters.faults.fetch_add(1, Ordering::Relaxed);
             client_write

@@ -106,7 +106,7 @@ impl Snapshot {
         let open = async {
             let mut builder = DeltaTableBuilder::from_url(url.clone())
                 .map_err(err)?
-                .with_storage_options(options.clone());
+                .with_storage_options(location::with_retry_defaults(&options));
             if let Some(store) = root_store.clone() {
                 builder = builder.with_storage_backend(store, url.clone());
             }
