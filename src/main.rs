@@ -197,6 +197,25 @@ fn sum_f32(values: &[f32]) -> f64 {
     lanes.iter().map(|&l| f64::from(l)).sum::<f64>() + f64::from(tail)
 }
 
+/// The signal that asked `bench` to stop (SIGINT or SIGTERM), 0 while none did.
+static STOPPED_BY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(signal: libc::c_int) {
+    // Async-signal-safe: one atomic store; the loop checks it between batches.
+    STOPPED_BY.store(signal, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM (a scheduler's stop) end the run after the batch in hand: the
+/// state and the ids delivered are written as at the end of a run.
+fn stop_on_signals() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(signal, on_stop_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
 fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let start = Instant::now();
     let mut builder = Loader::builder(args.table.clone())
@@ -268,7 +287,9 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut first_batch_s = None;
     let mut loader = loader;
     let mut delivered = 0u64;
-    while args.stop_after.is_none_or(|n| delivered < n) {
+    stop_on_signals();
+    let stopped = || STOPPED_BY.load(std::sync::atomic::Ordering::SeqCst) != 0;
+    while args.stop_after.is_none_or(|n| delivered < n) && !stopped() {
         let Some(batch) = loader.next() else { break };
         let batch = batch?;
         delivered += 1;
@@ -331,7 +352,9 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
             (f.name.clone(), kind)
         })
         .collect();
+    let signal = STOPPED_BY.load(std::sync::atomic::Ordering::SeqCst);
     let report = serde_json::json!({
+        "stopped_by_signal": (signal != 0).then_some(signal),
         "table": voxlake::stream::redact(&args.table),
         "version": loader.version(),
         "samples": samples,
@@ -420,7 +443,16 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        // Stopped by a signal, with its state and ids written: the shell's 128 + signal.
+        Ok(()) => match STOPPED_BY.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => ExitCode::SUCCESS,
+            signal => {
+                eprintln!(
+                    "stopped by signal {signal}: the state and ids of every batch delivered are written"
+                );
+                ExitCode::from(128 + signal as u8)
+            }
+        },
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

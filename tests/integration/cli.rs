@@ -208,3 +208,51 @@ fn secrets_stay_out_of_urls_and_process_lists() {
     assert!(stderr.contains("shows in process lists"), "{stderr}");
     assert!(!stderr.contains("TOPSECRET"), "{stderr}");
 }
+
+#[test]
+fn a_stopped_bench_writes_its_state_and_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().join("demo");
+    let made = Command::new(compact_bin())
+        .args(["demo", "--count", "200", "--dir"])
+        .arg(&demo)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let (state, ids) = (dir.path().join("state.json"), dir.path().join("ids.txt"));
+    let child = Command::new(voxlake_testkit::voxlake_bin())
+        .arg("bench")
+        .arg(demo.join("table"))
+        .args(["--epochs", "100000", "--shuffle", "--json", "--state-out"])
+        .arg(&state)
+        .arg("--ids-out")
+        .arg(&ids)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(report["stopped_by_signal"], 15);
+    let written = std::fs::read_to_string(&ids).unwrap();
+    assert_eq!(
+        written.lines().count() as u64,
+        report["samples"].as_u64().unwrap()
+    );
+    assert!(written.lines().count() > 0);
+    let state = voxlake::LoaderState::from_json(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert!(state.epoch > 0 || state.batches > 0, "{state:?}");
+}
