@@ -31,6 +31,7 @@ unset LIBTORCH_USE_PYTORCH
 # object store suite.
 source scripts/azurite.sh
 source scripts/s3.sh
+source scripts/gcs.sh
 
 cargo fmt --all -- --check
 # The walls between the crates and between files (docs/architecture.md).
