@@ -41,6 +41,7 @@ macro_rules! on_every_backend {
 }
 
 mod cache;
+mod identity;
 
 /// The documented Azurite development key (public, emulator only).
 const EMULATOR_KEY: &str =

@@ -145,7 +145,7 @@ fn workspace_bins() -> PathBuf {
 }
 
 /// The project's Python with deltalake and pyarrow (scripts/test.sh installs it).
-fn python() -> PathBuf {
+pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("VOXLAKE_PYTHON") {
         return PathBuf::from(p);
     }
