@@ -306,3 +306,39 @@ async fn planted_entries_and_locks_are_never_followed_or_waited_on() {
     assert_eq!(got[0], bytes.slice(0..100));
     assert_eq!(std::fs::read(&secret).unwrap(), b"not an entry");
 }
+
+#[tokio::test]
+async fn another_users_cache_or_entry_is_never_used() {
+    // Needs root to hand a folder to another user (`nobody`); CI runs as root.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root can make a folder another user's");
+        return;
+    }
+    let nobody = 65534;
+    let chown = |path: &std::path::Path| {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), nobody, nobody) }, 0);
+    };
+    // A cache folder another user made first (on a shared scratch disk): refused.
+    let dir = tempfile::tempdir().unwrap();
+    let theirs = dir.path().join(CACHE_SUBDIR);
+    std::fs::create_dir(&theirs).unwrap();
+    chown(&theirs);
+    let e = DiskCache::open(dir.path(), 1 << 20)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is owned by user 65534"), "{e}");
+    // An entry of another user's in this user's cache: never trusted, fetched from the store.
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let bytes = Bytes::from(data(10_000));
+    let (store, path) = remote(&bytes, "etag=a", &cache).await;
+    get(&store, &path, &[0..100]).await;
+    let entry = entries(&cache).remove(0);
+    chown(&entry);
+    let fetched = store.fetched();
+    assert_eq!(get(&store, &path, &[0..100]).await[0], bytes.slice(0..100));
+    assert_eq!(store.fetched(), fetched + 100, "the foreign entry was used");
+}
