@@ -471,6 +471,50 @@ async fn a_store_away_for_seconds_is_ridden_out(backend: Backend) {
 
 on_every_backend!(a_store_away_for_seconds_is_ridden_out);
 
+/// Resets mid-body, truncated bodies, 5xx and stalls on a fifth of *every* request — the
+/// reachability probe, the log's listing, `_last_checkpoint`, commits, footers and data —
+/// seeded: the open and the epoch succeed and deliver every id once (a log read whose body
+/// breaks is read again, `voxlake_io::RetryBodies`).
+async fn faults_on_every_request_kind_are_survived(backend: Backend) {
+    let table = remote_table(backend, "every-request", 40, 23).await.table;
+    for seed in [11, 12, 13] {
+        let proxy = FaultProxy::start(
+            backend.addr(),
+            FaultPlan {
+                every_request: true,
+                random: Some(RandomFaults {
+                    seed,
+                    rate: 0.2,
+                    burst: 1,
+                    stall: Duration::from_millis(200),
+                }),
+                ..FaultPlan::default()
+            },
+        )
+        .await
+        .unwrap();
+        let ids = epoch_ids(&table, backend.through(&proxy), 1);
+        let logged = proxy.requests();
+        let log_reads = logged
+            .iter()
+            .filter(|r| r.target.contains("_delta_log"))
+            .count();
+        assert!(
+            log_reads > 0 && proxy.faults() > 0,
+            "seed {seed}: {} faults",
+            proxy.faults()
+        );
+        let unique: HashSet<&String> = ids.iter().collect();
+        assert_eq!(
+            (ids.len(), unique.len()),
+            (40, 40),
+            "seed {seed}: every id exactly once"
+        );
+    }
+}
+
+on_every_backend!(faults_on_every_request_kind_are_survived);
+
 /// Faults drawn at random (seeded: 503/500 bursts, resets, truncated bodies, stalls) over three
 /// epochs: every id once per epoch. With one retry and a high rate, the run ends in one error,
 /// the last item, naming the table, and no id came twice before it.

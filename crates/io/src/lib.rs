@@ -26,6 +26,7 @@
 )]
 
 pub mod ahead;
+pub mod bodies;
 #[cfg(unix)]
 pub mod cache;
 pub mod depth;
@@ -41,5 +42,6 @@ pub mod reader;
 pub mod remote;
 
 pub use ahead::{AbortOnDrop, spawn_ahead};
+pub use bodies::RetryBodies;
 pub use error::{IoError, panic_message, redact, store_error_is_transient};
 pub use reader::ObjectFileReader;

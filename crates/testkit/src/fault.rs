@@ -56,6 +56,8 @@ pub struct Request {
 #[derive(Debug, Default)]
 struct Counters {
     data_reads: AtomicU64,
+    /// Every request, for plans whose faults hit every request kind.
+    requests: AtomicU64,
     faults: AtomicU64,
     /// When the outage began, as nanoseconds since the proxy started plus one (0: not yet).
     outage_from: AtomicU64,
@@ -303,8 +305,11 @@ async fn serve(
             range,
             at: started.elapsed(),
         });
+        let n = counters.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let fault = if is_data_read {
-            let n = counters.data_reads.fetch_add(1, Ordering::Relaxed) + 1;
+            let d = counters.data_reads.fetch_add(1, Ordering::Relaxed) + 1;
+            plan.fault_for(if plan.every_request { n } else { d })
+        } else if plan.every_request {
             plan.fault_for(n)
         } else {
             Fault::None

@@ -29,6 +29,9 @@ pub struct FaultPlan {
     pub stall_every: Option<(u64, Duration)>,
     /// Faults drawn at random (seeded) instead of, or besides, the periods above.
     pub random: Option<RandomFaults>,
+    /// The faults above hit every request (listings, heads, log reads, uploads), counted over
+    /// all of them, not data reads only.
+    pub every_request: bool,
     /// The store away: from the n-th data read on, for this long, every request of any kind
     /// is answered `503 Service Unavailable` without reaching the store.
     pub outage: Option<(u64, Duration)>,
