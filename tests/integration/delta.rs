@@ -29,21 +29,9 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// A fixture copied into a fresh folder (to change its log or its files' times).
 fn copy_of(name: &str) -> (tempfile::TempDir, PathBuf) {
-    fn copy(from: &Path, to: &Path) {
-        std::fs::create_dir_all(to).unwrap();
-        for entry in std::fs::read_dir(from).unwrap() {
-            let entry = entry.unwrap();
-            let target = to.join(entry.file_name());
-            if entry.file_type().unwrap().is_dir() {
-                copy(&entry.path(), &target);
-            } else {
-                std::fs::copy(entry.path(), &target).unwrap();
-            }
-        }
-    }
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join(name);
-    copy(&fixture(name), &table);
+    copy_dir(&fixture(name), &table);
     (dir, table)
 }
 
