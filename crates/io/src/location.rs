@@ -195,9 +195,10 @@ pub fn with_retry_defaults(options: &HashMap<String, String>) -> HashMap<String,
 }
 
 /// Retry settings of the first request to a remote location (unless the caller set them): a
-/// few quick attempts, so an endpoint that does not answer is reported in about a second.
+/// few quick attempts, so an endpoint that does not answer is reported within a few seconds.
 const PROBE_SETTINGS: [(&str, &str); 4] = [
-    ("max_retries", "2"),
+    // Five tries: a flaky store (half its connections dropped) is not called unreachable.
+    ("max_retries", "4"),
     ("retry_timeout", "10s"),
     ("backoff_config.init_backoff", "100ms"),
     ("connect_timeout", "5s"),
