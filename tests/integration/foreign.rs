@@ -683,3 +683,51 @@ fn integer_and_boolean_lists_read_value_for_value() {
         assert_eq!(seen, rows, "{dtype}");
     }
 }
+
+#[test]
+fn a_later_files_row_group_past_the_budget_is_refused_not_read_over_it() {
+    use arrow::array::{BinaryArray, StringArray};
+    // File 0: row groups of 2 rows of 64 KiB; file 1 (crafted or just written otherwise): one
+    // row group of 64 rows, 4 MiB, which the budget that streams file 0 cannot hold.
+    let write = |dir: &std::path::Path, name: &str, rows: usize, group: usize| {
+        let batch = arrow::record_batch::RecordBatch::try_from_iter([
+            (
+                "x",
+                std::sync::Arc::new(BinaryArray::from_iter_values(
+                    (0..rows).map(|_| vec![1u8; 64 << 10]),
+                )) as arrow::array::ArrayRef,
+            ),
+            (
+                "sample",
+                std::sync::Arc::new(StringArray::from_iter_values(
+                    (0..rows).map(|i| format!("{name}-{i}")),
+                )),
+            ),
+        ])
+        .unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(group))
+            .build();
+        let file = std::fs::File::create(dir.join(name)).unwrap();
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "part-0.parquet", 8, 2);
+    write(dir.path(), "part-1.parquet", 64, 64);
+    let e = crate::loader::first_error(
+        Loader::builder(dir.path().to_str().unwrap())
+            .with_tensor_shape(vec![64 << 10], DType::U8)
+            .with_id_column("sample")
+            .with_batch_size(2)
+            .with_memory_budget(2 << 20),
+        "a row group past the budget",
+    );
+    assert!(
+        e.contains("part-1.parquet, row group 0")
+            && e.contains("more than the stream's memory budget"),
+        "{e}"
+    );
+}

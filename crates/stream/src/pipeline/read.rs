@@ -121,7 +121,7 @@ impl Inner {
     }
 
     /// Takes this row group's share of the budget: its projected chunks as fetched plus as
-    /// decoded, capped at the whole budget so one large row group cannot wait forever. Returns
+    /// decoded (a group larger than the whole budget is an error naming it). Returns
     /// the permit, the projection (the read reuses it) and what the group holds once decoded.
     pub(super) async fn reserve(&self, unit: &Unit) -> Result<Reserved, StreamError> {
         let meta = self.snapshot.reader_metadata(unit.file).await?;
@@ -131,6 +131,20 @@ impl Inner {
             &projection,
             self.sample_bytes(),
         );
+        // A row group larger than the whole budget is refused, not read over it: the budget
+        // check at build reads the first file's footers, a later file may hold larger groups.
+        if peak > self.budget_bytes {
+            return Err(StreamError::from(TableError::Incompatible {
+                location: self.snapshot.location().to_string(),
+                reason: format!(
+                    "file {}, row group {}: reading it takes {peak} bytes, more than the stream's memory budget of {} bytes; raise the memory budget (--memory-budget-mb) by at least {} MiB",
+                    self.snapshot.files()[unit.file].path,
+                    unit.row_group,
+                    self.budget_bytes,
+                    (peak - self.budget_bytes).div_ceil(1 << 20)
+                ),
+            }));
+        }
         let kib = peak.div_ceil(1024).max(1);
         let kib = kib.min(self.budget_bytes / 1024).max(1) as u32;
         let start = Instant::now();
