@@ -112,3 +112,41 @@ proptest! {
         let _ = TensorSpec::from_table_configuration(&config);
     }
 }
+
+/// A valid archive of one array, deflated (`np.savez_compressed`'s form).
+fn npz_of(npy: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut zip = zip::ZipWriter::new(&mut out);
+    let options =
+        zip::write::FileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    zip.start_file("arr_0.npy", options).unwrap();
+    zip.write_all(npy).unwrap();
+    zip.finish().unwrap();
+    drop(zip);
+    out.into_inner()
+}
+
+proptest! {
+    /// Archives with bytes flipped, cut or claiming other sizes: an error or members whose
+    /// bytes together stay within the cap, never a panic.
+    #[test]
+    fn mutated_archives_stay_within_their_cap(
+        npy in valid_npy(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+        cut in any::<prop::sample::Index>(),
+        cap in 0u64..4096,
+    ) {
+        let mut archive = npz_of(&npy);
+        for (at, value) in flips {
+            let i = at.index(archive.len());
+            archive[i] = value;
+        }
+        let keep = cut.index(archive.len() + 1);
+        archive.truncate(keep.max(archive.len() / 2));
+        if let Ok(members) = crate::npy::read_npz_capped(&archive, cap) {
+            let total: u64 = members.iter().map(|(_, m)| m.len() as u64).sum();
+            prop_assert!(total <= cap, "{total} > {cap}");
+        }
+    }
+}

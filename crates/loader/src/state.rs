@@ -233,4 +233,36 @@ mod tests {
             assert!(e.contains(says), "{key}: {e}");
         }
     }
+
+    proptest::proptest! {
+        /// Any numbers in a state's position: refused by name or accepted with ranks in range
+        /// and counts whose samples multiply out — never a panic, never an overflow later.
+        #[test]
+        fn any_position_is_refused_or_sound(
+            world in 0usize..=usize::MAX,
+            rank in 0usize..=usize::MAX,
+            batch in 0usize..=usize::MAX,
+            batches in 0u64..=u64::MAX,
+            closed in proptest::collection::vec((0usize..=usize::MAX, 0u64..=u64::MAX), 0..4),
+            small in proptest::bool::ANY,
+        ) {
+            // Half the cases small numbers, which a run writes; half anything.
+            let fit = |v: u64| if small { v % 9 } else { v };
+            let mut state: serde_json::Value = serde_json::from_str(GOOD).unwrap();
+            state["world_size"] = serde_json::json!(fit(world as u64));
+            state["rank"] = serde_json::json!(fit(rank as u64));
+            state["batch_size"] = serde_json::json!(fit(batch as u64));
+            state["batches"] = serde_json::json!(fit(batches));
+            state["closed"] = serde_json::json!(closed
+                .iter()
+                .map(|&(w, b)| serde_json::json!({"world_size": fit(w as u64), "batches": fit(b)}))
+                .collect::<Vec<_>>());
+            if let Ok(state) = LoaderState::from_json(&state.to_string()) {
+                proptest::prop_assert!(state.rank < state.world_size);
+                proptest::prop_assert!(state.batch_size > 0);
+                proptest::prop_assert!(state.delivered().is_some());
+                proptest::prop_assert!(state.closed.iter().all(|s| s.world_size > 0));
+            }
+        }
+    }
 }
