@@ -26,7 +26,6 @@
 )]
 
 pub mod ahead;
-pub mod bodies;
 #[cfg(unix)]
 pub mod cache;
 pub mod depth;
@@ -42,6 +41,5 @@ pub mod reader;
 pub mod remote;
 
 pub use ahead::{AbortOnDrop, spawn_ahead};
-pub use bodies::RetryBodies;
 pub use error::{IoError, panic_message, redact, store_error_is_transient};
 pub use reader::ObjectFileReader;
