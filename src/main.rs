@@ -217,6 +217,9 @@ fn stop_on_signals() {
 }
 
 fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
+    // From the start: a stop while the table opens ends the run before its first batch, with
+    // its (empty) ids and state written.
+    stop_on_signals();
     let start = Instant::now();
     let mut builder = Loader::builder(args.table.clone())
         .with_storage_options(args.storage.options()?)
@@ -287,7 +290,6 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut first_batch_s = None;
     let mut loader = loader;
     let mut delivered = 0u64;
-    stop_on_signals();
     let stopped = || STOPPED_BY.load(std::sync::atomic::Ordering::SeqCst) != 0;
     while args.stop_after.is_none_or(|n| delivered < n) && !stopped() {
         let Some(batch) = loader.next() else { break };

@@ -720,3 +720,65 @@ fn a_struct_leaf_is_a_field_and_a_filter_column_by_its_dotted_path() {
         .with_filter("meta.well = 'B' OR meta.depth > 1");
     assert_eq!(rows_of(filtered, &["x"]), [row(&["1.0"]), row(&["2.0"])]);
 }
+
+#[test]
+fn a_partition_value_that_is_not_its_type_is_refused_never_read_as_null() {
+    // The golden table with one add action's `as_date` rewritten to text no date parses as:
+    // the Delta kernel refuses the log at load (so no read or filter ever sees it), named with
+    // the value and the version read.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = unpack_golden("data-reader-partition-values", tmp.path()).unwrap();
+    let table = dir.join("delta");
+    let log = table.join("_delta_log").join("00000000000000000000.json");
+    let text = std::fs::read_to_string(&log).unwrap();
+    std::fs::write(
+        &log,
+        text.replacen("\"as_date\":\"2021-09-08\"", "\"as_date\":\"someday\"", 1),
+    )
+    .unwrap();
+    for builder in [
+        Loader::builder(table.to_str().unwrap())
+            .with_field("as_int")
+            .with_field("as_date"),
+        Loader::builder(table.to_str().unwrap())
+            .with_field("as_int")
+            .with_filter("as_date >= '2021-01-01'"),
+    ] {
+        let e = crate::loader::first_error(builder, "a date partition that is no date");
+        assert!(
+            e.contains("'someday' as 'date'") && e.contains("reading the latest version"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn inspect_says_what_a_dates_and_a_timestamps_numbers_mean() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = unpack_golden("data-reader-date-types-utc", tmp.path()).unwrap();
+    let out = std::process::Command::new(voxlake_testkit::compact_bin())
+        .arg("inspect")
+        .arg(dir.join("delta"))
+        .args(["--field", "timestamp", "--field", "date", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let units: Vec<&str> = info["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["unit"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        units,
+        [
+            "microseconds since 1970-01-01T00:00:00 UTC",
+            "days since 1970-01-01"
+        ]
+    );
+}

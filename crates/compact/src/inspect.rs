@@ -40,6 +40,8 @@ pub struct FieldInfo {
     pub dtype: Option<String>,
     /// How the column holds it.
     pub encoding: String,
+    /// What its numbers mean, for a date, timestamp or decimal column.
+    pub unit: Option<String>,
 }
 
 /// A summary of a voxlake table.
@@ -110,6 +112,7 @@ impl Compactor {
                 shape: f.kind.tensor().map(|s| s.shape().to_vec()),
                 dtype: f.kind.tensor().map(|s| s.dtype().to_string()),
                 encoding: f.encoding.describe().to_string(),
+                unit: f.unit.clone(),
             })
             .collect();
         let files = snapshot.files();

@@ -278,6 +278,10 @@ fn print_inspect(info: &TableInfo, json: bool) {
                 (Some(shape), Some(dtype)) => format!("{shape:?} {dtype}"),
                 _ => "text".to_string(),
             };
+            let kind = match &field.unit {
+                Some(unit) => format!("{kind} ({unit})"),
+                None => kind,
+            };
             println!(
                 "field     {}: {kind}, column '{}': {}{native}",
                 field.name, field.column, field.encoding

@@ -114,7 +114,7 @@ proptest! {
 }
 
 /// A valid archive of one array, deflated (`np.savez_compressed`'s form).
-fn npz_of(npy: &[u8]) -> Vec<u8> {
+pub(crate) fn npz_of(npy: &[u8]) -> Vec<u8> {
     use std::io::Write;
     let mut out = std::io::Cursor::new(Vec::new());
     let mut zip = zip::ZipWriter::new(&mut out);

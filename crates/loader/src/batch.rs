@@ -56,7 +56,8 @@ pub struct RowOrigin {
 pub(crate) enum FieldBatch {
     /// A tensor field: `[B, …shape]`.
     Tensors(Tensors),
-    /// A text field: a string per sample (empty where null).
+    /// A text field: a string per sample (a null as its field's null policy says: an error, the
+    /// fill, or empty text with a mask).
     Text(Vec<String>),
 }
 
@@ -65,7 +66,8 @@ pub(crate) enum FieldBatch {
 pub enum FieldRef<'a> {
     /// A tensor field: `[B, …shape]`.
     Tensors(&'a Tensors),
-    /// A text field: a string per sample (empty where null).
+    /// A text field: a string per sample (a null as its field's null policy says: an error, the
+    /// fill, or empty text with a mask).
     Text(&'a [String]),
 }
 

@@ -121,6 +121,12 @@ pub fn copy_rows(
     indices: &[u64],
 ) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let taken = arrow_select::take::take_record_batch(batch, &UInt64Array::from(indices.to_vec()))?;
+    gc_views(&taken)
+}
+
+/// `batch` with its view columns' bytes copied out of the buffers they point into (a row
+/// group's pages), nothing else copied.
+pub fn gc_views(taken: &RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let columns: Vec<ArrayRef> = taken
         .columns()
         .iter()

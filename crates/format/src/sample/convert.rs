@@ -58,12 +58,12 @@ fn tensors_of(
     let numel = spec.numel();
     let size = spec.dtype().size();
     let err = |row: usize, reason: String| RowError { row, reason };
-    let picked: Vec<usize> = match rows {
-        Some(rows) => rows.iter().map(|&r| r as usize).collect(),
-        None => (0..array.len()).collect(),
-    };
-    if let Some(nulls) = array.logical_nulls()
-        && let Some(row) = picked.iter().position(|&i| nulls.is_null(i))
+    // The rows made (positions in `array`), listed only where some are left out.
+    let picked: Option<Vec<usize>> = rows.map(|rows| rows.iter().map(|&r| r as usize).collect());
+    let row_at = |k: usize| picked.as_ref().map_or(k, |p| p[k]);
+    let made = picked.as_ref().map_or(array.len(), Vec::len);
+    if let Some(nulls) = array.logical_nulls().filter(|n| n.null_count() > 0)
+        && let Some(row) = (0..made).position(|k| nulls.is_null(row_at(k)))
     {
         return Err(err(
             row,
@@ -95,9 +95,8 @@ fn tensors_of(
             })?;
             // The values of row i start at element (offset + i) * numel of the child.
             let values = lists.values();
-            let starts = picked
-                .iter()
-                .map(|&i| (lists.value_offset(i) as usize, numel))
+            let starts = (0..made)
+                .map(|k| (lists.value_offset(row_at(k)) as usize, numel))
                 .collect();
             views_into(values, starts, size)
         }
@@ -107,8 +106,8 @@ fn tensors_of(
                 DataType::LargeList(_) => list_bounds(array.as_list::<i64>()),
                 other => return Err(err(0, format!("expected a list, found {other}"))),
             };
-            let bounds: Vec<(usize, usize)> = match rows {
-                Some(_) => picked.iter().map(|&i| bounds[i]).collect(),
+            let bounds: Vec<(usize, usize)> = match &picked {
+                Some(picked) => picked.iter().map(|&i| bounds[i]).collect(),
                 None => bounds,
             };
             if let Some(row) = bounds.iter().position(|&(_, len)| len != numel) {

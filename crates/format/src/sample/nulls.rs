@@ -31,7 +31,9 @@ pub(super) fn field_rows(
         true => None,
         false => Some(kept(values)?),
     };
-    let valid: Option<Vec<bool>> = values.logical_nulls().map(|nulls| match rows {
+    // Per kept row, only where the column holds a null at all.
+    let nulls = values.logical_nulls().filter(|n| n.null_count() > 0);
+    let valid: Option<Vec<bool>> = nulls.map(|nulls| match rows {
         Some(rows) => rows.iter().map(|&r| nulls.is_valid(r as usize)).collect(),
         None => (0..values.len()).map(|r| nulls.is_valid(r)).collect(),
     });

@@ -10,7 +10,6 @@ use arrow_array::{
     ListArray,
 };
 use arrow_buffer::OffsetBuffer;
-use std::io::Write;
 use std::sync::Arc;
 
 fn le(values: &[f32]) -> Vec<u8> {
@@ -209,17 +208,7 @@ fn raw_bytes_need_a_shape_and_the_right_length() {
     assert_eq!((e.row, e.reason.contains("4 bytes")), (2, true), "{e}");
 }
 
-fn npz(npy: &[u8]) -> Vec<u8> {
-    let mut out = std::io::Cursor::new(Vec::new());
-    let mut zip = zip::ZipWriter::new(&mut out);
-    let options =
-        zip::write::FileOptions::default().compression_method(zip::CompressionMethod::Deflated);
-    zip.start_file("arr_0.npy", options).unwrap();
-    zip.write_all(npy).unwrap();
-    zip.finish().unwrap();
-    drop(zip);
-    out.into_inner()
-}
+use crate::fuzz::npz_of as npz;
 
 #[test]
 fn an_npz_row_that_inflates_past_its_array_is_refused_before_it_is_held() {

@@ -381,8 +381,8 @@ impl Snapshot {
         if !copies {
             return Ok(batch);
         }
-        let all: Vec<u64> = (0..batch.num_rows() as u64).collect();
-        crate::rows::copy_rows(&batch, &all)
+        // The rows are taken already: only their views' bytes are copied out of the pages.
+        crate::rows::gc_views(&batch)
             .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))
     }
 }
