@@ -212,17 +212,7 @@ fn secrets_stay_out_of_urls_and_process_lists() {
 #[test]
 fn a_stopped_bench_writes_its_state_and_ids() {
     let dir = tempfile::tempdir().unwrap();
-    let demo = dir.path().join("demo");
-    let made = Command::new(compact_bin())
-        .args(["demo", "--count", "200", "--dir"])
-        .arg(&demo)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let demo = voxlake_testkit::compact_demo(&dir.path().join("demo"), 200);
     let (state, ids) = (dir.path().join("state.json"), dir.path().join("ids.txt"));
     let child = Command::new(voxlake_testkit::voxlake_bin())
         .arg("bench")

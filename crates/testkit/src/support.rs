@@ -207,3 +207,19 @@ pub fn data_files(table: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// `compact demo --count COUNT --dir DIR`, which must succeed: DIR holds `cubes/`,
+/// `labels.csv` and `table/`. Returns DIR.
+pub fn compact_demo(dir: &Path, count: usize) -> PathBuf {
+    let made = Command::new(compact_bin())
+        .args(["demo", "--count", &count.to_string(), "--dir"])
+        .arg(dir)
+        .output()
+        .expect("compact runs");
+    assert!(
+        made.status.success(),
+        "compact demo failed: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    dir.to_path_buf()
+}

@@ -124,17 +124,7 @@ fn every_azure_identity_reads_a_table_end_to_end() {
     let tokens = Tokens::start(dir.path(), "tokens", 3600);
     let imds = format!("{}/metadata/identity/oauth2/token", tokens.url());
     // The table, converted through the managed identity.
-    let demo = dir.path().join("demo");
-    let made = Command::new(compact_bin())
-        .args(["demo", "--count", "48", "--dir"])
-        .arg(&demo)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let demo = voxlake_testkit::compact_demo(&dir.path().join("demo"), 48);
     let table = format!("az://identity/{}", unique_prefix("identity"));
     let msi = options_file(dir.path(), "msi", &[("azure_msi_endpoint", imds.clone())]);
     let out = Command::new(compact_bin())
