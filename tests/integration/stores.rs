@@ -474,8 +474,8 @@ on_every_backend!(a_store_away_for_seconds_is_ridden_out);
 /// Resets mid-body, truncated bodies, 5xx and stalls on a fifth of *every* request — the
 /// reachability probe, the log's listing, `_last_checkpoint`, commits, footers and data —
 /// seeded: the open and the epoch succeed and deliver every id once. object_store re-reads a
-/// body that breaks and retries failed requests; what this needs from voxlake is that those
-/// retries last long enough (`with_retry_defaults`: without them the open fails).
+/// `get` body that breaks and retries failed requests, for as long as `with_retry_defaults`
+/// says; a listing whose body breaks is started over by `voxlake_io::RetryListings`.
 async fn faults_on_every_request_kind_are_survived(backend: Backend) {
     let table = remote_table(backend, "every-request", 40, 23).await.table;
     for seed in [11, 12, 13] {

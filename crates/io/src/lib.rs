@@ -31,6 +31,7 @@ pub mod cache;
 pub mod depth;
 mod error;
 pub mod inflight;
+pub mod listings;
 #[cfg(unix)]
 pub mod local;
 pub mod location;
@@ -42,4 +43,5 @@ pub mod remote;
 
 pub use ahead::{AbortOnDrop, spawn_ahead};
 pub use error::{IoError, panic_message, redact, store_error_is_transient};
+pub use listings::RetryListings;
 pub use reader::ObjectFileReader;

@@ -107,7 +107,19 @@ impl Snapshot {
             let mut builder = DeltaTableBuilder::from_url(url.clone())
                 .map_err(err)?
                 .with_storage_options(location::with_retry_defaults(&options));
-            if let Some(store) = root_store.clone() {
+            // A remote table's store is built here, as deltalake's factories build it, and
+            // wrapped so that a listing of the log that breaks is read again
+            // (`RetryListings`; object_store retries requests and bodies of gets itself).
+            let backend = match root_store.clone() {
+                Some(store) => Some(store),
+                None if !matches!(url.scheme(), "file" | "memory") => {
+                    let opened = crate::stores::open_store(location, true, &options)?;
+                    Some(Arc::new(voxlake_io::RetryListings::new(opened.store))
+                        as Arc<dyn ObjectStore>)
+                }
+                None => None,
+            };
+            if let Some(store) = backend {
                 builder = builder.with_storage_backend(store, url.clone());
             }
             let mut table = builder.build().map_err(err)?;
