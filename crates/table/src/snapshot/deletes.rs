@@ -436,4 +436,91 @@ mod tests {
             "a prefix is not a folder"
         );
     }
+
+    /// An inline vector's descriptor for `deleted` rows, as Delta writers encode it (magic,
+    /// the portable roaring bitmap, Z85 over 4-byte words), its bytes handed to `mutate` first.
+    fn inline(deleted: &[u64], mutate: impl FnOnce(&mut Vec<u8>)) -> (Vec<u8>, i32, i64) {
+        use delta_kernel::actions::deletion_vector_writer::{DeletionVector, KernelDeletionVector};
+        let mut dv = KernelDeletionVector::new();
+        dv.add_deleted_row_indexes(deleted.iter().copied());
+        let cardinality = dv.cardinality() as i64;
+        let mut bytes = 1681511377u32.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&dv.serialize().unwrap());
+        mutate(&mut bytes);
+        let size = bytes.len() as i32;
+        (bytes, size, cardinality)
+    }
+
+    /// What voxlake makes of an inline vector: the rows, or the error's text.
+    fn decoded(bytes: &[u8], size: i32, cardinality: i64, rows: u64) -> Result<Vec<u64>, String> {
+        let mut padded = bytes.to_vec();
+        padded.resize(padded.len().div_ceil(4) * 4, 0);
+        let descriptor = deltalake::kernel::DeletionVectorDescriptor {
+            storage_type: deltalake::kernel::StorageType::Inline,
+            path_or_inline_dv: z85::encode(&padded),
+            offset: None,
+            size_in_bytes: size,
+            cardinality,
+        };
+        let wanted = Wanted {
+            index: 0,
+            file: "part-0.parquet".into(),
+            rows: Some(rows),
+            descriptor,
+        };
+        let table = Url::parse("s3://bucket/t/").unwrap();
+        let run = async {
+            let vector = Vector::new(wanted, &table, "s3://bucket/t").map_err(|e| e.to_string())?;
+            vector.decode(Bytes::new()).await.map_err(|e| e.to_string())
+        };
+        let deleted = futures::executor::block_on(run)?;
+        Ok(deleted.rows.to_vec())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+        /// Crafted inline vectors (a valid one with a byte changed, cut short, or lying about
+        /// its cardinality or size): decoded exactly, or refused with an error naming the
+        /// file, never a panic, never a row the file does not have.
+        #[test]
+        fn crafted_inline_vectors_are_decoded_exactly_or_refused(
+            rows in 1u64..5000,
+            picks in proptest::collection::vec(0u64..5000, 0..300),
+            edit in 0u8..5,
+            at in 0usize..4096,
+            value in proptest::prelude::any::<u8>(),
+            delta in -3i64..4,
+        ) {
+            let mut deleted: Vec<u64> = picks.into_iter().filter(|r| *r < rows).collect();
+            deleted.sort_unstable();
+            deleted.dedup();
+            let (bytes, size, cardinality) = inline(&deleted, |b| match edit {
+                1 => { let n = b.len(); b[at % n] ^= value | 1; }
+                2 => b.truncate(at % b.len()),
+                _ => {}
+            });
+            let (size, cardinality) = match edit {
+                3 => (size, cardinality + delta),
+                4 => (size + delta as i32, cardinality),
+                _ => (size, cardinality),
+            };
+            let unchanged = edit == 0
+                || (edit == 3 && delta == 0)
+                || (edit == 4 && delta == 0);
+            match decoded(&bytes, size, cardinality, rows) {
+                Ok(got) => {
+                    proptest::prop_assert_eq!(got.len() as i64, cardinality);
+                    proptest::prop_assert!(got.iter().all(|r| *r < rows));
+                    if unchanged {
+                        proptest::prop_assert_eq!(got, deleted);
+                    }
+                }
+                Err(e) => {
+                    proptest::prop_assert!(!unchanged, "a valid vector refused: {}", e);
+                    proptest::prop_assert!(e.contains("part-0.parquet"), "{}", e);
+                }
+            }
+        }
+    }
 }
