@@ -383,6 +383,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "input_bound_fraction": loader.stall_meter().input_bound_fraction(),
         "bytes_fetched": stats.stream.bytes,
         "store_bytes_fetched": stats.stream.store_bytes,
+        "store_reads_reasked": stats.stream.reasked,
         "cache_hits": stats.stream.cache.hits,
         "cache_misses": stats.stream.cache.misses,
         "cache_bytes_read": stats.stream.cache.bytes_read,

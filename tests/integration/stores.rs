@@ -439,6 +439,174 @@ async fn faults_are_survived(backend: Backend) {
 // Multi-threaded: the proxy's tasks must run while this thread waits for the loader.
 on_every_backend!(faults_are_survived);
 
+/// A data read that stalls (no answer for a minute) is dropped and asked again after about
+/// twice the store's 99th-percentile answer time ([`voxlake::io::stall`]; 2 s before it is
+/// measured): an epoch with every 10th data read stalled delivers every id once in a fraction of
+/// one stall, and says how many reads it asked again.
+async fn stalled_reads_are_asked_again(backend: Backend) {
+    let table = remote_table(backend, "stalls", 40, 23).await.table;
+    let stall = Duration::from_secs(60);
+    let proxy = FaultProxy::start(
+        backend.addr(),
+        FaultPlan {
+            stall_every: Some((10, stall)),
+            ..FaultPlan::default()
+        },
+    )
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    let options = backend.through(&proxy);
+    let (ids, reasked) = std::thread::spawn(move || {
+        let mut loader = voxlake::Loader::builder(&table)
+            .with_storage_options(options)
+            .with_batch_size(1)
+            .with_epochs(1)
+            .build()
+            .unwrap();
+        let ids: Vec<String> = loader.by_ref().flat_map(|b| b.unwrap().ids).collect();
+        (ids, loader.stats().stream.reasked)
+    })
+    .join()
+    .unwrap();
+    let took = started.elapsed();
+    assert!(proxy.faults() >= 1, "no read stalled");
+    assert_eq!(
+        reasked,
+        proxy.faults(),
+        "each stalled read asked again once"
+    );
+    assert!(took < stall / 2, "{took:?}: a stall was waited out");
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (40, 40), "every id exactly once");
+}
+
+on_every_backend!(stalled_reads_are_asked_again);
+
+/// A commit whose reply is lost (the store wrote `_delta_log/…1.json`, the connection was
+/// reset before its answer): `convert` finds its own transaction in the log and reports that
+/// version — no failure, no second commit of the same files, every id once.
+async fn a_lost_commit_reply_is_found_in_the_log(backend: Backend) {
+    let uploaded = uploaded(backend, "lost-reply", 12, 31).await;
+    let proxy = FaultProxy::start(
+        backend.addr(),
+        FaultPlan {
+            lose_reply: Some("_delta_log/00000000000000000001.json".into()),
+            ..FaultPlan::default()
+        },
+    )
+    .await
+    .unwrap();
+    let summary = Compactor::new(&uploaded.table)
+        .with_storage_options(backend.through(&proxy))
+        .with_layout(small_layout())
+        .convert(&uploaded.src)
+        .await
+        .unwrap();
+    assert_eq!(proxy.faults(), 1, "the reply was lost");
+    assert_eq!((summary.rows, summary.version), (12, 1), "{summary:?}");
+    let log: Vec<String> = backend
+        .store()
+        .list(Some(&object_store::path::Path::from(format!(
+            "{}/table/_delta_log",
+            uploaded.prefix
+        ))))
+        .map_ok(|m| m.location.filename().unwrap().to_string())
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(
+        !log.iter().any(|f| f.starts_with("00000000000000000002")),
+        "committed twice: {log:?}"
+    );
+    let ids = epoch_ids(&uploaded.table, backend.options(), 1);
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (12, 12), "every id exactly once");
+}
+
+on_every_backend!(a_lost_commit_reply_is_found_in_the_log);
+
+/// `compact convert` with a fifth of *every* request faulted (listings, source and data
+/// uploads, log reads, commits; seeded): it commits in windows, so a run that fails keeps what it
+/// committed and the next run converts only the rest. Run until one succeeds (at most five
+/// runs): every id lands exactly once, every failure is one named error, and nothing panics.
+async fn convert_under_faults_on_every_request_finishes(backend: Backend) {
+    let count = 24;
+    let Uploaded { src, table, .. } = uploaded(backend, "convert-faults", count, 53).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut outcomes = Vec::new();
+    for seed in 0..5u64 {
+        let proxy = FaultProxy::start(
+            backend.addr(),
+            FaultPlan {
+                every_request: true,
+                random: Some(RandomFaults {
+                    seed: 100 + seed,
+                    rate: 0.2,
+                    burst: 1,
+                    stall: Duration::from_millis(100),
+                }),
+                ..FaultPlan::default()
+            },
+        )
+        .await
+        .unwrap();
+        let options = dir.path().join(format!("options-{seed}"));
+        let lines: Vec<String> = backend
+            .through(&proxy)
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        std::fs::write(&options, lines.join("\n")).unwrap();
+        let out = tokio::task::spawn_blocking({
+            let (src, table) = (src.clone(), table.clone());
+            move || {
+                Command::new(compact_bin())
+                    .args(["convert", &src, &table])
+                    .args(["--row-group-rows", "2", "--target-file-mb", "1.5"])
+                    .args(["--files-per-commit", "1"])
+                    .arg("--storage-option-file")
+                    .arg(&options)
+                    .output()
+                    .unwrap()
+            }
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            !stderr.contains("panicked"),
+            "seed {seed}: panic text on stderr:\n{stderr}"
+        );
+        assert!(proxy.faults() > 0, "seed {seed}: no fault injected");
+        let ok = out.status.success();
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        outcomes.push((seed, ok, proxy.faults(), last.to_string()));
+        if ok {
+            break;
+        }
+        assert!(last.contains("error"), "seed {seed}: {stderr}");
+    }
+    eprintln!("{backend:?}: runs (seed, finished, faults, last line): {outcomes:?}");
+    assert!(
+        outcomes.last().is_some_and(|o| o.1),
+        "no run finished: {outcomes:?}"
+    );
+    let ids = epoch_ids(&table, backend.options(), 1);
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(
+        (ids.len(), unique.len()),
+        (count, count),
+        "every id exactly once after {outcomes:?}"
+    );
+}
+
+on_every_backend!(convert_under_faults_on_every_request_finishes);
+
 /// The store away for 8 s mid-epoch (every request answered 503, of any kind): with the default
 /// settings the epoch rides it out — retries are measured in time, not in tries — and delivers
 /// every id exactly once.

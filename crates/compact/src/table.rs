@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
-use deltalake::kernel::Action;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
+use deltalake::kernel::{Action, Transaction};
 use deltalake::kernel::{StructType, engine::arrow_conversion::TryIntoKernel};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::protocol::DeltaOperation;
@@ -23,9 +23,33 @@ const DELTA_CONFIGURATION: [(&str, &str); 1] = [("delta.dataSkippingStatsColumns
 pub(crate) struct Table {
     pub table: DeltaTable,
     pub display: String,
+    /// This handle's Delta application id: each of its commits carries a `txn` action with it
+    /// and the commit's number, so a commit whose reply was lost is found in the log.
+    app_id: String,
+    /// Commits made through this handle.
+    commits: i64,
 }
 
 impl Table {
+    fn handle(table: DeltaTable, display: &str) -> Table {
+        use std::hash::{BuildHasher, Hasher};
+        // Unique per handle: the process, the time and std's per-process random keys.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos(),
+        );
+        Table {
+            table,
+            display: display.to_string(),
+            app_id: format!("voxlake-{:016x}", h.finish()),
+            commits: 0,
+        }
+    }
+
     pub fn error(&self, source: DeltaTableError) -> CompactError {
         CompactError::Table {
             location: self.display.clone(),
@@ -45,20 +69,13 @@ impl Table {
             location: display.to_string(),
             source: Box::new(source),
         };
-        let mut table = DeltaTableBuilder::from_url(url.clone())
-            .map_err(err)?
-            .with_storage_options(options.clone())
-            .build()
-            .map_err(err)?;
+        let mut table = builder(url, options)?.build().map_err(err)?;
         // Ask first: loading a missing table makes the kernel log an error.
         if !table.verify_deltatable_existence().await.map_err(err)? {
             return Ok(None);
         }
         match table.load().await {
-            Ok(()) => Ok(Some(Table {
-                table,
-                display: display.to_string(),
-            })),
+            Ok(()) => Ok(Some(Table::handle(table, display))),
             Err(DeltaTableError::NotATable(_)) => Ok(None),
             Err(e) => Err(err(e)),
         }
@@ -95,9 +112,16 @@ impl Table {
         for (k, v) in DELTA_CONFIGURATION {
             configuration.insert(k.to_string(), Some(v.to_string()));
         }
-        let created = CreateBuilder::new()
-            .with_location(url.as_str())
-            .with_storage_options(options.clone())
+        let create = if matches!(url.scheme(), "file" | "memory") {
+            // deltalake makes a local table's folder.
+            CreateBuilder::new()
+                .with_location(url.as_str())
+                .with_storage_options(options.clone())
+        } else {
+            CreateBuilder::new()
+                .with_log_store(builder(url, options)?.build().map_err(err)?.log_store())
+        };
+        let created = create
             .with_columns(schema.fields().cloned())
             .with_configuration(configuration)
             // The voxlake.* keys are not Delta properties; readers ignore them.
@@ -106,10 +130,7 @@ impl Table {
             .with_commit_properties(commit_properties("create").with_max_retries(0))
             .await;
         match created {
-            Ok(table) => Ok(Table {
-                table,
-                display: display.to_string(),
-            }),
+            Ok(table) => Ok(Table::handle(table, display)),
             Err(e) => {
                 // A concurrent `--shard` run may have created it: use theirs if it fits.
                 match Table::open(url, display, options).await? {
@@ -164,6 +185,11 @@ impl Table {
     /// run creating the table) is retried on the new snapshot once the spec is checked
     /// unchanged: appended files cannot clash with anything. Other commits (optimize) are
     /// never retried that way, since their removes were planned on the old snapshot.
+    ///
+    /// A commit that fails may have been written all the same (its reply lost on the way
+    /// back, or a retry of it answered "already exists"): before any failure is reported or
+    /// retried, the log after the version it was built on is searched for its `txn`, and where
+    /// found that version is the commit's.
     pub async fn commit(
         &mut self,
         actions: Vec<Action>,
@@ -172,21 +198,38 @@ impl Table {
         blind_append: bool,
     ) -> Result<u64, CompactError> {
         let spec = self.sample()?;
+        self.commits += 1;
+        let txn = Transaction::new(&self.app_id, self.commits);
         let mut attempts = 0;
         loop {
             let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
-            let result = CommitBuilder::from(commit_properties(voxlake_operation))
-                .with_actions(actions.clone())
-                .build(Some(snapshot), self.table.log_store(), operation.clone())
-                .await;
-            match result {
+            let base = self.version();
+            let result = CommitBuilder::from(
+                commit_properties(voxlake_operation).with_application_transaction(txn.clone()),
+            )
+            .with_actions(actions.clone())
+            .build(Some(snapshot), self.table.log_store(), operation.clone())
+            .await;
+            let e = match result {
                 Ok(finalized) => {
                     self.table.state = Some(finalized.snapshot());
                     return Ok(finalized.version());
                 }
-                Err(DeltaTableError::Transaction {
+                Err(e) => e,
+            };
+            if let Some(version) = self.landed(base, &txn).await {
+                tracing::warn!(
+                    table = %self.display,
+                    version,
+                    error = %e,
+                    "the commit's reply was lost, but the commit is in the log"
+                );
+                return Ok(version);
+            }
+            match e {
+                DeltaTableError::Transaction {
                     source: TransactionError::CommitConflict(conflict),
-                }) if blind_append && attempts < 5 => {
+                } if blind_append && attempts < 5 => {
                     attempts += 1;
                     tracing::debug!(%conflict, attempts, "append conflicted, retrying on a fresh snapshot");
                     self.table.update_state().await.map_err(|e| self.error(e))?;
@@ -197,10 +240,58 @@ impl Table {
                         });
                     }
                 }
-                Err(e) => return Err(self.error(e)),
+                e => return Err(self.error(e)),
             }
         }
     }
+
+    /// The version after `base` whose commit holds `txn`, if one does; the handle then moves
+    /// to the latest version. `None` where the log cannot be read (the commit's own error is
+    /// the one to report then).
+    async fn landed(&mut self, base: u64, txn: &Transaction) -> Option<u64> {
+        let log = self.table.log_store();
+        let latest = log.get_latest_version(base).await.ok()?;
+        for version in base + 1..=latest {
+            let commit = log.read_commit_entry(version).await.ok()??;
+            if holds_txn(&commit, txn) {
+                self.table.update_state().await.ok()?;
+                return Some(version);
+            }
+        }
+        None
+    }
+}
+
+/// Whether a commit's JSON lines hold `txn` (its application id and number).
+fn holds_txn(commit: &[u8], txn: &Transaction) -> bool {
+    commit
+        .split(|b| *b == b'\n')
+        .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
+        .any(|action| {
+            let t = &action["txn"];
+            t["appId"].as_str() == Some(txn.app_id.as_str())
+                && t["version"].as_i64() == Some(txn.version)
+        })
+}
+
+/// How the table at `url` is opened: deltalake's builder with voxlake's retry defaults and,
+/// for a remote table, the store `stores::open_store` makes (answers that break asked again).
+fn builder(
+    url: &Url,
+    options: &HashMap<String, String>,
+) -> Result<DeltaTableBuilder, CompactError> {
+    let display = redact(url.as_str());
+    let mut builder = DeltaTableBuilder::from_url(url.clone())
+        .map_err(|source| CompactError::Table {
+            location: display.clone(),
+            source: Box::new(source),
+        })?
+        .with_storage_options(voxlake_io::location::with_retry_defaults(options));
+    if !matches!(url.scheme(), "file" | "memory") {
+        let store = stores::open_store(url.as_str(), true, options)?.store;
+        builder = builder.with_storage_backend(store, url.clone());
+    }
+    Ok(builder)
 }
 
 /// Commit properties that record which voxlake operation wrote a version.

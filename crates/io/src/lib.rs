@@ -7,8 +7,10 @@
 //! - [`local`]: local tables read as views of the page cache or into recycled buffers.
 //! - [`remote`]: the store a remote table's data files are read through (parts, cache, counts).
 //! - [`cache`]: the node-local disk cache of remote reads.
+//! - [`stall`]: when a read has stalled and is asked again.
 //! - [`depth`], [`inflight`]: reads in flight sized to the store (Little's law).
 //! - [`ahead`]: futures run ahead of their consumer, a panic an error.
+//! - [`broken`]: a store that asks again where an answer broke and object_store does not.
 //! - [`reader`]: parquet's `AsyncFileReader` over any store, given the file's size.
 //!
 //! ```
@@ -26,12 +28,12 @@
 )]
 
 pub mod ahead;
+pub mod broken;
 #[cfg(unix)]
 pub mod cache;
 pub mod depth;
 mod error;
 pub mod inflight;
-pub mod listings;
 #[cfg(unix)]
 pub mod local;
 pub mod location;
@@ -40,8 +42,9 @@ mod passthrough;
 pub mod reader;
 #[cfg(unix)]
 pub mod remote;
+pub mod stall;
 
 pub use ahead::{AbortOnDrop, spawn_ahead};
+pub use broken::RetryBroken;
 pub use error::{IoError, panic_message, redact, store_error_is_transient};
-pub use listings::RetryListings;
 pub use reader::ObjectFileReader;

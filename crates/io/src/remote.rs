@@ -1,13 +1,15 @@
 //! The object store every read of a remote table's data files goes through (footers, column
 //! chunks, first values, whole files): it fetches large ranges as parallel parts, checks that
-//! the store returned every byte asked for, counts the bytes fetched, and serves and fills
-//! the node's disk cache ([`crate::cache`]) where the snapshot has one. Local tables are read
+//! the store returned every byte asked for, asks again for a read that stalls (see
+//! [`crate::stall`]), counts the bytes fetched, and serves and fills the node's disk cache
+//! ([`crate::cache`]) where the snapshot has one. Local tables are read
 //! through [`crate::local`] instead, never cached.
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -18,6 +20,7 @@ use object_store::{OBJECT_STORE_COALESCE_DEFAULT, coalesce_ranges};
 
 use crate::cache::{DiskCache, EntryKey};
 use crate::local::pool::BufferPool;
+use crate::stall::StallClock;
 
 /// Ranges of at least twice this are fetched as parts of at least this many bytes, at once:
 /// one connection to a cloud store moves ~25–95 MiB/s, so one large row group (Petastorm
@@ -44,6 +47,10 @@ pub struct RemoteStore {
     cache: OnceLock<Arc<DiskCache>>,
     /// Bytes fetched from the store.
     fetched: AtomicU64,
+    /// The store's times to first byte, for when a read has stalled.
+    stalls: Mutex<StallClock>,
+    /// Reads asked again because they stalled.
+    reasked: AtomicU64,
     /// Buffers reads land in, recycled once their last view is dropped.
     pool: Arc<BufferPool>,
 }
@@ -57,6 +64,7 @@ impl std::fmt::Debug for RemoteStore {
             .field("files", &self.files.len())
             .field("cache", &self.cache.get().map(|c| c.dir().to_path_buf()))
             .field("fetched", &self.fetched.load(Ordering::Relaxed))
+            .field("reasked", &self.reasked.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -85,6 +93,8 @@ impl RemoteStore {
                 .collect(),
             cache: OnceLock::new(),
             fetched: AtomicU64::new(0),
+            stalls: Mutex::default(),
+            reasked: AtomicU64::new(0),
             pool: Arc::default(),
         }
     }
@@ -102,6 +112,11 @@ impl RemoteStore {
     /// Bytes fetched from the store so far.
     pub fn fetched(&self) -> u64 {
         self.fetched.load(Ordering::Relaxed)
+    }
+
+    /// Reads asked again so far because they stalled.
+    pub fn reasked(&self) -> u64 {
+        self.reasked.load(Ordering::Relaxed)
     }
 
     /// `ranges` of `location`, coalesced as object_store does (each fetched range is whole,
@@ -139,36 +154,96 @@ impl RemoteStore {
     }
 
     /// `range` of `location` streamed into `out` (its length); more or fewer bytes than that
-    /// are an error naming the object and the range.
+    /// are an error naming the object and the range. A request that has not answered, or a body
+    /// that has sent nothing, by [`StallClock::deadline`] is dropped and the bytes still missing
+    /// asked for again.
     async fn read_into(&self, location: &Path, range: Range<u64>, out: &mut [u8]) -> Result<()> {
-        let options = GetOptions::new().with_range(Some(range.clone()));
-        let body = self.inner.get_opts(location, options).await?.into_stream();
-        fill(body, out, location, &range).await
+        let mut at = 0;
+        let mut reask = 0;
+        loop {
+            let deadline = self.deadline(reask);
+            let rest = range.start + at as u64..range.end;
+            let options = GetOptions::new().with_range(Some(rest.clone()));
+            let asked = Instant::now();
+            let answer = match deadline {
+                Some(d) => tokio::time::timeout(d, self.inner.get_opts(location, options)).await,
+                None => Ok(self.inner.get_opts(location, options).await),
+            };
+            let filled = match answer {
+                Ok(answer) => {
+                    let body = answer?.into_stream();
+                    self.answered(asked.elapsed());
+                    fill(body, out, &mut at, deadline, location, &range).await?
+                }
+                Err(_) => Filled::Stalled,
+            };
+            match filled {
+                Filled::Whole => return Ok(()),
+                Filled::Stalled => {
+                    self.reasked.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        "{location}: nothing from the store for {:?} reading bytes {rest:?}; \
+                         asked again",
+                        deadline.unwrap_or_default()
+                    );
+                    reask += 1;
+                }
+            }
+        }
+    }
+
+    fn deadline(&self, reask: u32) -> Option<Duration> {
+        self.stalls.lock().map_or(None, |c| c.deadline(reask))
+    }
+
+    fn answered(&self, took: Duration) {
+        if let Ok(mut clock) = self.stalls.lock() {
+            clock.answered(took);
+        }
     }
 }
 
-/// `out` filled from `body`, exactly: more or fewer bytes (a short answer would otherwise be
-/// decoded, or cached, as if whole) are an error naming the object and the range.
+/// How a body ended.
+#[derive(Debug, PartialEq)]
+enum Filled {
+    /// Every byte asked for arrived.
+    Whole,
+    /// Nothing arrived for the deadline; `at` says how much did before.
+    Stalled,
+}
+
+/// `out[*at..]` filled from `body`, exactly, `at` advanced over what arrived: more or fewer
+/// bytes (a short answer would otherwise be decoded, or cached, as if whole) are an error naming
+/// the object and the range; no bytes for `deadline` a stall.
 async fn fill(
     mut body: BoxStream<'static, Result<Bytes>>,
     out: &mut [u8],
+    at: &mut usize,
+    deadline: Option<Duration>,
     location: &Path,
     range: &Range<u64>,
-) -> Result<()> {
-    let mut at = 0;
-    while let Some(chunk) = body.next().await {
+) -> Result<Filled> {
+    loop {
+        let next = match deadline {
+            Some(d) => match tokio::time::timeout(d, body.next()).await {
+                Ok(next) => next,
+                Err(_) => return Ok(Filled::Stalled),
+            },
+            None => body.next().await,
+        };
+        let Some(chunk) = next else { break };
         let chunk = chunk?;
-        let end = at + chunk.len();
-        let Some(place) = out.get_mut(at..end) else {
+        let end = *at + chunk.len();
+        let Some(place) = out.get_mut(*at..end) else {
             return Err(length_error(location, range, end));
         };
         place.copy_from_slice(&chunk);
-        at = end;
+        *at = end;
     }
-    if at != out.len() {
-        return Err(length_error(location, range, at));
+    if *at != out.len() {
+        return Err(length_error(location, range, *at));
     }
-    Ok(())
+    Ok(Filled::Whole)
 }
 
 fn length_error(location: &Path, range: &Range<u64>, got: usize) -> object_store::Error {
@@ -232,15 +307,22 @@ mod tests {
             futures::stream::iter(chunks).boxed()
         };
         let mut out = [0u8; 5];
-        fill(body(&[b"ab", b"cde"]), &mut out, &path, &(20..25))
-            .await
-            .unwrap();
+        let mut at = 0;
+        let filled = fill(
+            body(&[b"ab", b"cde"]),
+            &mut out,
+            &mut at,
+            None,
+            &path,
+            &(20..25),
+        );
+        assert_eq!(filled.await.unwrap(), Filled::Whole);
         assert_eq!(&out, b"abcde");
         for (chunks, got) in [
             (&[&b"ab"[..], b"cd"][..], 4),
             (&[&b"abc"[..], b"def"][..], 6),
         ] {
-            let e = fill(body(chunks), &mut out, &path, &(20..25))
+            let e = fill(body(chunks), &mut out, &mut 0, None, &path, &(20..25))
                 .await
                 .unwrap_err();
             assert!(
@@ -250,5 +332,116 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// The first asking never answers, the second sends 100 bytes and then nothing: each is
+    /// dropped at its deadline and the rest asked for; the bytes arrive whole, in about the
+    /// two deadlines, not the client's timeout.
+    #[tokio::test]
+    async fn a_stalled_read_is_asked_again_for_what_is_missing() {
+        use crate::stall::{FLOOR, WARM};
+        use object_store::{GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta};
+        use object_store::{PutMultipartOptions, PutOptions, PutPayload, PutResult};
+        use std::sync::atomic::AtomicU32;
+
+        #[derive(Debug)]
+        struct Stalling {
+            inner: InMemory,
+            asked: AtomicU32,
+        }
+        impl std::fmt::Display for Stalling {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("Stalling")
+            }
+        }
+        #[async_trait::async_trait]
+        impl ObjectStore for Stalling {
+            async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+                match self.asked.fetch_add(1, Ordering::SeqCst) {
+                    0 => futures::future::pending().await,
+                    1 => {
+                        let got = self.inner.get_opts(location, options).await?;
+                        let whole = got.bytes().await?;
+                        let first = whole.slice(..100);
+                        let (range, meta, attributes) =
+                            (0..whole.len() as u64, meta(), Default::default());
+                        Ok(GetResult {
+                            payload: GetResultPayload::Stream(
+                                futures::stream::once(async move { Ok(first) })
+                                    .chain(futures::stream::pending())
+                                    .boxed(),
+                            ),
+                            meta,
+                            range,
+                            attributes,
+                        })
+                    }
+                    _ => self.inner.get_opts(location, options).await,
+                }
+            }
+            async fn put_opts(&self, _: &Path, _: PutPayload, _: PutOptions) -> Result<PutResult> {
+                unimplemented!()
+            }
+            async fn put_multipart_opts(
+                &self,
+                _: &Path,
+                _: PutMultipartOptions,
+            ) -> Result<Box<dyn MultipartUpload>> {
+                unimplemented!()
+            }
+            fn delete_stream(
+                &self,
+                _: BoxStream<'static, Result<Path>>,
+            ) -> BoxStream<'static, Result<Path>> {
+                unimplemented!()
+            }
+            fn list(&self, _: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+                unimplemented!()
+            }
+            async fn list_with_delimiter(&self, _: Option<&Path>) -> Result<ListResult> {
+                unimplemented!()
+            }
+            async fn copy_opts(
+                &self,
+                _: &Path,
+                _: &Path,
+                _: object_store::CopyOptions,
+            ) -> Result<()> {
+                unimplemented!()
+            }
+        }
+        fn meta() -> ObjectMeta {
+            ObjectMeta {
+                location: Path::from("part-0.parquet"),
+                last_modified: Default::default(),
+                size: 0,
+                e_tag: None,
+                version: None,
+            }
+        }
+
+        let data: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let (inner, path) = store_with(&data);
+        let inner = Arc::into_inner(inner).unwrap();
+        let stalling = Arc::new(Stalling {
+            inner,
+            asked: AtomicU32::new(0),
+        });
+        let store = RemoteStore::new(stalling.clone(), "mem://t", [(&path, 1000, "v1")]);
+        // A store measured quick: the deadline is the floor.
+        for _ in 0..WARM {
+            store.answered(Duration::from_millis(1));
+        }
+        let started = Instant::now();
+        let got = store.get_ranges(&path, &[10..1000]).await.unwrap();
+        assert_eq!(got[0], &data[10..]);
+        assert_eq!(store.reasked(), 2);
+        assert_eq!(stalling.asked.load(Ordering::SeqCst), 3);
+        // The first asking waited the floor, the second twice that; not the client's timeout.
+        let took = started.elapsed();
+        assert!(
+            took >= FLOOR * 3 && took < FLOOR * 3 + Duration::from_secs(5),
+            "{took:?}"
+        );
     }
 }

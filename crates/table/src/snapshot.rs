@@ -278,6 +278,16 @@ impl Snapshot {
         0
     }
 
+    /// Reads of a remote table's store asked again because they stalled (see
+    /// `voxlake_io::stall`; 0 for a local table).
+    pub fn store_reads_reasked(&self) -> u64 {
+        #[cfg(unix)]
+        if let Some(remote) = &self.remote {
+            return remote.reasked();
+        }
+        0
+    }
+
     /// A hash of the file set, in plan order: `fnv1a64:` and 16 hex digits over each file's
     /// path and size (and deletion vector). Two snapshots with the same hash plan the same
     /// epochs.
@@ -481,5 +491,87 @@ fn check_footer(meta: &ParquetMetaData, size: u64, records: Option<u64>) -> Resu
             "its footer counts {rows} rows, the Delta log {records}"
         )),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_footer;
+    use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch};
+    use bytes::Bytes;
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::metadata::ParquetMetaDataReader;
+    use parquet::file::properties::WriterProperties;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    /// A Parquet file of 30 rows in row groups of 7, as voxlake's writer lays one out.
+    fn file() -> Vec<u8> {
+        let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..30));
+        let cubes: ArrayRef = Arc::new(BinaryArray::from_iter_values(
+            (0..30u8).map(|i| vec![i; 64]),
+        ));
+        let batch = RecordBatch::try_from_iter([("id", ids), ("cube", cubes)]).unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(7))
+            .build();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        out
+    }
+
+    proptest! {
+        /// A footer with a byte changed (sizes, offsets, counts: whatever it hits): if parquet
+        /// still parses it and the check passes, every column chunk lies inside the file and
+        /// the row groups hold the rows the log counts; nothing panics either way.
+        #[test]
+        fn a_crafted_footer_passes_only_when_its_sizes_hold(at in 0usize..4096, value in 1u8..=255) {
+            let mut bytes = file();
+            let size = bytes.len();
+            let footer = u32::from_le_bytes(bytes[size - 8..size - 4].try_into().unwrap()) as usize;
+            // The footer and its length (not the magic: a file without it is refused whole).
+            let i = size - 8 - footer + at % (footer + 4);
+            bytes[i] ^= value;
+            let parsed = std::panic::catch_unwind(|| {
+                ParquetMetaDataReader::new().parse_and_finish(&Bytes::from(bytes.clone()))
+            });
+            prop_assert!(parsed.is_ok(), "parquet panicked on the footer");
+            if let Ok(Ok(meta)) = parsed
+                && check_footer(&meta, size as u64, Some(30)).is_ok()
+            {
+                let mut rows = 0;
+                for group in meta.row_groups() {
+                    rows += group.num_rows();
+                    for chunk in group.columns() {
+                        let (start, len) = chunk.byte_range();
+                        prop_assert!(start + len <= size as u64);
+                    }
+                }
+                prop_assert_eq!(rows, 30);
+            }
+        }
+    }
+
+    #[test]
+    fn a_chunk_past_the_file_or_a_wrong_row_count_is_named() {
+        let bytes = file();
+        let meta = ParquetMetaDataReader::new()
+            .parse_and_finish(&Bytes::from(bytes.clone()))
+            .unwrap();
+        let size = bytes.len() as u64;
+        assert_eq!(check_footer(&meta, size, Some(30)), Ok(()));
+        let end = meta
+            .row_groups()
+            .iter()
+            .flat_map(|g| g.columns())
+            .map(|c| c.byte_range().0 + c.byte_range().1)
+            .max()
+            .unwrap();
+        let short = check_footer(&meta, end - 1, Some(30)).unwrap_err();
+        assert!(short.contains("lies past the file's"), "{short}");
+        let rows = check_footer(&meta, size, Some(31)).unwrap_err();
+        assert_eq!(rows, "its footer counts 30 rows, the Delta log 31");
     }
 }

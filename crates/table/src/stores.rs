@@ -82,6 +82,13 @@ pub fn open_store(
             (Arc::from(store), prefix)
         }
     };
+    // Answers that break where object_store does not ask again (listings, error bodies):
+    // asked again, for every remote store (`voxlake_io::RetryBroken`).
+    let store = if matches!(url.scheme(), "file" | "memory") {
+        store
+    } else {
+        Arc::new(voxlake_io::RetryBroken::new(store)) as Arc<dyn object_store::ObjectStore>
+    };
     Ok(Location {
         store,
         prefix,

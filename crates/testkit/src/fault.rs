@@ -59,6 +59,8 @@ struct Counters {
     /// Every request, for plans whose faults hit every request kind.
     requests: AtomicU64,
     faults: AtomicU64,
+    /// Whether the reply `FaultPlan::lose_reply` names was lost yet.
+    lost_reply: std::sync::atomic::AtomicBool,
     /// When the outage began, as nanoseconds since the proxy started plus one (0: not yet).
     outage_from: AtomicU64,
 }
@@ -256,6 +258,11 @@ where
     Ok(())
 }
 
+/// The request's target (path and query).
+fn target_of(request: &Head) -> &str {
+    request.start.split_whitespace().nth(1).unwrap_or("")
+}
+
 async fn serve(
     client: TcpStream,
     upstream: SocketAddr,
@@ -338,6 +345,15 @@ async fn serve(
             }
             None => fault,
         };
+        let lose = plan
+            .lose_reply
+            .as_ref()
+            .is_some_and(|part| method == "PUT" && target_of(&request).contains(part.as_str()));
+        let fault = if lose && !counters.lost_reply.swap(true, Ordering::Relaxed) {
+            Fault::LoseReply
+        } else {
+            fault
+        };
         if let Fault::Status(status) = fault {
             counters.faults.fetch_add(1, Ordering::Relaxed);
             client_write
@@ -375,6 +391,17 @@ async fn serve(
         }
         let response_body = read_body(&mut server_read, &response, no_body).await?;
         match fault {
+            Fault::LoseReply => {
+                counters.faults.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(target = target_of(&request), "reply lost");
+                // An abortive close before any of the answer.
+                let stream = client_write
+                    .reunite(client_read.into_inner())
+                    .map_err(std::io::Error::other)?;
+                socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO))?;
+                drop(stream);
+                return Ok(());
+            }
             Fault::Reset | Fault::Truncate if !response_body.is_empty() => {
                 counters.faults.fetch_add(1, Ordering::Relaxed);
                 let keep = if matches!(fault, Fault::Reset) {
@@ -493,6 +520,7 @@ mod tests {
             Fault::Reset => "reset",
             Fault::Truncate => "cut",
             Fault::Stall(_) => "stall",
+            Fault::LoseReply => "lost reply",
         }
     }
 

@@ -107,15 +107,13 @@ impl Snapshot {
             let mut builder = DeltaTableBuilder::from_url(url.clone())
                 .map_err(err)?
                 .with_storage_options(location::with_retry_defaults(&options));
-            // A remote table's store is built here, as deltalake's factories build it, and
-            // wrapped so that a listing of the log that breaks is read again
-            // (`RetryListings`; object_store retries requests and bodies of gets itself).
+            // A remote table's store is built here, as deltalake's factories build it, so
+            // that an answer of the log that breaks is asked again (`stores::open_store`
+            // wraps it in `RetryBroken`; object_store retries requests and gets' bodies).
             let backend = match root_store.clone() {
                 Some(store) => Some(store),
                 None if !matches!(url.scheme(), "file" | "memory") => {
-                    let opened = crate::stores::open_store(location, true, &options)?;
-                    Some(Arc::new(voxlake_io::RetryListings::new(opened.store))
-                        as Arc<dyn ObjectStore>)
+                    Some(crate::stores::open_store(location, true, &options)?.store)
                 }
                 None => None,
             };

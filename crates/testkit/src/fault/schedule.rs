@@ -32,6 +32,10 @@ pub struct FaultPlan {
     /// The faults above hit every request (listings, heads, log reads, uploads), counted over
     /// all of them, not data reads only.
     pub every_request: bool,
+    /// A reply lost: the first PUT whose target contains this text reaches the store, which
+    /// does it, and the connection is then reset before any of the answer (a commit's reply
+    /// lost on the way back). Retries of it are answered.
+    pub lose_reply: Option<String>,
     /// The store away: from the n-th data read on, for this long, every request of any kind
     /// is answered `503 Service Unavailable` without reaching the store.
     pub outage: Option<(u64, Duration)>,
@@ -88,6 +92,7 @@ pub(super) enum Fault {
     Reset,
     Truncate,
     Stall(Duration),
+    LoseReply,
 }
 
 impl FaultPlan {

@@ -1,9 +1,17 @@
-//! [`RetryListings`]: a store that retries listings whose response breaks. object_store retries
-//! a failed request and re-reads a `get` body that breaks mid-stream, but a listing page whose
-//! body breaks (a reset, a truncated XML body) fails the listing; for a table's log that fails
-//! the whole open. Here a listing is read whole and started over when it breaks, a few times
-//! with backoff; a definite answer (not found, denied) is returned at once. Everything else
-//! passes through.
+//! [`RetryBroken`]: a store that asks again where an answer broke and object_store does not.
+//! object_store retries a failed request and re-reads a `get` body that breaks mid-stream,
+//! but not
+//! - a listing page whose body breaks (a reset, a truncated XML body): the listing fails, and
+//!   for a table's log the whole open;
+//! - an answer with an error status whose body breaks (a `404` for `_last_checkpoint`, which
+//!   every table without a checkpoint answers, cut off before its XML ends): object_store reads
+//!   that body for its message and fails the request on a broken one.
+//!
+//! Here a listing is read whole and started over when it breaks, and a `get` or `head` whose
+//! answer broke is asked again, a few times with backoff; a definite answer (not found, denied)
+//! is returned at once. Uploads, copies and deletes pass through (object_store retries what of
+//! them is safe to repeat). Every remote store voxlake opens is wrapped in it
+//! (`voxlake_table::stores::open_store`): tables, sources, labels.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,22 +26,22 @@ use object_store::{
 
 use crate::error::store_error_is_transient;
 
-/// Tries of one listing, the first included.
+/// Tries of one listing or get, the first included.
 const TRIES: u32 = 6;
 /// The first wait between tries, doubled each time, at most [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// Retries the listings of `inner` (see the [module](self) documentation).
+/// Asks `inner` again where an answer broke (see the [module](self) documentation).
 #[derive(Debug)]
-pub struct RetryListings {
+pub struct RetryBroken {
     inner: Arc<dyn ObjectStore>,
 }
 
-impl RetryListings {
-    /// `inner`, its listings retried.
-    pub fn new(inner: Arc<dyn ObjectStore>) -> RetryListings {
-        RetryListings { inner }
+impl RetryBroken {
+    /// `inner`, its broken answers asked again.
+    pub fn new(inner: Arc<dyn ObjectStore>) -> RetryBroken {
+        RetryBroken { inner }
     }
 }
 
@@ -45,8 +53,17 @@ fn again(attempt: u32, e: &object_store::Error, what: &str) -> Option<Duration> 
     let wait = FIRST_BACKOFF
         .saturating_mul(1 << attempt.min(10))
         .min(MAX_BACKOFF);
-    tracing::debug!(what, attempt, error = %e, "retrying a broken listing");
+    tracing::debug!(what, attempt, error = %e, "asking again after a broken answer");
     Some(wait)
+}
+
+/// Whether `e` is an answer that broke while it was read (its body cut off or reset), which
+/// object_store does not retry outside a successful `get`'s body. object_store keeps its error
+/// kinds private: its message says so ("HTTP error: request or response body error",
+/// "error decoding response body").
+fn answer_broke(e: &object_store::Error) -> bool {
+    let text = e.to_string();
+    text.contains("body error") || text.contains("decoding response body")
 }
 
 /// Every item of a listing, started over while it breaks.
@@ -74,17 +91,28 @@ fn stream_of(items: Result<Vec<ObjectMeta>>) -> BoxStream<'static, Result<Object
     }
 }
 
-impl std::fmt::Display for RetryListings {
+impl std::fmt::Display for RetryBroken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RetryListings({})", self.inner)
+        write!(f, "RetryBroken({})", self.inner)
     }
 }
 
 #[async_trait::async_trait]
-impl ObjectStore for RetryListings {
+impl ObjectStore for RetryBroken {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        // object_store re-reads a body that breaks itself (`retry_stream`).
-        self.inner.get_opts(location, options).await
+        // A body that breaks after a successful answer object_store re-reads itself
+        // (`retry_stream`); an answer that broke before it was whole is asked for again.
+        let mut attempt = 0;
+        loop {
+            match self.inner.get_opts(location, options.clone()).await {
+                Err(e) if answer_broke(&e) => match again(attempt, &e, location.as_ref()) {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => return Err(e),
+                },
+                answer => return answer,
+            }
+            attempt += 1;
+        }
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
@@ -168,11 +196,12 @@ mod tests {
     use object_store::memory::InMemory;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    /// A store whose first `breaks` listings fail mid-way.
+    /// A store whose first `breaks` listings fail mid-way, and first `get_breaks` gets.
     #[derive(Debug)]
     struct Breaking {
         inner: InMemory,
         breaks: AtomicU32,
+        get_breaks: AtomicU32,
     }
 
     impl std::fmt::Display for Breaking {
@@ -191,6 +220,10 @@ mod tests {
     #[async_trait::async_trait]
     impl ObjectStore for Breaking {
         async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+            if self.get_breaks.load(Ordering::SeqCst) > 0 {
+                self.get_breaks.fetch_sub(1, Ordering::SeqCst);
+                return Err(cut());
+            }
             self.inner.get_opts(location, options).await
         }
         fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
@@ -239,19 +272,42 @@ mod tests {
         let breaking = Arc::new(Breaking {
             inner: InMemory::new(),
             breaks: AtomicU32::new(0),
+            get_breaks: AtomicU32::new(0),
         });
         let path = Path::from("_delta_log/00000000000000000000.json");
         breaking.put(&path, "whole commit".into()).await.unwrap();
-        let store = RetryListings::new(breaking.clone());
+        let store = RetryBroken::new(breaking.clone());
         breaking.breaks.store(TRIES - 1, Ordering::SeqCst);
         let listed: Vec<_> = store.list(None).try_collect().await.unwrap();
         assert_eq!(listed.len(), 1);
         // Past its tries, the last error.
         breaking.breaks.store(TRIES, Ordering::SeqCst);
         assert!(store.list(None).try_collect::<Vec<_>>().await.is_err());
-        // Gets pass through: the inner store's answer, a definite one at once.
+        // A definite answer at once.
         breaking.breaks.store(0, Ordering::SeqCst);
         let missing = store.get(&Path::from("nope")).await.unwrap_err();
+        assert!(matches!(missing, object_store::Error::NotFound { .. }));
+    }
+
+    #[tokio::test]
+    async fn broken_answers_to_gets_are_asked_again() {
+        let breaking = Arc::new(Breaking {
+            inner: InMemory::new(),
+            breaks: AtomicU32::new(0),
+            get_breaks: AtomicU32::new(TRIES - 1),
+        });
+        let path = Path::from("_delta_log/_last_checkpoint");
+        breaking.put(&path, "{}".into()).await.unwrap();
+        let store = RetryBroken::new(breaking.clone());
+        let got = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(got, "{}");
+        assert_eq!(breaking.get_breaks.load(Ordering::SeqCst), 0);
+        // Past its tries, the last error; a broken answer to a missing object likewise.
+        breaking.get_breaks.store(TRIES, Ordering::SeqCst);
+        let e = store.get(&path).await.unwrap_err();
+        assert!(e.to_string().contains("decoding response body"), "{e}");
+        breaking.get_breaks.store(2, Ordering::SeqCst);
+        let missing = store.head(&Path::from("nope")).await.unwrap_err();
         assert!(matches!(missing, object_store::Error::NotFound { .. }));
     }
 }
