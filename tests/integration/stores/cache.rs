@@ -292,3 +292,97 @@ async fn a_rewritten_file_is_never_read_from_the_cache(backend: Backend) {
 }
 
 on_every_backend!(a_rewritten_file_is_never_read_from_the_cache);
+
+/// `command` as user `nobody` (`setpriv`), or `None` with the reason it cannot run here: only
+/// root can act as another user.
+fn as_nobody(args: &[&str]) -> Result<std::process::Output, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root: cannot act as another user".into());
+    }
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(args)
+        .output()
+        .map_err(|e| format!("setpriv: {e}"))
+}
+
+/// Another local user (`nobody`, a real process through `setpriv`) gets to a shared scratch
+/// folder first: a link named like the cache's own folder pointing at a folder of the
+/// victim's, or a cache folder of their own. The victim's `voxlake bench --cache-dir` refuses
+/// both with one error naming the folder, touches nothing behind the link, and trains once the
+/// folder is its own.
+async fn another_users_planted_cache_is_refused(backend: Backend) {
+    let table = remote_table(backend, "cache-planted", 8, 61).await.table;
+    let shared = tempfile::tempdir().unwrap();
+    let victim = tempfile::tempdir().unwrap();
+    std::fs::write(victim.path().join("precious"), b"keep").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    // A scratch folder every user may write to, as /tmp (sticky).
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let planted = shared.path().join("voxlake-cache-v1");
+    let link = as_nobody(&[
+        "ln",
+        "-s",
+        victim.path().to_str().unwrap(),
+        planted.to_str().unwrap(),
+    ]);
+    let link = match link {
+        Ok(out) => out,
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+    assert!(link.status.success(), "{link:?}");
+    let bench = || {
+        Command::new(voxlake_bin())
+            .args([
+                "bench",
+                &table,
+                "--json",
+                "--cache-max-mb",
+                "64",
+                "--cache-dir",
+            ])
+            .arg(shared.path())
+            .envs(backend.standard_env())
+            .output()
+            .unwrap()
+    };
+    let refused = |out: &std::process::Output, why: &str| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "used: {stderr}");
+        assert!(
+            stderr.contains("voxlake-cache-v1") && stderr.contains(why),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    };
+    refused(&bench(), "symbolic link");
+    let left: Vec<_> = std::fs::read_dir(victim.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "the victim's folder was written to");
+    assert_eq!(
+        std::fs::read(victim.path().join("precious")).unwrap(),
+        b"keep"
+    );
+
+    // Their own cache folder, made first: refused too.
+    std::fs::remove_file(&planted).unwrap();
+    let made = as_nobody(&["mkdir", "-m", "0777", planted.to_str().unwrap()]).unwrap();
+    assert!(made.status.success(), "{made:?}");
+    refused(&bench(), "owned by user 65534");
+
+    // The folder this user's own: the run trains through it.
+    std::fs::remove_dir(&planted).unwrap();
+    let out = bench();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["samples"].as_u64(), Some(8));
+}
+
+on_every_backend!(another_users_planted_cache_is_refused);
