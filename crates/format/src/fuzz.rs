@@ -41,7 +41,10 @@ fn valid_npy() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    // More where benches/fuzz.sh asks (PROPTEST_CASES).
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000)
+    ))]
 
     /// Any bytes: an error or an array, never a panic.
     #[test]

@@ -478,7 +478,19 @@ fn check_footer(meta: &ParquetMetaData, size: u64, records: Option<u64>) -> Resu
             .checked_add(n)
             .ok_or_else(|| format!("row group {g}: the row counts overflow"))?;
         for (c, chunk) in group.columns().iter().enumerate() {
-            let (start, len) = chunk.byte_range();
+            // Not `byte_range()`: it asserts, and a crafted footer's offsets may be negative.
+            let offset = chunk
+                .dictionary_page_offset()
+                .unwrap_or(chunk.data_page_offset());
+            let (Ok(start), Ok(len)) = (
+                u64::try_from(offset),
+                u64::try_from(chunk.compressed_size()),
+            ) else {
+                return Err(format!(
+                    "row group {g}, column {c}: its chunk has offset {offset} and size {}",
+                    chunk.compressed_size()
+                ));
+            };
             if start.checked_add(len).is_none_or(|end| end > size) {
                 return Err(format!(
                     "row group {g}, column {c}: its chunk of {len} bytes at {start} lies past the file's {size} bytes"

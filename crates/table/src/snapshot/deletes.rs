@@ -478,8 +478,6 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
-
         /// Crafted inline vectors (a valid one with a byte changed, cut short, or lying about
         /// its cardinality or size): decoded exactly, or refused with an error naming the
         /// file, never a panic, never a row the file does not have.
