@@ -57,6 +57,11 @@ struct BenchArgs {
     /// WORLD_SIZE, Open MPI's, MPICH's PMI_RANK and PMI_SIZE, a Slurm step's).
     #[arg(long, conflicts_with_all = ["rank", "world_size"])]
     rank_from_env: bool,
+    /// The job this process is a rank of: the latest version is resolved once for the job, in
+    /// `_voxlake/jobs/JOB.json` beside the table (default with --rank-from-env: VOXLAKE_JOB_ID,
+    /// TORCHELASTIC_RUN_ID or SLURM_JOB_ID).
+    #[arg(long)]
+    job: Option<String>,
     /// Memory budget in MiB.
     #[arg(long, default_value_t = 1024)]
     memory_budget_mb: u64,
@@ -249,6 +254,9 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     if args.rank_from_env {
         builder = builder.with_rank_from_env();
+    }
+    if let Some(job) = &args.job {
+        builder = builder.with_job(job);
     }
     if let Some(n) = args.prefetch {
         builder = builder.with_prefetch(n);

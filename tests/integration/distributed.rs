@@ -594,3 +594,101 @@ fn lines(path: &Path) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// Eight ranks of one job opening one after another while a writer commits every few tens of
+/// milliseconds: all read one version — the one the first rank published in
+/// `_voxlake/jobs/<job>.json` — and together deliver every row of it (the default padding
+/// repeats at most seven), though later versions were committed while they opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_of_one_job_read_one_version_while_a_writer_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 160, 71).unwrap();
+    let table = dir.path().join("table").to_str().unwrap().to_string();
+    let (src, labels) = (
+        data.cubes.to_str().unwrap().to_string(),
+        data.labels.to_str().unwrap().to_string(),
+    );
+    let convert = move |table: String, shard: (u32, u32)| {
+        let (src, labels) = (src.clone(), labels.clone());
+        async move {
+            let converted = Compactor::new(&table)
+                .with_labels(&labels)
+                .with_shard(shard.0, shard.1)
+                .convert(&src)
+                .await;
+            // A shard the hash gave no object is empty: nothing to commit.
+            if let Err(e) = converted {
+                assert!(e.to_string().contains("for shard"), "{e}");
+            }
+        }
+    };
+    // Half the cubes first, then a commit per fortieth (the rest of it) one after another.
+    convert(table.clone(), (0, 2)).await;
+    let writer = tokio::spawn({
+        let (convert, table) = (convert.clone(), table.clone());
+        async move {
+            for shard in 0..40 {
+                convert(table.clone(), (shard, 40)).await;
+            }
+        }
+    });
+    let ranks: Vec<_> = (0..8usize)
+        .map(|rank| {
+            let table = table.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(40 * rank as u64));
+                let loader = Loader::builder(table)
+                    .with_batch_size(1)
+                    .with_rank(rank, 8)
+                    .with_job("job-under-commits")
+                    .build()
+                    .unwrap();
+                let version = loader.version();
+                let ids: Vec<String> = loader.flat_map(|b| b.unwrap().ids).collect();
+                (version, ids)
+            })
+        })
+        .collect();
+    let results: Vec<(u64, Vec<String>)> =
+        tokio::task::spawn_blocking(move || ranks.into_iter().map(|r| r.join().unwrap()).collect())
+            .await
+            .unwrap();
+    writer.await.unwrap();
+    let versions: HashSet<u64> = results.iter().map(|r| r.0).collect();
+    assert_eq!(versions.len(), 1, "ranks read versions {versions:?}");
+    let version = results[0].0;
+    let (latest, expected) = std::thread::spawn({
+        let table = table.clone();
+        move || {
+            let latest = Loader::builder(table.clone()).build().unwrap().version();
+            let expected: HashSet<String> = Loader::builder(table)
+                .with_version(version)
+                .with_batch_size(1)
+                .build()
+                .unwrap()
+                .flat_map(|b| b.unwrap().ids)
+                .collect();
+            (latest, expected)
+        }
+    })
+    .join()
+    .unwrap();
+    assert!(
+        latest > version,
+        "no commit landed while the ranks opened (pinned {version}, latest {latest})"
+    );
+    let delivered: Vec<String> = results.into_iter().flat_map(|r| r.1).collect();
+    let unique: HashSet<String> = delivered.iter().cloned().collect();
+    assert_eq!(unique, expected, "every row of version {version}");
+    assert_eq!(
+        delivered.len(),
+        expected.len().div_ceil(8) * 8,
+        "padding only"
+    );
+    // The marker says so, beside the table.
+    let marker: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(Path::new(&table).join("_voxlake/jobs/job-under-commits.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(marker["version"].as_u64(), Some(version));
+}

@@ -138,6 +138,37 @@ pub fn from_env() -> Result<Option<Launch>, String> {
     from_vars(|name| std::env::var(name).ok())
 }
 
+/// The variables a job's id is read from, first set wins: voxlake's own, then torchrun's run
+/// id (not its default `none`: unnamed runs share it), then Slurm's job id.
+pub const JOB_VARS: [&str; 3] = ["VOXLAKE_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
+
+/// The job's id as its launcher set it (see [`JOB_VARS`]), if one is.
+///
+/// ```
+/// use voxlake_loader::launch::job_from_vars;
+///
+/// let env = |name: &str| match name {
+///     "TORCHELASTIC_RUN_ID" => Some("none".to_string()),
+///     "SLURM_JOB_ID" => Some("4242".to_string()),
+///     _ => None,
+/// };
+/// assert_eq!(job_from_vars(env), Some("4242".to_string()));
+/// assert_eq!(job_from_vars(|_| None), None);
+/// ```
+pub fn job_from_vars(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    JOB_VARS.iter().find_map(|name| {
+        var(name)
+            .map(|v| v.trim().to_string())
+            // torchrun's default run id is shared by every unnamed run.
+            .filter(|v| !(v.is_empty() || (*name == "TORCHELASTIC_RUN_ID" && v == "none")))
+    })
+}
+
+/// [`job_from_vars`] over the process's environment.
+pub fn job_from_env() -> Option<String> {
+    job_from_vars(|name| std::env::var(name).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

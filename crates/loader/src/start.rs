@@ -23,6 +23,9 @@ impl LoaderBuilder {
         if self.rank_from_env {
             let launch = crate::launch::from_env()
                 .map_err(|e| LoaderError::Config(format!("the rank from the environment: {e}")))?;
+            if self.options.job.is_none() {
+                self.options.job = crate::launch::job_from_env();
+            }
             (self.rank, self.world_size) = match launch {
                 Some(l) => {
                     tracing::info!(rank = l.rank, world_size = l.world_size, source = %l.source, "rank from the launcher");
@@ -61,6 +64,13 @@ impl LoaderBuilder {
             (Some(s), _) => AsOf::Version(s.version),
             (None, as_of) => as_of,
         };
+        if self.world_size > 1 && self.options.job.is_none() && version == AsOf::Latest {
+            tracing::warn!(
+                rank = self.rank,
+                world_size = self.world_size,
+                "each rank resolves the latest version by itself: while the table takes commits, ranks may read different versions. Name the job (with_job, VOXLAKE_JOB_ID) or pin a version"
+            );
+        }
         let started = Instant::now();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(self.runtime_threads)

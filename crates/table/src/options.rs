@@ -44,6 +44,9 @@ pub struct TableOptions {
     /// The disk cache remote reads go through.
     #[cfg(unix)]
     pub cache: CacheChoice,
+    /// The job this process is a rank of: with one, "the latest version" is resolved once for
+    /// the whole job (see [`crate::pin`]).
+    pub job: Option<String>,
 }
 
 impl std::fmt::Debug for TableOptions {
@@ -57,7 +60,8 @@ impl std::fmt::Debug for TableOptions {
         .field("as_of", &self.as_of)
         .field("custom_store", &self.root_store.is_some())
         .field("sample_columns", &self.hints)
-        .field("filter", &self.filter);
+        .field("filter", &self.filter)
+        .field("job", &self.job);
         #[cfg(unix)]
         d.field("cache", &self.cache);
         d.finish()
@@ -72,14 +76,40 @@ impl Snapshot {
         location: &str,
         options: &TableOptions,
     ) -> Result<Snapshot, TableError> {
-        let snapshot = Snapshot::open_with(
-            location,
-            &options.storage_options,
-            options.as_of,
-            options.root_store.clone(),
-            &options.hints,
-        )
-        .await?;
+        let open = |as_of| {
+            Snapshot::open_with(
+                location,
+                &options.storage_options,
+                as_of,
+                options.root_store.clone(),
+                &options.hints,
+            )
+        };
+        let mut snapshot = open(options.as_of).await?;
+        // "Latest" is the job's, not this rank's, where a job is named.
+        if let (Some(job), AsOf::Latest) = (&options.job, options.as_of) {
+            let files = snapshot.file_set_hash();
+            let agreed = crate::pin::agree(
+                snapshot.store().as_ref(),
+                snapshot.location(),
+                job,
+                snapshot.version(),
+                &files,
+            )
+            .await?;
+            if let crate::pin::Agreed::Reopen(version) = agreed {
+                snapshot = open(AsOf::Version(version)).await?;
+                // Checked again at the version it pinned.
+                crate::pin::agree(
+                    snapshot.store().as_ref(),
+                    snapshot.location(),
+                    job,
+                    snapshot.version(),
+                    &snapshot.file_set_hash(),
+                )
+                .await?;
+            }
+        }
         #[cfg(unix)]
         let snapshot = match options.cache.open()? {
             Some(cache) => snapshot.with_cache(cache),
@@ -137,6 +167,18 @@ macro_rules! table_options_setters {
         #[cfg(unix)]
         pub fn with_cache_choice(mut self, cache: $crate::options::CacheChoice) -> Self {
             self.$field.cache = cache;
+            self
+        }
+
+        /// The job this process is a rank of (any id its ranks share: a Slurm job id,
+        /// torchrun's run id): the latest version is then resolved once for the whole job — the
+        /// first rank to open writes it to `_voxlake/jobs/<job>.json` beside the table, the
+        /// others read that version — so ranks never mix versions while a writer commits.
+        /// `voxlake_loader::LoaderBuilder` takes it from `VOXLAKE_JOB_ID`, `TORCHELASTIC_RUN_ID` or
+        /// `SLURM_JOB_ID` when its rank comes from the launcher. Needs write access to the
+        /// table's location; a pinned version (`with_version`) needs none.
+        pub fn with_job(mut self, job: impl Into<String>) -> Self {
+            self.$field.job = Some(job.into());
             self
         }
 

@@ -1,0 +1,216 @@
+//! One version per job. Ranks that each resolve "the latest version" while a writer commits
+//! open different versions and deal rows from different file lists: rows missed or delivered
+//! twice, silently. So where a job id is known ([`TableOptions::job`](crate::TableOptions)),
+//! "latest" is resolved once per job: the first rank to open writes the version it opened to
+//! a marker next to the table, `_voxlake/jobs/<job>.json`, with a create-if-absent put (one
+//! writer wins, on every store object_store writes to); every other rank opens the marker's
+//! version instead of its own. The marker holds the version's file-set hash too: a rank whose
+//! files at that version differ (the table replaced under the same path) fails naming both.
+//! A job restarted under the same id (an elastic restart) reads the version it began with.
+//! Delta readers and `VACUUM` leave `_`-prefixed folders alone.
+//!
+//! The marker's name and contents are pure ([`marker_path`], [`Marker`]); the reads and the
+//! put are in [`agree`].
+
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
+use serde::{Deserialize, Serialize};
+
+use crate::error::TableError;
+
+/// Where the markers live, under the table root.
+pub const JOBS_FOLDER: &str = "_voxlake/jobs";
+/// The marker's format.
+const FORMAT: u32 = 1;
+/// The most bytes a marker may hold (a few hundred are written).
+const MAX_MARKER_BYTES: u64 = 64 << 10;
+
+/// What a job's marker says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    /// The marker's format (1).
+    pub format: u32,
+    /// The job id, as given.
+    pub job: String,
+    /// The version every rank of the job reads.
+    pub version: u64,
+    /// [`Snapshot::file_set_hash`](crate::Snapshot::file_set_hash) of that version, before any
+    /// filter.
+    pub files: String,
+}
+
+/// The marker's path for `job`: the id kept where it is a safe file name (letters, digits,
+/// `.`, `_`, `-`, at most 100 of them), else replaced by its FNV-1a hash.
+pub fn marker_path(job: &str) -> Path {
+    let safe = !job.is_empty()
+        && job.len() <= 100
+        && !job.starts_with('.')
+        && job
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    let name = if safe {
+        job.to_string()
+    } else {
+        format!("h{:016x}", voxlake_io::location::stable_hash(job))
+    };
+    Path::from(format!("{JOBS_FOLDER}/{name}.json"))
+}
+
+/// What this rank should do with the version it opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Agreed {
+    /// Read the version it opened (it published it, or the marker names it).
+    Keep,
+    /// Open the marker's version instead.
+    Reopen(u64),
+}
+
+/// Agrees on the job's version through its marker in `store` (rooted at the table): the
+/// marker's if there is one, else this rank's `opened` version and `files`, published.
+pub async fn agree(
+    store: &dyn ObjectStore,
+    location: &str,
+    job: &str,
+    opened: u64,
+    files: &str,
+) -> Result<Agreed, TableError> {
+    let path = marker_path(job);
+    let error = |reason: String| TableError::Version {
+        location: location.to_string(),
+        reason: format!("job {job} ({path}): {reason}"),
+    };
+    let marker = match read(store, &path).await.map_err(&error)? {
+        Some(marker) => marker,
+        None => {
+            let ours = Marker {
+                format: FORMAT,
+                job: job.to_string(),
+                version: opened,
+                files: files.to_string(),
+            };
+            let body = serde_json::to_vec(&ours).map_err(|e| error(e.to_string()))?;
+            let create = PutOptions::from(PutMode::Create);
+            match store.put_opts(&path, body.into(), create).await {
+                Ok(_) => {
+                    tracing::info!(job, version = opened, "this rank pinned the job's version");
+                    return Ok(Agreed::Keep);
+                }
+                // Another rank was first.
+                Err(object_store::Error::AlreadyExists { .. }) => {
+                    read(store, &path).await.map_err(&error)?.ok_or_else(|| {
+                        error("the marker vanished after another rank wrote it".into())
+                    })?
+                }
+                Err(e) => {
+                    return Err(error(format!(
+                        "the version could not be published for the job's other ranks ({e}); give every rank the same version (with_version, --version) instead"
+                    )));
+                }
+            }
+        }
+    };
+    if marker.job != job || marker.format != FORMAT {
+        return Err(error(format!(
+            "the marker is of job {:?}, format {}: not this job's",
+            marker.job, marker.format
+        )));
+    }
+    if marker.version == opened {
+        if marker.files != files {
+            return Err(error(format!(
+                "the job pinned version {} with files {}, this rank opened it with files {files}: the table changed under its path",
+                marker.version, marker.files
+            )));
+        }
+        return Ok(Agreed::Keep);
+    }
+    tracing::info!(
+        job,
+        pinned = marker.version,
+        opened,
+        "the job's version is pinned: reading it"
+    );
+    Ok(Agreed::Reopen(marker.version))
+}
+
+/// The marker at `path`, if there is one; one that is not a marker is an error.
+async fn read(store: &dyn ObjectStore, path: &Path) -> Result<Option<Marker>, String> {
+    let got = match store.get(path).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(format!("reading the marker: {e}")),
+    };
+    if got.meta.size > MAX_MARKER_BYTES {
+        return Err(format!(
+            "the marker is {} bytes, not a marker (at most {MAX_MARKER_BYTES})",
+            got.meta.size
+        ));
+    }
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| format!("reading the marker: {e}"))?;
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| format!("the marker is not one voxlake wrote: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    #[test]
+    fn job_ids_become_safe_names() {
+        assert_eq!(
+            marker_path("slurm-42.1").as_ref(),
+            "_voxlake/jobs/slurm-42.1.json"
+        );
+        for unsafe_id in ["", "../x", "a/b", ".hidden", "ünïcode", &"x".repeat(101)] {
+            let p = marker_path(unsafe_id);
+            assert!(p.as_ref().starts_with("_voxlake/jobs/h"), "{p}");
+            assert_eq!(p.parts().count(), 3, "{p}");
+        }
+        assert_ne!(marker_path("a/b"), marker_path("a:b"));
+    }
+
+    #[tokio::test]
+    async fn the_first_rank_pins_the_version_and_the_others_read_it() {
+        let store = InMemory::new();
+        let agree = |opened, files: &'static str| {
+            let store = &store;
+            async move { agree(store, "mem://t", "job-1", opened, files).await }
+        };
+        assert_eq!(agree(11, "fnv1a64:a").await.unwrap(), Agreed::Keep);
+        // A later rank that saw a later version reads the pinned one.
+        assert_eq!(agree(12, "fnv1a64:b").await.unwrap(), Agreed::Reopen(11));
+        assert_eq!(agree(11, "fnv1a64:a").await.unwrap(), Agreed::Keep);
+        // The same version with other files: the table changed under its path.
+        let e = agree(11, "fnv1a64:c").await.unwrap_err().to_string();
+        assert!(
+            e.contains("job job-1") && e.contains("fnv1a64:a") && e.contains("fnv1a64:c"),
+            "{e}"
+        );
+        // Another job pins its own.
+        assert_eq!(
+            agree_other(&store, 12).await.unwrap(),
+            Agreed::Keep,
+            "jobs are independent"
+        );
+        // Something else at the marker's path is refused, not trusted.
+        store
+            .put(&marker_path("job-2"), "not json".into())
+            .await
+            .unwrap();
+        let e = agree_job(&store, "job-2", 3).await.unwrap_err().to_string();
+        assert!(e.contains("not one voxlake wrote"), "{e}");
+    }
+
+    async fn agree_other(store: &InMemory, opened: u64) -> Result<Agreed, TableError> {
+        agree_job(store, "job-other", opened).await
+    }
+
+    async fn agree_job(store: &InMemory, job: &str, opened: u64) -> Result<Agreed, TableError> {
+        agree(store, "mem://t", job, opened, "fnv1a64:x").await
+    }
+}
