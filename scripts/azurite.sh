@@ -17,6 +17,7 @@ python3 scripts/azurite_container.py "$AZURITE_BLOB_STORAGE_URL" "$VOXLAKE_AZURI
 # through it with tokens from tests/python/token_server.py. Its certificate is made here,
 # self-signed for 127.0.0.1 (clients are told to accept it: allow_invalid_certificates).
 oauth_dir=$(mktemp -d "${TMPDIR:-/tmp}/voxlake-azurite-oauth.XXXXXX")
+track_dir "$oauth_dir"
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$oauth_dir/key.pem" -out "$oauth_dir/cert.pem" \
   -days 2 -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1" 2>/dev/null
 oauth_port=$(free_port)

@@ -26,8 +26,18 @@ track_service() {
   trap 'stop_services' EXIT
 }
 
+# track_dir DIR: removed when the sourcing shell exits (a service's certificates, its data).
+track_dir() {
+  voxlake_service_dirs="${voxlake_service_dirs:-} $1"
+  trap 'stop_services' EXIT
+}
+
 stop_services() {
-  kill $voxlake_service_pids 2>/dev/null || true
+  if [ -n "${voxlake_service_dirs:-}" ]; then
+    # shellcheck disable=SC2086
+    rm -rf $voxlake_service_dirs
+  fi
+  kill ${voxlake_service_pids:-} 2>/dev/null || true
   local pid alive
   for _ in $(seq 50); do
     alive=
