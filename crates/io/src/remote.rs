@@ -181,6 +181,9 @@ impl RemoteStore {
                 Filled::Whole => return Ok(()),
                 Filled::Stalled => {
                     self.reasked.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(mut clock) = self.stalls.lock() {
+                        clock.reasked();
+                    }
                     tracing::warn!(
                         "{location}: nothing from the store for {:?} reading bytes {rest:?}; \
                          asked again",
