@@ -569,3 +569,57 @@ async fn compact_converts_a_table_of_several_fields() {
         .to_string();
     assert!(e.contains("give a table source's fields once"), "{e}");
 }
+
+/// A zip bomb among `.npz` sources (`x.npy`'s header says 384 bytes, its data inflates to
+/// 600 MB): `compact convert` into a table that knows its arrays' sizes refuses it by name as
+/// soon as it inflates past them, and the process's peak memory stays far below what the member
+/// inflates to.
+#[tokio::test]
+async fn a_zip_bomb_is_refused_before_it_inflates() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    numpy_sources(&src, 4);
+    let table = dir.path().join("table");
+    voxlake::compact::Compactor::new(table.to_str().unwrap())
+        .convert(src.join("npz").to_str().unwrap())
+        .await
+        .unwrap();
+    let bomb = src.join("npz/s999.npz");
+    let size: u64 = voxlake_testkit::python_script(
+        "fields_source.py",
+        &["bomb", bomb.to_str().unwrap(), "600"],
+    )
+    .parse()
+    .unwrap();
+    assert!(size < 2 << 20, "a {size}-byte archive");
+    // Through a small Python parent: a child spawned by this (large) test process would carry
+    // the test's own RSS into its `ru_maxrss` (Linux records the old memory's high-water mark
+    // at `exec`); the parent's `RUSAGE_CHILDREN` is the converter's alone.
+    const MEASURE: &str = "import resource, subprocess, sys\n\
+        code = subprocess.run(sys.argv[1:]).returncode\n\
+        print('maxrss_kb=%d' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n\
+        sys.exit(code)";
+    let out = std::process::Command::new(voxlake_testkit::python())
+        .args(["-c", MEASURE])
+        .arg(voxlake_testkit::compact_bin())
+        .args(["convert", src.join("npz").to_str().unwrap()])
+        .arg(&table)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("s999.npz") && stderr.contains("zip bomb"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let kb: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("maxrss_kb="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let peak_mb = kb / 1024;
+    assert!(peak_mb < 300, "peak RSS {peak_mb} MB for a 600 MB member");
+}

@@ -3,6 +3,7 @@ that a converted table holds them value for value (read with deltalake-python an
 
     python fields_source.py make DIR COUNT    # DIR/x/s000.npy, DIR/mask/s000.npy, DIR/npz/s000.npz
     python fields_source.py check TABLE DIR   # every row's x and mask against DIR's arrays
+    python fields_source.py bomb FILE MB      # an .npz whose x.npy says 384 bytes, inflates to MB
 """
 
 import os
@@ -41,8 +42,31 @@ def check(table, root):
     print(t.num_rows)
 
 
+def bomb(path, mb):
+    """A zip bomb in an .npz: `x.npy`'s header is a valid (4, 4, 2, 3) float32 array's, its
+    data MB megabytes of zeros (deflated to ~1/1000); `mask.npy` is a real mask."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": SHAPE})
+    chunk = bytes(1 << 20)
+    mask = io.BytesIO()
+    np.save(mask, np.zeros(SHAPE[:3], np.uint8))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open("x.npy", "w", force_zip64=True) as member:
+            member.write(header.getvalue())
+            for _ in range(mb):
+                member.write(chunk)
+        z.writestr("mask.npy", mask.getvalue())
+    print(os.path.getsize(path))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "bomb":
+        bomb(sys.argv[2], int(sys.argv[3]))
     else:
         check(sys.argv[2], sys.argv[3])
