@@ -97,17 +97,15 @@ impl Snapshot {
                 &files,
             )
             .await?;
-            if let crate::pin::Agreed::Reopen(version) = agreed {
+            if let crate::pin::Agreed::Reopen { version, files } = agreed {
                 snapshot = open(AsOf::Version(version)).await?;
-                // Checked again at the version it pinned.
-                crate::pin::agree(
-                    snapshot.store().as_ref(),
+                crate::pin::check_files(
                     snapshot.location(),
                     job,
-                    snapshot.version(),
+                    version,
+                    &files,
                     &snapshot.file_set_hash(),
-                )
-                .await?;
+                )?;
             }
         }
         #[cfg(unix)]

@@ -61,8 +61,35 @@ pub fn marker_path(job: &str) -> Path {
 pub enum Agreed {
     /// Read the version it opened (it published it, or the marker names it).
     Keep,
-    /// Open the marker's version instead.
-    Reopen(u64),
+    /// Open the marker's version instead; its files must then hash to `files`
+    /// ([`check_files`]).
+    Reopen {
+        /// The job's version.
+        version: u64,
+        /// Its file-set hash, as the rank that pinned it saw it.
+        files: String,
+    },
+}
+
+/// Refuses a rank whose files at the job's version (`files`) are not those the job pinned
+/// (`pinned`): the table was replaced under its path.
+pub fn check_files(
+    location: &str,
+    job: &str,
+    version: u64,
+    pinned: &str,
+    files: &str,
+) -> Result<(), TableError> {
+    if pinned == files {
+        return Ok(());
+    }
+    Err(TableError::Version {
+        location: location.to_string(),
+        reason: format!(
+            "job {job} ({}): the job pinned version {version} with files {pinned}, this rank opened it with files {files}: the table changed under its path",
+            marker_path(job)
+        ),
+    })
 }
 
 /// Agrees on the job's version through its marker in `store` (rooted at the table): the
@@ -116,12 +143,7 @@ pub async fn agree(
         )));
     }
     if marker.version == opened {
-        if marker.files != files {
-            return Err(error(format!(
-                "the job pinned version {} with files {}, this rank opened it with files {files}: the table changed under its path",
-                marker.version, marker.files
-            )));
-        }
+        check_files(location, job, opened, &marker.files, files)?;
         return Ok(Agreed::Keep);
     }
     tracing::info!(
@@ -130,7 +152,10 @@ pub async fn agree(
         opened,
         "the job's version is pinned: reading it"
     );
-    Ok(Agreed::Reopen(marker.version))
+    Ok(Agreed::Reopen {
+        version: marker.version,
+        files: marker.files,
+    })
 }
 
 /// The marker at `path`, if there is one; one that is not a marker is an error.
@@ -183,7 +208,13 @@ mod tests {
         };
         assert_eq!(agree(11, "fnv1a64:a").await.unwrap(), Agreed::Keep);
         // A later rank that saw a later version reads the pinned one.
-        assert_eq!(agree(12, "fnv1a64:b").await.unwrap(), Agreed::Reopen(11));
+        assert_eq!(
+            agree(12, "fnv1a64:b").await.unwrap(),
+            Agreed::Reopen {
+                version: 11,
+                files: "fnv1a64:a".into()
+            }
+        );
         assert_eq!(agree(11, "fnv1a64:a").await.unwrap(), Agreed::Keep);
         // The same version with other files: the table changed under its path.
         let e = agree(11, "fnv1a64:c").await.unwrap_err().to_string();
