@@ -54,9 +54,11 @@ for r in $(seq 1 "$rounds"); do
   OMP_NUM_THREADS=1 bench device_omp1 --seed "$r" --device "$device"
 done
 
+# The ranks of each run are one job (one version for all; the marker goes beside the table).
+job="check-$$-$(date +%s)"
 for n in 1 4 8; do
   for rank in $(seq 0 $((n - 1))); do
-    bench "ranks$n" --seed 1 --rank "$rank" --world-size "$n" &
+    bench "ranks$n" --seed 1 --rank "$rank" --world-size "$n" --job "$job-$n" &
   done
   wait
 done
