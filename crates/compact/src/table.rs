@@ -16,8 +16,13 @@ use voxlake_table::{Snapshot, stores};
 use crate::error::CompactError;
 
 /// Delta's own settings voxlake puts on every table it creates: statistics only for the
-/// small columns (min/max of tensor bytes would be useless and large).
-const DELTA_CONFIGURATION: [(&str, &str); 1] = [("delta.dataSkippingStatsColumns", "id,label")];
+/// small columns (min/max of tensor bytes would be useless and large); each run's `txn` (see
+/// [`Table::commit`]) forgotten a week after its last commit (it is needed for seconds, and
+/// checkpoints would otherwise carry one per run for ever).
+const DELTA_CONFIGURATION: [(&str, &str); 2] = [
+    ("delta.dataSkippingStatsColumns", "id,label"),
+    ("delta.setTransactionRetentionDuration", "interval 7 days"),
+];
 
 /// A table handle and the location used in messages.
 pub(crate) struct Table {
@@ -199,7 +204,11 @@ impl Table {
     ) -> Result<u64, CompactError> {
         let spec = self.sample()?;
         self.commits += 1;
-        let txn = Transaction::new(&self.app_id, self.commits);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        // `last_updated`: what the table's txn retention expires it by.
+        let txn = Transaction::new_with_last_update(&self.app_id, self.commits, Some(now_ms));
         let mut attempts = 0;
         loop {
             let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
