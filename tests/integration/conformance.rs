@@ -756,18 +756,12 @@ fn a_partition_value_that_is_not_its_type_is_refused_never_read_as_null() {
 fn inspect_says_what_a_dates_and_a_timestamps_numbers_mean() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = unpack_golden("data-reader-date-types-utc", tmp.path()).unwrap();
-    let out = std::process::Command::new(voxlake_testkit::compact_bin())
-        .arg("inspect")
-        .arg(dir.join("delta"))
-        .args(["--field", "timestamp", "--field", "date", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let info = voxlake_testkit::json_output(
+        std::process::Command::new(voxlake_testkit::compact_bin())
+            .arg("inspect")
+            .arg(dir.join("delta"))
+            .args(["--field", "timestamp", "--field", "date", "--json"]),
     );
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let units: Vec<&str> = info["fields"]
         .as_array()
         .unwrap()

@@ -607,6 +607,53 @@ async fn convert_under_faults_on_every_request_finishes(backend: Backend) {
 
 on_every_backend!(convert_under_faults_on_every_request_finishes);
 
+/// A job's version pinned beside a table in the store: the first rank publishes it in
+/// `_voxlake/jobs/<job>.json`, and a rank of the same job opening after another commit landed
+/// reads the job's version (found before it opens anything), while a rank of no job reads the
+/// latest.
+async fn a_jobs_version_is_pinned_in_the_store(backend: Backend) {
+    let Uploaded { src, table, prefix } = uploaded(backend, "job-pin", 12, 67).await;
+    let convert = |shard| {
+        let (src, table) = (src.clone(), table.clone());
+        async move {
+            Compactor::new(&table)
+                .with_storage_options(backend.options())
+                .with_layout(small_layout())
+                .with_shard(shard, 2)
+                .convert(&src)
+                .await
+        }
+    };
+    convert(0).await.unwrap();
+    let version = |job: Option<&str>| {
+        let mut builder = Loader::builder(table.clone()).with_storage_options(backend.options());
+        if let Some(job) = job {
+            builder = builder.with_job(job);
+        }
+        std::thread::spawn(move || builder.build().unwrap().version())
+            .join()
+            .unwrap()
+    };
+    let first = version(Some("job-remote"));
+    convert(1).await.unwrap();
+    assert_eq!(version(Some("job-remote")), first, "the job's version");
+    assert!(version(None) > first, "no commit landed after the pin");
+    let marker = backend
+        .store()
+        .get(&StorePath::from(format!(
+            "{prefix}/table/_voxlake/jobs/job-remote.json"
+        )))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let marker: serde_json::Value = serde_json::from_slice(&marker).unwrap();
+    assert_eq!(marker["version"].as_u64(), Some(first));
+}
+
+on_every_backend!(a_jobs_version_is_pinned_in_the_store);
+
 /// The store away for 8 s mid-epoch (every request answered 503, of any kind): with the default
 /// settings the epoch rides it out — retries are measured in time, not in tries — and delivers
 /// every id exactly once.

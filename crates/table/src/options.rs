@@ -85,29 +85,54 @@ impl Snapshot {
                 &options.hints,
             )
         };
-        let mut snapshot = open(options.as_of).await?;
-        // "Latest" is the job's, not this rank's, where a job is named.
-        if let (Some(job), AsOf::Latest) = (&options.job, options.as_of) {
-            let files = snapshot.file_set_hash();
-            let agreed = crate::pin::agree(
-                snapshot.store().as_ref(),
-                snapshot.location(),
-                job,
-                snapshot.version(),
-                &files,
-            )
-            .await?;
-            if let crate::pin::Agreed::Reopen { version, files } = agreed {
-                snapshot = open(AsOf::Version(version)).await?;
-                crate::pin::check_files(
-                    snapshot.location(),
+        // "Latest" is the job's, not this rank's, where a job is named: the version a rank of
+        // the job pinned, else this rank's latest, published for the others.
+        let snapshot = match (&options.job, options.as_of) {
+            (Some(job), AsOf::Latest) => {
+                let pinned = crate::pin::pinned(
+                    location,
+                    &options.storage_options,
+                    options.root_store.as_ref(),
                     job,
-                    version,
-                    &files,
-                    &snapshot.file_set_hash(),
-                )?;
+                )
+                .await?;
+                let (snapshot, pinned) = match pinned {
+                    Some(marker) => (
+                        open(AsOf::Version(marker.version)).await?,
+                        Some((marker.version, marker.files)),
+                    ),
+                    None => {
+                        let snapshot = open(AsOf::Latest).await?;
+                        let agreed = crate::pin::agree(
+                            snapshot.store().as_ref(),
+                            snapshot.location(),
+                            job,
+                            snapshot.version(),
+                            &snapshot.file_set_hash(),
+                        )
+                        .await?;
+                        match agreed {
+                            crate::pin::Agreed::Keep => (snapshot, None),
+                            // Another rank published first, between the look and the put.
+                            crate::pin::Agreed::Reopen { version, files } => {
+                                (open(AsOf::Version(version)).await?, Some((version, files)))
+                            }
+                        }
+                    }
+                };
+                if let Some((version, files)) = pinned {
+                    crate::pin::check_files(
+                        snapshot.location(),
+                        job,
+                        version,
+                        &files,
+                        &snapshot.file_set_hash(),
+                    )?;
+                }
+                snapshot
             }
-        }
+            (_, as_of) => open(as_of).await?,
+        };
         #[cfg(unix)]
         let snapshot = match options.cache.open()? {
             Some(cache) => snapshot.with_cache(cache),

@@ -9,8 +9,9 @@
 //! A job restarted under the same id (an elastic restart) reads the version it began with.
 //! Delta readers and `VACUUM` leave `_`-prefixed folders alone.
 //!
-//! The marker's name and contents are pure ([`marker_path`], [`Marker`]); the reads and the
-//! put are in [`agree`].
+//! A rank looks for the marker before it opens anything ([`pinned`]), so the ranks after the
+//! first replay the log once, at the job's version. The marker's name and contents are pure
+//! ([`marker_path`], [`Marker`]); the reads and the put are in [`pinned`] and [`agree`].
 
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
@@ -156,6 +157,39 @@ pub async fn agree(
         version: marker.version,
         files: marker.files,
     })
+}
+
+/// The job's marker for the table at `location`, if a rank wrote one: read before the table is
+/// opened, through `root_store` (rooted at the store, as `TableOptions::root_store`) or the store
+/// `storage_options` name.
+pub async fn pinned(
+    location: &str,
+    storage_options: &std::collections::HashMap<String, String>,
+    root_store: Option<&std::sync::Arc<dyn ObjectStore>>,
+    job: &str,
+) -> Result<Option<Marker>, TableError> {
+    let (store, prefix) = match root_store {
+        Some(store) => {
+            let url = voxlake_io::location::to_url(location, true)?;
+            let prefix = Path::from_url_path(url.path()).map_err(|e| TableError::Version {
+                location: location.to_string(),
+                reason: format!("job {job}: {e}"),
+            })?;
+            (store.clone(), prefix)
+        }
+        None => {
+            let opened = crate::stores::open_store(location, true, storage_options)?;
+            (opened.store, opened.prefix)
+        }
+    };
+    let path = marker_path(job);
+    let path = Path::from_iter(prefix.parts().chain(path.parts()));
+    read(store.as_ref(), &path)
+        .await
+        .map_err(|reason| TableError::Version {
+            location: voxlake_io::redact(location),
+            reason: format!("job {job} ({path}): {reason}"),
+        })
 }
 
 /// The marker at `path`, if there is one; one that is not a marker is an error.
