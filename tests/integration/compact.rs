@@ -434,3 +434,106 @@ async fn labels_for_missing_objects_are_counted() {
         .unwrap();
     assert_eq!((s.rows, s.labels_unmatched), (6, 2));
 }
+
+/// Appends go to the log without reloading the table (see compact's `commit.rs`): 4 shards
+/// racing with one file a commit take versions from each other, a change of the table's
+/// properties by another writer in the middle of them (`delta.checkpointInterval` set to 5 with
+/// Python's deltalake) is seen by every shard, and each then writes the checkpoints the new
+/// interval asks for. Every cube lands once, the log has no gap, and Python's deltalake reads
+/// the table from its newest checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_appends_commit_one_by_one_and_follow_a_changed_table() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let count = 48;
+    let data = synth::generate(dir.path(), count, 19).unwrap();
+    let table = dir.path().join("table");
+    let src = data.cubes.to_str().unwrap();
+    let one_cube_files = Layout {
+        row_group_rows: 1,
+        target_file_bytes: 30_000,
+        ..Layout::default()
+    };
+    // Shard 0 alone first: it creates the table.
+    let first = compactor(&table, &data.labels)
+        .with_layout(one_cube_files.clone())
+        .with_files_per_commit(1)
+        .with_shard(0, 4)
+        .convert(src)
+        .await
+        .unwrap();
+    assert_eq!(first.commits, first.rows, "one cube a commit: {first:?}");
+    // The others race; once one of them has committed twice, another writer changes the
+    // table's properties (a metaData commit between their appends).
+    let altered = std::sync::Arc::new(AtomicBool::new(false));
+    let runs = (1..4).map(|i| {
+        let altered = altered.clone();
+        let table_path = table.clone();
+        let c = compactor(&table, &data.labels)
+            .with_layout(one_cube_files.clone())
+            .with_files_per_commit(1)
+            .with_shard(i, 4)
+            .with_progress(std::sync::Arc::new(
+                move |p: &voxlake::compact::Progress| {
+                    if p.version >= first.version + 2 && !altered.swap(true, Ordering::SeqCst) {
+                        let out = std::process::Command::new(voxlake_testkit::python())
+                            .arg("-c")
+                            .arg(
+                                "import sys, deltalake; deltalake.DeltaTable(sys.argv[1]).alter\
+                             .set_table_properties({'delta.checkpointInterval': '5'})",
+                            )
+                            .arg(&table_path)
+                            .output()
+                            .unwrap();
+                        assert!(
+                            out.status.success(),
+                            "{}",
+                            String::from_utf8_lossy(&out.stderr)
+                        );
+                    }
+                },
+            ));
+        async move { c.convert(src).await }
+    });
+    let mut rows = first.rows;
+    for summary in futures::future::join_all(runs).await {
+        let summary = summary.unwrap();
+        assert_eq!(summary.commits, summary.rows, "{summary:?}");
+        rows += summary.rows;
+    }
+    assert!(
+        altered.load(Ordering::SeqCst),
+        "the table was changed mid-run"
+    );
+    assert_eq!(rows, count);
+    assert_table_holds_cubes(&table, 19, count).await;
+
+    // Versions 0..=latest, no gap: cubes, the creation and the property change.
+    let latest = count + 1;
+    assert_eq!(commits(&table), latest + 1);
+    let log = table.join("_delta_log");
+    let altered_at = (0..=latest)
+        .find(|v| {
+            std::fs::read_to_string(log.join(format!("{v:020}.json")))
+                .unwrap()
+                .contains("delta.checkpointInterval")
+        })
+        .expect("the property change is in the log");
+    for v in altered_at + 1..=latest {
+        let checkpoint = log.join(format!("{v:020}.checkpoint.parquet"));
+        assert_eq!(
+            checkpoint.exists(),
+            (v + 1) % 5 == 0,
+            "checkpoint of version {v} (interval 5 from version {altered_at})"
+        );
+    }
+    let checked = voxlake_testkit::python_script(
+        "check_table.py",
+        &[
+            table.as_os_str(),
+            data.cubes.as_os_str(),
+            data.labels.as_os_str(),
+        ],
+    );
+    assert_eq!(checked, format!("ok {count}"));
+}

@@ -526,6 +526,53 @@ async fn a_lost_commit_reply_is_found_in_the_log(backend: Backend) {
 
 on_every_backend!(a_lost_commit_reply_is_found_in_the_log);
 
+/// compact's appends write the log and read nothing back (compact's `commit.rs`): 24 one-file
+/// commits through the proxy read `_delta_log` (listings, commits, `_last_checkpoint`) as often
+/// as opening and creating the table takes, where deltalake's own path listed the log and read
+/// each new commit back after every commit (about 4 requests a commit, growing listings).
+async fn appends_do_not_read_the_log_back(backend: Backend) {
+    let commits = 24;
+    let uploaded = uploaded(backend, "append-cost", commits, 37).await;
+    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let summary = Compactor::new(&uploaded.table)
+        .with_storage_options(backend.through(&proxy))
+        .with_layout(Layout {
+            row_group_rows: 1,
+            target_file_bytes: 30_000,
+            ..Layout::default()
+        })
+        .with_files_per_commit(1)
+        .convert(&uploaded.src)
+        .await
+        .unwrap();
+    assert_eq!(
+        (summary.commits, summary.version),
+        (commits, commits as u64)
+    );
+    let log_reads: Vec<String> = proxy
+        .requests()
+        .into_iter()
+        .filter(|r| r.target.contains("_delta_log") && matches!(r.method.as_str(), "GET" | "HEAD"))
+        .map(|r| format!("{} {}", r.method, r.target))
+        .collect();
+    assert!(
+        log_reads.len() <= 12,
+        "{} log reads for {commits} commits: {log_reads:#?}",
+        log_reads.len()
+    );
+    let ids = epoch_ids(&uploaded.table, backend.options(), 1);
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(
+        (ids.len(), unique.len()),
+        (commits, commits),
+        "every id exactly once"
+    );
+}
+
+on_every_backend!(appends_do_not_read_the_log_back);
+
 /// `compact convert` with a fifth of *every* request faulted (listings, source and data
 /// uploads, log reads, commits; seeded): it commits in windows, so a run that fails keeps what it
 /// committed and the next run converts only the rest. Run until one succeeds (at most five

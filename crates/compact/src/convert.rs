@@ -133,11 +133,11 @@ impl Compactor {
 
         let table_url = location::table_url(&self.table)?;
         let table_display = crate::table::redact_url(&table_url);
-        let existing = Table::open(&table_url, &table_display, &options).await?;
+        let mut existing = Table::open(&table_url, &table_display, &options).await?;
 
         // Only what the table does not hold yet: this makes re-runs exactly-once.
         let mut already_present = 0;
-        if let Some(table) = &existing {
+        if let Some(table) = &mut existing {
             let present = read_ids(table).await?;
             let before = samples.len();
             samples.retain(|s| !present.contains(&s.key));

@@ -72,14 +72,14 @@ impl Compactor {
         let existing = Table::open(&table_url, &table_display, &options).await?;
         let mut present = HashSet::new();
         let mut table = match existing {
-            Some(table) => {
+            Some(mut table) => {
                 if table.sample()? != spec {
                     return Err(CompactError::Incompatible {
                         location: table_display,
                         reason: format!("holds {} tensors, the source {spec}", table.sample()?),
                     });
                 }
-                present = read_ids(&table).await?;
+                present = read_ids(&mut table).await?;
                 table
             }
             None => Table::create(&table_url, &table_display, &options, &spec).await?,

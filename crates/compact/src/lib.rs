@@ -43,6 +43,7 @@ use std::sync::Arc;
 use voxlake_format::{DType, Layout};
 
 pub mod cli;
+mod commit;
 mod convert;
 mod error;
 mod from_table;

@@ -313,7 +313,7 @@ impl BatchBuilder {
 }
 
 /// The ids of every row in the table.
-pub(crate) async fn read_ids(table: &Table) -> Result<HashSet<String>, CompactError> {
+pub(crate) async fn read_ids(table: &mut Table) -> Result<HashSet<String>, CompactError> {
     let snapshot = table.snapshot().await?;
     let mut ids = HashSet::new();
     snapshot

@@ -2,11 +2,9 @@
 
 use std::collections::HashMap;
 
-use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
-use deltalake::kernel::{Action, Transaction};
+use deltalake::kernel::transaction::CommitProperties;
 use deltalake::kernel::{StructType, engine::arrow_conversion::TryIntoKernel};
 use deltalake::operations::create::CreateBuilder;
-use deltalake::protocol::DeltaOperation;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
 use voxlake_format::{Layout, SampleSpec};
@@ -30,9 +28,12 @@ pub(crate) struct Table {
     pub display: String,
     /// This handle's Delta application id: each of its commits carries a `txn` action with it
     /// and the commit's number, so a commit whose reply was lost is found in the log.
-    app_id: String,
+    pub(crate) app_id: String,
     /// Commits made through this handle.
-    commits: i64,
+    pub(crate) commits: i64,
+    /// The newest version this handle committed or saw: blind appends go to the log without
+    /// moving `table`'s file list (see `commit.rs`), so `table` may be older.
+    pub(crate) head: u64,
 }
 
 impl Table {
@@ -48,6 +49,7 @@ impl Table {
                 .as_nanos(),
         );
         Table {
+            head: table.version().unwrap_or(0),
             table,
             display: display.to_string(),
             app_id: format!("voxlake-{:016x}", h.finish()),
@@ -173,114 +175,27 @@ impl Table {
             .any(|f| f.name() == voxlake_format::CHECKSUM_COLUMN))
     }
 
+    /// The newest version this handle committed or loaded.
     pub fn version(&self) -> u64 {
-        self.table.version().unwrap_or(0)
+        self.head
     }
 
-    /// The loaded version as a read-only snapshot: files from the log, cached footers, reads.
-    pub async fn snapshot(&self) -> Result<Snapshot, CompactError> {
+    /// The handle's version as a read-only snapshot: files from the log, cached footers, reads.
+    pub async fn snapshot(&mut self) -> Result<Snapshot, CompactError> {
+        self.catch_up().await?;
         Ok(Snapshot::from_table(&self.table, self.display.clone()).await?)
     }
-}
 
-impl Table {
-    /// Commits `actions` as one new version (all or nothing) and moves the handle to it.
-    ///
-    /// With `blind_append`, a conflict with a concurrent metadata commit (another `--shard`
-    /// run creating the table) is retried on the new snapshot once the spec is checked
-    /// unchanged: appended files cannot clash with anything. Other commits (optimize) are
-    /// never retried that way, since their removes were planned on the old snapshot.
-    ///
-    /// A commit that fails may have been written all the same (its reply lost on the way
-    /// back, or a retry of it answered "already exists"): before any failure is reported or
-    /// retried, the log after the version it was built on is searched for its `txn`, and where
-    /// found that version is the commit's.
-    pub async fn commit(
-        &mut self,
-        actions: Vec<Action>,
-        operation: DeltaOperation,
-        voxlake_operation: &str,
-        blind_append: bool,
-    ) -> Result<u64, CompactError> {
-        let spec = self.sample()?;
-        self.commits += 1;
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        // `last_updated`: what the table's txn retention expires it by.
-        let txn = Transaction::new_with_last_update(&self.app_id, self.commits, Some(now_ms));
-        let mut attempts = 0;
-        loop {
-            let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
-            let base = self.version();
-            let result = CommitBuilder::from(
-                commit_properties(voxlake_operation).with_application_transaction(txn.clone()),
-            )
-            .with_actions(actions.clone())
-            .build(Some(snapshot), self.table.log_store(), operation.clone())
-            .await;
-            let e = match result {
-                Ok(finalized) => {
-                    self.table.state = Some(finalized.snapshot());
-                    return Ok(finalized.version());
-                }
-                Err(e) => e,
-            };
-            if let Some(version) = self.landed(base, &txn).await {
-                tracing::warn!(
-                    table = %self.display,
-                    version,
-                    error = %e,
-                    "the commit's reply was lost, but the commit is in the log"
-                );
-                return Ok(version);
-            }
-            match e {
-                DeltaTableError::Transaction {
-                    source: TransactionError::CommitConflict(conflict),
-                } if blind_append && attempts < 5 => {
-                    attempts += 1;
-                    tracing::debug!(%conflict, attempts, "append conflicted, retrying on a fresh snapshot");
-                    self.table.update_state().await.map_err(|e| self.error(e))?;
-                    if self.sample()? != spec {
-                        return Err(CompactError::Incompatible {
-                            location: self.display.clone(),
-                            reason: "the tensor spec changed during the run".into(),
-                        });
-                    }
-                }
-                e => return Err(self.error(e)),
-            }
+    /// Moves `table` to the handle's version where blind appends left it behind.
+    pub(crate) async fn catch_up(&mut self) -> Result<(), CompactError> {
+        if self.table.version().unwrap_or(0) < self.head {
+            self.table
+                .update_incremental(Some(self.head))
+                .await
+                .map_err(|e| self.error(e))?;
         }
+        Ok(())
     }
-
-    /// The version after `base` whose commit holds `txn`, if one does; the handle then moves
-    /// to the latest version. `None` where the log cannot be read (the commit's own error is
-    /// the one to report then).
-    async fn landed(&mut self, base: u64, txn: &Transaction) -> Option<u64> {
-        let log = self.table.log_store();
-        let latest = log.get_latest_version(base).await.ok()?;
-        for version in base + 1..=latest {
-            let commit = log.read_commit_entry(version).await.ok()??;
-            if holds_txn(&commit, txn) {
-                self.table.update_state().await.ok()?;
-                return Some(version);
-            }
-        }
-        None
-    }
-}
-
-/// Whether a commit's JSON lines hold `txn` (its application id and number).
-fn holds_txn(commit: &[u8], txn: &Transaction) -> bool {
-    commit
-        .split(|b| *b == b'\n')
-        .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
-        .any(|action| {
-            let t = &action["txn"];
-            t["appId"].as_str() == Some(txn.app_id.as_str())
-                && t["version"].as_i64() == Some(txn.version)
-        })
 }
 
 /// How the table at `url` is opened: deltalake's builder with voxlake's retry defaults and,
@@ -305,7 +220,12 @@ fn builder(
 
 /// Commit properties that record which voxlake operation wrote a version.
 pub(crate) fn commit_properties(operation: &str) -> CommitProperties {
-    CommitProperties::default().with_metadata([
+    CommitProperties::default().with_metadata(commit_metadata(operation))
+}
+
+/// The `commitInfo` entries that record which voxlake operation wrote a version.
+pub(crate) fn commit_metadata(operation: &str) -> HashMap<String, serde_json::Value> {
+    HashMap::from([
         (
             "voxlake.operation".to_string(),
             serde_json::json!(operation),
