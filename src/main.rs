@@ -57,6 +57,12 @@ struct BenchArgs {
     /// WORLD_SIZE, Open MPI's, MPICH's PMI_RANK and PMI_SIZE, a Slurm step's).
     #[arg(long, conflicts_with_all = ["rank", "world_size"])]
     rank_from_env: bool,
+    /// Node affinity: this process runs on node K of N (`K/N`, ranks numbered in blocks per
+    /// node), or `env` for the launcher's variables (torchrun's GROUP_RANK and
+    /// LOCAL_WORLD_SIZE, …): each node's ranks read the same files every epoch, so a node's
+    /// cache holds what its next epoch reads (with --shuffle).
+    #[arg(long, value_name = "K/N|env")]
+    node: Option<String>,
     /// The job this process is a rank of: the latest version is resolved once for the job, in
     /// `_voxlake/jobs/JOB.json` beside the table (default with --rank-from-env: VOXLAKE_JOB_ID,
     /// TORCHELASTIC_RUN_ID or SLURM_JOB_ID).
@@ -257,6 +263,21 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(job) = &args.job {
         builder = builder.with_job(job);
+    }
+    match args.node.as_deref() {
+        None => {}
+        Some("env") => builder = builder.with_node_affinity_from_env(),
+        Some(k_of_n) => {
+            let parsed = k_of_n
+                .split_once('/')
+                .and_then(|(k, n)| Some((k.trim().parse().ok()?, n.trim().parse().ok()?)));
+            let Some((node, nodes)) = parsed else {
+                return Err(
+                    format!("--node {k_of_n:?}: give K/N (node K of N, from 0) or env").into(),
+                );
+            };
+            builder = builder.with_node_affinity(node, nodes);
+        }
     }
     if let Some(n) = args.prefetch {
         builder = builder.with_prefetch(n);

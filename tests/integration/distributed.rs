@@ -692,3 +692,67 @@ async fn ranks_of_one_job_read_one_version_while_a_writer_commits() {
     .unwrap();
     assert_eq!(marker["version"].as_u64(), Some(version));
 }
+
+/// Node affinity over 2 nodes × 2 ranks: every row once an epoch and the same batches on every
+/// rank; a node's ranks read (nearly) the same files in both epochs; a state taken mid-epoch
+/// resumes to the same batches; a loader without the state's affinity, a rank outside its
+/// node's block and nodes that do not divide the world are refused by name.
+#[tokio::test]
+async fn node_affine_ranks_keep_their_files_and_resume_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = uneven_table(dir.path(), 60, 29).await;
+    let builder = Loader::builder(table.to_str().unwrap())
+        .with_batch_size(3)
+        .with_epochs(2)
+        .with_shuffle(13, 6);
+    let affine = |rank: usize| {
+        builder
+            .clone()
+            .with_rank(rank, 4)
+            .with_node_affinity(rank / 2, 2)
+    };
+    let runs: Vec<Vec<Batch>> = (0..4).map(|rank| collect(affine(rank))).collect();
+    assert!(runs.iter().all(|r| r.len() == runs[0].len()), "equal steps");
+    for epoch in 0..2 {
+        let ids = real_ids(runs.iter().flatten().filter(|b| b.epoch == epoch));
+        assert_eq!(once(ids).len(), 60, "every row once in epoch {epoch}");
+    }
+    // The files each node read, per epoch (lineage names the file).
+    let files = |node: usize, epoch: u64| -> HashSet<String> {
+        runs[node * 2..node * 2 + 2]
+            .iter()
+            .flatten()
+            .filter(|b| b.epoch == epoch)
+            .flat_map(|b| b.lineage().iter().map(|o| o.file.to_string()))
+            .collect()
+    };
+    for node in 0..2 {
+        let (first, second) = (files(node, 0), files(node, 1));
+        let new = second.difference(&first).count();
+        assert!(
+            new <= 2,
+            "node {node} met {new} new files of {} in epoch 2",
+            second.len()
+        );
+    }
+
+    let (head, state) = take(affine(3), 7);
+    let state = LoaderState::from_json(&state.to_json()).unwrap();
+    assert_eq!(state.nodes, 2);
+    let mut resumed = head;
+    resumed.extend(collect(affine(3).with_state(state.clone())));
+    assert_same(&runs[3], &resumed, "resumed with affinity");
+
+    let refused = |b: LoaderBuilder| {
+        std::thread::spawn(move || b.build().err().map(|e| e.to_string()))
+            .join()
+            .unwrap()
+            .expect("refused")
+    };
+    let e = refused(builder.clone().with_rank(3, 4).with_state(state));
+    assert!(e.contains("node affinity"), "{e}");
+    let e = refused(builder.clone().with_rank(3, 4).with_node_affinity(0, 2));
+    assert!(e.contains("blocks"), "{e}");
+    let e = refused(builder.clone().with_rank(2, 3).with_node_affinity(1, 2));
+    assert!(e.contains("divide"), "{e}");
+}

@@ -27,6 +27,7 @@ pub struct LoaderBuilder {
     pub(crate) world_size: usize,
     /// Take the rank and world size from the launcher's variables at `build()`.
     pub(crate) rank_from_env: bool,
+    pub(crate) node_affinity: crate::launch::NodeAffinity,
     pub(crate) channels_first: bool,
     pub(crate) memory_budget: u64,
     pub(crate) prefetch: usize,
@@ -86,6 +87,7 @@ impl std::fmt::Debug for LoaderBuilder {
             .field("rank", &self.rank)
             .field("world_size", &self.world_size)
             .field("rank_from_env", &self.rank_from_env)
+            .field("node_affinity", &self.node_affinity)
             .field("memory_budget", &self.memory_budget)
             .field("resumed", &self.state.is_some())
             .finish()
@@ -106,6 +108,7 @@ impl LoaderBuilder {
             rank: 0,
             world_size: 1,
             rank_from_env: false,
+            node_affinity: crate::launch::NodeAffinity::Off,
             channels_first: false,
             memory_budget: 1 << 30,
             prefetch: 2,
@@ -186,6 +189,29 @@ impl LoaderBuilder {
     /// logs where its rank came from; [`Loader::rank`](crate::Loader::rank) says it.
     pub fn with_rank_from_env(mut self) -> Self {
         self.rank_from_env = true;
+        self
+    }
+
+    /// Keep each node's ranks on the same files every epoch, so that a node's cache
+    /// ([`with_cache`](Self::with_cache)) holds what its next epoch reads: this rank runs on
+    /// node `node` of `nodes`, the ranks numbered in blocks node after node (ranks
+    /// `k·L … (k+1)·L − 1` on node `k`, as torchrun numbers them). Every row is still read once
+    /// an epoch and every rank gets as many batches, but a node's ranks see only their node's
+    /// share of the table, reshuffled each epoch ([`affinity`](voxlake_stream::affinity);
+    /// the trade is measured in `docs/scale-out.md`). Only when shuffling; `build()` fails
+    /// where `nodes` does not divide the world size or the rank is not in its node's block.
+    pub fn with_node_affinity(mut self, node: usize, nodes: usize) -> Self {
+        self.node_affinity = crate::launch::NodeAffinity::Given(node, nodes);
+        self
+    }
+
+    /// [`with_node_affinity`](Self::with_node_affinity) with the node and the number of nodes
+    /// from the launcher's variables, read at `build()` ([`NodeVars`](crate::launch::NodeVars):
+    /// torchrun's `GROUP_RANK` and `LOCAL_WORLD_SIZE`, Open MPI's and MPICH's ranks per
+    /// node, Slurm's `SLURM_NODEID` and `SLURM_STEP_NUM_NODES`). A process started on its own
+    /// is one node; a launcher that says no node is an error.
+    pub fn with_node_affinity_from_env(mut self) -> Self {
+        self.node_affinity = crate::launch::NodeAffinity::FromEnv;
         self
     }
 

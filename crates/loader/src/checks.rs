@@ -141,6 +141,18 @@ impl LoaderBuilder {
                 settings.interleave.to_string(),
             );
         }
+        if theirs.affinity != settings.affinity {
+            let nodes = |a: Option<voxlake_stream::affinity::Affinity>| {
+                a.map_or("none".to_string(), |a| {
+                    format!("{} nodes of {} ranks", a.nodes(), a.ranks_per_node())
+                })
+            };
+            return mismatch(
+                "node affinity",
+                nodes(theirs.affinity),
+                nodes(settings.affinity),
+            );
+        }
         *settings = theirs;
         let mut closed = state.segments();
         let mut batches = state.batches;

@@ -20,6 +20,8 @@
 //! assert_eq!(from_vars(|_| None), Ok(None));
 //! ```
 
+use voxlake_stream::affinity::Affinity;
+
 /// One launcher's variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Launcher {
@@ -33,6 +35,19 @@ pub struct Launcher {
     pub local_rank: &'static str,
     /// Whether the rank may be set without the world size, and then means no launch.
     pub rank_alone: bool,
+    /// Where the node the rank runs on is said (for node affinity).
+    pub node: NodeVars,
+}
+
+/// How a launcher says which node a rank runs on, and how many there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeVars {
+    /// The node's index and the ranks each node runs (nodes: the world size over those).
+    IndexAndRanksPerNode(&'static str, &'static str),
+    /// The ranks each node runs; ranks are numbered in blocks, node after node.
+    RanksPerNode(&'static str),
+    /// The node's index and the number of nodes.
+    IndexAndNodes(&'static str, &'static str),
 }
 
 /// The launchers read, first match wins. torchrun's come first: under `srun` or `mpirun` it
@@ -44,6 +59,7 @@ pub const LAUNCHERS: [Launcher; 4] = [
         world_size: "WORLD_SIZE",
         local_rank: "LOCAL_RANK",
         rank_alone: false,
+        node: NodeVars::IndexAndRanksPerNode("GROUP_RANK", "LOCAL_WORLD_SIZE"),
     },
     Launcher {
         name: "Open MPI",
@@ -51,6 +67,7 @@ pub const LAUNCHERS: [Launcher; 4] = [
         world_size: "OMPI_COMM_WORLD_SIZE",
         local_rank: "OMPI_COMM_WORLD_LOCAL_RANK",
         rank_alone: false,
+        node: NodeVars::RanksPerNode("OMPI_COMM_WORLD_LOCAL_SIZE"),
     },
     Launcher {
         name: "MPICH / Intel MPI (PMI)",
@@ -58,6 +75,7 @@ pub const LAUNCHERS: [Launcher; 4] = [
         world_size: "PMI_SIZE",
         local_rank: "MPI_LOCALRANKID",
         rank_alone: false,
+        node: NodeVars::RanksPerNode("MPI_LOCALNRANKS"),
     },
     // SLURM_STEP_NUM_TASKS is set in the tasks of a step `srun` started; an `sbatch` script
     // has SLURM_PROCID=0 and SLURM_NTASKS=N but is one process, not rank 0 of N.
@@ -67,6 +85,7 @@ pub const LAUNCHERS: [Launcher; 4] = [
         world_size: "SLURM_STEP_NUM_TASKS",
         local_rank: "SLURM_LOCALID",
         rank_alone: true,
+        node: NodeVars::IndexAndNodes("SLURM_NODEID", "SLURM_STEP_NUM_NODES"),
     },
 ];
 
@@ -80,6 +99,9 @@ pub struct Launch {
     /// The rank among this node's, where the launcher says it: the GPU to use
     /// (`Device::Cuda(local_rank)`) when each rank of a node has its own.
     pub local_rank: Option<usize>,
+    /// The node this rank runs on and the number of nodes, where the launcher says them
+    /// (see [`NodeVars`]).
+    pub node: Option<(usize, usize)>,
     /// The launcher and its two variables, for logs and errors.
     pub source: String,
 }
@@ -123,10 +145,33 @@ pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>,
                 "{rank_var}={rank} must be below {size_var}={world_size} (ranks count from 0)"
             ));
         }
+        let count = |name: &str| match var(name) {
+            Some(v) => match number(name, &v)? {
+                0 => Err(format!("{name}=0 is not a count")),
+                n => Ok(Some(n)),
+            },
+            None => Ok(None),
+        };
+        let node = match launcher.node {
+            NodeVars::IndexAndRanksPerNode(index, per_node) => {
+                match (var(index), count(per_node)?) {
+                    (Some(i), Some(per)) => Some((number(index, &i)?, world_size.div_ceil(per))),
+                    _ => None,
+                }
+            }
+            NodeVars::RanksPerNode(per_node) => {
+                count(per_node)?.map(|per| (rank / per, world_size.div_ceil(per)))
+            }
+            NodeVars::IndexAndNodes(index, nodes) => match (var(index), count(nodes)?) {
+                (Some(i), Some(n)) => Some((number(index, &i)?, n)),
+                _ => None,
+            },
+        };
         return Ok(Some(Launch {
             rank,
             world_size,
             local_rank,
+            node,
             source: format!("{} ({rank_var}, {size_var})", launcher.name),
         }));
     }
@@ -136,6 +181,85 @@ pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>,
 /// [`from_vars`] over this process's environment.
 pub fn from_env() -> Result<Option<Launch>, String> {
     from_vars(|name| std::env::var(name).ok())
+}
+
+/// Which node affinity a loader asked for ([`LoaderBuilder::with_node_affinity`](crate::LoaderBuilder::with_node_affinity)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeAffinity {
+    /// The files shuffled over all ranks every epoch.
+    #[default]
+    Off,
+    /// This rank runs on node `.0` of `.1`.
+    Given(usize, usize),
+    /// The node from the launcher's variables (see [`NodeVars`]).
+    FromEnv,
+}
+
+/// The affinity of rank `rank` of `world` on node `node` of `nodes`, checked: `None` on one
+/// node; an error where the nodes do not divide the world into equal blocks or the rank is not
+/// in its node's block (the deal gives node `k` ranks `k·L … (k+1)·L − 1`).
+///
+/// ```
+/// use voxlake_loader::launch::affinity;
+///
+/// assert_eq!(affinity(5, 8, 1, 2).unwrap().unwrap().ranks_per_node(), 4);
+/// assert_eq!(affinity(5, 8, 0, 1), Ok(None));
+/// assert!(affinity(5, 8, 0, 2).unwrap_err().contains("blocks"));
+/// ```
+pub fn affinity(
+    rank: usize,
+    world: usize,
+    node: usize,
+    nodes: usize,
+) -> Result<Option<Affinity>, String> {
+    if node >= nodes.max(1) {
+        return Err(format!(
+            "node {node} of {nodes}: nodes count from 0 and must be below their number"
+        ));
+    }
+    if nodes <= 1 {
+        return Ok(None);
+    }
+    let affinity = Affinity::new(nodes, world).ok_or_else(|| {
+        format!(
+            "node affinity over {nodes} nodes needs a world size they divide (the same number of ranks on every node); the world size is {world}"
+        )
+    })?;
+    let per = affinity.ranks_per_node();
+    if affinity.node_of(rank) != node {
+        return Err(format!(
+            "rank {rank} of {world} runs on node {node}, but node affinity over {nodes} nodes gives node {node} ranks {}..{}: launch ranks in blocks, node after node (torchrun does; srun --distribution=block)",
+            node * per,
+            (node + 1) * per
+        ));
+    }
+    Ok(Some(affinity))
+}
+
+/// What `asked` means for rank `rank` of `world` (see [`affinity`]); with
+/// [`NodeAffinity::FromEnv`], an error where the launcher says no node (`launch`: the
+/// launcher's variables, `None` for a process started on its own: one node).
+pub fn resolve_affinity(
+    asked: NodeAffinity,
+    rank: usize,
+    world: usize,
+    launch: Option<&Launch>,
+) -> Result<Option<Affinity>, String> {
+    match asked {
+        NodeAffinity::Off => Ok(None),
+        NodeAffinity::Given(node, nodes) => affinity(rank, world, node, nodes),
+        NodeAffinity::FromEnv => match launch {
+            None => Ok(None),
+            Some(Launch {
+                node: Some((node, nodes)),
+                ..
+            }) => affinity(rank, world, *node, *nodes),
+            Some(l) => Err(format!(
+                "node affinity from the environment: {} says no node (for torchrun GROUP_RANK and LOCAL_WORLD_SIZE, Open MPI OMPI_COMM_WORLD_LOCAL_SIZE, MPICH MPI_LOCALNRANKS, Slurm SLURM_NODEID and SLURM_STEP_NUM_NODES)",
+                l.source
+            )),
+        },
+    }
 }
 
 /// The variables a job's id is read from, first set wins: voxlake's own, then torchrun's run
@@ -290,5 +414,55 @@ mod tests {
         }
         // Whitespace around a number is the launcher's formatting, not an error.
         assert_eq!(ranks(&[("RANK", " 1\n"), ("WORLD_SIZE", "2 ")]), (1, 2));
+    }
+
+    #[test]
+    fn each_launcher_says_the_node() {
+        let node = |vars: &[(&str, &str)]| with(vars).unwrap().unwrap().node;
+        let torchrun = [("RANK", "5"), ("WORLD_SIZE", "8"), ("GROUP_RANK", "1")];
+        assert_eq!(node(&torchrun), None, "no LOCAL_WORLD_SIZE");
+        let torchrun = [torchrun.as_slice(), &[("LOCAL_WORLD_SIZE", "4")]].concat();
+        assert_eq!(node(&torchrun), Some((1, 2)));
+        let ompi = [
+            ("OMPI_COMM_WORLD_RANK", "5"),
+            ("OMPI_COMM_WORLD_SIZE", "8"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"),
+        ];
+        assert_eq!(node(&ompi), Some((1, 2)));
+        let mpich = [
+            ("PMI_RANK", "2"),
+            ("PMI_SIZE", "8"),
+            ("MPI_LOCALNRANKS", "2"),
+        ];
+        assert_eq!(node(&mpich), Some((1, 4)));
+        let slurm = [
+            ("SLURM_PROCID", "5"),
+            ("SLURM_STEP_NUM_TASKS", "8"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_STEP_NUM_NODES", "2"),
+        ];
+        assert_eq!(node(&slurm), Some((1, 2)));
+        let e = with(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("GROUP_RANK", "0"),
+            ("LOCAL_WORLD_SIZE", "0"),
+        ])
+        .unwrap_err();
+        assert!(e.contains("LOCAL_WORLD_SIZE=0"), "{e}");
+
+        // Resolved: the node must hold the rank; a launcher that says none is an error.
+        let launch = with(&slurm).unwrap();
+        let a = resolve_affinity(NodeAffinity::FromEnv, 5, 8, launch.as_ref()).unwrap();
+        assert_eq!(a.map(|a| a.nodes()), Some(2));
+        let bare = with(&[("RANK", "1"), ("WORLD_SIZE", "2")]).unwrap();
+        let e = resolve_affinity(NodeAffinity::FromEnv, 1, 2, bare.as_ref()).unwrap_err();
+        assert!(e.contains("GROUP_RANK"), "{e}");
+        assert_eq!(
+            resolve_affinity(NodeAffinity::FromEnv, 0, 1, None),
+            Ok(None)
+        );
+        let e = resolve_affinity(NodeAffinity::Given(2, 2), 0, 4, None).unwrap_err();
+        assert!(e.contains("below"), "{e}");
     }
 }

@@ -20,13 +20,18 @@ use crate::{Epochs, Loader, LoaderError, budget, stall};
 impl LoaderBuilder {
     /// Opens the table (its log only) and starts the background work.
     pub fn build(mut self) -> Result<Loader, LoaderError> {
+        let from_env =
+            self.rank_from_env || self.node_affinity == crate::launch::NodeAffinity::FromEnv;
+        let launch = match from_env {
+            true => crate::launch::from_env()
+                .map_err(|e| LoaderError::Config(format!("the rank from the environment: {e}")))?,
+            false => None,
+        };
         if self.rank_from_env {
-            let launch = crate::launch::from_env()
-                .map_err(|e| LoaderError::Config(format!("the rank from the environment: {e}")))?;
             if self.options.job.is_none() {
                 self.options.job = crate::launch::job_from_env();
             }
-            (self.rank, self.world_size) = match launch {
+            (self.rank, self.world_size) = match &launch {
                 Some(l) => {
                     tracing::info!(rank = l.rank, world_size = l.world_size, source = %l.source, "rank from the launcher");
                     (l.rank, l.world_size)
@@ -53,6 +58,13 @@ impl LoaderBuilder {
                 self.rank, self.world_size
             ))
         })?;
+        let affinity = crate::launch::resolve_affinity(
+            self.node_affinity,
+            self.rank,
+            self.world_size,
+            launch.as_ref(),
+        )
+        .map_err(LoaderError::Config)?;
         let version = match (&self.state, self.options.as_of) {
             (Some(s), AsOf::Version(v)) if s.version != v => {
                 return Err(LoaderError::State(format!(
@@ -86,6 +98,8 @@ impl LoaderBuilder {
             drop_last: self.drop_last,
             uneven: self.read.uneven,
             interleave: INTERLEAVE,
+            // Node affinity only changes a shuffled order.
+            affinity: affinity.filter(|_| self.shuffle.is_some()),
         };
         let options = TableOptions {
             as_of: version,
@@ -121,6 +135,7 @@ impl LoaderBuilder {
             .with_shuffle(settings.shuffle)
             .with_seed(settings.seed)
             .with_interleave(INTERLEAVE)
+            .with_affinity(settings.affinity)
             .with_memory_budget(stream_budget);
         let stream = match self.row_group_prefetch {
             Some(n) => stream.with_prefetch(n),
@@ -281,6 +296,7 @@ impl LoaderBuilder {
             drop_last: settings.drop_last,
             uneven: settings.uneven.as_str().to_string(),
             interleave: settings.interleave,
+            nodes: settings.affinity.map_or(1, |a| a.nodes()),
             world_size: self.world_size,
             rank: self.rank,
             epoch: start.epoch,

@@ -19,6 +19,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
+use voxlake_stream::affinity::Affinity;
 use voxlake_stream::order::Uneven;
 use voxlake_stream::replay::{OrderSettings, Segment};
 
@@ -56,6 +57,10 @@ pub struct LoaderState {
     pub uneven: String,
     /// Files read round-robin.
     pub interleave: usize,
+    /// Nodes the ranks' files were kept on (1: no node affinity; states of earlier versions
+    /// have none).
+    #[serde(default = "one_node")]
+    pub nodes: usize,
     /// Ranks when the state was taken.
     pub world_size: usize,
     /// The rank that took it.
@@ -68,6 +73,10 @@ pub struct LoaderState {
     pub batches: u64,
     /// Samples delivered in this epoch over all ranks (informative).
     pub samples_in_epoch: u64,
+}
+
+fn one_node() -> usize {
+    1
 }
 
 /// A closed segment: `batches` per rank over `world_size` ranks.
@@ -113,6 +122,12 @@ impl LoaderState {
         }
         if self.batch_size == 0 {
             return bad("a batch size of 0".into());
+        }
+        if self.nodes == 0 || (self.nodes > 1 && self.affinity().is_none()) {
+            return bad(format!(
+                "{} nodes for a world size of {}",
+                self.nodes, self.world_size
+            ));
         }
         if let Some(s) = self.closed.iter().find(|s| s.world_size == 0) {
             return bad(format!("a closed segment of {} ranks", s.world_size));
@@ -163,7 +178,15 @@ impl LoaderState {
             drop_last: self.drop_last,
             uneven: self.uneven()?,
             interleave: self.interleave,
+            affinity: self.affinity(),
         })
+    }
+
+    /// The node affinity the state was taken with.
+    fn affinity(&self) -> Option<Affinity> {
+        (self.nodes > 1)
+            .then(|| Affinity::new(self.nodes, self.world_size))
+            .flatten()
     }
 }
 

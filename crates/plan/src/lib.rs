@@ -3,6 +3,7 @@
 //! the same inputs, seed and epoch give the same order on every run and every machine.
 //!
 //! - [`plan`]: the order of files and row groups in an epoch; the seeded generator.
+//! - [`affinity`]: files kept on their node's ranks from epoch to epoch (opt-in).
 //! - [`order`]: the epoch's rows dealt to ranks (equal counts, pad or drop), as units of reading.
 //! - [`mixer`]: the shuffle buffer as a pure state machine.
 //! - [`replay`]: where an epoch stands after some batches, for exact and elastic resume.
@@ -20,10 +21,12 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod affinity;
 pub mod mixer;
 pub mod order;
 pub mod plan;
 pub mod replay;
 
+pub use affinity::Affinity;
 pub use order::Uneven;
 pub use plan::{Planner, SeededRng, Shard};

@@ -31,6 +31,7 @@
 
 use std::ops::Range;
 
+use crate::affinity::{self, Affinity};
 use crate::plan::Planner;
 
 /// What to do with the rows that do not divide evenly over the ranks.
@@ -98,7 +99,34 @@ pub struct EpochOrder {
 impl EpochOrder {
     /// The order of `epoch`: `rows_per_file[f]` is file `f`'s row count (from the log).
     pub fn new(planner: &Planner, rows_per_file: &[u64], epoch: u64) -> Self {
-        let files = planner.file_order(rows_per_file.len(), epoch);
+        Self::of_files(
+            planner.file_order(rows_per_file.len(), epoch),
+            rows_per_file,
+        )
+    }
+
+    /// The order of `epoch` with each node's ranks kept on the same files every epoch
+    /// ([`affinity`]): the nodes' homes cut where [`deal`] starts each node's span of a whole
+    /// epoch under `uneven`. [`new`](Self::new)'s order when not shuffling or on one node.
+    pub fn with_affinity(
+        planner: &Planner,
+        rows_per_file: &[u64],
+        epoch: u64,
+        affinity: Affinity,
+        uneven: Uneven,
+    ) -> Self {
+        if !planner.shuffles() || affinity.nodes() <= 1 {
+            return Self::new(planner, rows_per_file, epoch);
+        }
+        let total = rows_per_file.iter().sum();
+        let per_node = rows_per_rank(total, affinity.world(), uneven)
+            .saturating_mul(affinity.ranks_per_node() as u64);
+        let files = affinity::file_order(planner, rows_per_file, affinity.nodes(), per_node, epoch);
+        Self::of_files(files, rows_per_file)
+    }
+
+    /// The order of `files` (a permutation of the file indices).
+    fn of_files(files: Vec<usize>, rows_per_file: &[u64]) -> Self {
         let mut starts = Vec::with_capacity(files.len() + 1);
         let mut at = 0u64;
         let mut slot = vec![0; files.len()];

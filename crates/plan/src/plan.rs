@@ -126,6 +126,16 @@ impl Planner {
         self
     }
 
+    /// The seed every shuffle derives from.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Whether epochs are shuffled (else table order).
+    pub fn shuffles(&self) -> bool {
+        self.shuffle
+    }
+
     /// Files read together by [`interleave`](Self::interleave).
     pub fn interleave_width(&self) -> usize {
         self.interleave

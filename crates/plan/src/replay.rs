@@ -25,6 +25,7 @@
 //! assert_eq!(at.rows.len(), 4);
 //! ```
 
+use crate::affinity::Affinity;
 use crate::mixer::Mixer;
 use crate::order::{
     EpochOrder, Piece, RowSet, Uneven, Unit, batches_of, deal, rows_per_rank, units,
@@ -57,6 +58,9 @@ pub struct OrderSettings {
     pub uneven: Uneven,
     /// Files whose row groups are read round-robin.
     pub interleave: usize,
+    /// The ranks' nodes, where each node's ranks keep to the same files every epoch
+    /// ([`crate::affinity`]); `None`: the files shuffled over all ranks.
+    pub affinity: Option<Affinity>,
 }
 
 impl OrderSettings {
@@ -70,6 +74,7 @@ impl OrderSettings {
             drop_last: false,
             uneven: Uneven::Pad,
             interleave: 1,
+            affinity: None,
         }
     }
 
@@ -95,7 +100,16 @@ impl OrderSettings {
 
     /// The epoch's global order over files of `rows_per_file` rows.
     pub fn order(&self, rows_per_file: &[u64], epoch: u64) -> EpochOrder {
-        EpochOrder::new(&self.planner(), rows_per_file, epoch)
+        match self.affinity {
+            Some(affinity) => EpochOrder::with_affinity(
+                &self.planner(),
+                rows_per_file,
+                epoch,
+                affinity,
+                self.uneven,
+            ),
+            None => EpochOrder::new(&self.planner(), rows_per_file, epoch),
+        }
     }
 
     /// A fresh mixer for `rank` in segment `segment` of `epoch`.
@@ -312,6 +326,7 @@ mod tests {
                     drop_last,
                     uneven: if pad { Uneven::Pad } else { Uneven::Drop },
                     interleave: 2,
+                    affinity: None,
                 }
             })
     }
@@ -342,6 +357,58 @@ mod tests {
                     Uneven::Pad => prop_assert_eq!(missing, 0),
                     Uneven::Drop => prop_assert!(missing < world as u64),
                 }
+            }
+        }
+
+        /// Node affinity: every row once an epoch over all ranks, the same batches on each, and
+        /// a node's rows in the next epoch come from files it read in this one but for those
+        /// at the cuts (less than a file's rows at each end of its span) and the pad rows.
+        #[test]
+        fn node_affine_rows_stay_on_their_node(
+            groups in prop::collection::vec(prop::collection::vec(0u64..7, 1..4), 8..60),
+            settings in settings(),
+            nodes in 1usize..5,
+            ranks_per_node in 1usize..4,
+            epoch in 0u64..3,
+        ) {
+            let world = nodes * ranks_per_node;
+            let affinity = Affinity::new(nodes, world);
+            let settings = OrderSettings { shuffle: true, affinity, ..settings };
+            let case = Case { groups, settings };
+            let rows_per_file = case.rows_per_file();
+            let n: u64 = rows_per_file.iter().sum();
+            let max_file = rows_per_file.iter().copied().max().unwrap_or(0);
+            // Per epoch, per node: the files it read and the rows (file, count).
+            let mut read: Vec<Vec<std::collections::HashMap<usize, u64>>> = Vec::new();
+            for e in [epoch, epoch + 1] {
+                let order = settings.order(&rows_per_file, e);
+                let ranks = case.run_segment(e, &[], &RowSet::full(n), world);
+                let counts: Vec<usize> = ranks.iter().map(Vec::len).collect();
+                prop_assert!(counts.iter().all(|&c| c as u64 == settings.batches(n, world)), "{counts:?}");
+                let mut real: Vec<u64> = ranks.iter().flatten().flatten().filter(|r| !r.1).map(|r| r.0).collect();
+                real.sort_unstable();
+                let before = real.len();
+                real.dedup();
+                prop_assert_eq!(before, real.len(), "a row delivered twice");
+                if !settings.drop_last && settings.uneven == Uneven::Pad {
+                    prop_assert_eq!(real.len() as u64, n, "a row left out");
+                }
+                let mut per_node = vec![std::collections::HashMap::new(); nodes];
+                for (rank, batches) in ranks.iter().enumerate() {
+                    for &(p, _) in batches.iter().flatten() {
+                        let file = order.pieces(&[p..p + 1], false)[0].file;
+                        *per_node[rank / ranks_per_node].entry(file).or_insert(0u64) += 1;
+                    }
+                }
+                read.push(per_node);
+            }
+            for (node, (before, after)) in read[0].iter().zip(&read[1]).enumerate() {
+                let away: u64 = after
+                    .iter()
+                    .filter(|(f, _)| !before.contains_key(f))
+                    .map(|(_, rows)| rows)
+                    .sum();
+                prop_assert!(away <= 2 * max_file + world as u64, "node {node}: {away} rows from files it did not read the epoch before (files of up to {max_file} rows)");
             }
         }
 

@@ -6,6 +6,7 @@ use tokio::sync::Semaphore;
 use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 use voxlake_table::{Snapshot, TableOptions};
 
+use crate::affinity::Affinity;
 use crate::depth::Depth;
 use crate::error::StreamError;
 use crate::inflight::Slots;
@@ -30,6 +31,8 @@ pub struct StreamBuilder {
     /// How the table is opened.
     table: TableOptions,
     shard: Shard,
+    /// The ranks' nodes, when each node's ranks keep to the same files every epoch.
+    affinity: Option<Affinity>,
     /// What is read of each row group, and the uneven policy.
     read: ReadOptions,
     seed: u64,
@@ -53,6 +56,14 @@ impl StreamBuilder {
     /// The share of the table [`epoch`](TableStream::epoch) reads (default: all of it).
     pub fn with_shard(mut self, shard: Shard) -> Self {
         self.shard = shard;
+        self
+    }
+
+    /// Keep each node's ranks on the same files every epoch, so that a node's cache holds
+    /// what its next epoch reads ([`crate::affinity`]; only when shuffling). The affinity's
+    /// world must be the shard's (the loader checks both against the launcher's).
+    pub fn with_affinity(mut self, affinity: Option<Affinity>) -> Self {
+        self.affinity = affinity;
         self
     }
 
@@ -133,6 +144,7 @@ impl StreamBuilder {
                     1
                 }),
                 shard: self.shard,
+                affinity: self.affinity,
                 uneven: self.read.uneven,
                 rows_per_file: snapshot
                     .files()
@@ -159,6 +171,7 @@ impl std::fmt::Debug for StreamBuilder {
             .field("location", &crate::redact(&self.location))
             .field("table", &self.table)
             .field("shard", &self.shard)
+            .field("affinity", &self.affinity)
             .field("read", &self.read)
             .field("seed", &self.seed)
             .field("shuffle", &self.shuffle)
@@ -175,6 +188,7 @@ impl TableStream {
             location: location.into(),
             table: TableOptions::default(),
             shard: Shard::default(),
+            affinity: None,
             read: ReadOptions::default(),
             seed: 0,
             shuffle: false,

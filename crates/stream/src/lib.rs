@@ -31,7 +31,7 @@ pub use voxlake_io::{
 };
 #[cfg(unix)]
 pub use voxlake_io::{cache, local};
-pub use voxlake_plan::{mixer, order, plan, replay};
+pub use voxlake_plan::{affinity, mixer, order, plan, replay};
 pub use voxlake_table::{
     AsOf, DataFile, FilterStats, MappingMode, Protocol, READ_CONCURRENCY, ReadTimings,
     SUPPORTED_READER_FEATURES, Snapshot, TableError, TableOptions, filter, hooks, options, rows,

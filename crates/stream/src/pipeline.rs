@@ -14,6 +14,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::RowGroupMetaData;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::affinity::Affinity;
 use crate::ahead::spawn_ahead;
 use crate::error::StreamError;
 use crate::group::RowGroupBatch;
@@ -59,6 +60,8 @@ pub(crate) struct Inner {
     pub(crate) snapshot: Arc<Snapshot>,
     pub(crate) planner: Planner,
     pub(crate) shard: Shard,
+    /// The ranks' nodes, when each node keeps to its files (see `voxlake_plan::affinity`).
+    pub(crate) affinity: Option<Affinity>,
     pub(crate) uneven: Uneven,
     pub(crate) rows_per_file: Vec<u64>,
     pub(crate) columns: Vec<String>,
@@ -94,7 +97,16 @@ impl TableStream {
 
     /// The epoch's global row order.
     pub fn order(&self, epoch: u64) -> EpochOrder {
-        EpochOrder::new(&self.inner.planner, &self.inner.rows_per_file, epoch)
+        match self.inner.affinity {
+            Some(affinity) => EpochOrder::with_affinity(
+                &self.inner.planner,
+                &self.inner.rows_per_file,
+                epoch,
+                affinity,
+                self.inner.uneven,
+            ),
+            None => EpochOrder::new(&self.inner.planner, &self.inner.rows_per_file, epoch),
+        }
     }
 
     /// Rows this shard reads per epoch: the same on every rank (see [`crate::order`]).

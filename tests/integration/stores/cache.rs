@@ -386,3 +386,77 @@ async fn another_users_planted_cache_is_refused(backend: Backend) {
 }
 
 on_every_backend!(another_users_planted_cache_is_refused);
+
+/// Node affinity, 2 nodes × 2 ranks, a cache per node: every row once an epoch over the four
+/// ranks, and the second epoch reads at least 90 % of each node's row groups from its own cache
+/// (each file is one row group; the node's span ends half a file off its home). Without
+/// affinity the same run finds about half of them there.
+async fn node_affinity_keeps_a_nodes_rows_in_its_cache(backend: Backend) {
+    let count = 100;
+    let uploaded = super::uploaded(backend, "affinity", count, 43).await;
+    voxlake::compact::Compactor::new(&uploaded.table)
+        .with_storage_options(backend.options())
+        .with_layout(voxlake::format::Layout {
+            row_group_rows: 4,
+            target_file_bytes: 1_000_000,
+            ..voxlake::format::Layout::default()
+        })
+        .convert(&uploaded.src)
+        .await
+        .unwrap();
+    let mut second_epoch_hit_rates = Vec::new();
+    for affinity in [true, false] {
+        let caches = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let mut rates = Vec::new();
+        for epoch in 0..2 {
+            let mut ids = Vec::new();
+            let mut node_reads = [(0u64, 0u64); 2];
+            for rank in 0..4 {
+                let node = rank / 2;
+                let mut builder = Loader::builder(uploaded.table.clone())
+                    .with_rank(rank, 4)
+                    .with_job(format!("{}-affinity-{affinity}", uploaded.prefix))
+                    .with_start_epoch(epoch);
+                if affinity {
+                    builder = builder.with_node_affinity(node, 2);
+                }
+                let (rank_ids, _, stats) = run_with(
+                    builder,
+                    backend.options(),
+                    Some((caches[node].path(), 1 << 30)),
+                    1,
+                );
+                assert_eq!(rank_ids.len(), count / 4, "rank {rank}: equal steps");
+                ids.extend(rank_ids);
+                node_reads[node].0 += stats.cache.hits;
+                node_reads[node].1 += stats.cache.hits + stats.cache.misses;
+            }
+            ids.sort();
+            let before = ids.len();
+            ids.dedup();
+            assert_eq!(
+                (before, ids.len()),
+                (count, count),
+                "every row once in epoch {epoch}"
+            );
+            if epoch == 1 {
+                rates = node_reads
+                    .iter()
+                    .map(|&(hits, reads)| hits as f64 / reads as f64)
+                    .collect();
+            }
+        }
+        second_epoch_hit_rates.push(rates);
+    }
+    let (with, without) = (&second_epoch_hit_rates[0], &second_epoch_hit_rates[1]);
+    assert!(
+        with.iter().all(|&r| r >= 0.9),
+        "with affinity, each node's cache hits in epoch 2: {with:?}"
+    );
+    assert!(
+        without.iter().all(|&r| r < 0.75),
+        "without affinity (the contrast): {without:?}"
+    );
+}
+
+on_every_backend!(node_affinity_keeps_a_nodes_rows_in_its_cache);
