@@ -415,6 +415,8 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         "store_reads_reasked": stats.stream.reasked,
         "cache_hits": stats.stream.cache.hits,
         "cache_misses": stats.stream.cache.misses,
+        "cache_log_hits": stats.stream.cache.log_hits,
+        "cache_log_misses": stats.stream.cache.log_misses,
         "cache_bytes_read": stats.stream.cache.bytes_read,
         "cache_corrupt": stats.stream.cache.corrupt,
         "row_groups": stats.stream.row_groups,

@@ -77,12 +77,18 @@ pub struct CacheStats {
     pub corrupt: u64,
     /// Entries this process evicted.
     pub evicted: u64,
+    /// Reads of a table's log served from the cache (not in `hits`: see `log_cache`).
+    pub log_hits: u64,
+    /// Reads of a table's log fetched from the store and written to the cache.
+    pub log_misses: u64,
 }
 
 #[derive(Debug, Default)]
 struct Counters {
     hits: AtomicU64,
     misses: AtomicU64,
+    log_hits: AtomicU64,
+    log_misses: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
     corrupt: AtomicU64,
@@ -189,6 +195,8 @@ impl DiskCache {
             bytes_written: n(&c.bytes_written),
             corrupt: n(&c.corrupt),
             evicted: n(&c.evicted),
+            log_hits: n(&c.log_hits),
+            log_misses: n(&c.log_misses),
         }
     }
 
@@ -215,7 +223,11 @@ impl DiskCache {
             }
         };
         let parts = fetch.await?;
-        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        let misses = match key.log {
+            true => &self.counters.log_misses,
+            false => &self.counters.misses,
+        };
+        misses.fetch_add(1, Ordering::Relaxed);
         // Writes wait here when the disk is slower than the store: what they hold is bounded.
         let mib = (key.payload_len().div_ceil(1 << 20) as u32).clamp(1, PENDING_WRITE_MIB);
         let permit = self.writes.clone().acquire_many_owned(mib).await.ok();
@@ -293,7 +305,10 @@ impl DiskCache {
                 // The modification time is the entry's last use, for eviction.
                 let _ = file.set_modified(SystemTime::now());
                 let c = &self.counters;
-                c.hits.fetch_add(1, Ordering::Relaxed);
+                match key.log {
+                    true => c.log_hits.fetch_add(1, Ordering::Relaxed),
+                    false => c.hits.fetch_add(1, Ordering::Relaxed),
+                };
                 c.bytes_read
                     .fetch_add(key.payload_len() as u64, Ordering::Relaxed);
                 Some(parts)

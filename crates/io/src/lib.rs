@@ -7,6 +7,7 @@
 //! - [`local`]: local tables read as views of the page cache or into recycled buffers.
 //! - [`remote`]: the store a remote table's data files are read through (parts, cache, counts).
 //! - [`cache`]: the node-local disk cache of remote reads.
+//! - [`log_cache`]: a store that reads a Delta log's immutable objects through that cache.
 //! - [`stall`]: when a read has stalled and is asked again.
 //! - [`depth`], [`inflight`]: reads in flight sized to the store (Little's law).
 //! - [`ahead`]: futures run ahead of their consumer, a panic an error.
@@ -37,6 +38,8 @@ pub mod inflight;
 #[cfg(unix)]
 pub mod local;
 pub mod location;
+#[cfg(unix)]
+pub mod log_cache;
 #[cfg(unix)]
 mod passthrough;
 pub mod reader;

@@ -76,13 +76,19 @@ impl Snapshot {
         location: &str,
         options: &TableOptions,
     ) -> Result<Snapshot, TableError> {
+        // The cache is opened first: the log's immutable objects are read through it too.
+        #[cfg(unix)]
+        let cache = options.cache.open()?;
+        #[cfg(not(unix))]
+        let cache: Option<crate::snapshot::LogCacheRef> = None;
         let open = |as_of| {
-            Snapshot::open_with(
+            Snapshot::open_logged(
                 location,
                 &options.storage_options,
                 as_of,
                 options.root_store.clone(),
                 &options.hints,
+                cache.clone(),
             )
         };
         // "Latest" is the job's, not this rank's, where a job is named: the version a rank of
@@ -134,7 +140,7 @@ impl Snapshot {
             (_, as_of) => open(as_of).await?,
         };
         #[cfg(unix)]
-        let snapshot = match options.cache.open()? {
+        let snapshot = match cache {
             Some(cache) => snapshot.with_cache(cache),
             None => snapshot,
         };

@@ -460,3 +460,112 @@ async fn node_affinity_keeps_a_nodes_rows_in_its_cache(backend: Backend) {
 }
 
 on_every_backend!(node_affinity_keeps_a_nodes_rows_in_its_cache);
+
+/// 8 processes of a node opening the table at once through one cache fetch each immutable log
+/// object (the commits, the checkpoint's ranges) from the store once between them, counted at
+/// the proxy (`voxlake_io::log_cache`); without the cache every process fetches every commit.
+async fn ranks_of_a_node_fetch_each_log_object_once(backend: Backend) {
+    let count = 12;
+    let uploaded = super::uploaded(backend, "log-once", count, 41).await;
+    let one_cube_files = voxlake::format::Layout {
+        row_group_rows: 1,
+        target_file_bytes: 30_000,
+        ..voxlake::format::Layout::default()
+    };
+    // Half the cubes, a checkpoint, then the rest: commits on both sides of it.
+    for shard in [Some((0, 2)), None] {
+        let mut c = voxlake::compact::Compactor::new(&uploaded.table)
+            .with_storage_options(backend.options())
+            .with_layout(one_cube_files.clone())
+            .with_files_per_commit(1);
+        if let Some((i, n)) = shard {
+            c = c.with_shard(i, n);
+            c.convert(&uploaded.src).await.unwrap();
+            let table =
+                deltalake::DeltaTableBuilder::from_url(url::Url::parse(&uploaded.table).unwrap())
+                    .unwrap()
+                    .with_storage_options(backend.options())
+                    .load()
+                    .await
+                    .unwrap();
+            deltalake::checkpoints::create_checkpoint(&table, None)
+                .await
+                .unwrap();
+        } else {
+            c.convert(&uploaded.src).await.unwrap();
+        }
+    }
+    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = dir.path().join("options");
+    let lines: Vec<String> = backend
+        .through(&proxy)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    std::fs::write(&options, lines.join("\n")).unwrap();
+    let log_gets = |from: usize| -> HashMap<String, usize> {
+        let mut gets = HashMap::new();
+        for r in &proxy.requests()[from..] {
+            let immutable = r.target.contains("_delta_log")
+                && !r.target.contains("_last_checkpoint")
+                && r.method == "GET"
+                && !r.target.contains("list");
+            if immutable {
+                *gets
+                    .entry(format!("{} {:?}", r.target, r.range))
+                    .or_insert(0) += 1;
+            }
+        }
+        gets
+    };
+    for cached in [true, false] {
+        let before = proxy.requests().len();
+        let cache = dir.path().join(format!("cache-{cached}"));
+        let outs: Vec<serde_json::Value> = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..8)
+                .map(|rank| {
+                    let mut cmd = Command::new(voxlake_bin());
+                    cmd.args(["bench", &uploaded.table, "--json", "--batch-size", "4"])
+                        .args(["--rank", &rank.to_string(), "--world-size", "8"])
+                        .args(["--version", &count.to_string()])
+                        .arg("--storage-option-file")
+                        .arg(&options);
+                    if cached {
+                        cmd.args(["--cache-max-mb", "1024", "--cache-dir"])
+                            .arg(&cache);
+                    } else {
+                        cmd.arg("--no-cache");
+                    }
+                    s.spawn(move || json_output(&mut cmd))
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let samples: u64 = outs.iter().map(|o| o["samples"].as_u64().unwrap()).sum();
+        assert!(samples >= count as u64, "every row read: {samples}");
+        let gets = log_gets(before);
+        let commits = gets.keys().filter(|k| k.contains(".json")).count();
+        assert!(
+            commits >= 6,
+            "the commits after the checkpoint were read: {gets:#?}"
+        );
+        assert!(
+            gets.keys().any(|k| k.contains("checkpoint.parquet")),
+            "the checkpoint was read: {gets:#?}"
+        );
+        let most = gets.values().copied().max().unwrap_or(0);
+        if cached {
+            assert_eq!(most, 1, "one fetch of each log object a node: {gets:#?}");
+        } else {
+            assert!(
+                most >= 8,
+                "without the cache each process fetches them: {gets:#?}"
+            );
+        }
+    }
+}
+
+on_every_backend!(ranks_of_a_node_fetch_each_log_object_once);

@@ -27,6 +27,8 @@ pub(crate) struct EntryKey {
     pub(crate) text: String,
     /// The length of each range, in order: the payload is their bytes one after another.
     pub(crate) lens: Vec<usize>,
+    /// Whether the entry holds a piece of a table's log (counted apart from data reads).
+    pub(crate) log: bool,
 }
 
 impl EntryKey {
@@ -49,6 +51,21 @@ impl EntryKey {
                 .iter()
                 .map(|r| r.end.saturating_sub(r.start) as usize)
                 .collect(),
+            log: false,
+        }
+    }
+
+    /// [`new`](Self::new) for a piece of a table's log.
+    pub(crate) fn log(
+        store: &str,
+        path: &str,
+        size: u64,
+        tag: &str,
+        range: std::ops::Range<u64>,
+    ) -> EntryKey {
+        EntryKey {
+            log: true,
+            ..EntryKey::new(store, path, size, tag, &[range])
         }
     }
 
@@ -193,7 +210,7 @@ mod tests {
             }
             let short = whole.slice(..cut.index(whole.len()));
             prop_assert!(super::parts(&short, &key).is_err());
-            let other = EntryKey { text: format!("{}x", key.text), lens: key.lens.clone() };
+            let other = EntryKey { text: format!("{}x", key.text), lens: key.lens.clone(), log: false };
             prop_assert!(super::parts(&whole, &other).is_err());
         }
     }

@@ -68,7 +68,19 @@ impl Snapshot {
         root_store: Option<Arc<dyn ObjectStore>>,
         hints: &ColumnHints,
     ) -> Result<Snapshot, TableError> {
-        let as_of = as_of.into();
+        Snapshot::open_logged(location, options, as_of.into(), root_store, hints, None).await
+    }
+
+    /// [`open_with`](Self::open_with), a remote table's immutable log objects read through
+    /// `log_cache` (the node's disk cache: see `voxlake_io::log_cache`).
+    pub(crate) async fn open_logged(
+        location: &str,
+        options: &HashMap<String, String>,
+        as_of: AsOf,
+        root_store: Option<Arc<dyn ObjectStore>>,
+        hints: &ColumnHints,
+        log_cache: Option<LogCacheRef>,
+    ) -> Result<Snapshot, TableError> {
         crate::stores::register_handlers();
         let url = location::to_url(location, true)?;
         let display = redact(url.as_str());
@@ -113,7 +125,8 @@ impl Snapshot {
             let backend = match root_store.clone() {
                 Some(store) => Some(store),
                 None if !matches!(url.scheme(), "file" | "memory") => {
-                    Some(crate::stores::open_store(location, true, &options)?.store)
+                    let store = crate::stores::open_store(location, true, &options)?.store;
+                    Some(through_log_cache(store, log_cache.as_ref(), &identity))
                 }
                 None => None,
             };
@@ -452,6 +465,32 @@ fn hive_partitions(path: &str) -> Vec<(String, Option<String>)> {
             (k.to_string(), v)
         })
         .collect()
+}
+
+/// The node's disk cache, where the log's immutable objects may be read through it.
+#[cfg(unix)]
+pub(crate) type LogCacheRef = Arc<voxlake_io::cache::DiskCache>;
+/// No disk cache off unix.
+#[cfg(not(unix))]
+pub(crate) type LogCacheRef = std::convert::Infallible;
+
+/// `store`, its immutable log objects read through `cache` where there is one.
+fn through_log_cache(
+    store: Arc<dyn ObjectStore>,
+    cache: Option<&LogCacheRef>,
+    identity: &str,
+) -> Arc<dyn ObjectStore> {
+    match cache {
+        #[cfg(unix)]
+        Some(cache) => Arc::new(voxlake_io::log_cache::LogCache::new(
+            store,
+            cache.clone(),
+            identity,
+        )),
+        #[cfg(not(unix))]
+        Some(never) => match *never {},
+        None => store,
+    }
 }
 
 #[cfg(test)]
