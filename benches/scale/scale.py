@@ -218,6 +218,8 @@ def main() -> None:
                 rows.append(r)
     prefix = f"commits{args.long_commits}"
     t0 = time.time()
+    if args.long_commits == 0:
+        return report(rows, args.out_json)
     write_table(s3, args.bucket, prefix, args.long_commits, args.long_commits)
     print(f"wrote {args.long_commits} one-file commits in {time.time() - t0:.0f} s", flush=True)
     sizes = log_sizes(s3, args.bucket, prefix)
@@ -227,18 +229,21 @@ def main() -> None:
             r.update({"table": f"{args.long_commits} one-file commits", "checkpoint": False})
             print(json.dumps(r), flush=True)
             rows.append(r)
+    report(rows, args.out_json)
+
+
+def report(rows: list, out_json) -> None:
     print()
-    print("| table | checkpoint | processes | cache | requests | log GETs (commit / checkpoint / LIST) | log MB | slowest first batch (s) | ÷ latency | peak RSS (MB) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| table | checkpoint | processes | cache | requests | log GETs (commit / checkpoint / LIST) | data GETs | log MB | slowest first batch (s) | ÷ latency | peak RSS (MB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         k = r["by_kind"]
         print(f"| {r['table']} | {'yes' if r['checkpoint'] else 'no'} | {r['processes']} | {'node cache' if r['cache'] else 'none'} | "
-              f"{r['requests']} | {k.get('GET commit', 0)} / {k.get('GET checkpoint', 0)} / {k.get('LIST', 0)} | "
+              f"{r['requests']} | {k.get('GET commit', 0)} / {k.get('GET checkpoint', 0)} / {k.get('LIST', 0)} | {k.get('GET data', 0)} | "
               f"{r['log_bytes'] / 1e6:.1f} | {r['slowest_first_batch_s']} | {r['first_batch_over_latency']} | {r['peak_rss_mb']} |")
-    if args.out_json:
-        with open(args.out_json, "w") as f:
+    if out_json:
+        with open(out_json, "w") as f:
             json.dump(rows, f, indent=1)
-
 
 if __name__ == "__main__":
     main()

@@ -573,6 +573,96 @@ async fn appends_do_not_read_the_log_back(backend: Backend) {
 
 on_every_backend!(appends_do_not_read_the_log_back);
 
+/// A small data file (at most 256 KiB) is read whole in one request: its footer is parsed from
+/// it and its row group cut from the same bytes (`table/snapshot/small.rs`). 24 one-row files
+/// of 8 f32: an epoch asks the proxy for each data file once, where it asked twice (footer,
+/// then row group); every row is delivered once with its values.
+async fn a_small_file_is_read_in_one_request(backend: Backend) {
+    use voxlake::format::DType;
+    use voxlake::format::npy::{EncodeOptions, encode};
+    let count = 24;
+    let prefix = unique_prefix("small-files");
+    let store = backend.store();
+    for i in 0..count {
+        let values: Vec<u8> = (0..8)
+            .flat_map(|k| ((i * 8 + k) as f32).to_le_bytes())
+            .collect();
+        let npy = encode(DType::F32, &[8], &values, EncodeOptions::default());
+        store
+            .put(
+                &StorePath::from(format!("{prefix}/src/v{i:03}.npy")),
+                PutPayload::from(npy),
+            )
+            .await
+            .unwrap();
+    }
+    let (src, table) = (
+        backend.url(&format!("{prefix}/src")),
+        backend.url(&format!("{prefix}/table")),
+    );
+    Compactor::new(&table)
+        .with_storage_options(backend.options())
+        .with_layout(Layout {
+            row_group_rows: 1,
+            target_file_bytes: 1,
+            ..Layout::default()
+        })
+        .convert(&src)
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let options = backend.through(&proxy);
+    let (ids, sums) = std::thread::spawn(move || {
+        let loader = Loader::builder(table)
+            .with_storage_options(options)
+            .with_cache_choice(voxlake::stream::cache::CacheChoice::Off)
+            .with_batch_size(5)
+            .build()
+            .unwrap();
+        let (mut ids, mut sums) = (Vec::new(), Vec::new());
+        for batch in loader {
+            let batch = batch.unwrap();
+            let values = batch.tensors.as_bytes().unwrap().to_vec();
+            for (j, id) in batch.ids.iter().enumerate() {
+                let row = &values[j * 32..(j + 1) * 32];
+                sums.push((id.clone(), row.to_vec()));
+            }
+            ids.extend(batch.ids);
+        }
+        (ids, sums)
+    })
+    .join()
+    .unwrap();
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (count, count), "every row once");
+    for (id, row) in sums {
+        let i: usize = id
+            .trim_start_matches('v')
+            .trim_end_matches(".npy")
+            .parse()
+            .unwrap();
+        let want: Vec<u8> = (0..8)
+            .flat_map(|k| ((i * 8 + k) as f32).to_le_bytes())
+            .collect();
+        assert_eq!(row, want, "{id}");
+    }
+    let mut reads: HashMap<String, usize> = HashMap::new();
+    for r in proxy.requests() {
+        if r.method == "GET" && r.target.split('?').next().unwrap().ends_with(".parquet") {
+            *reads.entry(r.target.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(reads.len(), count, "one file a row: {reads:#?}");
+    assert!(
+        reads.values().all(|&n| n == 1),
+        "each small file read in one request: {reads:#?}"
+    );
+}
+
+on_every_backend!(a_small_file_is_read_in_one_request);
+
 /// `compact convert` with a fifth of *every* request faulted (listings, source and data
 /// uploads, log reads, commits; seeded): it commits in windows, so a run that fails keeps what it
 /// committed and the next run converts only the rest. Run until one succeeds (at most five

@@ -40,6 +40,7 @@ pub(crate) use open::LogCacheRef;
 mod pages;
 mod read;
 mod schema;
+mod small;
 mod travel;
 
 pub use features::{Protocol, SUPPORTED_READER_FEATURES};
@@ -130,6 +131,8 @@ pub struct Snapshot {
     remote: Option<Arc<voxlake_io::remote::RemoteStore>>,
     footers: Vec<OnceCell<ArrowReaderMetadata>>,
     view_footers: Vec<OnceCell<ArrowReaderMetadata>>,
+    /// Small files' bytes between their footer's read and their row group's (`small`).
+    small: small::SmallFiles,
     /// Per file with a deletion vector: the rows each row group keeps (made from its footer
     /// on first use).
     undeleted: Vec<OnceCell<GroupRows>>,
@@ -403,16 +406,20 @@ impl Snapshot {
             })
     }
 
-    /// The footer of file `index`, read once (one ranged GET of the tail) and cached.
+    /// The footer of file `index`, read once (one ranged GET of the tail; a small file's
+    /// whole, see `small`) and cached.
     pub async fn reader_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, TableError> {
         self.file(index)?;
         self.footers[index]
             .get_or_try_init(|| async {
-                let metadata = self
-                    .reader(index)
-                    .get_metadata(None)
-                    .await
-                    .map_err(|e| self.file_error(index, e))?;
+                let metadata = match self.is_small(index) {
+                    true => Arc::new(self.small_footer(index).await?),
+                    false => self
+                        .reader(index)
+                        .get_metadata(None)
+                        .await
+                        .map_err(|e| self.file_error(index, e))?,
+                };
                 let file = &self.files[index];
                 footer::check_footer(&metadata, file.size, file.records).map_err(|reason| {
                     TableError::Corrupt {

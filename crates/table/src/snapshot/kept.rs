@@ -50,6 +50,8 @@ impl Snapshot {
         self.footers = pick(std::mem::take(&mut self.footers), &keep);
         self.view_footers = pick(std::mem::take(&mut self.view_footers), &keep);
         self.undeleted = pick(std::mem::take(&mut self.undeleted), &keep);
+        // Kept bytes are keyed by the old indices.
+        self.small = Default::default();
         selection.rows = selection
             .rows
             .into_iter()

@@ -447,6 +447,7 @@ impl Snapshot {
             store,
             footers,
             view_footers,
+            small: Default::default(),
             has_deletes: files_have_deletes,
             undeleted,
         }

@@ -277,11 +277,14 @@ impl Snapshot {
     ) -> Result<Vec<bytes::Bytes>, TableError> {
         let asked = ranges.len();
         let start = Instant::now();
-        let data = self
-            .reader(index)
-            .get_byte_ranges(ranges)
-            .await
-            .map_err(|e| self.file_error(index, e))?;
+        let data = match self.reads_whole(index) {
+            true => self.small_ranges(index, &ranges).await?,
+            false => self
+                .reader(index)
+                .get_byte_ranges(ranges)
+                .await
+                .map_err(|e| self.file_error(index, e))?,
+        };
         timings.fetch += start.elapsed();
         timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
         // object_store's contract; a store that breaks it must not become a panic here.
