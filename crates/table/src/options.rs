@@ -81,7 +81,8 @@ impl Snapshot {
         let cache = options.cache.open()?;
         #[cfg(not(unix))]
         let cache: Option<crate::snapshot::LogCacheRef> = None;
-        let open = |as_of| {
+        // `known`: a job's marker named the version, so the table has a log.
+        let open = |as_of, known| {
             Snapshot::open_logged(
                 location,
                 &options.storage_options,
@@ -89,6 +90,7 @@ impl Snapshot {
                 options.root_store.clone(),
                 &options.hints,
                 cache.clone(),
+                known,
             )
         };
         // "Latest" is the job's, not this rank's, where a job is named: the version a rank of
@@ -104,11 +106,11 @@ impl Snapshot {
                 .await?;
                 let (snapshot, pinned) = match pinned {
                     Some(marker) => (
-                        open(AsOf::Version(marker.version)).await?,
+                        open(AsOf::Version(marker.version), true).await?,
                         Some((marker.version, marker.files)),
                     ),
                     None => {
-                        let snapshot = open(AsOf::Latest).await?;
+                        let snapshot = open(AsOf::Latest, false).await?;
                         let agreed = crate::pin::agree(
                             snapshot.store().as_ref(),
                             snapshot.location(),
@@ -120,9 +122,10 @@ impl Snapshot {
                         match agreed {
                             crate::pin::Agreed::Keep => (snapshot, None),
                             // Another rank published first, between the look and the put.
-                            crate::pin::Agreed::Reopen { version, files } => {
-                                (open(AsOf::Version(version)).await?, Some((version, files)))
-                            }
+                            crate::pin::Agreed::Reopen { version, files } => (
+                                open(AsOf::Version(version), true).await?,
+                                Some((version, files)),
+                            ),
                         }
                     }
                 };
@@ -137,7 +140,7 @@ impl Snapshot {
                 }
                 snapshot
             }
-            (_, as_of) => open(as_of).await?,
+            (_, as_of) => open(as_of, false).await?,
         };
         #[cfg(unix)]
         let snapshot = match cache {

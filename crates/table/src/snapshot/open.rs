@@ -68,11 +68,22 @@ impl Snapshot {
         root_store: Option<Arc<dyn ObjectStore>>,
         hints: &ColumnHints,
     ) -> Result<Snapshot, TableError> {
-        Snapshot::open_logged(location, options, as_of.into(), root_store, hints, None).await
+        Snapshot::open_logged(
+            location,
+            options,
+            as_of.into(),
+            root_store,
+            hints,
+            None,
+            false,
+        )
+        .await
     }
 
     /// [`open_with`](Self::open_with), a remote table's immutable log objects read through
-    /// `log_cache` (the node's disk cache: see `voxlake_io::log_cache`).
+    /// `log_cache` (the node's disk cache: see `voxlake_io::log_cache`). With `known_delta`
+    /// (a job's marker named the version) the log is not listed first to learn whether there
+    /// is one: a round trip less.
     pub(crate) async fn open_logged(
         location: &str,
         options: &HashMap<String, String>,
@@ -80,6 +91,7 @@ impl Snapshot {
         root_store: Option<Arc<dyn ObjectStore>>,
         hints: &ColumnHints,
         log_cache: Option<LogCacheRef>,
+        known_delta: bool,
     ) -> Result<Snapshot, TableError> {
         crate::stores::register_handlers();
         let url = location::to_url(location, true)?;
@@ -135,7 +147,7 @@ impl Snapshot {
             }
             let mut table = builder.build().map_err(err)?;
             // Ask first: loading a missing table makes the kernel log an error.
-            if !table.verify_deltatable_existence().await.map_err(err)? {
+            if !known_delta && !table.verify_deltatable_existence().await.map_err(err)? {
                 // No log: a folder of Parquet files (listed once), whose only version is 0 (a
                 // loader state pins it; the state's file-set hash tells listings apart).
                 let pinned = match as_of {
