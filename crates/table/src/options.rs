@@ -80,7 +80,7 @@ impl Snapshot {
         #[cfg(unix)]
         let cache = options.cache.open()?;
         #[cfg(not(unix))]
-        let cache: Option<crate::snapshot::LogCacheRef> = None;
+        let cache: Option<crate::stores::LogCacheRef> = None;
         // `known`: a job's marker named the version, so the table has a log.
         let open = |as_of, known| {
             Snapshot::open_logged(

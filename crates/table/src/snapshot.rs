@@ -35,8 +35,6 @@ mod list_decode;
 mod logcheck;
 mod mapping;
 mod open;
-#[cfg(not(unix))]
-pub(crate) use open::LogCacheRef;
 mod pages;
 mod read;
 mod schema;

@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Once};
 
+use object_store::ObjectStore;
+
 use deltalake::logstore::{StorageConfig, object_store_factories};
 use url::Url;
 use voxlake_io::location::{self, Location, credential_method, to_url};
@@ -111,4 +113,30 @@ pub async fn ensure_reachable(
     }
     let probe = open_store(location, true, &location::probe_options(options))?;
     location::answers(&probe).await
+}
+
+/// The node's disk cache, where the log's immutable objects may be read through it.
+#[cfg(unix)]
+pub(crate) type LogCacheRef = Arc<voxlake_io::cache::DiskCache>;
+/// No disk cache off unix.
+#[cfg(not(unix))]
+pub(crate) type LogCacheRef = std::convert::Infallible;
+
+/// `store`, its immutable log objects read through `cache` where there is one.
+pub(crate) fn through_log_cache(
+    store: Arc<dyn ObjectStore>,
+    cache: Option<&LogCacheRef>,
+    identity: &str,
+) -> Arc<dyn ObjectStore> {
+    match cache {
+        #[cfg(unix)]
+        Some(cache) => Arc::new(voxlake_io::log_cache::LogCache::new(
+            store,
+            cache.clone(),
+            identity,
+        )),
+        #[cfg(not(unix))]
+        Some(never) => match *never {},
+        None => store,
+    }
 }

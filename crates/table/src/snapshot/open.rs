@@ -90,7 +90,7 @@ impl Snapshot {
         as_of: AsOf,
         root_store: Option<Arc<dyn ObjectStore>>,
         hints: &ColumnHints,
-        log_cache: Option<LogCacheRef>,
+        log_cache: Option<crate::stores::LogCacheRef>,
         known_delta: bool,
     ) -> Result<Snapshot, TableError> {
         crate::stores::register_handlers();
@@ -138,7 +138,11 @@ impl Snapshot {
                 Some(store) => Some(store),
                 None if !matches!(url.scheme(), "file" | "memory") => {
                     let store = crate::stores::open_store(location, true, &options)?.store;
-                    Some(through_log_cache(store, log_cache.as_ref(), &identity))
+                    Some(crate::stores::through_log_cache(
+                        store,
+                        log_cache.as_ref(),
+                        &identity,
+                    ))
                 }
                 None => None,
             };
@@ -478,32 +482,6 @@ fn hive_partitions(path: &str) -> Vec<(String, Option<String>)> {
             (k.to_string(), v)
         })
         .collect()
-}
-
-/// The node's disk cache, where the log's immutable objects may be read through it.
-#[cfg(unix)]
-pub(crate) type LogCacheRef = Arc<voxlake_io::cache::DiskCache>;
-/// No disk cache off unix.
-#[cfg(not(unix))]
-pub(crate) type LogCacheRef = std::convert::Infallible;
-
-/// `store`, its immutable log objects read through `cache` where there is one.
-fn through_log_cache(
-    store: Arc<dyn ObjectStore>,
-    cache: Option<&LogCacheRef>,
-    identity: &str,
-) -> Arc<dyn ObjectStore> {
-    match cache {
-        #[cfg(unix)]
-        Some(cache) => Arc::new(voxlake_io::log_cache::LogCache::new(
-            store,
-            cache.clone(),
-            identity,
-        )),
-        #[cfg(not(unix))]
-        Some(never) => match *never {},
-        None => store,
-    }
 }
 
 #[cfg(test)]
