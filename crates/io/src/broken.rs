@@ -19,10 +19,7 @@ use std::time::Duration;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
-};
+use object_store::{GetOptions, GetResult, ListResult, ObjectMeta, ObjectStore, Result};
 
 use crate::error::store_error_is_transient;
 
@@ -91,14 +88,7 @@ fn stream_of(items: Result<Vec<ObjectMeta>>) -> BoxStream<'static, Result<Object
     }
 }
 
-impl std::fmt::Display for RetryBroken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RetryBroken({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for RetryBroken {
+crate::passthrough::wrapper_store!(RetryBroken, {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         // A body that breaks after a successful answer object_store re-reads itself
         // (`retry_stream`); an answer that broke before it was whole is asked for again.
@@ -155,45 +145,17 @@ impl ObjectStore for RetryBroken {
             attempt += 1;
         }
     }
-
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        self.inner.rename_opts(from, to, options).await
-    }
-}
+});
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use object_store::ObjectStoreExt;
     use object_store::memory::InMemory;
+    use object_store::{
+        CopyOptions, MultipartUpload, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+        RenameOptions,
+    };
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A store whose first `breaks` listings fail mid-way, and first `get_breaks` gets.

@@ -40,7 +40,6 @@ pub mod local;
 pub mod location;
 #[cfg(unix)]
 pub mod log_cache;
-#[cfg(unix)]
 mod passthrough;
 pub mod reader;
 #[cfg(unix)]

@@ -23,9 +23,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartUpload,
-    ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
-    Result,
+    GetOptions, GetRange, GetResult, GetResultPayload, ListResult, ObjectMeta, ObjectStore, Result,
 };
 
 use crate::cache::{DiskCache, EntryKey};
@@ -116,14 +114,7 @@ fn resolve(range: &Option<GetRange>, size: u64) -> Option<Range<u64>> {
     (r.start < r.end || (size == 0 && r == (0..0))).then_some(r)
 }
 
-impl std::fmt::Display for LogCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LogCache({})", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for LogCache {
+crate::passthrough::wrapper_store!(LogCache, {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let plain = options.if_match.is_none()
             && options.if_none_match.is_none()
@@ -209,39 +200,7 @@ impl ObjectStore for LogCache {
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
         self.inner.list_with_delimiter(prefix).await
     }
-
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-
-    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        self.inner.rename_opts(from, to, options).await
-    }
-}
+});
 
 #[cfg(test)]
 mod tests {

@@ -1,13 +1,14 @@
-//! The pass-through half of the wrapper stores: `ObjectStore` implemented once for every store
-//! of this crate that only changes how ranges are read (`MappedLocalStore`, `RemoteStore`),
-//! as object_store writes each of its own wrappers (`LimitStore`, `ThrottledStore`) around the
-//! one call it changes.
+//! The pass-through half of the wrapper stores: `ObjectStore` written once for every store of
+//! this crate that changes a few calls (`MappedLocalStore`, `RemoteStore`, `RetryBroken`,
+//! `LogCache`), as object_store writes each of its own wrappers (`LimitStore`,
+//! `ThrottledStore`) around the calls it changes.
 
-/// Implements `ObjectStore` and `Display` for `$store`: `get_ranges` is the store's own
-/// `read_ranges` (every data read of a table goes through it), every other call goes to its
-/// field `inner` unchanged.
-macro_rules! reads_ranges_itself {
-    ($store:ident) => {
+/// Implements `Display` and `ObjectStore` for `$store`, whose field `inner` is the store it
+/// wraps: the methods given in the braces are the store's own, and every write (put, multipart
+/// upload, delete, copy, rename) goes to `inner` unchanged. The reads (`get_opts`, the
+/// listings) must be among the given ones (see [`reads_ranges_itself`] for the usual set).
+macro_rules! wrapper_store {
+    ($store:ident, { $($own:tt)* }) => {
         impl ::std::fmt::Display for $store {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 write!(f, "{}({})", stringify!($store), self.inner)
@@ -16,13 +17,7 @@ macro_rules! reads_ranges_itself {
 
         #[async_trait::async_trait]
         impl ::object_store::ObjectStore for $store {
-            async fn get_ranges(
-                &self,
-                location: &::object_store::path::Path,
-                ranges: &[::std::ops::Range<u64>],
-            ) -> ::object_store::Result<Vec<::bytes::Bytes>> {
-                self.read_ranges(location, ranges).await
-            }
+            $($own)*
 
             async fn put_opts(
                 &self,
@@ -41,14 +36,6 @@ macro_rules! reads_ranges_itself {
                 self.inner.put_multipart_opts(location, opts).await
             }
 
-            async fn get_opts(
-                &self,
-                location: &::object_store::path::Path,
-                options: ::object_store::GetOptions,
-            ) -> ::object_store::Result<::object_store::GetResult> {
-                self.inner.get_opts(location, options).await
-            }
-
             fn delete_stream(
                 &self,
                 locations: ::futures::stream::BoxStream<
@@ -60,6 +47,49 @@ macro_rules! reads_ranges_itself {
                 ::object_store::Result<::object_store::path::Path>,
             > {
                 self.inner.delete_stream(locations)
+            }
+
+            async fn copy_opts(
+                &self,
+                from: &::object_store::path::Path,
+                to: &::object_store::path::Path,
+                options: ::object_store::CopyOptions,
+            ) -> ::object_store::Result<()> {
+                self.inner.copy_opts(from, to, options).await
+            }
+
+            async fn rename_opts(
+                &self,
+                from: &::object_store::path::Path,
+                to: &::object_store::path::Path,
+                options: ::object_store::RenameOptions,
+            ) -> ::object_store::Result<()> {
+                self.inner.rename_opts(from, to, options).await
+            }
+        }
+    };
+}
+
+/// [`wrapper_store`] for a store whose `get_ranges` is its own `read_ranges` (every data read
+/// of a table goes through it); `get_opts` and the listings go to `inner` unchanged.
+#[cfg(unix)]
+macro_rules! reads_ranges_itself {
+    ($store:ident) => {
+        crate::passthrough::wrapper_store!($store, {
+            async fn get_ranges(
+                &self,
+                location: &::object_store::path::Path,
+                ranges: &[::std::ops::Range<u64>],
+            ) -> ::object_store::Result<Vec<::bytes::Bytes>> {
+                self.read_ranges(location, ranges).await
+            }
+
+            async fn get_opts(
+                &self,
+                location: &::object_store::path::Path,
+                options: ::object_store::GetOptions,
+            ) -> ::object_store::Result<::object_store::GetResult> {
+                self.inner.get_opts(location, options).await
             }
 
             fn list(
@@ -89,26 +119,10 @@ macro_rules! reads_ranges_itself {
             ) -> ::object_store::Result<::object_store::ListResult> {
                 self.inner.list_with_delimiter(prefix).await
             }
-
-            async fn copy_opts(
-                &self,
-                from: &::object_store::path::Path,
-                to: &::object_store::path::Path,
-                options: ::object_store::CopyOptions,
-            ) -> ::object_store::Result<()> {
-                self.inner.copy_opts(from, to, options).await
-            }
-
-            async fn rename_opts(
-                &self,
-                from: &::object_store::path::Path,
-                to: &::object_store::path::Path,
-                options: ::object_store::RenameOptions,
-            ) -> ::object_store::Result<()> {
-                self.inner.rename_opts(from, to, options).await
-            }
-        }
+        });
     };
 }
 
+#[cfg(unix)]
 pub(crate) use reads_ranges_itself;
+pub(crate) use wrapper_store;
