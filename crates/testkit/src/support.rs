@@ -157,15 +157,20 @@ pub fn python() -> PathBuf {
     local
 }
 
-/// Runs a command that must succeed and print one JSON document; stderr is shown on failure.
-pub fn json_output(command: &mut Command) -> serde_json::Value {
+/// Runs a command that must succeed and returns its output; stderr is shown on failure.
+pub fn succeeded(command: &mut Command) -> std::process::Output {
     let out = command.output().expect("the command runs");
     assert!(
         out.status.success(),
         "{command:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+    out
+}
+
+/// Runs a command that must succeed and print one JSON document; stderr is shown on failure.
+pub fn json_output(command: &mut Command) -> serde_json::Value {
+    serde_json::from_slice(&succeeded(command).stdout).expect("JSON on stdout")
 }
 
 /// A path in this checkout. From the variable cargo sets when it runs the test, not the one

@@ -499,13 +499,7 @@ async fn ranks_of_a_node_fetch_each_log_object_once(backend: Backend) {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let options = dir.path().join("options");
-    let lines: Vec<String> = backend
-        .through(&proxy)
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    std::fs::write(&options, lines.join("\n")).unwrap();
+    let options = super::options_file(backend, &proxy, &dir.path().join("options"));
     let log_gets = |from: usize| -> HashMap<String, usize> {
         let mut gets = HashMap::new();
         for r in &proxy.requests()[from..] {
