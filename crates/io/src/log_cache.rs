@@ -297,4 +297,38 @@ mod tests {
         cache.flush().await;
         assert_eq!(cache.stats().log_misses, 2);
     }
+
+    #[tokio::test]
+    async fn a_corrupt_log_entry_is_fetched_again_never_handed_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path(), 1 << 20).unwrap();
+        let store = Arc::new(InMemory::new());
+        let commit = Path::from("t/_delta_log/00000000000000000007.json");
+        let body = "{\"add\":{\"path\":\"a.parquet\"}}";
+        store.put(&commit, body.into()).await.unwrap();
+        let logs = LogCache::new(store, cache.clone(), "mem");
+        let _: Vec<_> = logs.list(None).try_collect().await.unwrap();
+        logs.get(&commit).await.unwrap().bytes().await.unwrap();
+        cache.flush().await;
+        // Flip a byte of the payload of every entry on disk.
+        let entries = dir.path().join(crate::cache::CACHE_SUBDIR).join("entries");
+        let mut flipped = 0;
+        for entry in std::fs::read_dir(&entries).unwrap() {
+            let path = entry.unwrap().path();
+            let mut bytes = std::fs::read(&path).unwrap();
+            let last = bytes.len() - 2;
+            bytes[last] ^= 0x20;
+            std::fs::write(&path, bytes).unwrap();
+            flipped += 1;
+        }
+        assert_eq!(flipped, 1);
+        let again = logs.get(&commit).await.unwrap().bytes().await.unwrap();
+        assert_eq!(
+            &again[..],
+            body.as_bytes(),
+            "fetched again, not the corrupt bytes"
+        );
+        let stats = cache.stats();
+        assert_eq!((stats.corrupt, stats.log_misses), (1, 2), "{stats:?}");
+    }
 }
