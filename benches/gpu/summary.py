@@ -23,14 +23,22 @@ def main() -> None:
     cat_all = cat["bytes"] / cat["parallel_s"] / 1e9
     print(f"cat: one process {cat_one:.2f} GB/s, one per core {cat_all:.2f} GB/s")
 
-    print("\nround  ndarray/s  device/s  ratio  device cores  omp1/s  omp1 cores  "
-          "first batch s  staging waits")
+    # A run of two epochs lasts about a second: the device path's first batch (CUDA's context,
+    # pinned buffers: ~0.3 s) is a large part of it, so the rate after the first batch is shown
+    # too (what a long training run sees).
+    def streaming(r):
+        return (r["samples"] - r["samples"] / max(r["batches"], 1)) / max(r["seconds"] - r["first_batch_s"], 1e-9)
+
+    print("\nround  ndarray/s  device/s  ratio  after 1st batch: ndarray/s  device/s  ratio  "
+          "device cores  omp1/s  omp1 cores  first batch s  staging waits")
     for i, (a, d, o) in enumerate(
         zip(steps["ndarray"], steps["device"], steps["device_omp1"]), 1
     ):
         print(
             f"{i:5}  {a['samples_per_s']:9.0f}  {d['samples_per_s']:8.0f}  "
-            f"{d['samples_per_s'] / a['samples_per_s']:5.2f}  {d['cpu_cores']:12.1f}  "
+            f"{d['samples_per_s'] / a['samples_per_s']:5.2f}  "
+            f"{streaming(a):25.0f}  {streaming(d):8.0f}  {streaming(d) / streaming(a):5.2f}  "
+            f"{d['cpu_cores']:12.1f}  "
             f"{o['samples_per_s']:6.0f}  {o['cpu_cores']:10.1f}  "
             f"{d['first_batch_s']:13.3f}  {d['staging_waits']:13}"
         )
@@ -50,7 +58,8 @@ def main() -> None:
         print(f"{n:5}  {total:19.0f}")
 
     print("\ntargets: device >= 20,000 samples/s on <= 2 cores whatever OMP_NUM_THREADS; "
-          "device >= 0.9 x ndarray; first batch <= 0.05 s; 8 ranks above 4")
+          "device >= 0.9 x ndarray (whole run and after the first batch); first batch <= 0.05 s; "
+          "8 ranks above 4")
 
 
 if __name__ == "__main__":
