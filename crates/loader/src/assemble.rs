@@ -53,9 +53,9 @@ pub(crate) struct Assembler {
     pub hooks: Hooks,
     #[cfg(feature = "tch")]
     pub device: Option<tch::Device>,
-    /// The staging ring for a CUDA device.
+    /// The staging ring for a CUDA device (set up beside the stream's first reads).
     #[cfg(feature = "tch")]
-    pub feed: Option<Mutex<crate::feed::DeviceFeed<crate::feed::Cuda>>>,
+    pub feed: Option<Mutex<crate::feed::Setup>>,
     pub recycled: Arc<Mutex<Vec<Tensors>>>,
     /// Threads that copy each batch's samples in parallel (`None`: the producer's thread).
     pub pool: Option<Arc<rayon::ThreadPool>>,
@@ -208,16 +208,17 @@ impl Assembler {
                             samples,
                         })
                         .collect();
-                    let mut feed = feed.lock().map_err(|_| {
+                    let mut setup = feed.lock().map_err(|_| {
                         failed("the staging ring was poisoned by an earlier panic".into())
                     })?;
+                    let feed = setup.ready().map_err(failed)?;
                     let sent = feed
                         .send(&staged, &labels, self.pool.as_deref())
                         .map_err(failed)?;
                     self.counters
                         .staging_waits
                         .store(feed.waits(), Ordering::Relaxed);
-                    drop(feed);
+                    drop(setup);
                     let mut on_device = Vec::with_capacity(sent.tensors.len());
                     for (n, t) in sent.tensors.into_iter().enumerate() {
                         let channels = if tensor_fields[n].0 == 0 {

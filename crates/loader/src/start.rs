@@ -211,7 +211,8 @@ impl LoaderBuilder {
             }
             (false, _) => None,
         };
-        // CUDA set up now (context, staging ring), not at the first batch.
+        // The device checked now; CUDA's context and staging ring set up beside the stream's
+        // first reads (`feed::Setup`).
         #[cfg(feature = "tch")]
         let feed = match self.device {
             Some(device) => {
@@ -219,9 +220,8 @@ impl LoaderBuilder {
                     crate::torch::kind_of(field.dtype())?;
                 }
                 crate::torch::check_device(device)?;
-                crate::torch::warm_up(device)?;
                 let fields: Vec<usize> = spec.tensors().map(|(_, s)| s.nbytes()).collect();
-                crate::feed::cuda(device, self.batch_size, &fields)?.map(Mutex::new)
+                crate::feed::Setup::start(device, self.batch_size, fields)?.map(Mutex::new)
             }
             None => None,
         };

@@ -64,8 +64,8 @@ pub fn check_device(device: Device) -> Result<(), LoaderError> {
     Ok(())
 }
 
-/// Sets libtorch's CUDA context up on `device` at `build()` rather than at the first batch
-/// (measured 0.24–0.41 s there on an H100 machine). Nothing to do on CPU.
+/// Sets libtorch's CUDA context up on `device` (0.24–0.41 s on an H100 machine), on the
+/// feed's set-up thread beside the stream's first reads (`feed::Setup`). Nothing to do on CPU.
 pub(crate) fn warm_up(device: Device) -> Result<(), LoaderError> {
     if !device.is_cuda() {
         return Ok(());
