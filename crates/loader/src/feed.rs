@@ -276,10 +276,13 @@ impl Copier for Cuda {
     }
 }
 
-/// A CUDA device's feed, set up on a thread of its own while the stream reads its first row
-/// groups: the context and the pinned ring took 0.26–0.38 s on an H200, added to the first
-/// batch when they were made before the stream started. The first batch waits for it; an
-/// error in it is that batch's error (and every later one's).
+/// CUDA's context being made, from the start of `build()` ([`Setup::warm`]).
+pub(crate) type Warming = std::thread::JoinHandle<Result<(), LoaderError>>;
+
+/// A CUDA device's feed, set up on threads of their own while the table opens (the context)
+/// and the stream reads its first row groups (the pinned ring): both took 0.26–0.38 s on an
+/// H200, added to the first batch when they were made between the open and the stream's start.
+/// The first batch waits for it; an error in it is that batch's error (and every later one's).
 pub(crate) enum Setup {
     /// Being set up.
     Pending(std::thread::JoinHandle<Result<DeviceFeed<Cuda>, LoaderError>>),
@@ -290,11 +293,26 @@ pub(crate) enum Setup {
 }
 
 impl Setup {
-    /// Starts setting up the feed for `device` (CUDA only: `None` for others).
+    /// Starts making CUDA's context for `device` (CUDA only: `None` for others) before the
+    /// table is opened: it needs nothing of the table, and takes longer than a local open.
+    pub(crate) fn warm(device: Device) -> Result<Option<Warming>, LoaderError> {
+        if !device.is_cuda() {
+            return Ok(None);
+        }
+        std::thread::Builder::new()
+            .name("voxlake-cuda-context".into())
+            .spawn(move || crate::torch::warm_up(device))
+            .map(Some)
+            .map_err(|e| LoaderError::Internal(format!("starting the CUDA set-up thread: {e}")))
+    }
+
+    /// Starts setting up the feed for `device` (CUDA only: `None` for others), after the
+    /// context `warming` makes.
     pub(crate) fn start(
         device: Device,
         batch_size: usize,
         field_bytes: Vec<usize>,
+        warming: Option<Warming>,
     ) -> Result<Option<Setup>, LoaderError> {
         let Device::Cuda(index) = device else {
             return Ok(None);
@@ -302,7 +320,16 @@ impl Setup {
         let thread = std::thread::Builder::new()
             .name("voxlake-cuda-setup".into())
             .spawn(move || {
-                crate::torch::warm_up(device)?;
+                match warming.map(std::thread::JoinHandle::join) {
+                    None => crate::torch::warm_up(device)?,
+                    Some(Ok(warmed)) => warmed?,
+                    Some(Err(panic)) => {
+                        return Err(LoaderError::Internal(format!(
+                            "making the CUDA context panicked: {}",
+                            voxlake_stream::panic_message(panic.as_ref())
+                        )));
+                    }
+                }
                 DeviceFeed::new(Cuda(index), batch_size, &field_bytes)
             })
             .map_err(|e| LoaderError::Internal(format!("starting the CUDA set-up thread: {e}")))?;
@@ -612,12 +639,21 @@ mod tests {
                 assert!(!e.is_empty());
             }
         }
-        assert!(Setup::start(Device::Cpu, 4, vec![4]).unwrap().is_none());
+        assert!(Setup::warm(Device::Cpu).unwrap().is_none());
+        assert!(
+            Setup::start(Device::Cpu, 4, vec![4], None)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
     fn a_cuda_feed_is_set_up_beside_the_caller_and_its_error_is_kept() {
-        let mut setup = Setup::start(Device::Cuda(0), 4, vec![16]).unwrap().unwrap();
+        let warming = Setup::warm(Device::Cuda(0)).unwrap();
+        assert!(warming.is_some());
+        let mut setup = Setup::start(Device::Cuda(0), 4, vec![16], warming)
+            .unwrap()
+            .unwrap();
         match setup.ready() {
             // A GPU machine: the ring is there, and stays.
             Ok(feed) => {

@@ -58,6 +58,15 @@ impl LoaderBuilder {
                 self.rank, self.world_size
             ))
         })?;
+        // CUDA's context is made while the table opens (`feed::Setup`).
+        #[cfg(feature = "tch")]
+        let warming = match self.device {
+            Some(device) => {
+                crate::torch::check_device(device)?;
+                crate::feed::Setup::warm(device)?
+            }
+            None => None,
+        };
         let affinity = crate::launch::resolve_affinity(
             self.node_affinity,
             self.rank,
@@ -211,17 +220,15 @@ impl LoaderBuilder {
             }
             (false, _) => None,
         };
-        // The device checked now; CUDA's context and staging ring set up beside the stream's
-        // first reads (`feed::Setup`).
+        // The staging ring set up beside the stream's first reads, after the context.
         #[cfg(feature = "tch")]
         let feed = match self.device {
             Some(device) => {
                 for (_, field) in spec.tensors() {
                     crate::torch::kind_of(field.dtype())?;
                 }
-                crate::torch::check_device(device)?;
                 let fields: Vec<usize> = spec.tensors().map(|(_, s)| s.nbytes()).collect();
-                crate::feed::Setup::start(device, self.batch_size, fields)?.map(Mutex::new)
+                crate::feed::Setup::start(device, self.batch_size, fields, warming)?.map(Mutex::new)
             }
             None => None,
         };
