@@ -168,6 +168,12 @@ fn options_file(backend: Backend, proxy: &FaultProxy, path: &Path) -> std::path:
     path.to_path_buf()
 }
 
+/// Asserts that `ids` holds `count` ids, none twice.
+fn assert_each_once(ids: &[String], count: usize, what: &str) {
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (count, count), "{what}");
+}
+
 /// A prefix of its own for each test, so tests share the bucket without clashing.
 fn unique_prefix(name: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -439,12 +445,7 @@ async fn faults_are_survived(backend: Backend) {
         "only {} faults injected",
         proxy.faults()
     );
-    let unique: HashSet<&String> = ids.iter().collect();
-    assert_eq!(
-        (ids.len(), unique.len()),
-        (40, 40),
-        "every id exactly once despite the faults"
-    );
+    assert_each_once(&ids, 40, "every id exactly once despite the faults");
 }
 
 // Multi-threaded: the proxy's tasks must run while this thread waits for the loader.
@@ -488,8 +489,7 @@ async fn stalled_reads_are_asked_again(backend: Backend) {
         "each stalled read asked again once"
     );
     assert!(took < stall / 2, "{took:?}: a stall was waited out");
-    let unique: HashSet<&String> = ids.iter().collect();
-    assert_eq!((ids.len(), unique.len()), (40, 40), "every id exactly once");
+    assert_each_once(&ids, 40, "every id exactly once");
 }
 
 on_every_backend!(stalled_reads_are_asked_again);
@@ -531,8 +531,7 @@ async fn a_lost_commit_reply_is_found_in_the_log(backend: Backend) {
         "committed twice: {log:?}"
     );
     let ids = epoch_ids(&uploaded.table, backend.options(), 1);
-    let unique: HashSet<&String> = ids.iter().collect();
-    assert_eq!((ids.len(), unique.len()), (12, 12), "every id exactly once");
+    assert_each_once(&ids, 12, "every id exactly once");
 }
 
 on_every_backend!(a_lost_commit_reply_is_found_in_the_log);
@@ -574,12 +573,7 @@ async fn appends_do_not_read_the_log_back(backend: Backend) {
         log_reads.len()
     );
     let ids = epoch_ids(&uploaded.table, backend.options(), 1);
-    let unique: HashSet<&String> = ids.iter().collect();
-    assert_eq!(
-        (ids.len(), unique.len()),
-        (commits, commits),
-        "every id exactly once"
-    );
+    assert_each_once(&ids, commits, "every id exactly once");
 }
 
 on_every_backend!(appends_do_not_read_the_log_back);
@@ -646,8 +640,7 @@ async fn a_small_file_is_read_in_one_request(backend: Backend) {
     })
     .join()
     .unwrap();
-    let unique: HashSet<&String> = ids.iter().collect();
-    assert_eq!((ids.len(), unique.len()), (count, count), "every row once");
+    assert_each_once(&ids, count, "every row once");
     for (id, row) in sums {
         let i: usize = id
             .trim_start_matches('v')
@@ -739,11 +732,10 @@ async fn convert_under_faults_on_every_request_finishes(backend: Backend) {
         "no run finished: {outcomes:?}"
     );
     let ids = epoch_ids(&table, backend.options(), 1);
-    let unique: HashSet<&String> = ids.iter().collect();
-    assert_eq!(
-        (ids.len(), unique.len()),
-        (count, count),
-        "every id exactly once after {outcomes:?}"
+    assert_each_once(
+        &ids,
+        count,
+        &format!("every id exactly once after {outcomes:?}"),
     );
 }
 
@@ -822,8 +814,7 @@ async fn a_store_away_for_seconds_is_ridden_out(backend: Backend) {
         "{:?}",
         started.elapsed()
     );
-    let unique: HashSet<&String> = ids.iter().collect();
-    assert_eq!((ids.len(), unique.len()), (40, 40), "every id exactly once");
+    assert_each_once(&ids, 40, "every id exactly once");
 }
 
 on_every_backend!(a_store_away_for_seconds_is_ridden_out);

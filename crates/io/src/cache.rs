@@ -69,9 +69,9 @@ pub struct CacheStats {
     pub hits: u64,
     /// Reads fetched from the store and written to the cache.
     pub misses: u64,
-    /// Bytes served from the cache.
+    /// Bytes of data reads served from the cache (the log's not counted).
     pub bytes_read: u64,
-    /// Bytes written to the cache.
+    /// Bytes written to the cache (log entries too: they count against the cap).
     pub bytes_written: u64,
     /// Entries found corrupt (deleted and fetched again).
     pub corrupt: u64,
@@ -305,12 +305,13 @@ impl DiskCache {
                 // The modification time is the entry's last use, for eviction.
                 let _ = file.set_modified(SystemTime::now());
                 let c = &self.counters;
-                match key.log {
-                    true => c.log_hits.fetch_add(1, Ordering::Relaxed),
-                    false => c.hits.fetch_add(1, Ordering::Relaxed),
-                };
-                c.bytes_read
-                    .fetch_add(key.payload_len() as u64, Ordering::Relaxed);
+                if key.log {
+                    c.log_hits.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    c.hits.fetch_add(1, Ordering::Relaxed);
+                    c.bytes_read
+                        .fetch_add(key.payload_len() as u64, Ordering::Relaxed);
+                }
                 Some(parts)
             }
             Err(reason) => {
