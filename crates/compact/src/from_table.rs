@@ -125,7 +125,7 @@ impl Compactor {
                 let Some(group) = groups.next().await else { break };
                 summary.timings.wait_s += waiting.elapsed().as_secs_f64();
                 let group = group?;
-                let file = &stream.snapshot().files()[group.file()].path;
+                let file = stream.snapshot().files().at(group.file()).path();
                 let data = &group.batch;
                 let column = |name: &str| data.column_by_name(name);
                 let fields: Option<Vec<_>> = spec

@@ -120,7 +120,7 @@ impl Compactor {
         let mut footers = futures::stream::iter(0..files.len())
             .map(|index| {
                 let snapshot = &snapshot;
-                async move { snapshot.footer(index).await.map(|m| (&files[index], m)) }
+                async move { snapshot.footer(index).await.map(|m| (files.at(index), m)) }
             })
             .buffered(READ_CONCURRENCY);
         let mut file_list = Vec::with_capacity(files.len());
@@ -133,8 +133,8 @@ impl Compactor {
             }
             let deleted = file.deleted_rows();
             file_list.push(FileInfo {
-                path: file.path.clone(),
-                bytes: file.size,
+                path: file.path().to_string(),
+                bytes: file.size(),
                 rows: (meta.file_metadata().num_rows().max(0) as u64).saturating_sub(deleted),
                 rows_deleted: deleted,
                 row_groups: meta.num_row_groups(),
@@ -153,10 +153,11 @@ impl Compactor {
             // A label from the folders (a partition column): each file's value, its rows.
             let column = columns.label.as_deref().unwrap_or_default();
             for (file, info) in files.iter().zip(&file_list) {
-                let value = file.partitions.iter().find(|(k, _)| k == column);
-                let key = value
-                    .and_then(|(_, v)| v.clone())
-                    .unwrap_or_else(|| "null".to_string());
+                let key = file
+                    .partition(column)
+                    .flatten()
+                    .unwrap_or("null")
+                    .to_string();
                 *labels.entry(key).or_insert(0) += info.rows;
             }
         } else if let Some(column) = &columns.label {
@@ -169,7 +170,7 @@ impl Compactor {
                             columns.normalize(&batch, |_| String::new()).map_err(|e| {
                                 CompactError::Incompatible {
                                     location: location.clone(),
-                                    reason: format!("file {}: {e}", file.path),
+                                    reason: format!("file {}: {e}", file.path()),
                                 }
                             })?;
                         let values = normalized
@@ -177,7 +178,7 @@ impl Compactor {
                             .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
                             .ok_or_else(|| CompactError::Incompatible {
                                 location: location.clone(),
-                                reason: format!("file {}: '{column}' is not Int64", file.path),
+                                reason: format!("file {}: '{column}' is not Int64", file.path()),
                             })?;
                         for value in values.iter() {
                             let key = value.map_or_else(|| "null".to_string(), |v| v.to_string());

@@ -74,7 +74,7 @@ impl Compactor {
         table.sample()?;
         let snapshot = table.snapshot().await?;
         let files = snapshot.files();
-        let sizes: Vec<u64> = files.iter().map(|f| f.size).collect();
+        let sizes: Vec<u64> = files.iter().map(|f| f.size()).collect();
         let target = self.layout.target_file_bytes;
         let bins = plan_bins(&sizes, target);
         let mut summary = OptimizeSummary {
@@ -89,7 +89,7 @@ impl Compactor {
         };
         tracing::info!(files = files.len(), bins = bins.len(), "optimize plan");
         for chunk in bins.chunks(self.files_per_commit.max(1)) {
-            let members: Vec<_> = chunk.iter().flatten().map(|&i| &files[i]).collect();
+            let members: Vec<_> = chunk.iter().flatten().map(|&i| files.at(i)).collect();
             // One writer per bin: each bin becomes one file, and first-fit-decreasing bins
             // never fit together, so a second optimize finds nothing to do.
             let mut adds = Vec::new();
@@ -124,14 +124,14 @@ impl Compactor {
             summary.files_added += adds.len();
             actions.extend(adds.into_iter().map(Action::Add));
             for file in &members {
-                summary.bytes_removed += file.size;
+                summary.bytes_removed += file.size();
                 actions.push(Action::Remove(Remove {
-                    path: file.path.clone(),
+                    path: file.path().to_string(),
                     data_change: false,
                     deletion_timestamp: Some(now),
                     extended_file_metadata: Some(true),
                     partition_values: Some(HashMap::new()),
-                    size: Some(file.size as i64),
+                    size: Some(file.size() as i64),
                     // The rewrite left its deleted rows out; the remove names the vector the
                     // add had, as the protocol asks.
                     deletion_vector: file.deletion_vector().cloned(),

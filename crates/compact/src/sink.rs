@@ -324,7 +324,7 @@ pub(crate) async fn read_ids(table: &mut Table) -> Result<HashSet<String>, Compa
                     .and_then(|c| c.as_any().downcast_ref::<StringArray>())
                     .ok_or_else(|| CompactError::Incompatible {
                         location: table.display.clone(),
-                        reason: format!("file {}: no Utf8 'id' column", file.path),
+                        reason: format!("file {}: no Utf8 'id' column", file.path()),
                     })?;
                 ids.extend(column.iter().flatten().map(str::to_string));
             }

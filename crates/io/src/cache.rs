@@ -229,7 +229,8 @@ impl DiskCache {
         };
         misses.fetch_add(1, Ordering::Relaxed);
         // Writes wait here when the disk is slower than the store: what they hold is bounded.
-        let mib = (key.payload_len().div_ceil(1 << 20) as u32).clamp(1, PENDING_WRITE_MIB);
+        let payload: usize = parts.iter().map(Bytes::len).sum();
+        let mib = (payload.div_ceil(1 << 20) as u32).clamp(1, PENDING_WRITE_MIB);
         let permit = self.writes.clone().acquire_many_owned(mib).await.ok();
         let (c, p) = (self.clone(), parts.clone());
         tokio::task::spawn_blocking(move || {
@@ -252,6 +253,27 @@ impl DiskCache {
             }
         });
         Ok(parts)
+    }
+
+    /// The entry named `name` of the table in store `store` (see `location::store_identity`)
+    /// that is made rather than read, such as a version's replayed file list: read from disk
+    /// when it is there and whole (checked like every entry), else made by `make` — once per
+    /// node when several processes ask at once: the others wait for it and read it — and
+    /// written. Counted as the log's hits and misses.
+    pub async fn get_or_make<F>(
+        self: &Arc<Self>,
+        store: &str,
+        name: &str,
+        make: F,
+    ) -> object_store::Result<Bytes>
+    where
+        F: std::future::Future<Output = object_store::Result<Bytes>>,
+    {
+        let key = EntryKey::made(store, name);
+        let parts = self
+            .get_or_fetch(key, name, async { Ok(vec![make.await?]) })
+            .await?;
+        Ok(parts.into_iter().next().unwrap_or_default())
     }
 
     /// Waits until the entries being written are in place.
@@ -362,7 +384,8 @@ impl DiskCache {
     fn write(&self, key: &EntryKey, parts: &[Bytes], object: &str) {
         let name = key.file_name();
         let header = entry::header(key, parts);
-        let bytes = (header.len() + key.payload_len()) as u64;
+        let payload: usize = parts.iter().map(Bytes::len).sum();
+        let bytes = (header.len() + payload) as u64;
         if bytes > self.max_bytes {
             tracing::debug!(
                 object,

@@ -5,7 +5,6 @@
 //! ([`crate::cache`]) where the snapshot has one. Local tables are read
 //! through [`crate::local`] instead, never cached.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -30,12 +29,27 @@ pub const PART_BYTES: u64 = 8 << 20;
 /// Parts of one range fetched at once.
 const PARTS_IN_FLIGHT: usize = 16;
 
-/// What makes a data file's bytes immutable, besides its path.
-#[derive(Debug, Clone)]
-struct Identity {
-    size: u64,
-    /// Its e-tag or version where the store gave one, else its modification time.
-    tag: String,
+/// What makes a remote table's data files' bytes immutable besides their paths, looked up by
+/// path: each file's size and tag (its e-tag or version where the store gave one, else its
+/// modification time), for cache keys. The table's file list answers it (columnar, without a
+/// map of its own: a map of 10⁵ paths took ~12 MB).
+pub trait FileIdentities: Send + Sync {
+    /// The size and tag of the data file at `path`, if it is one of the table's.
+    fn identity(&self, path: &Path) -> Option<(u64, std::borrow::Cow<'_, str>)>;
+    /// How many files there are.
+    fn count(&self) -> usize;
+}
+
+/// A few files given whole (tests, tools).
+impl FileIdentities for Vec<(Path, u64, String)> {
+    fn identity(&self, path: &Path) -> Option<(u64, std::borrow::Cow<'_, str>)> {
+        let (_, size, tag) = self.iter().find(|(p, _, _)| p == path)?;
+        Some((*size, std::borrow::Cow::Borrowed(tag.as_str())))
+    }
+
+    fn count(&self) -> usize {
+        self.len()
+    }
 }
 
 /// A remote table's store, as its snapshot reads it.
@@ -43,7 +57,7 @@ pub struct RemoteStore {
     inner: Arc<dyn ObjectStore>,
     /// The table, for cache keys.
     table: String,
-    files: HashMap<Path, Identity>,
+    files: Arc<dyn FileIdentities>,
     cache: OnceLock<Arc<DiskCache>>,
     /// Bytes fetched from the store.
     fetched: AtomicU64,
@@ -61,7 +75,7 @@ impl std::fmt::Debug for RemoteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteStore")
             .field("table", &self.table)
-            .field("files", &self.files.len())
+            .field("files", &self.files.count())
             .field("cache", &self.cache.get().map(|c| c.dir().to_path_buf()))
             .field("fetched", &self.fetched.load(Ordering::Relaxed))
             .field("reasked", &self.reasked.load(Ordering::Relaxed))
@@ -71,26 +85,15 @@ impl std::fmt::Debug for RemoteStore {
 
 impl RemoteStore {
     /// `inner` (rooted at the table) for `table`'s data files, each with its size and tag.
-    pub fn new<'a>(
+    pub fn new(
         inner: Arc<dyn ObjectStore>,
         table: &str,
-        files: impl IntoIterator<Item = (&'a Path, u64, &'a str)>,
+        files: Arc<dyn FileIdentities>,
     ) -> RemoteStore {
         RemoteStore {
             inner,
             table: table.to_string(),
-            files: files
-                .into_iter()
-                .map(|(path, size, tag)| {
-                    (
-                        path.clone(),
-                        Identity {
-                            size,
-                            tag: tag.to_string(),
-                        },
-                    )
-                })
-                .collect(),
+            files,
             cache: OnceLock::new(),
             fetched: AtomicU64::new(0),
             stalls: Mutex::default(),
@@ -260,10 +263,9 @@ impl RemoteStore {
     /// Every data read: see the module's documentation.
     async fn read_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let fetch = self.fetch(location, ranges);
-        match (self.cache.get(), self.files.get(location)) {
-            (Some(cache), Some(file)) => {
-                let key =
-                    EntryKey::new(&self.table, location.as_ref(), file.size, &file.tag, ranges);
+        match (self.cache.get(), self.files.identity(location)) {
+            (Some(cache), Some((size, tag))) => {
+                let key = EntryKey::new(&self.table, location.as_ref(), size, &tag, ranges);
                 cache.get_or_fetch(key, location.as_ref(), fetch).await
             }
             _ => fetch.await,
@@ -281,6 +283,10 @@ mod tests {
     use object_store::ObjectStoreExt;
     use object_store::memory::InMemory;
 
+    fn files(path: &Path, size: u64) -> Arc<dyn FileIdentities> {
+        Arc::new(vec![(path.clone(), size, "v1".to_string())])
+    }
+
     fn store_with(data: &[u8]) -> (Arc<InMemory>, Path) {
         let inner = Arc::new(InMemory::new());
         let path = Path::from("part-0.parquet");
@@ -292,7 +298,7 @@ mod tests {
     async fn large_ranges_arrive_whole_from_parts_and_are_counted() {
         let data: Vec<u8> = (0..(PART_BYTES * 5 / 2)).map(|i| (i % 251) as u8).collect();
         let (inner, path) = store_with(&data);
-        let store = RemoteStore::new(inner, "mem://t", [(&path, data.len() as u64, "v1")]);
+        let store = RemoteStore::new(inner, "mem://t", files(&path, data.len() as u64));
         let end = data.len() as u64;
         let got = store.get_ranges(&path, &[3..end - 1, 0..10]).await.unwrap();
         assert_eq!(got[0], &data[3..end as usize - 1]);
@@ -430,7 +436,7 @@ mod tests {
             inner,
             asked: AtomicU32::new(0),
         });
-        let store = RemoteStore::new(stalling.clone(), "mem://t", [(&path, 1000, "v1")]);
+        let store = RemoteStore::new(stalling.clone(), "mem://t", files(&path, 1000));
         // A store measured quick: the deadline is the floor.
         for _ in 0..WARM {
             store.answered(Duration::from_millis(1));

@@ -149,7 +149,7 @@ impl StreamBuilder {
                 rows_per_file: snapshot
                     .files()
                     .iter()
-                    .map(|f| f.rows.unwrap_or(0))
+                    .map(|f| f.rows().unwrap_or(0))
                     .collect(),
                 snapshot,
                 columns,

@@ -33,7 +33,7 @@ pub use voxlake_io::{
 pub use voxlake_io::{cache, local};
 pub use voxlake_plan::{affinity, mixer, order, plan, replay};
 pub use voxlake_table::{
-    AsOf, DataFile, FilterStats, MappingMode, Protocol, READ_CONCURRENCY, ReadTimings,
+    AsOf, DataFile, FileList, FilterStats, MappingMode, Protocol, READ_CONCURRENCY, ReadTimings,
     SUPPORTED_READER_FEATURES, Snapshot, TableError, TableOptions, filter, hooks, options, rows,
     stores,
 };

@@ -43,6 +43,6 @@ pub use error::TableError;
 pub use filter::FilterStats;
 pub use options::TableOptions;
 pub use snapshot::{
-    AsOf, DataFile, MappingMode, Protocol, READ_CONCURRENCY, ReadTimings,
-    SUPPORTED_READER_FEATURES, Snapshot,
+    AsOf, DataFile, FOOTER_CACHE_BYTES, FileList, MappingMode, Protocol, READ_CONCURRENCY,
+    ReadTimings, SUPPORTED_READER_FEATURES, Snapshot,
 };

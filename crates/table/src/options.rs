@@ -89,8 +89,11 @@ impl Snapshot {
                 as_of,
                 options.root_store.clone(),
                 &options.hints,
-                cache.clone(),
-                known,
+                super::snapshot::OpenHow {
+                    log_cache: cache.clone(),
+                    known_delta: known,
+                    stats: options.filter.is_some(),
+                },
             )
         };
         // "Latest" is the job's, not this rank's, where a job is named: the version a rank of

@@ -23,7 +23,7 @@ use crate::snapshot::{DataFile, Snapshot};
 
 /// A partition column's value in a file: `None` when the column is not a partition column,
 /// `Some(None)` for a null partition.
-type PartitionValue<'a> = dyn Fn(&DataFile, &str) -> Option<Option<Value>> + Sync + 'a;
+type PartitionValue<'a> = dyn Fn(DataFile<'_>, &str) -> Option<Option<Value>> + Sync + 'a;
 
 /// What the filter left of one file.
 struct FileSelection {
@@ -45,10 +45,7 @@ impl Snapshot {
         };
         let files = self.files();
         let schema: Arc<Schema> = self.schema().clone();
-        let partition_columns: Vec<&str> = files
-            .iter()
-            .flat_map(|f| f.partitions.iter().map(|(k, _)| k.as_str()))
-            .collect();
+        let partition_columns: Vec<&str> = files.partition_columns().collect();
         // Every column must exist, and its literals be of its kind.
         let mut in_files = Vec::new();
         // Dates and timestamps compare as numbers (days, microseconds); the log's statistics
@@ -118,9 +115,8 @@ impl Snapshot {
         let filter = &typed;
         let like = |column: &str| filter.literals_of(column).first().map(|v| (*v).clone());
         // A partition value, typed as the column is (else as the filter's literal is).
-        let partition = |file: &DataFile, column: &str| -> Option<Option<Value>> {
-            let (_, raw) = file.partitions.iter().find(|(k, _)| k == column)?;
-            let Some(raw) = raw.as_deref() else {
+        let partition = |file: DataFile<'_>, column: &str| -> Option<Option<Value>> {
+            let Some(raw) = file.partition(column)? else {
                 return Some(None);
             };
             let kind = match self.partition_type(column) {
@@ -139,18 +135,17 @@ impl Snapshot {
             Some(Value::parse_like(raw, &kind))
         };
         let mut stats = FilterStats {
-            rows_before: files.iter().filter_map(|f| f.rows).sum(),
+            rows_before: files.iter().filter_map(|f| f.rows()).sum(),
             ..FilterStats::default()
         };
         // 1. Files: partition values, Delta statistics.
         let mut kept = Vec::new();
         for (index, file) in files.iter().enumerate() {
             let json: Option<serde_json::Value> = file
-                .delta_stats
-                .as_deref()
+                .delta_stats()
                 .and_then(|s| serde_json::from_str(s).ok());
             let may = filter.may_match(&|column| match partition(file, column) {
-                Some(value) => Some(Stats::exactly(value, file.rows)),
+                Some(value) => Some(Stats::exactly(value, file.rows())),
                 None if timestamps.contains(&column) => None,
                 // The log's statistics are keyed by physical name under column mapping.
                 None => json.as_ref().and_then(|j| {
@@ -198,7 +193,7 @@ impl Snapshot {
         in_files: &[String],
         partition: &PartitionValue<'_>,
     ) -> Result<FileSelection, TableError> {
-        let file = &self.files()[index];
+        let file = self.files().at(index);
         // This file's partition values, typed once (not per row).
         let partitions: HashMap<&str, Option<Value>> = filter
             .columns()
@@ -232,7 +227,7 @@ impl Snapshot {
         // Deleted rows are never selected.
         let undeleted = self.undeleted(index).await?;
         let live = |g: usize, selected: Option<Arc<[u32]>>| {
-            intersect(selected, undeleted.and_then(|u| u[g].as_ref()))
+            intersect(selected, undeleted.as_ref().and_then(|u| u[g].as_ref()))
         };
         let mut survivors = Vec::new();
         let mut skipped = 0;
@@ -323,7 +318,7 @@ impl Snapshot {
         if at != all.num_rows() {
             return Err(TableError::Corrupt {
                 location: self.location().to_string(),
-                file: file.path.clone(),
+                file: file.path().to_string(),
                 reason: format!(
                     "the filter's columns hold {} rows, the footer's row groups {at}",
                     all.num_rows()

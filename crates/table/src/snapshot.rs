@@ -11,12 +11,10 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
-use object_store::path::Path;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
-use tokio::sync::OnceCell;
 use voxlake_format::TensorSpec;
 use voxlake_format::sample::SampleColumns;
 use voxlake_io::ObjectFileReader;
@@ -27,77 +25,39 @@ use voxlake_io::location;
 mod columns;
 mod deletes;
 mod features;
+mod file_list;
 mod files;
 mod footer;
+mod footer_cache;
 mod kept;
 mod list_chunk;
+mod list_cache;
 mod list_decode;
+mod load;
 mod logcheck;
 mod mapping;
 mod open;
 mod pages;
 mod read;
+mod replay;
 mod schema;
 mod small;
 mod travel;
 
 pub use features::{Protocol, SUPPORTED_READER_FEATURES};
+pub use file_list::{DataFile, FileList};
+pub use footer_cache::FOOTER_CACHE_BYTES;
 pub use mapping::MappingMode;
+pub(crate) use open::OpenHow;
 pub use read::ReadTimings;
 pub(crate) use schema::{column_at_path, partition_column, root_of};
 pub use travel::AsOf;
 
-use crate::rows::{GroupRows, Selection};
-use deletes::Deleted;
+use crate::rows::Selection;
 use mapping::ColumnMapping;
 
 /// Footers and small-column reads in flight at once.
 pub const READ_CONCURRENCY: usize = 16;
-
-/// One active data file, as the Delta log records it (or as listed).
-#[derive(Debug, Clone)]
-pub struct DataFile {
-    /// Path relative to the table root (the add action's path).
-    pub path: String,
-    /// The path in the table's object store.
-    pub object_path: Path,
-    /// Size in bytes.
-    pub size: u64,
-    /// Live rows: the add action's row count (`None` if the writer recorded none) less those
-    /// its deletion vector deletes; under a filter, the rows it selects.
-    pub rows: Option<u64>,
-    /// Rows the file holds, as its add action counts them before any deletion (`None` without
-    /// statistics): its footer must say the same.
-    pub(crate) records: Option<u64>,
-    /// Partition values: the add action's, or a listed file's hive `key=value` folders
-    /// (`None`: null).
-    pub partitions: Vec<(String, Option<String>)>,
-    /// The add action's statistics (JSON), for filters.
-    pub(crate) delta_stats: Option<String>,
-    /// The rows its deletion vector deletes.
-    pub(crate) deleted: Option<Deleted>,
-    /// What tells this file's bytes from another's under the same path and size: its e-tag
-    /// or version where a listing gave one, else its modification time (cache keys).
-    pub(crate) tag: String,
-}
-
-impl DataFile {
-    /// Rows of the file its deletion vector deletes (0 without one).
-    pub fn deleted_rows(&self) -> u64 {
-        self.deleted.as_ref().map_or(0, |d| d.rows.len() as u64)
-    }
-
-    /// Whether the file has a deletion vector.
-    pub fn has_deletion_vector(&self) -> bool {
-        self.deleted.is_some()
-    }
-
-    /// The file's deletion vector as its add action describes it (a commit that removes the
-    /// file must name it too).
-    pub fn deletion_vector(&self) -> Option<&deltalake::kernel::DeletionVectorDescriptor> {
-        self.deleted.as_ref().map(|d| &d.descriptor)
-    }
-}
 
 /// A pinned snapshot of a table: a voxlake table, another Delta table, or a folder of Parquet
 /// files (version 0; the files listed once at open).
@@ -122,18 +82,15 @@ pub struct Snapshot {
     protocol: Option<Protocol>,
     /// How the files name the table's columns.
     mapping: ColumnMapping,
-    files: Vec<DataFile>,
+    files: FileList,
     store: Arc<dyn ObjectStore>,
     /// A remote table's store (`store` is it): counts, parts, the disk cache.
     #[cfg(unix)]
     remote: Option<Arc<voxlake_io::remote::RemoteStore>>,
-    footers: Vec<OnceCell<ArrowReaderMetadata>>,
-    view_footers: Vec<OnceCell<ArrowReaderMetadata>>,
+    /// The footers read, the most recently used kept (`footer_cache`).
+    footers: footer_cache::FooterCache,
     /// Small files' bytes between their footer's read and their row group's (`small`).
     small: small::SmallFiles,
-    /// Per file with a deletion vector: the rows each row group keeps (made from its footer
-    /// on first use).
-    undeleted: Vec<OnceCell<GroupRows>>,
     /// Whether a file has a deletion vector.
     has_deletes: bool,
 }
@@ -232,8 +189,19 @@ impl Snapshot {
     }
 
     /// The active data files, in write order (modification time, then path).
-    pub fn files(&self) -> &[DataFile] {
+    pub fn files(&self) -> &FileList {
         &self.files
+    }
+
+    /// Bytes of memory the snapshot holds for its files: the file list (see
+    /// [`FileList::memory_size`]) and the footers kept (at most [`FOOTER_CACHE_BYTES`]).
+    pub fn memory_size(&self) -> usize {
+        self.files.memory_size() + self.footers.bytes()
+    }
+
+    /// The path of file `index` (an index of [`files`](Self::files)), for messages.
+    pub(crate) fn path_of(&self, index: usize) -> &str {
+        self.files.at(index).path()
     }
 
     /// The table's object store (paths relative to the table root).
@@ -296,26 +264,25 @@ impl Snapshot {
     /// path and size (and deletion vector). Two snapshots with the same hash plan the same
     /// epochs.
     pub fn file_set_hash(&self) -> String {
-        let mut listing: String = self
-            .files
-            .iter()
-            .map(|f| match &f.deleted {
-                None => format!("{}\0{}\n", f.path, f.size),
-                Some(d) => format!("{}\0{}\0{}\n", f.path, f.size, d.id),
-            })
-            .collect();
+        let mut hash = location::StableHasher::default();
+        for f in self.files.iter() {
+            match f.deleted() {
+                None => hash.write(&format!("{}\0{}\n", f.path(), f.size())),
+                Some(d) => hash.write(&format!("{}\0{}\0{}\n", f.path(), f.size(), d.id)),
+            }
+        }
         // Another filter plans other rows.
         if let Some(filter) = self.filter() {
-            listing.push_str(&format!("filter\0{filter}\n"));
+            hash.write(&format!("filter\0{filter}\n"));
         }
-        format!("fnv1a64:{:016x}", location::stable_hash(&listing))
+        format!("fnv1a64:{:016x}", hash.finish())
     }
 
     /// The snapshot with every file's row count: files whose add action recorded none get it
     /// from their footer (read concurrently; the footers stay cached).
     pub async fn with_row_counts(mut self) -> Result<Snapshot, TableError> {
         let missing: Vec<usize> = (0..self.files.len())
-            .filter(|&i| self.files[i].rows.is_none())
+            .filter(|&i| self.files.at(i).rows().is_none())
             .collect();
         if missing.is_empty() {
             return Ok(self);
@@ -325,12 +292,12 @@ impl Snapshot {
             .map(|i| async move {
                 let meta = this.reader_metadata(i).await?;
                 let rows = meta.metadata().file_metadata().num_rows().max(0) as u64;
-                let deleted = this.files[i].deleted_rows();
+                let deleted = this.files.at(i).deleted_rows();
                 let live = rows
                     .checked_sub(deleted)
                     .ok_or_else(|| TableError::Corrupt {
                         location: this.location.clone(),
-                        file: this.files[i].path.clone(),
+                        file: this.path_of(i).to_string(),
                         reason: format!(
                             "its deletion vector deletes {deleted} rows, the file has {rows}"
                         ),
@@ -341,19 +308,19 @@ impl Snapshot {
             .try_collect()
             .await?;
         for (i, rows) in counts {
-            self.files[i].rows = Some(rows);
+            self.files.set_rows(i, rows);
         }
         Ok(self)
     }
 
     /// Total live rows, if every add action recorded its row count.
     pub fn num_rows(&self) -> Option<u64> {
-        self.files.iter().map(|f| f.rows).sum()
+        self.files.iter().map(|f| f.rows()).sum()
     }
 
     /// The error for a failed read of file `index`: a vanished file is named as such.
     pub fn file_error(&self, index: usize, source: ParquetError) -> TableError {
-        let file = self.files[index].path.clone();
+        let file = self.path_of(index).to_string();
         if let ParquetError::External(e) = &source
             && let Some(object_store::Error::NotFound { .. }) =
                 e.downcast_ref::<object_store::Error>()
@@ -380,18 +347,18 @@ impl Snapshot {
         TableError::Panicked {
             location: self.location.clone(),
             stage: stage.to_string(),
-            object: self.files[index].path.clone(),
+            object: self.path_of(index).to_string(),
             message,
         }
     }
 
     pub(crate) fn reader(&self, index: usize) -> ObjectFileReader {
-        let file = &self.files[index];
-        ObjectFileReader::new(self.store.clone(), file.object_path.clone(), file.size)
+        let file = self.files.at(index);
+        ObjectFileReader::new(self.store.clone(), file.object_path(), file.size())
     }
 
     /// File `index`, or an error naming the index and the file count.
-    pub fn file(&self, index: usize) -> Result<&DataFile, TableError> {
+    pub fn file(&self, index: usize) -> Result<DataFile<'_>, TableError> {
         self.files
             .get(index)
             .ok_or_else(|| TableError::Incompatible {
@@ -407,8 +374,11 @@ impl Snapshot {
     /// The footer of file `index`, read once (one ranged GET of the tail; a small file's
     /// whole, see `small`) and cached.
     pub async fn reader_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, TableError> {
-        self.file(index)?;
-        self.footers[index]
+        let file = self.file(index)?;
+        let footer = self.footers.entry(index);
+        let mut loaded = None;
+        let meta = footer
+            .plain
             .get_or_try_init(|| async {
                 let metadata = match self.is_small(index) {
                     true => Arc::new(self.small_footer(index).await?),
@@ -418,26 +388,32 @@ impl Snapshot {
                         .await
                         .map_err(|e| self.file_error(index, e))?,
                 };
-                let file = &self.files[index];
-                footer::check_footer(&metadata, file.size, file.records).map_err(|reason| {
-                    TableError::Corrupt {
+                footer::check_footer(&metadata, file.size(), file.records()).map_err(
+                    |reason| TableError::Corrupt {
                         location: self.location.clone(),
-                        file: file.path.clone(),
+                        file: file.path().to_string(),
                         reason,
-                    }
-                })?;
+                    },
+                )?;
+                loaded = Some(metadata.memory_size());
                 ArrowReaderMetadata::try_new(metadata, ArrowReaderOptions::default())
                     .map_err(|e| self.file_error(index, e))
             })
             .await
-            .cloned()
+            .cloned()?;
+        if let Some(bytes) = loaded {
+            self.footers.loaded(index, &footer, bytes);
+        }
+        Ok(meta)
     }
 
     /// The footer of file `index` with its binary columns read as `BinaryView`: parquet then
     /// decodes PLAIN values as views into the fetched page instead of copying them out.
     pub async fn view_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, TableError> {
         let plain = self.reader_metadata(index).await?;
-        self.view_footers[index]
+        self.footers
+            .entry(index)
+            .view
             .get_or_try_init(|| async {
                 let fields: Vec<arrow_schema::FieldRef> = plain
                     .schema()

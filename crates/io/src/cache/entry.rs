@@ -29,6 +29,8 @@ pub(crate) struct EntryKey {
     pub(crate) lens: Vec<usize>,
     /// Whether the entry holds a piece of a table's log (counted apart from data reads).
     pub(crate) log: bool,
+    /// Whether the payload is one part of any length (an entry made, not read: `lens` unused).
+    pub(crate) whole: bool,
 }
 
 impl EntryKey {
@@ -52,6 +54,7 @@ impl EntryKey {
                 .map(|r| r.end.saturating_sub(r.start) as usize)
                 .collect(),
             log: false,
+            whole: false,
         }
     }
 
@@ -66,6 +69,17 @@ impl EntryKey {
         EntryKey {
             log: true,
             ..EntryKey::new(store, path, size, tag, &[range])
+        }
+    }
+
+    /// The key of an entry made from a table rather than read from it (a version's replayed
+    /// file list), named `name` in store `store`: one part, its length the header's.
+    pub(crate) fn made(store: &str, name: &str) -> EntryKey {
+        EntryKey {
+            text: format!("{store}\nmade\n{name}\n"),
+            lens: Vec::new(),
+            log: true,
+            whole: true,
         }
     }
 
@@ -122,7 +136,10 @@ pub(crate) fn parts(entry: &Bytes, key: &EntryKey) -> Result<Vec<Bytes>, String>
     {
         return Err("holds another key".into());
     }
-    let want = key.payload_len() as u64;
+    let want = match key.whole {
+        true => payload,
+        false => key.payload_len() as u64,
+    };
     let have = entry.len().saturating_sub(len) as u64;
     if payload != want || entry.len() < len || have != want {
         return Err(format!(
@@ -137,6 +154,9 @@ pub(crate) fn parts(entry: &Bytes, key: &EntryKey) -> Result<Vec<Bytes>, String>
         return Err(format!(
             "its CRC-32 is {got:08x}, its header says {crc:08x} (corrupt)"
         ));
+    }
+    if key.whole {
+        return Ok(vec![entry.slice(len..)]);
     }
     let mut at = len;
     Ok(key
@@ -210,7 +230,7 @@ mod tests {
             }
             let short = whole.slice(..cut.index(whole.len()));
             prop_assert!(super::parts(&short, &key).is_err());
-            let other = EntryKey { text: format!("{}x", key.text), lens: key.lens.clone(), log: false };
+            let other = EntryKey { text: format!("{}x", key.text), lens: key.lens.clone(), log: false, whole: false };
             prop_assert!(super::parts(&whole, &other).is_err());
         }
     }

@@ -19,7 +19,7 @@ async fn remote(data: &[u8], tag: &str, cache: &Arc<DiskCache>) -> (RemoteStore,
     let store = RemoteStore::new(
         inner,
         "s3://bucket/table",
-        [(&path, data.len() as u64, tag)],
+        Arc::new(vec![(path.clone(), data.len() as u64, tag.to_string())]),
     );
     store.set_cache(cache.clone());
     (store, path)
@@ -341,4 +341,50 @@ async fn another_users_cache_or_entry_is_never_used() {
     let fetched = store.fetched();
     assert_eq!(get(&store, &path, &[0..100]).await[0], bytes.slice(0..100));
     assert_eq!(store.fetched(), fetched + 100, "the foreign entry was used");
+}
+
+#[tokio::test]
+async fn an_entry_made_is_made_once_a_node_and_made_again_when_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let make = |made: Arc<std::sync::atomic::AtomicUsize>| async move {
+        made.fetch_add(1, Ordering::SeqCst);
+        Ok(Bytes::from(data(70_000)))
+    };
+    // Eight "processes" asking at once make it once; a later one reads it.
+    let mut asks = Vec::new();
+    for _ in 0..8 {
+        let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+        let made = made.clone();
+        asks.push(tokio::spawn(async move {
+            let got = cache.get_or_make("s3://b/t", "files@3", make(made)).await;
+            cache.flush().await;
+            got.unwrap()
+        }));
+    }
+    for ask in asks {
+        assert_eq!(ask.await.unwrap(), data(70_000));
+    }
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+    let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let again = cache.get_or_make("s3://b/t", "files@3", make(made.clone()));
+    assert_eq!(again.await.unwrap(), data(70_000));
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+    assert_eq!(cache.stats().log_hits, 1);
+    // Another name (version) is another entry.
+    let other = cache.get_or_make("s3://b/t", "files@4", make(made.clone()));
+    assert_eq!(other.await.unwrap(), data(70_000));
+    cache.flush().await;
+    assert_eq!(made.load(Ordering::SeqCst), 2);
+    // A flipped byte: deleted, made again, never handed out.
+    for path in entries(&cache) {
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let fixed = cache.get_or_make("s3://b/t", "files@3", make(made.clone()));
+    assert_eq!(fixed.await.unwrap(), data(70_000));
+    assert_eq!(made.load(Ordering::SeqCst), 3);
+    assert_eq!(cache.stats().corrupt, 1);
 }

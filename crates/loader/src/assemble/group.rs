@@ -64,7 +64,7 @@ impl Assembler {
         let labels =
             column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
         let snapshot = &self.snapshot;
-        let file: Arc<str> = snapshot.files()[data.file()].path.as_str().into();
+        let file: Arc<str> = snapshot.files().at(data.file()).path().into();
         let mut fields = Vec::with_capacity(self.input_spec.fields().len());
         for field in self.input_spec.fields() {
             let read = column(&field.name);

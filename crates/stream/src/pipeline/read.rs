@@ -28,7 +28,7 @@ impl Inner {
                 Err(StreamError::from(TableError::Panicked {
                     location: self.snapshot.location().to_string(),
                     stage: stage.to_string(),
-                    object: self.snapshot.files()[file].path.clone(),
+                    object: self.snapshot.files().at(file).path().to_string(),
                     message: panic_message(panic.as_ref()),
                 }))
             })
@@ -48,7 +48,7 @@ impl Inner {
     /// filter), from its footer, checked against the log.
     pub(super) async fn row_group_rows(&self, file: usize) -> Result<Vec<u64>, StreamError> {
         let snapshot = &self.snapshot;
-        let path = &snapshot.file(file)?.path;
+        let path = snapshot.file(file)?.path();
         self.hooks
             .check(Stage::Footer, path)
             .map_err(StreamError::Internal)?;
@@ -64,7 +64,7 @@ impl Inner {
         if total != self.rows_per_file[file] {
             return Err(StreamError::from(TableError::Corrupt {
                 location: snapshot.location().to_string(),
-                file: path.clone(),
+                file: path.to_string(),
                 reason: format!(
                     "the footer counts {total} rows, the Delta log {}",
                     self.rows_per_file[file]
@@ -138,7 +138,7 @@ impl Inner {
                 location: self.snapshot.location().to_string(),
                 reason: format!(
                     "file {}, row group {}: reading it takes {peak} bytes, more than the stream's memory budget of {} bytes; raise the memory budget (--memory-budget-mb) by at least {} MiB",
-                    self.snapshot.files()[unit.file].path,
+                    self.snapshot.files().at(unit.file).path(),
                     unit.row_group,
                     self.budget_bytes,
                     (peak - self.budget_bytes).div_ceil(1 << 20)
@@ -174,7 +174,7 @@ impl Inner {
         projection: ProjectionMask,
     ) -> Result<RecordBatch, StreamError> {
         self.hooks
-            .check(Stage::Fetch, &self.snapshot.files()[unit.file].path)
+            .check(Stage::Fetch, self.snapshot.files().at(unit.file).path())
             .map_err(StreamError::Internal)?;
         let (batch, timings) = self
             .snapshot

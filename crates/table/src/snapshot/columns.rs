@@ -54,23 +54,16 @@ impl Snapshot {
             false => Some(self.logical_schema(&self.reader_metadata(0).await?)),
         };
         // A listing's hive partitions: Int64 where every value is an integer, else Utf8.
-        let mut keys: Vec<&str> = self
-            .files
-            .iter()
-            .flat_map(|f| f.partitions.iter().map(|(k, _)| k.as_str()))
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
+        let keys: Vec<&str> = self.files.partition_columns().collect();
         let listed: HashMap<String, arrow_schema::DataType> = match self.delta {
             Some(_) => HashMap::new(),
             None => keys
                 .into_iter()
                 .map(|key| {
                     let integers = self.files.iter().all(|f| {
-                        f.partitions
-                            .iter()
-                            .filter(|(k, _)| k == key)
-                            .all(|(_, v)| v.as_deref().is_none_or(|v| v.parse::<i64>().is_ok()))
+                        f.partition(key)
+                            .flatten()
+                            .is_none_or(|v| v.parse::<i64>().is_ok())
                     });
                     let t = if integers {
                         arrow_schema::DataType::Int64

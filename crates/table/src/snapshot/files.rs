@@ -44,7 +44,7 @@ impl Snapshot {
         };
         let stream = builder.with_batch_size(batch_rows).build().map_err(perr)?;
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(perr)?;
-        let batches = match &self.files[index].deleted {
+        let batches = match self.files.at(index).deleted() {
             None => batches,
             Some(deleted) => without_rows(batches, &deleted.rows)
                 .map_err(|e| perr(ParquetError::ArrowError(e.to_string())))?,
@@ -57,7 +57,7 @@ impl Snapshot {
     pub async fn scan_column<E: From<TableError>>(
         &self,
         column: &str,
-        mut f: impl FnMut(&DataFile, Vec<RecordBatch>) -> Result<(), E>,
+        mut f: impl FnMut(DataFile<'_>, Vec<RecordBatch>) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut reads = futures::stream::iter(0..self.files.len())
             .map(|index| async move {
@@ -67,7 +67,7 @@ impl Snapshot {
             .buffered(READ_CONCURRENCY);
         while let Some(result) = reads.next().await {
             let (index, batches) = result?;
-            f(&self.files[index], batches)?;
+            f(self.files.at(index), batches)?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{DataFile, Snapshot};
+use super::Snapshot;
 use crate::error::TableError;
 use crate::filter::FilterStats;
 use crate::rows::{GroupRows, kept_by_group};
@@ -23,33 +23,17 @@ impl Snapshot {
                 reason,
             })?;
         let mut selection = self.select(&parsed, filter).await?;
-        let counts: Vec<u64> = (0..self.files.len())
-            .map(|i| match selection.rows.get(i) {
-                Some(groups) if !groups.is_empty() => self.selected_count(i, groups),
+        let mut counts = Vec::with_capacity(self.files.len());
+        for i in 0..self.files.len() {
+            counts.push(match selection.rows.get(i) {
+                Some(groups) if !groups.is_empty() => self.selected_count(i, groups).await?,
                 _ => 0,
-            })
-            .collect();
+            });
+        }
         selection.stats.rows_selected = counts.iter().sum();
         let keep: Vec<bool> = counts.iter().map(|&n| n > 0).collect();
-        let mut kept = keep.iter();
-        let files = std::mem::take(&mut self.files);
-        self.files = files
-            .into_iter()
-            .zip(&counts)
-            .filter(|_| kept.next() == Some(&true))
-            .map(|(f, &n)| DataFile { rows: Some(n), ..f })
-            .collect();
-        fn pick<T>(cells: Vec<T>, keep: &[bool]) -> Vec<T> {
-            cells
-                .into_iter()
-                .zip(keep)
-                .filter(|(_, k)| **k)
-                .map(|(c, _)| c)
-                .collect()
-        }
-        self.footers = pick(std::mem::take(&mut self.footers), &keep);
-        self.view_footers = pick(std::mem::take(&mut self.view_footers), &keep);
-        self.undeleted = pick(std::mem::take(&mut self.undeleted), &keep);
+        self.files = self.files.keep(&keep, &counts);
+        self.footers = std::mem::take(&mut self.footers).keep(&keep);
         // Kept bytes are keyed by the old indices.
         self.small = Default::default();
         selection.rows = selection
@@ -69,19 +53,22 @@ impl Snapshot {
         Ok(self)
     }
 
-    /// Rows of file `index` the groups' selection keeps (its footer is cached by then).
-    fn selected_count(&self, index: usize, groups: &[Option<Arc<[u32]>>]) -> u64 {
-        let Some(meta) = self.footers[index].get() else {
-            return 0;
-        };
-        groups
+    /// Rows of file `index` the groups' selection keeps (its footer was read to select them:
+    /// read again only if it was let go since).
+    async fn selected_count(
+        &self,
+        index: usize,
+        groups: &[Option<Arc<[u32]>>],
+    ) -> Result<u64, TableError> {
+        let meta = self.reader_metadata(index).await?;
+        Ok(groups
             .iter()
             .zip(meta.metadata().row_groups())
             .map(|(g, rg)| match g {
                 Some(selected) => selected.len() as u64,
                 None => rg.num_rows().max(0) as u64,
             })
-            .sum()
+            .sum())
     }
 
     /// The filter's text, if the snapshot was filtered.
@@ -124,12 +111,17 @@ impl Snapshot {
 
     /// For a file with a deletion vector, the rows each of its row groups keeps (`None` where
     /// one keeps them all); `None` without a vector.
-    pub(crate) async fn undeleted(&self, index: usize) -> Result<Option<&GroupRows>, TableError> {
-        let Some(deleted) = &self.file(index)?.deleted else {
+    pub(crate) async fn undeleted(
+        &self,
+        index: usize,
+    ) -> Result<Option<Arc<GroupRows>>, TableError> {
+        let Some(deleted) = self.file(index)?.deleted() else {
             return Ok(None);
         };
         let meta = self.reader_metadata(index).await?;
-        self.undeleted[index]
+        self.footers
+            .entry(index)
+            .undeleted
             .get_or_try_init(|| async {
                 let sizes: Vec<u64> = meta
                     .metadata()
@@ -137,15 +129,19 @@ impl Snapshot {
                     .iter()
                     .map(|rg| rg.num_rows().max(0) as u64)
                     .collect();
-                kept_by_group(&deleted.rows, &sizes).map_err(|reason| TableError::DeletionVector {
-                    location: self.location.clone(),
-                    file: self.files[index].path.clone(),
-                    vector: deleted.id.clone(),
-                    reason,
-                    transient: false,
-                })
+                let kept = kept_by_group(&deleted.rows, &sizes).map_err(|reason| {
+                    TableError::DeletionVector {
+                        location: self.location.clone(),
+                        file: self.path_of(index).to_string(),
+                        vector: deleted.id.clone(),
+                        reason,
+                        transient: false,
+                    }
+                })?;
+                Ok::<_, TableError>(Arc::new(kept))
             })
             .await
+            .cloned()
             .map(Some)
     }
 }

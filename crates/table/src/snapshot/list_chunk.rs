@@ -152,7 +152,7 @@ impl super::Snapshot {
             field.encoding,
             voxlake_format::sample::TensorEncoding::FixedSizeList
         );
-        let object = self.files[index].path.clone();
+        let object = self.path_of(index).to_string();
         let list_hooks = hooks.clone();
         let list = async {
             tokio::task::spawn_blocking(move || {

@@ -1,24 +1,55 @@
 //! Opening a snapshot: the Delta log (or a listing), the data files, how samples are read.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use futures::TryStreamExt;
 use object_store::ObjectStore;
-use tokio::sync::OnceCell;
 use voxlake_format::TensorSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 
-use super::deletes::{self, Wanted};
-use super::features::Protocol;
-use super::logcheck;
 use super::mapping::ColumnMapping;
-use super::travel::{self, AsOf};
-use super::{DataFile, Snapshot};
+use super::load::load_at;
+use super::travel::AsOf;
+use super::file_list::{Entry, FileListBuilder};
+use super::{FileList, Snapshot};
 use crate::error::TableError;
 use voxlake_io::location;
 use voxlake_io::redact;
+
+/// What the log (or the node's cache of it) gave.
+enum Opened {
+    /// The table loaded at the version.
+    Table(DeltaTable),
+    /// The version's files as the node's cache kept them, the table's store and root.
+    Replayed(super::replay::Replayed, Arc<dyn ObjectStore>, url::Url),
+    /// No log: a folder of Parquet files.
+    Listing(Arc<dyn ObjectStore>),
+}
+
+/// How [`Snapshot::open_logged`] opens a table.
+pub(crate) struct OpenHow {
+    /// A remote table's immutable log objects read through the node's disk cache (see
+    /// `voxlake_io::log_cache`).
+    pub log_cache: Option<crate::stores::LogCacheRef>,
+    /// A job's marker named the version: the log is not listed first to learn whether there
+    /// is one (a round trip less).
+    pub known_delta: bool,
+    /// The files' statistics are kept (a filter reads them; ~150 bytes a file).
+    pub stats: bool,
+}
+
+impl Default for OpenHow {
+    fn default() -> Self {
+        OpenHow {
+            log_cache: None,
+            known_delta: false,
+            stats: true,
+        }
+    }
+}
 
 impl Snapshot {
     /// Opens the table at `location` (a local path or URL) as of `as_of`: a version
@@ -74,25 +105,26 @@ impl Snapshot {
             as_of.into(),
             root_store,
             hints,
-            None,
-            false,
+            OpenHow::default(),
         )
         .await
     }
 
-    /// [`open_with`](Self::open_with), a remote table's immutable log objects read through
-    /// `log_cache` (the node's disk cache: see `voxlake_io::log_cache`). With `known_delta`
-    /// (a job's marker named the version) the log is not listed first to learn whether there
-    /// is one: a round trip less.
+    /// [`open_with`](Self::open_with) as `how` says (the node's cache of the log, whether the
+    /// table is known to have one, whether files' statistics are kept).
     pub(crate) async fn open_logged(
         location: &str,
         options: &HashMap<String, String>,
         as_of: AsOf,
         root_store: Option<Arc<dyn ObjectStore>>,
         hints: &ColumnHints,
-        log_cache: Option<crate::stores::LogCacheRef>,
-        known_delta: bool,
+        how: OpenHow,
     ) -> Result<Snapshot, TableError> {
+        let OpenHow {
+            log_cache,
+            known_delta,
+            stats,
+        } = how;
         crate::stores::register_handlers();
         let url = location::to_url(location, true)?;
         let display = redact(url.as_str());
@@ -123,10 +155,6 @@ impl Snapshot {
                 Some(_) => Ok::<(), TableError>(()),
             }
         };
-        let version_error = |reason: String| TableError::Version {
-            location: display.clone(),
-            reason,
-        };
         let open = async {
             let mut builder = DeltaTableBuilder::from_url(url.clone())
                 .map_err(err)?
@@ -150,74 +178,46 @@ impl Snapshot {
                 builder = builder.with_storage_backend(store, url.clone());
             }
             let mut table = builder.build().map_err(err)?;
-            // Ask first: loading a missing table makes the kernel log an error.
-            if !known_delta && !table.verify_deltatable_existence().await.map_err(err)? {
-                // No log: a folder of Parquet files (listed once), whose only version is 0 (a
-                // loader state pins it; the state's file-set hash tells listings apart).
-                let pinned = match as_of {
-                    AsOf::Version(v) if v != 0 => Some(format!("version {v}")),
-                    AsOf::Timestamp(t) => Some(format!("time {}", travel::shown(t))),
-                    _ => None,
+            // A version asked of a remote table through the node's cache: its replayed file
+            // list, made by the first rank of the node and read by the others (`list_cache`).
+            #[cfg(unix)]
+            if let (Some(cache), AsOf::Version(v)) = (&log_cache, as_of)
+                && !matches!(url.scheme(), "file" | "memory")
+                && root_store.is_none()
+            {
+                let store = table.object_store();
+                let root = table.log_store().root_url().clone();
+                // Replayed with the statistics, for whichever rank filters.
+                let make = async {
+                    match load_at(&mut table, as_of, known_delta, &display).await? {
+                        true => Ok(Some(super::replay::replay(&table, &display, true).await?)),
+                        false => Ok(None),
+                    }
                 };
-                if let Some(pinned) = pinned {
-                    return Err(err(DeltaTableError::NotATable(format!(
-                        "no _delta_log at this location ({pinned} needs a Delta table)"
-                    ))));
+                let replayed =
+                    super::list_cache::through(cache, &identity, &display, v, stats, make).await?;
+                if let Some(replayed) = replayed {
+                    return Ok(Opened::Replayed(replayed, store, root));
                 }
-                return Ok(Err(table.object_store()));
             }
-            let version = match as_of {
-                AsOf::Latest => None,
-                AsOf::Version(v) => Some(v),
-                AsOf::Timestamp(t) => Some(
-                    travel::version_at(&table, t)
-                        .await
-                        .map_err(&version_error)?,
-                ),
-            };
-            let loaded = match version {
-                Some(v) => table.load_version(v).await,
-                None => table.load().await,
-            };
-            if let Err(e) = loaded {
-                // The kernel's message for a version past the end names log segments.
-                if let Some(v) = version
-                    && let Some(reason) = travel::missing_version(&table, v).await
-                {
-                    return Err(version_error(reason));
-                }
-                // The kernel does not say which log file it could not parse: find it (a
-                // store fault is reported as it is, without more requests).
-                let store_fault = matches!(e, DeltaTableError::ObjectStore { .. });
-                if !store_fault
-                    && let Some(reason) =
-                        logcheck::unreadable_log_file(&table.object_store(), version).await
-                {
-                    return Err(TableError::Log {
-                        location: display.clone(),
-                        reason,
-                    });
-                }
-                // A log the kernel refuses: say which version was being read.
-                if store_fault || matches!(e, DeltaTableError::NotATable(_)) {
-                    return Err(err(e));
-                }
-                let at = match version {
-                    Some(v) => format!("version {v}"),
-                    None => "the latest version".to_string(),
-                };
-                return Err(TableError::Log {
-                    location: display.clone(),
-                    reason: format!("{} (reading {at})", crate::error::delta_message(&e)),
-                });
-            }
-            Ok(Ok(table))
+            Ok(match load_at(&mut table, as_of, known_delta, &display).await? {
+                true => Opened::Table(table),
+                false => Opened::Listing(table.object_store()),
+            })
         };
-        let (table, ()) = futures::try_join!(open, probe)?;
-        match table {
-            Ok(table) => Snapshot::from_table_in(&table, display, hints, &identity).await,
-            Err(store) => Snapshot::from_listing_in(store, display, hints, &identity).await,
-        }
+        let (opened, ()) = futures::try_join!(open, probe)?;
+        let (replayed, store, root) = match opened {
+            Opened::Table(table) => (
+                super::replay::replay(&table, &display, stats).await?,
+                table.object_store(),
+                table.log_store().root_url().clone(),
+            ),
+            Opened::Replayed(replayed, store, root) => (replayed, store, root),
+            Opened::Listing(store) => {
+                return Snapshot::from_listing_in(store, display, hints, &identity).await;
+            }
+        };
+        Snapshot::from_replayed(replayed, store, &root, display, hints, &identity).await
     }
 
     /// The snapshot of an already loaded table; `location` is used in messages.
@@ -231,117 +231,17 @@ impl Snapshot {
         location: String,
         hints: &ColumnHints,
     ) -> Result<Snapshot, TableError> {
-        let identity = location.clone();
-        Snapshot::from_table_in(table, location, hints, &identity).await
-    }
-
-    /// [`from_table_with`](Self::from_table_with), its store told apart from others by
-    /// `identity` ([`location::store_identity`]) in cache keys.
-    async fn from_table_in(
-        table: &DeltaTable,
-        location: String,
-        hints: &ColumnHints,
-        identity: &str,
-    ) -> Result<Snapshot, TableError> {
-        let err = |source| TableError::Delta {
-            location: location.clone(),
-            source: Box::new(source),
-        };
-        let state = table.snapshot().map_err(err)?;
-        let config = state.metadata().configuration().clone();
-        let incompatible = |reason: String| TableError::Incompatible {
-            location: location.clone(),
-            reason,
-        };
-        let protocol = Protocol::of(state.protocol()).map_err(&incompatible)?;
-        protocol.check_readable().map_err(&incompatible)?;
-        let mapping =
-            ColumnMapping::from_delta(&config, state.schema().as_ref()).map_err(&incompatible)?;
-        let log_store = table.log_store();
-        let views: Vec<_> = state
-            .snapshot()
-            .file_views(log_store.as_ref(), None)
-            .try_collect()
-            .await
-            .map_err(err)?;
-        let mut files: Vec<(i64, DataFile, Option<_>)> = views
-            .iter()
-            .map(|f| {
-                // Partition values are keyed by physical name under column mapping.
-                let mut partitions: Vec<(String, Option<String>)> = f
-                    .partition_values_map()
-                    .into_iter()
-                    .map(|(k, v)| (mapping.logical_key(&k), v))
-                    .collect();
-                partitions.sort();
-                let file = DataFile {
-                    path: f.path().to_string(),
-                    object_path: f.object_store_path(),
-                    size: f.size() as u64,
-                    rows: f.num_records().map(|n| n as u64),
-                    records: f.num_records().map(|n| n as u64),
-                    partitions,
-                    delta_stats: f.stats(),
-                    deleted: None,
-                    tag: format!("modified={}", f.modification_time()),
-                };
-                (f.modification_time(), file, f.deletion_vector_descriptor())
-            })
-            .collect();
-        // The log's order is not stable across checkpoints: sort so plans are reproducible,
-        // by write time first so that "table order" is the order the rows were written in.
-        files.sort_by(|(ta, a, _), (tb, b, _)| ta.cmp(tb).then_with(|| a.path.cmp(&b.path)));
-        let mut wanted = Vec::new();
-        let mut files: Vec<DataFile> = files
-            .into_iter()
-            .enumerate()
-            .map(|(index, (_, file, dv))| {
-                if let Some(descriptor) = dv {
-                    wanted.push(Wanted {
-                        index,
-                        file: file.path.clone(),
-                        rows: file.rows,
-                        descriptor,
-                    });
-                }
-                file
-            })
-            .collect();
-        if !wanted.is_empty() {
-            let mut root = log_store.root_url().clone();
-            if !root.path().ends_with('/') {
-                root.set_path(&format!("{}/", root.path()));
-            }
-            deletes::attach(&mut files, &table.object_store(), &root, &location, wanted).await?;
-        }
-        let delta_schema = super::schema::DeltaSchema {
-            schema: delta_kernel::engine::arrow_conversion::TryIntoArrow::try_into_arrow(
-                state.schema().as_ref(),
-            )
-            .map_err(|e: arrow_schema::ArrowError| {
-                incompatible(format!("the Delta schema has no Arrow form: {e}"))
-            })?,
-            partitions: state.metadata().partition_columns().to_vec(),
-        };
-        if files.is_empty() {
-            tracing::warn!(
-                location = location.as_str(),
-                version = state.version(),
-                "version {} of the table has no data files: it reads no rows",
-                state.version()
-            );
-        }
-        let mut snapshot = Snapshot::new(
-            location,
-            state.version(),
-            files,
+        let replayed = super::replay::replay(table, &location, true).await?;
+        let root = table.log_store().root_url().clone();
+        Snapshot::from_replayed(
+            replayed,
             table.object_store(),
-            identity,
-        );
-        snapshot.delta = Some(delta_schema);
-        snapshot.protocol = Some(protocol);
-        snapshot.mapping = mapping;
-        snapshot.resolve_columns(&config, hints).await
+            &root,
+            location.clone(),
+            hints,
+            &location,
+        )
+        .await
     }
 
     /// The snapshot of a folder of Parquet files without a Delta log: every `.parquet` object
@@ -374,34 +274,39 @@ impl Snapshot {
                     source: Box::new(DeltaTableError::ObjectStore { source: e }),
                 })?;
         let listed = objects.len();
-        let mut files: Vec<DataFile> = objects
-            .into_iter()
-            .filter(|o| {
-                let parts: Vec<_> = o.location.parts().collect();
-                parts
-                    .iter()
-                    .all(|p| !p.as_ref().starts_with('_') && !p.as_ref().starts_with('.'))
-                    && parts
-                        .last()
-                        .is_some_and(|p| p.as_ref().ends_with(".parquet"))
-            })
-            .map(|o| DataFile {
-                tag: match (&o.e_tag, &o.version) {
-                    (Some(e_tag), _) => format!("etag={e_tag}"),
-                    (None, Some(version)) => format!("version={version}"),
-                    (None, None) => format!("modified={}", o.last_modified.timestamp_millis()),
+        let mut builder = FileListBuilder::new(false);
+        for o in objects.iter().filter(|o| {
+            let parts: Vec<_> = o.location.parts().collect();
+            parts
+                .iter()
+                .all(|p| !p.as_ref().starts_with('_') && !p.as_ref().starts_with('.'))
+                && parts
+                    .last()
+                    .is_some_and(|p| p.as_ref().ends_with(".parquet"))
+        }) {
+            let tag = match (&o.e_tag, &o.version) {
+                (Some(e_tag), _) => format!("etag={e_tag}"),
+                (None, Some(version)) => format!("version={version}"),
+                (None, None) => format!("modified={}", o.last_modified.timestamp_millis()),
+            };
+            builder.push(
+                Entry {
+                    path: o.location.as_ref(),
+                    object_path: None,
+                    size: o.size,
+                    records: None,
+                    tag: &tag,
+                    stats: None,
+                    // Listed files are in path order.
+                    order: 0,
                 },
-                partitions: hive_partitions(o.location.as_ref()),
-                path: o.location.to_string(),
-                object_path: o.location,
-                size: o.size,
-                rows: None,
-                records: None,
-                delta_stats: None,
-                deleted: None,
-            })
-            .collect();
-        files.sort_by(|a, b| a.path.cmp(&b.path));
+                hive_partitions(o.location.as_ref())
+                    .into_iter()
+                    .map(|(k, v)| (Cow::Owned(k), v.map(Cow::Owned))),
+            );
+        }
+        drop(objects);
+        let (files, _) = builder.finish(&[]);
         if files.is_empty() {
             let reason = match listed {
                 0 => {
@@ -419,26 +324,23 @@ impl Snapshot {
             .await
     }
 
-    fn new(
+    pub(super) fn new(
         location: String,
         version: u64,
-        files: Vec<DataFile>,
+        files: FileList,
         store: Arc<dyn ObjectStore>,
         identity: &str,
     ) -> Snapshot {
-        let footers = files.iter().map(|_| OnceCell::new()).collect();
-        let view_footers = files.iter().map(|_| OnceCell::new()).collect();
-        let undeleted = files.iter().map(|_| OnceCell::new()).collect();
-        let files_have_deletes = files.iter().any(DataFile::has_deletion_vector);
+        let files_have_deletes = files.iter().any(|f| f.has_deletion_vector());
         // Every read of a remote table's data files goes through one store (see `remote`).
         #[cfg(unix)]
         let remote = (!location.starts_with("file:")).then(|| {
+            // The remote store looks files up in the list it shares: no map of its own.
+            let lookup: Arc<dyn voxlake_io::remote::FileIdentities> = Arc::new(files.clone());
             Arc::new(voxlake_io::remote::RemoteStore::new(
                 store.clone(),
                 identity,
-                files
-                    .iter()
-                    .map(|f| (&f.object_path, f.size, f.tag.as_str())),
+                lookup,
             ))
         });
         #[cfg(unix)]
@@ -461,11 +363,9 @@ impl Snapshot {
             mapping: ColumnMapping::default(),
             files,
             store,
-            footers,
-            view_footers,
+            footers: Default::default(),
             small: Default::default(),
             has_deletes: files_have_deletes,
-            undeleted,
         }
     }
 }

@@ -154,7 +154,7 @@ impl Snapshot {
         if let Some(reason) = mismatch {
             return Err(TableError::Corrupt {
                 location: self.location.clone(),
-                file: self.files[index].path.clone(),
+                file: self.path_of(index).to_string(),
                 reason: format!("row group {row_group}, {reason}"),
             });
         }
@@ -206,7 +206,7 @@ impl Snapshot {
         if batches.is_empty() {
             return Err(TableError::Internal(format!(
                 "file {}: row group {row_group} decoded to nothing",
-                self.files[index].path
+                self.path_of(index)
             )));
         }
         Ok((batches, timings))
@@ -240,7 +240,7 @@ impl Snapshot {
         timings: &mut ReadTimings,
     ) -> Result<Vec<RecordBatch>, TableError> {
         let mut batches = Vec::new();
-        let path = &self.files[index].path;
+        let path = self.path_of(index).to_string();
         loop {
             let hooks = hooks.clone();
             let object = path.clone();
@@ -291,7 +291,7 @@ impl Snapshot {
         if data.len() != asked {
             return Err(TableError::Internal(format!(
                 "file {}: {} ranges read for {asked} asked",
-                self.files[index].path,
+                self.path_of(index),
                 data.len(),
             )));
         }
@@ -334,7 +334,7 @@ impl Snapshot {
             .as_deref()
             .is_some_and(|rows| crate::rows::copies_kept_rows(rows.len(), total));
         let columns = self.columns.clone();
-        let path = self.files[index].path.clone();
+        let path = self.path_of(index).to_string();
         let wanted: Vec<&String> = [&columns.label, &columns.id]
             .into_iter()
             .flatten()

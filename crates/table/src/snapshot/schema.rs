@@ -206,10 +206,10 @@ impl Snapshot {
         let mut fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
         let mut arrays = batch.columns().to_vec();
         let mut changed = false;
-        let file = &self.files[index];
+        let file = self.files.at(index);
         let bad = |reason: String| TableError::Incompatible {
             location: self.location.clone(),
-            reason: format!("file {}: {reason}", file.path),
+            reason: format!("file {}: {reason}", file.path()),
         };
         for (i, field) in schema.fields().iter().enumerate() {
             let Ok(table) = self.schema.field_with_name(field.name()) else {
@@ -258,11 +258,7 @@ impl Snapshot {
                     leaf.unwrap_or_else(|| arrow_array::new_empty_array(&DataType::Null))
                 }
                 Some(data_type) => {
-                    let value = file
-                        .partitions
-                        .iter()
-                        .find(|(k, _)| k == name)
-                        .and_then(|(_, v)| v.as_deref());
+                    let value = file.partition(name).flatten();
                     partition_column(value, data_type, rows)
                         .map_err(|e| bad(format!("partition column '{name}': {e}")))?
                 }

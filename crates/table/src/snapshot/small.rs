@@ -58,16 +58,17 @@ impl Snapshot {
     /// Whether file `index`'s footer is read from the whole file (a file too short to hold
     /// a footer is left to the footer reader's own error).
     pub(super) fn is_small(&self, index: usize) -> bool {
-        (FOOTER..=SMALL).contains(&self.files[index].size)
+        (FOOTER..=SMALL).contains(&self.files.at(index).size())
     }
 
     /// Whether file `index`'s row group is cut from the whole file: a small file of one row
     /// group (its footer read).
     pub(super) fn reads_whole(&self, index: usize) -> bool {
         self.is_small(index)
-            && self.footers[index]
-                .get()
-                .is_some_and(|m| m.metadata().num_row_groups() == 1)
+            && self
+                .footers
+                .peek(index)
+                .is_some_and(|f| f.plain.get().is_some_and(|m| m.metadata().num_row_groups() == 1))
     }
 
     /// The whole of small file `index`: the bytes its footer's read kept, else one request.
@@ -75,7 +76,7 @@ impl Snapshot {
         if let Some(bytes) = self.small.take(index) {
             return Ok(bytes);
         }
-        let size = self.files[index].size;
+        let size = self.files.at(index).size();
         let bytes = self
             .reader(index)
             .get_bytes(0..size)
@@ -134,7 +135,7 @@ impl Snapshot {
     fn corrupt(&self, index: usize, reason: String) -> TableError {
         TableError::Corrupt {
             location: self.location.clone(),
-            file: self.files[index].path.clone(),
+            file: self.path_of(index).to_string(),
             reason,
         }
     }

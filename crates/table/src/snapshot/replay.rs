@@ -1,0 +1,171 @@
+//! A Delta version's files and table description, as the log replays them ([`replay`]), and
+//! the snapshot made of them ([`Snapshot::from_replayed`]): apart, so that what the replay
+//! gives can be kept by the node's cache and a rank that finds it there never reads the log
+//! (see `list_cache`).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use deltalake::DeltaTable;
+use deltalake::kernel::{DeletionVectorDescriptor, Metadata, Protocol as DeltaProtocol};
+use futures::TryStreamExt;
+use object_store::ObjectStore;
+use url::Url;
+use voxlake_format::sample::ColumnHints;
+
+use super::deletes::{self, Wanted};
+use super::features::Protocol;
+use super::file_list::{Entry, FileListBuilder};
+use super::mapping::ColumnMapping;
+use super::{FileList, Snapshot};
+use crate::error::TableError;
+
+/// What a Delta version is, as its log says.
+pub(crate) struct Replayed {
+    pub version: u64,
+    pub protocol: DeltaProtocol,
+    pub metadata: Metadata,
+    /// The active files (their statistics where asked for), deletion vectors not yet read.
+    pub files: FileList,
+    /// The files with a deletion vector (their index in `files`) and its descriptor.
+    pub vectors: Vec<(usize, DeletionVectorDescriptor)>,
+}
+
+/// Replays the log of `table` (loaded at its version) into a [`Replayed`], the files'
+/// statistics kept if `stats`; `location` is used in messages.
+pub(crate) async fn replay(
+    table: &DeltaTable,
+    location: &str,
+    stats: bool,
+) -> Result<Replayed, TableError> {
+    let err = |source| TableError::Delta {
+        location: location.to_string(),
+        source: Box::new(source),
+    };
+    let state = table.snapshot().map_err(err)?;
+    let config = state.metadata().configuration().clone();
+    let mapping = ColumnMapping::from_delta(&config, state.schema().as_ref()).map_err(|reason| {
+        TableError::Incompatible {
+            location: location.to_string(),
+            reason,
+        }
+    })?;
+    let log_store = table.log_store();
+    // File by file into columns: no struct per file, the statistics only where a filter reads
+    // them (see `file_list`).
+    let mut views = state.snapshot().file_views(log_store.as_ref(), None);
+    let mut builder = FileListBuilder::new(stats);
+    let mut vectors = Vec::new();
+    while let Some(f) = views.try_next().await.map_err(err)? {
+        let path = f.path();
+        let object_path = f.object_store_path();
+        let tag = format!("modified={}", f.modification_time());
+        let stats = match stats {
+            true => f.stats(),
+            false => None,
+        };
+        if let Some(descriptor) = f.deletion_vector_descriptor() {
+            vectors.push((builder.len(), descriptor));
+        }
+        builder.push(
+            Entry {
+                path: &path,
+                object_path: Some(object_path.as_ref()),
+                size: f.size() as u64,
+                records: f.num_records().map(|n| n as u64),
+                tag: &tag,
+                stats: stats.as_deref(),
+                order: f.modification_time(),
+            },
+            // Partition values are keyed by physical name under column mapping.
+            f.partition_values_map()
+                .into_iter()
+                .map(|(k, v)| (Cow::Owned(mapping.logical_key(&k)), v.map(Cow::Owned))),
+        );
+    }
+    drop(views);
+    // The log's order is not stable across checkpoints: sorted so plans are reproducible, by
+    // write time first so that "table order" is the order the rows were written in.
+    let pushed: Vec<usize> = vectors.iter().map(|(i, _)| *i).collect();
+    let (files, places) = builder.finish(&pushed);
+    let vectors = vectors
+        .into_iter()
+        .zip(places)
+        .map(|((_, descriptor), index)| (index, descriptor))
+        .collect();
+    Ok(Replayed {
+        version: state.version(),
+        protocol: state.protocol().clone(),
+        metadata: state.metadata().clone(),
+        files,
+        vectors,
+    })
+}
+
+impl Snapshot {
+    /// The snapshot of `replayed`: its files read through `store` (rooted at the table, whose
+    /// URL is `root`), their deletion vectors read, its samples as the table's configuration
+    /// and `hints` say; `location` is used in messages, `identity` in cache keys.
+    pub(crate) async fn from_replayed(
+        replayed: Replayed,
+        store: Arc<dyn ObjectStore>,
+        root: &Url,
+        location: String,
+        hints: &ColumnHints,
+        identity: &str,
+    ) -> Result<Snapshot, TableError> {
+        let Replayed {
+            version,
+            protocol,
+            metadata,
+            mut files,
+            vectors,
+        } = replayed;
+        let incompatible = |reason: String| TableError::Incompatible {
+            location: location.clone(),
+            reason,
+        };
+        let protocol = Protocol::of(&protocol).map_err(&incompatible)?;
+        protocol.check_readable().map_err(&incompatible)?;
+        let config = metadata.configuration().clone();
+        let schema = metadata
+            .parse_schema()
+            .map_err(|e| incompatible(format!("the Delta schema does not parse: {e}")))?;
+        let mapping = ColumnMapping::from_delta(&config, &schema).map_err(&incompatible)?;
+        let wanted: Vec<Wanted> = vectors
+            .into_iter()
+            .map(|(index, descriptor)| Wanted {
+                index,
+                file: files.at(index).path().to_string(),
+                rows: files.at(index).rows(),
+                descriptor,
+            })
+            .collect();
+        if !wanted.is_empty() {
+            let mut root = root.clone();
+            if !root.path().ends_with('/') {
+                root.set_path(&format!("{}/", root.path()));
+            }
+            deletes::attach(&mut files, &store, &root, &location, wanted).await?;
+        }
+        let delta_schema = super::schema::DeltaSchema {
+            schema: delta_kernel::engine::arrow_conversion::TryIntoArrow::try_into_arrow(&schema)
+                .map_err(|e: arrow_schema::ArrowError| {
+                incompatible(format!("the Delta schema has no Arrow form: {e}"))
+            })?,
+            partitions: metadata.partition_columns().to_vec(),
+        };
+        if files.is_empty() {
+            tracing::warn!(
+                location = location.as_str(),
+                version,
+                "version {version} of the table has no data files: it reads no rows"
+            );
+        }
+        let mut snapshot = Snapshot::new(location, version, files, store, identity);
+        snapshot.delta = Some(delta_schema);
+        snapshot.protocol = Some(protocol);
+        snapshot.mapping = mapping;
+        snapshot.resolve_columns(&config, hints).await
+    }
+}
