@@ -34,6 +34,7 @@
 mod choice;
 mod entry;
 mod evict;
+mod made;
 mod private;
 
 use std::fs::File;
@@ -253,27 +254,6 @@ impl DiskCache {
             }
         });
         Ok(parts)
-    }
-
-    /// The entry named `name` of the table in store `store` (see `location::store_identity`)
-    /// that is made rather than read, such as a version's replayed file list: read from disk
-    /// when it is there and whole (checked like every entry), else made by `make` — once per
-    /// node when several processes ask at once: the others wait for it and read it — and
-    /// written. Counted as the log's hits and misses.
-    pub async fn get_or_make<F>(
-        self: &Arc<Self>,
-        store: &str,
-        name: &str,
-        make: F,
-    ) -> object_store::Result<Bytes>
-    where
-        F: std::future::Future<Output = object_store::Result<Bytes>>,
-    {
-        let key = EntryKey::made(store, name);
-        let parts = self
-            .get_or_fetch(key, name, async { Ok(vec![make.await?]) })
-            .await?;
-        Ok(parts.into_iter().next().unwrap_or_default())
     }
 
     /// Waits until the entries being written are in place.

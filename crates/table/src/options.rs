@@ -97,51 +97,20 @@ impl Snapshot {
             )
         };
         // "Latest" is the job's, not this rank's, where a job is named: the version a rank of
-        // the job pinned, else this rank's latest, published for the others.
+        // the job pinned, else this rank's latest, published for the others; resolved once a
+        // node where the node has a cache (`pin::node`).
         let snapshot = match (&options.job, options.as_of) {
+            #[cfg(unix)]
+            (Some(job), AsOf::Latest)
+                if let Some(cache) = cache.as_ref()
+                    && options.root_store.is_none() =>
+            {
+                let storage = &options.storage_options;
+                crate::pin::node::open_for_job(cache, location, storage, job, &open).await?
+            }
             (Some(job), AsOf::Latest) => {
-                let pinned = crate::pin::pinned(
-                    location,
-                    &options.storage_options,
-                    options.root_store.as_ref(),
-                    job,
-                )
-                .await?;
-                let (snapshot, pinned) = match pinned {
-                    Some(marker) => (
-                        open(AsOf::Version(marker.version), true).await?,
-                        Some((marker.version, marker.files)),
-                    ),
-                    None => {
-                        let snapshot = open(AsOf::Latest, false).await?;
-                        let agreed = crate::pin::agree(
-                            snapshot.store().as_ref(),
-                            snapshot.location(),
-                            job,
-                            snapshot.version(),
-                            &snapshot.file_set_hash(),
-                        )
-                        .await?;
-                        match agreed {
-                            crate::pin::Agreed::Keep => (snapshot, None),
-                            // Another rank published first, between the look and the put.
-                            crate::pin::Agreed::Reopen { version, files } => (
-                                open(AsOf::Version(version), true).await?,
-                                Some((version, files)),
-                            ),
-                        }
-                    }
-                };
-                if let Some((version, files)) = pinned {
-                    crate::pin::check_files(
-                        snapshot.location(),
-                        job,
-                        version,
-                        &files,
-                        &snapshot.file_set_hash(),
-                    )?;
-                }
-                snapshot
+                let (storage, root) = (&options.storage_options, options.root_store.as_ref());
+                crate::pin::open_for_job(location, storage, root, job, &open).await?
             }
             (_, as_of) => open(as_of, false).await?,
         };

@@ -13,6 +13,9 @@
 //! first replay the log once, at the job's version. The marker's name and contents are pure
 //! ([`marker_path`], [`Marker`]); the reads and the put are in [`pinned`] and [`agree`].
 
+#[cfg(unix)]
+pub(crate) mod node;
+
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 use serde::{Deserialize, Serialize};
@@ -212,6 +215,60 @@ async fn read(store: &dyn ObjectStore, path: &Path) -> Result<Option<Marker>, St
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| format!("the marker is not one voxlake wrote: {e}"))
+}
+
+/// Opens `location` at job `job`'s version: the version its marker pins, else this rank's
+/// latest, published as the job's (a rank that lost the race reopens the published one); the
+/// file set is checked against the marker's. `open(as_of, known)` opens the table (`known`:
+/// a marker named the version, so the table has a log).
+pub(crate) async fn open_for_job<F, Fut>(
+    location: &str,
+    storage_options: &std::collections::HashMap<String, String>,
+    root_store: Option<&std::sync::Arc<dyn ObjectStore>>,
+    job: &str,
+    open: &F,
+) -> Result<crate::Snapshot, TableError>
+where
+    F: Fn(crate::AsOf, bool) -> Fut,
+    Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
+{
+    use crate::AsOf;
+    let marker = pinned(location, storage_options, root_store, job).await?;
+    let (snapshot, pinned) = match marker {
+        Some(marker) => (
+            open(AsOf::Version(marker.version), true).await?,
+            Some((marker.version, marker.files)),
+        ),
+        None => {
+            let snapshot = open(AsOf::Latest, false).await?;
+            let agreed = agree(
+                snapshot.store().as_ref(),
+                snapshot.location(),
+                job,
+                snapshot.version(),
+                &snapshot.file_set_hash(),
+            )
+            .await?;
+            match agreed {
+                Agreed::Keep => (snapshot, None),
+                // Another rank published first, between the look and the put.
+                Agreed::Reopen { version, files } => (
+                    open(AsOf::Version(version), true).await?,
+                    Some((version, files)),
+                ),
+            }
+        }
+    };
+    if let Some((version, files)) = pinned {
+        check_files(
+            snapshot.location(),
+            job,
+            version,
+            &files,
+            &snapshot.file_set_hash(),
+        )?;
+    }
+    Ok(snapshot)
 }
 
 #[cfg(test)]

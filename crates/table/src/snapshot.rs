@@ -30,8 +30,8 @@ mod files;
 mod footer;
 mod footer_cache;
 mod kept;
-mod list_chunk;
 mod list_cache;
+mod list_chunk;
 mod list_decode;
 mod load;
 mod logcheck;
@@ -388,13 +388,13 @@ impl Snapshot {
                         .await
                         .map_err(|e| self.file_error(index, e))?,
                 };
-                footer::check_footer(&metadata, file.size(), file.records()).map_err(
-                    |reason| TableError::Corrupt {
+                footer::check_footer(&metadata, file.size(), file.records()).map_err(|reason| {
+                    TableError::Corrupt {
                         location: self.location.clone(),
                         file: file.path().to_string(),
                         reason,
-                    },
-                )?;
+                    }
+                })?;
                 loaded = Some(metadata.memory_size());
                 ArrowReaderMetadata::try_new(metadata, ArrowReaderOptions::default())
                     .map_err(|e| self.file_error(index, e))

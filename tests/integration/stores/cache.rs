@@ -563,3 +563,81 @@ async fn ranks_of_a_node_fetch_each_log_object_once(backend: Backend) {
 }
 
 on_every_backend!(ranks_of_a_node_fetch_each_log_object_once);
+
+/// A version's replayed file list is kept in the node's cache: a rank after the first (or a
+/// resume) reads it and makes no request of the log at all; a corrupt list is made again from
+/// the log, never used.
+async fn a_version_is_replayed_once_a_node_and_a_corrupt_list_made_again(backend: Backend) {
+    let count = 10;
+    let uploaded = super::uploaded(backend, "list-once", count, 43).await;
+    voxlake::compact::Compactor::new(&uploaded.table)
+        .with_storage_options(backend.options())
+        .with_layout(voxlake::format::Layout {
+            row_group_rows: 1,
+            target_file_bytes: 30_000,
+            ..voxlake::format::Layout::default()
+        })
+        .with_files_per_commit(1)
+        .convert(&uploaded.src)
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = super::options_file(backend, &proxy, &dir.path().join("options"));
+    let cache = dir.path().join("cache");
+    let run = || {
+        let before = proxy.requests().len();
+        let mut cmd = Command::new(voxlake_bin());
+        cmd.args(["bench", &uploaded.table, "--json", "--batch-size", "1"])
+            .args(["--version", &count.to_string()])
+            .args(["--cache-max-mb", "1024", "--cache-dir"])
+            .arg(&cache)
+            .arg("--storage-option-file")
+            .arg(&options);
+        let out = json_output(&mut cmd);
+        let log = proxy.requests()[before..]
+            .iter()
+            .filter(|r| r.target.contains("_delta_log"))
+            .count();
+        (out, log)
+    };
+    let (first, first_log) = run();
+    assert_eq!(first["samples"].as_u64(), Some(count as u64));
+    assert!(
+        first_log > count,
+        "the first rank replays the log: {first_log}"
+    );
+    let (second, second_log) = run();
+    assert_eq!(second["samples"].as_u64(), Some(count as u64));
+    assert_eq!(second["version"], first["version"]);
+    assert_eq!(
+        second_log, 0,
+        "the list read from the node's cache: no log request"
+    );
+    assert!(second["cache_log_hits"].as_u64() >= Some(1), "{second}");
+    // A bit flipped in the list: not used, made again from the log.
+    let mut lists = 0;
+    for entry in
+        std::fs::read_dir(cache.join(voxlake::io::cache::CACHE_SUBDIR).join("entries")).unwrap()
+    {
+        let path = entry.unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        if bytes.windows(19).any(|w| w == b"voxlake-file-list-1") {
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0x20;
+            std::fs::write(&path, bytes).unwrap();
+            lists += 1;
+        }
+    }
+    assert_eq!(lists, 1, "one list for the one version");
+    let (third, third_log) = run();
+    assert_eq!(third["samples"].as_u64(), Some(count as u64));
+    assert_eq!(third["cache_corrupt"].as_u64(), Some(1), "{third}");
+    assert!(third_log > 0, "replayed again from the log");
+    let (_, fourth_log) = run();
+    assert_eq!(fourth_log, 0, "the list made again is used");
+}
+
+on_every_backend!(a_version_is_replayed_once_a_node_and_a_corrupt_list_made_again);

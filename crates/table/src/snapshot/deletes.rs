@@ -18,7 +18,6 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use url::Url;
 
-use super::FileList;
 use crate::error::{TableError, kernel_message};
 use voxlake_io::store_error_is_transient;
 
@@ -80,34 +79,6 @@ pub(crate) async fn read_all(
         .await?;
     out.extend(files.into_iter().flatten());
     Ok(out)
-}
-
-/// Reads the vectors of `wanted` (see [`read_all`]) and attaches each to its file of `files`,
-/// whose live rows are then its add action's count less the deleted ones.
-pub(crate) async fn attach(
-    files: &mut FileList,
-    store: &Arc<dyn ObjectStore>,
-    table: &Url,
-    location: &str,
-    wanted: Vec<Wanted>,
-) -> Result<(), TableError> {
-    let count = wanted.len();
-    for (index, deleted) in read_all(store, table, location, wanted).await? {
-        let gone = deleted.rows.len() as u64;
-        if let Some(rows) = files.at(index).rows() {
-            let live = rows.checked_sub(gone).ok_or_else(|| TableError::Corrupt {
-                location: location.to_string(),
-                file: files.at(index).path().to_string(),
-                reason: format!(
-                    "its deletion vector deletes {gone} rows, its add action counts {rows}"
-                ),
-            })?;
-            files.set_rows(index, live);
-        }
-        files.set_deleted(index, deleted);
-    }
-    tracing::debug!(location, files = count, "deletion vectors read");
-    Ok(())
 }
 
 /// Where a vector's bytes are.

@@ -8,14 +8,16 @@
 //! through [`DataFile`], a view of one index.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use arrow_array::builder::{ArrayBuilder, StringBuilder, UInt64Builder};
 use arrow_array::{Array, StringArray, UInt64Array};
 use object_store::path::Path;
 
 use super::deletes::Deleted;
+
+mod build;
+pub(crate) use build::{Entry, FileListBuilder};
 
 /// A row count not known yet (the add action recorded none; the footer says).
 const UNKNOWN: u64 = u64::MAX;
@@ -83,7 +85,9 @@ impl<'a> DataFile<'a> {
     /// statistics): its footer must say the same.
     pub(crate) fn records(&self) -> Option<u64> {
         let records = &self.list.records;
-        records.is_valid(self.index).then(|| records.value(self.index))
+        records
+            .is_valid(self.index)
+            .then(|| records.value(self.index))
     }
 
     /// Partition values (`None`: null), by column name.
@@ -132,6 +136,19 @@ impl<'a> DataFile<'a> {
     pub fn deletion_vector(&self) -> Option<&'a deltalake::kernel::DeletionVectorDescriptor> {
         self.deleted().map(|d| &d.descriptor)
     }
+}
+
+/// The values of `a` at `indices`, in their order.
+fn pick_strings(a: &StringArray, indices: &[usize]) -> StringArray {
+    indices.iter().map(|&i| value(a, i)).collect()
+}
+
+/// The values of `a` at `indices`, in their order.
+fn pick_numbers(a: &UInt64Array, indices: &[usize]) -> UInt64Array {
+    indices
+        .iter()
+        .map(|&i| a.is_valid(i).then(|| a.value(i)))
+        .collect()
 }
 
 fn value(values: &StringArray, index: usize) -> Option<&str> {
@@ -190,11 +207,7 @@ impl FileList {
             .sum();
         let deleted: usize = self.deleted.values().map(|d| d.rows.len() * 8).sum();
         let lookup = self.by_object_path.get().map_or(0, |v| v.capacity() * 4);
-        arrays.iter().sum::<usize>()
-            + partitions
-            + self.rows.capacity() * 8
-            + deleted
-            + lookup
+        arrays.iter().sum::<usize>() + partitions + self.rows.capacity() * 8 + deleted + lookup
     }
 
     /// The index of the file at `path` in the table's object store.
@@ -231,30 +244,14 @@ impl FileList {
 
     /// The list of the files `keep` says, in order, with `rows` their live rows.
     pub(crate) fn keep(&self, keep: &[bool], rows: &[u64]) -> FileList {
-        let mask = arrow_array::BooleanArray::from(keep.to_vec());
-        let filter = |a: &dyn Array| {
-            arrow_select::filter::filter(a, &mask).expect("a mask as long as the list")
-        };
-        let strings = |a: &StringArray| {
-            filter(a)
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .expect("strings stay strings")
-                .clone()
-        };
-        let numbers = |a: &UInt64Array| {
-            filter(a)
-                .as_any()
-                .downcast_ref::<UInt64Array>()
-                .expect("numbers stay numbers")
-                .clone()
-        };
         let kept: Vec<usize> = (0..self.len()).filter(|&i| keep[i]).collect();
         let deleted = kept
             .iter()
             .enumerate()
             .filter_map(|(new, old)| Some((new, self.deleted.get(old)?.clone())))
             .collect();
+        let strings = |a: &StringArray| pick_strings(a, &kept);
+        let numbers = |a: &UInt64Array| pick_numbers(a, &kept);
         FileList {
             paths: strings(&self.paths),
             object_paths: strings(&self.object_paths),
@@ -366,145 +363,6 @@ impl voxlake_io::remote::FileIdentities for FileList {
     }
 }
 
-/// One file as the log (or listing) gives it, for [`FileListBuilder::push`].
-pub(crate) struct Entry<'a> {
-    pub path: &'a str,
-    /// The path in the object store, where it is not `path`.
-    pub object_path: Option<&'a str>,
-    pub size: u64,
-    pub records: Option<u64>,
-    pub tag: &'a str,
-    pub stats: Option<&'a str>,
-    /// What orders files: the write time (Delta), or nothing (a listing: by path).
-    pub order: i64,
-}
-
-/// Builds a [`FileList`] file by file, then sorts it (see [`finish`](Self::finish)).
-pub(crate) struct FileListBuilder {
-    paths: StringBuilder,
-    object_paths: StringBuilder,
-    sizes: UInt64Builder,
-    records: UInt64Builder,
-    tags: StringBuilder,
-    stats: Option<StringBuilder>,
-    partitions: BTreeMap<String, StringBuilder>,
-    order: Vec<i64>,
-}
-
-impl FileListBuilder {
-    /// A builder that keeps the files' statistics if `stats`.
-    pub(crate) fn new(stats: bool) -> FileListBuilder {
-        FileListBuilder {
-            paths: StringBuilder::new(),
-            object_paths: StringBuilder::new(),
-            sizes: UInt64Builder::new(),
-            records: UInt64Builder::new(),
-            tags: StringBuilder::new(),
-            stats: stats.then(StringBuilder::new),
-            partitions: BTreeMap::new(),
-            order: Vec::new(),
-        }
-    }
-
-    /// Files pushed so far.
-    pub(crate) fn len(&self) -> usize {
-        self.order.len()
-    }
-
-    /// Adds one file with its partition values (a column missing here is null for it).
-    pub(crate) fn push<'p>(
-        &mut self,
-        entry: Entry<'_>,
-        partitions: impl IntoIterator<Item = (Cow<'p, str>, Option<Cow<'p, str>>)>,
-    ) {
-        let at = self.len();
-        self.paths.append_value(entry.path);
-        self.object_paths
-            .append_option(entry.object_path.filter(|p| *p != entry.path));
-        self.sizes.append_value(entry.size);
-        self.records.append_option(entry.records);
-        self.tags.append_value(entry.tag);
-        if let Some(stats) = &mut self.stats {
-            stats.append_option(entry.stats);
-        }
-        self.order.push(entry.order);
-        for (name, value) in partitions {
-            let column = self.partitions.entry(name.into_owned()).or_insert_with(|| {
-                let mut b = StringBuilder::new();
-                b.append_nulls(at);
-                b
-            });
-            if column.len() == at {
-                column.append_option(value);
-            }
-        }
-        for column in self.partitions.values_mut() {
-            if column.len() == at {
-                column.append_null();
-            }
-        }
-    }
-
-    /// The list, sorted by `order` then path (the log's order is not stable across
-    /// checkpoints: plans must not depend on it), and for each index given in `log_order`
-    /// (an index in the order files were pushed) its index in the list.
-    pub(crate) fn finish(mut self, log_order: &[usize]) -> (FileList, Vec<usize>) {
-        let paths = self.paths.finish();
-        let mut sorted: Vec<u32> = (0..paths.len() as u32).collect();
-        sorted.sort_by(|&a, &b| {
-            let (a, b) = (a as usize, b as usize);
-            self.order[a]
-                .cmp(&self.order[b])
-                .then_with(|| paths.value(a).cmp(paths.value(b)))
-        });
-        let take_indices = arrow_array::UInt32Array::from(sorted.clone());
-        let take = |a: &dyn Array| {
-            arrow_select::take::take(a, &take_indices, None).expect("indices within the list")
-        };
-        let strings = |a: &dyn Array| {
-            take(a)
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .expect("strings stay strings")
-                .clone()
-        };
-        let numbers = |a: &dyn Array| {
-            take(a)
-                .as_any()
-                .downcast_ref::<UInt64Array>()
-                .expect("numbers stay numbers")
-                .clone()
-        };
-        let records = numbers(&self.records.finish());
-        let rows = (0..records.len())
-            .map(|i| match records.is_valid(i) {
-                true => records.value(i),
-                false => UNKNOWN,
-            })
-            .collect();
-        let mut place = vec![0usize; sorted.len()];
-        for (new, &old) in sorted.iter().enumerate() {
-            place[old as usize] = new;
-        }
-        let list = FileList {
-            paths: strings(&paths),
-            object_paths: strings(&self.object_paths.finish()),
-            sizes: numbers(&self.sizes.finish()),
-            records,
-            rows,
-            tags: strings(&self.tags.finish()),
-            stats: self.stats.as_mut().map(|s| strings(&s.finish())),
-            partitions: std::mem::take(&mut self.partitions)
-                .into_iter()
-                .map(|(n, mut v)| (n, strings(&v.finish())))
-                .collect(),
-            deleted: HashMap::new(),
-            by_object_path: OnceLock::new(),
-        };
-        (list, log_order.iter().map(|&i| place[i]).collect())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,7 +396,11 @@ mod tests {
         assert_eq!(list.at(0).partition("k"), Some(None));
         assert_eq!(list.at(1).partition("k"), Some(None), "not given: null");
         assert_eq!(list.at(0).partition("j"), Some(Some("1")));
-        assert_eq!(list.at(2).partition("j"), Some(None), "given after it: null");
+        assert_eq!(
+            list.at(2).partition("j"),
+            Some(None),
+            "given after it: null"
+        );
         assert_eq!(list.at(0).partition("none"), None);
         assert_eq!(list.at(1).delta_stats(), None, "statistics not kept");
         assert_eq!(list.partition_columns().collect::<Vec<_>>(), ["j", "k"]);

@@ -84,17 +84,55 @@ where
     };
     match decode(&bytes, stats) {
         Ok(replayed) if replayed.version == version => {
-            tracing::debug!(location = shown, version, files = replayed.files.len(), "file list read from the node's cache");
+            tracing::debug!(
+                location = shown,
+                version,
+                files = replayed.files.len(),
+                "file list read from the node's cache"
+            );
             Ok(Some(replayed))
         }
         Ok(other) => {
-            tracing::warn!(location = shown, version, holds = other.version, "the node's file list is of another version: not used");
+            tracing::warn!(
+                location = shown,
+                version,
+                holds = other.version,
+                "the node's file list is of another version: not used"
+            );
             Ok(None)
         }
         Err(reason) => {
-            tracing::warn!(location = shown, version, reason, "the node's file list does not decode: not used, the log is replayed here");
+            tracing::warn!(
+                location = shown,
+                version,
+                reason,
+                "the node's file list does not decode: not used, the log is replayed here"
+            );
             Ok(None)
         }
+    }
+}
+
+/// Keeps `replayed` (replayed here, its statistics kept) in `cache` for the ranks that open
+/// its version next, unless one of them already did. A failure is a warning: they replay.
+pub(crate) async fn offer(
+    cache: &Arc<voxlake_io::cache::DiskCache>,
+    identity: &str,
+    shown: &str,
+    replayed: &Replayed,
+) {
+    let version = replayed.version;
+    let name = format!("{FORMAT}\n{shown}\n{version}");
+    let made = cache
+        .get_or_make(identity, &name, async {
+            encode(replayed).map_err(|e| object_store::Error::Generic {
+                store: "voxlake file list",
+                source: Box::new(e),
+            })
+        })
+        .await;
+    if let Err(e) = made {
+        tracing::warn!(location = shown, version, error = %e, "file list not kept in the node's cache");
     }
 }
 
@@ -131,7 +169,11 @@ pub(crate) fn encode(replayed: &Replayed) -> Result<Bytes, arrow_schema::ArrowEr
         Arc::new(StringArray::from(vectors)),
     ];
     for (name, values) in partitions {
-        fields.push(Field::new(format!("{PARTITION}{name}"), DataType::Utf8, true));
+        fields.push(Field::new(
+            format!("{PARTITION}{name}"),
+            DataType::Utf8,
+            true,
+        ));
         arrays.push(Arc::new(values));
     }
     let metadata = [
@@ -234,15 +276,18 @@ pub(crate) fn decode(bytes: &[u8], stats: bool) -> Result<Replayed, String> {
 
 /// The one batch of the next IPC stream in `cursor`.
 fn one_batch(cursor: &mut Cursor<&[u8]>) -> Result<RecordBatch, String> {
-    let mut reader = arrow_ipc::reader::StreamReader::try_new(&mut *cursor, None)
-        .map_err(|e| e.to_string())?;
+    let mut reader =
+        arrow_ipc::reader::StreamReader::try_new(&mut *cursor, None).map_err(|e| e.to_string())?;
     let batch = reader
         .next()
         .ok_or("no batch")?
         .map_err(|e| e.to_string())?;
     // The stream's end marker, so that the next stream starts where the cursor is.
     if let Some(more) = reader.next() {
-        return Err(format!("more than one batch ({:?})", more.map(|b| b.num_rows())));
+        return Err(format!(
+            "more than one batch ({:?})",
+            more.map(|b| b.num_rows())
+        ));
     }
     Ok(batch)
 }
@@ -280,7 +325,10 @@ mod tests {
                     stats: (i != 1).then_some("{\"numRecords\":1}"),
                     order: i as i64,
                 },
-                [(Cow::Borrowed("k"), (i != 4).then(|| Cow::Owned(format!("v{i}"))))],
+                [(
+                    Cow::Borrowed("k"),
+                    (i != 4).then(|| Cow::Owned(format!("v{i}"))),
+                )],
             );
         }
         let (files, _) = b.finish(&[]);
@@ -317,9 +365,15 @@ mod tests {
             for (a, b) in original.files.iter().zip(back.files.iter()) {
                 assert_eq!(a.path(), b.path());
                 assert_eq!(a.object_path(), b.object_path());
-                assert_eq!((a.size(), a.rows(), a.records()), (b.size(), b.rows(), b.records()));
+                assert_eq!(
+                    (a.size(), a.rows(), a.records()),
+                    (b.size(), b.rows(), b.records())
+                );
                 assert_eq!(a.tag(), b.tag());
-                assert_eq!(a.partitions().collect::<Vec<_>>(), b.partitions().collect::<Vec<_>>());
+                assert_eq!(
+                    a.partitions().collect::<Vec<_>>(),
+                    b.partitions().collect::<Vec<_>>()
+                );
                 let want = if stats { a.delta_stats() } else { None };
                 assert_eq!(b.delta_stats(), want);
             }

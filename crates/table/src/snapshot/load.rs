@@ -36,11 +36,7 @@ pub(crate) async fn load_at(
     let version = match as_of {
         AsOf::Latest => None,
         AsOf::Version(v) => Some(v),
-        AsOf::Timestamp(t) => Some(
-            travel::version_at(table, t)
-                .await
-                .map_err(&version_error)?,
-        ),
+        AsOf::Timestamp(t) => Some(travel::version_at(table, t).await.map_err(&version_error)?),
     };
     let loaded = match version {
         Some(v) => table.load_version(v).await,

@@ -10,10 +10,10 @@ use object_store::ObjectStore;
 use voxlake_format::TensorSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 
-use super::mapping::ColumnMapping;
-use super::load::load_at;
-use super::travel::AsOf;
 use super::file_list::{Entry, FileListBuilder};
+use super::load::load_at;
+use super::mapping::ColumnMapping;
+use super::travel::AsOf;
 use super::{FileList, Snapshot};
 use crate::error::TableError;
 use voxlake_io::location;
@@ -24,7 +24,7 @@ enum Opened {
     /// The table loaded at the version.
     Table(DeltaTable),
     /// The version's files as the node's cache kept them, the table's store and root.
-    Replayed(super::replay::Replayed, Arc<dyn ObjectStore>, url::Url),
+    Replayed(Box<super::replay::Replayed>, Arc<dyn ObjectStore>, url::Url),
     /// No log: a folder of Parquet files.
     Listing(Arc<dyn ObjectStore>),
 }
@@ -197,22 +197,43 @@ impl Snapshot {
                 let replayed =
                     super::list_cache::through(cache, &identity, &display, v, stats, make).await?;
                 if let Some(replayed) = replayed {
-                    return Ok(Opened::Replayed(replayed, store, root));
+                    return Ok(Opened::Replayed(Box::new(replayed), store, root));
                 }
             }
-            Ok(match load_at(&mut table, as_of, known_delta, &display).await? {
-                true => Opened::Table(table),
-                false => Opened::Listing(table.object_store()),
-            })
+            Ok(
+                match load_at(&mut table, as_of, known_delta, &display).await? {
+                    true => Opened::Table(table),
+                    false => Opened::Listing(table.object_store()),
+                },
+            )
         };
         let (opened, ()) = futures::try_join!(open, probe)?;
         let (replayed, store, root) = match opened {
-            Opened::Table(table) => (
-                super::replay::replay(&table, &display, stats).await?,
-                table.object_store(),
-                table.log_store().root_url().clone(),
-            ),
-            Opened::Replayed(replayed, store, root) => (replayed, store, root),
+            Opened::Table(table) => {
+                // Through the node's cache, the version this rank resolved is kept for the
+                // ranks that open it next (a job's marker names it to them).
+                #[cfg(unix)]
+                let offer = log_cache
+                    .as_ref()
+                    .filter(|_| !matches!(url.scheme(), "file" | "memory") && root_store.is_none());
+                #[cfg(not(unix))]
+                let offer: Option<&crate::stores::LogCacheRef> = None;
+                let mut replayed =
+                    super::replay::replay(&table, &display, stats || offer.is_some()).await?;
+                #[cfg(unix)]
+                if let Some(cache) = offer {
+                    super::list_cache::offer(cache, &identity, &display, &replayed).await;
+                    if !stats {
+                        replayed.files = replayed.files.without_stats();
+                    }
+                }
+                (
+                    replayed,
+                    table.object_store(),
+                    table.log_store().root_url().clone(),
+                )
+            }
+            Opened::Replayed(replayed, store, root) => (*replayed, store, root),
             Opened::Listing(store) => {
                 return Snapshot::from_listing_in(store, display, hints, &identity).await;
             }

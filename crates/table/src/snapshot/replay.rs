@@ -44,12 +44,13 @@ pub(crate) async fn replay(
     };
     let state = table.snapshot().map_err(err)?;
     let config = state.metadata().configuration().clone();
-    let mapping = ColumnMapping::from_delta(&config, state.schema().as_ref()).map_err(|reason| {
-        TableError::Incompatible {
-            location: location.to_string(),
-            reason,
-        }
-    })?;
+    let mapping =
+        ColumnMapping::from_delta(&config, state.schema().as_ref()).map_err(|reason| {
+            TableError::Incompatible {
+                location: location.to_string(),
+                reason,
+            }
+        })?;
     let log_store = table.log_store();
     // File by file into columns: no struct per file, the statistics only where a filter reads
     // them (see `file_list`).
@@ -146,7 +147,7 @@ impl Snapshot {
             if !root.path().ends_with('/') {
                 root.set_path(&format!("{}/", root.path()));
             }
-            deletes::attach(&mut files, &store, &root, &location, wanted).await?;
+            attach(&mut files, &store, &root, &location, wanted).await?;
         }
         let delta_schema = super::schema::DeltaSchema {
             schema: delta_kernel::engine::arrow_conversion::TryIntoArrow::try_into_arrow(&schema)
@@ -168,4 +169,32 @@ impl Snapshot {
         snapshot.mapping = mapping;
         snapshot.resolve_columns(&config, hints).await
     }
+}
+
+/// Reads the vectors of `wanted` (see [`deletes::read_all`]) and attaches each to its file of `files`,
+/// whose live rows are then its add action's count less the deleted ones.
+async fn attach(
+    files: &mut FileList,
+    store: &Arc<dyn ObjectStore>,
+    table: &Url,
+    location: &str,
+    wanted: Vec<Wanted>,
+) -> Result<(), TableError> {
+    let count = wanted.len();
+    for (index, deleted) in deletes::read_all(store, table, location, wanted).await? {
+        let gone = deleted.rows.len() as u64;
+        if let Some(rows) = files.at(index).rows() {
+            let live = rows.checked_sub(gone).ok_or_else(|| TableError::Corrupt {
+                location: location.to_string(),
+                file: files.at(index).path().to_string(),
+                reason: format!(
+                    "its deletion vector deletes {gone} rows, its add action counts {rows}"
+                ),
+            })?;
+            files.set_rows(index, live);
+        }
+        files.set_deleted(index, deleted);
+    }
+    tracing::debug!(location, files = count, "deletion vectors read");
+    Ok(())
 }

@@ -65,10 +65,11 @@ impl Snapshot {
     /// group (its footer read).
     pub(super) fn reads_whole(&self, index: usize) -> bool {
         self.is_small(index)
-            && self
-                .footers
-                .peek(index)
-                .is_some_and(|f| f.plain.get().is_some_and(|m| m.metadata().num_row_groups() == 1))
+            && self.footers.peek(index).is_some_and(|f| {
+                f.plain
+                    .get()
+                    .is_some_and(|m| m.metadata().num_row_groups() == 1)
+            })
     }
 
     /// The whole of small file `index`: the bytes its footer's read kept, else one request.
