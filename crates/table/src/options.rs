@@ -82,8 +82,10 @@ impl Snapshot {
         #[cfg(not(unix))]
         let cache: Option<crate::stores::LogCacheRef> = None;
         // `known`: a job's marker named the version, so the table has a log.
+        // Boxed: an open's future is large, and a job's resolution holds several (a loader
+        // builds on a thread of the default stack size).
         let open = |as_of, known| {
-            Snapshot::open_logged(
+            Box::pin(Snapshot::open_logged(
                 location,
                 &options.storage_options,
                 as_of,
@@ -94,7 +96,7 @@ impl Snapshot {
                     known_delta: known,
                     stats: options.filter.is_some(),
                 },
-            )
+            ))
         };
         // "Latest" is the job's, not this rank's, where a job is named: the version a rank of
         // the job pinned, else this rank's latest, published for the others; resolved once a

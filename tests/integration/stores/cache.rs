@@ -215,9 +215,27 @@ async fn eviction_corruption_and_a_killed_writer(backend: Backend) {
         .join(voxlake::stream::cache::CACHE_SUBDIR)
         .join("entries");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::fs::read_dir(&entries).map_or(0, |d| d.count()) < 3
-        && std::time::Instant::now() < deadline
-    {
+    // Entries of data (not of the log, nor the version's file list kept with it).
+    let data_entries = || {
+        std::fs::read_dir(&entries).map_or(0, |d| {
+            d.filter(|e| {
+                // The header holds the key: its first 512 bytes are enough.
+                let head = e.as_ref().ok().and_then(|e| {
+                    let mut head = Vec::new();
+                    let file = std::fs::File::open(e.path()).ok()?;
+                    std::io::Read::read_to_end(&mut std::io::Read::take(file, 512), &mut head)
+                        .ok()?;
+                    Some(head)
+                });
+                head.is_some_and(|key| {
+                    !key.windows(10).any(|w| w == b"_delta_log")
+                        && !key.windows(14).any(|w| w == b"voxlake-file-l")
+                })
+            })
+            .count()
+        })
+    };
+    while data_entries() < 3 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     child.kill().unwrap();

@@ -40,7 +40,14 @@ where
     let mine: Mutex<Option<Result<Snapshot, TableError>>> = Mutex::new(None);
     let got = cache
         .get_or_make(&identity, &name, async {
-            let opened = super::open_for_job(location, storage_options, None, job, open).await;
+            let opened = Box::pin(super::open_for_job(
+                location,
+                storage_options,
+                None,
+                job,
+                open,
+            ))
+            .await;
             let answer = match &opened {
                 Ok(s) => Ok(Bytes::from(format!(
                     "{}\n{}",
@@ -66,7 +73,14 @@ where
             job,
             "the node's answer for the job's version is unreadable: resolved here"
         );
-        return super::open_for_job(location, storage_options, None, job, open).await;
+        return Box::pin(super::open_for_job(
+            location,
+            storage_options,
+            None,
+            job,
+            open,
+        ))
+        .await;
     };
     tracing::debug!(location = %shown, job, version, "the job's version from the node's cache");
     let snapshot = open(AsOf::Version(version), true).await?;

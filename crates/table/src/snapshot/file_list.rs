@@ -138,9 +138,18 @@ impl<'a> DataFile<'a> {
     }
 }
 
-/// The values of `a` at `indices`, in their order.
+/// The values of `a` at `indices`, in their order (buffers of their exact size).
 fn pick_strings(a: &StringArray, indices: &[usize]) -> StringArray {
-    indices.iter().map(|&i| value(a, i)).collect()
+    let bytes = indices
+        .iter()
+        .filter_map(|&i| value(a, i))
+        .map(str::len)
+        .sum();
+    let mut out = arrow_array::builder::StringBuilder::with_capacity(indices.len(), bytes);
+    for &i in indices {
+        out.append_option(value(a, i));
+    }
+    out.finish()
 }
 
 /// The values of `a` at `indices`, in their order.

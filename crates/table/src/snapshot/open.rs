@@ -194,8 +194,10 @@ impl Snapshot {
                         false => Ok(None),
                     }
                 };
-                let replayed =
-                    super::list_cache::through(cache, &identity, &display, v, stats, make).await?;
+                let replayed = Box::pin(super::list_cache::through(
+                    cache, &identity, &display, v, stats, make,
+                ))
+                .await?;
                 if let Some(replayed) = replayed {
                     return Ok(Opened::Replayed(Box::new(replayed), store, root));
                 }
