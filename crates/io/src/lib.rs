@@ -40,6 +40,8 @@ pub mod local;
 pub mod location;
 #[cfg(unix)]
 pub mod log_cache;
+#[cfg(unix)]
+pub mod log_memo;
 mod passthrough;
 pub mod reader;
 #[cfg(unix)]
