@@ -299,6 +299,13 @@ impl DiskCache {
         // Read, never mapped: a mapped entry cut short while read would kill the process.
         let read = file.metadata().map_err(|e| e.to_string()).and_then(|meta| {
             owned_regular(&meta)?;
+            if key.whole {
+                // A made entry is decoded once and let go: its buffer is not kept for reads.
+                let mut bytes = Vec::new();
+                let mut file = std::io::Read::take(&file, meta.len());
+                std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| e.to_string())?;
+                return Ok(Bytes::from(bytes));
+            }
             crate::local::read_range(&file, &path, meta.len(), false, &self.pool, 0..meta.len())
                 .map_err(|e| e.to_string())
         });

@@ -24,7 +24,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
-    GetOptions, GetResult, GetResultPayload, ListResult, ObjectMeta, ObjectStore, Result,
+    GetOptions, GetResult, GetResultPayload, ListResult, OBJECT_STORE_COALESCE_DEFAULT, ObjectMeta,
+    ObjectStore, Result, coalesce_ranges,
 };
 use tokio::sync::OnceCell;
 
@@ -151,15 +152,20 @@ crate::passthrough::wrapper_store!(LogMemo, {
         if !is_immutable_log_object(location) || self.closed.load(Ordering::SeqCst) {
             return self.inner.get_ranges(location, ranges).await;
         }
-        let mut out = Vec::with_capacity(ranges.len());
-        for range in ranges {
-            let get = GetOptions {
-                range: Some(range.clone().into()),
-                ..GetOptions::default()
-            };
-            out.push(self.get_opts(location, get).await?.bytes().await?);
-        }
-        Ok(out)
+        // Coalesced as object_store's own `get_ranges` does (a checkpoint's column chunks are
+        // one request), each merged range kept.
+        coalesce_ranges(
+            ranges,
+            |range| async move {
+                let get = GetOptions {
+                    range: Some(range.into()),
+                    ..GetOptions::default()
+                };
+                self.get_opts(location, get).await?.bytes().await
+            },
+            OBJECT_STORE_COALESCE_DEFAULT,
+        )
+        .await
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {

@@ -235,6 +235,9 @@ impl Snapshot {
                 let offer: Option<&crate::stores::LogCacheRef> = None;
                 let mut replayed =
                     super::replay::replay(&table, &display, stats || offer.is_some()).await?;
+                let (store, root) = (table.object_store(), table.log_store().root_url().clone());
+                // deltalake's state of the version goes before the list is encoded.
+                drop(table);
                 #[cfg(unix)]
                 if let Some(cache) = offer {
                     super::list_cache::offer(cache, &identity, &display, &replayed).await;
@@ -242,11 +245,7 @@ impl Snapshot {
                         replayed.files = replayed.files.without_stats();
                     }
                 }
-                (
-                    replayed,
-                    table.object_store(),
-                    table.log_store().root_url().clone(),
-                )
+                (replayed, store, root)
             }
             Opened::Replayed(replayed, store, root) => (*replayed, store, root),
             Opened::Listing(store) => {
