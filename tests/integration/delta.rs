@@ -862,6 +862,10 @@ async fn a_snapshot_of_a_hundred_thousand_files_holds_little_memory() {
     assert_eq!(snapshot.num_rows(), Some(16 + n as u64));
     let bytes = snapshot.memory_size();
     let per_file = bytes / snapshot.files().len();
+    eprintln!(
+        "a snapshot of {} files: {bytes} bytes",
+        snapshot.files().len()
+    );
     assert!(
         bytes < 40_000_000 && per_file <= 100,
         "{bytes} bytes, {per_file} a file"

@@ -279,7 +279,7 @@ impl Snapshot {
     }
 
     /// The snapshot with every file's row count: files whose add action recorded none get it
-    /// from their footer (read concurrently; the footers stay cached).
+    /// from their footer (read concurrently; the footers kept as `FOOTER_CACHE_BYTES` allows).
     pub async fn with_row_counts(mut self) -> Result<Snapshot, TableError> {
         let missing: Vec<usize> = (0..self.files.len())
             .filter(|&i| self.files.at(i).rows().is_none())
@@ -371,8 +371,8 @@ impl Snapshot {
             })
     }
 
-    /// The footer of file `index`, read once (one ranged GET of the tail; a small file's
-    /// whole, see `small`) and cached.
+    /// The footer of file `index` (one ranged GET of the tail; a small file's whole, see
+    /// `small`), kept while it is among the most recently used ([`FOOTER_CACHE_BYTES`]).
     pub async fn reader_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, TableError> {
         let file = self.file(index)?;
         let footer = self.footers.entry(index);

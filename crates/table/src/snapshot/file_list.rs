@@ -22,7 +22,7 @@ pub(crate) use build::{Entry, FileListBuilder};
 /// A row count not known yet (the add action recorded none; the footer says).
 const UNKNOWN: u64 = u64::MAX;
 
-/// The active data files of a snapshot (see the [module](self)).
+/// The active data files of a snapshot, column by column (Arrow arrays): ~80 bytes a file.
 #[derive(Debug, Clone)]
 pub struct FileList {
     /// Paths relative to the table root, as the add actions (or the listing) give them.
