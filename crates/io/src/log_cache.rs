@@ -114,13 +114,19 @@ fn resolve(range: &Option<GetRange>, size: u64) -> Option<Range<u64>> {
     (r.start < r.end || (size == 0 && r == (0..0))).then_some(r)
 }
 
+/// Whether a get asks for the object as it is, whatever its version: no condition, no version
+/// (the answers an immutable object's bytes can be kept for).
+pub(crate) fn unconditional(options: &GetOptions) -> bool {
+    options.if_match.is_none()
+        && options.if_none_match.is_none()
+        && options.if_modified_since.is_none()
+        && options.if_unmodified_since.is_none()
+        && options.version.is_none()
+}
+
 crate::passthrough::wrapper_store!(LogCache, {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let plain = options.if_match.is_none()
-            && options.if_none_match.is_none()
-            && options.if_modified_since.is_none()
-            && options.if_unmodified_since.is_none()
-            && options.version.is_none();
+        let plain = unconditional(&options);
         let meta = match self.listed(location) {
             Some(meta) if plain => meta,
             _ => return self.inner.get_opts(location, options).await,

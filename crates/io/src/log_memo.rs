@@ -29,7 +29,7 @@ use object_store::{
 };
 use tokio::sync::OnceCell;
 
-use crate::log_cache::is_immutable_log_object;
+use crate::log_cache::{is_immutable_log_object, unconditional};
 
 /// What one request got: its bytes and what the store said of them.
 #[derive(Clone)]
@@ -112,12 +112,7 @@ impl LogMemo {
 
 crate::passthrough::wrapper_store!(LogMemo, {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let plain = options.if_match.is_none()
-            && options.if_none_match.is_none()
-            && options.if_modified_since.is_none()
-            && options.if_unmodified_since.is_none()
-            && options.version.is_none()
-            && !options.head;
+        let plain = unconditional(&options) && !options.head;
         if !plain || !is_immutable_log_object(location) {
             return self.inner.get_opts(location, options).await;
         }

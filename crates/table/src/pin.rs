@@ -234,11 +234,8 @@ where
 {
     use crate::AsOf;
     let marker = pinned(location, storage_options, root_store, job).await?;
-    let (snapshot, pinned) = match marker {
-        Some(marker) => (
-            open(AsOf::Version(marker.version), true).await?,
-            Some((marker.version, marker.files)),
-        ),
+    match marker {
+        Some(marker) => open_pinned(open, job, marker.version, &marker.files).await,
         None => {
             let snapshot = open(AsOf::Latest, false).await?;
             let agreed = agree(
@@ -250,24 +247,34 @@ where
             )
             .await?;
             match agreed {
-                Agreed::Keep => (snapshot, None),
+                Agreed::Keep => Ok(snapshot),
                 // Another rank published first, between the look and the put.
-                Agreed::Reopen { version, files } => (
-                    open(AsOf::Version(version), true).await?,
-                    Some((version, files)),
-                ),
+                Agreed::Reopen { version, files } => open_pinned(open, job, version, &files).await,
             }
         }
-    };
-    if let Some((version, files)) = pinned {
-        check_files(
-            snapshot.location(),
-            job,
-            version,
-            &files,
-            &snapshot.file_set_hash(),
-        )?;
     }
+}
+
+/// Opens version `version`, which job `job` pinned with the file-set hash `files`, and checks
+/// that its files are those (see [`check_files`]).
+pub(crate) async fn open_pinned<F, Fut>(
+    open: &F,
+    job: &str,
+    version: u64,
+    files: &str,
+) -> Result<crate::Snapshot, TableError>
+where
+    F: Fn(crate::AsOf, bool) -> Fut,
+    Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
+{
+    let snapshot = open(crate::AsOf::Version(version), true).await?;
+    check_files(
+        snapshot.location(),
+        job,
+        version,
+        files,
+        &snapshot.file_set_hash(),
+    )?;
     Ok(snapshot)
 }
 

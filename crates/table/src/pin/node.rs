@@ -36,18 +36,21 @@ where
     let identity = location::store_identity(&url, &storage);
     let shown = redact(url.as_str());
     let name = format!("{FORMAT}\n{shown}\n{job}");
+    // Boxed: an open's future is large (see `options`).
+    let resolve = || {
+        Box::pin(super::open_for_job(
+            location,
+            storage_options,
+            None,
+            job,
+            open,
+        ))
+    };
     // The snapshot this rank opened making the entry, handed out as it is.
     let mine: Mutex<Option<Result<Snapshot, TableError>>> = Mutex::new(None);
     let got = cache
         .get_or_make(&identity, &name, async {
-            let opened = Box::pin(super::open_for_job(
-                location,
-                storage_options,
-                None,
-                job,
-                open,
-            ))
-            .await;
+            let opened = resolve().await;
             let answer = match &opened {
                 Ok(s) => Ok(Bytes::from(format!(
                     "{}\n{}",
@@ -73,25 +76,10 @@ where
             job,
             "the node's answer for the job's version is unreadable: resolved here"
         );
-        return Box::pin(super::open_for_job(
-            location,
-            storage_options,
-            None,
-            job,
-            open,
-        ))
-        .await;
+        return resolve().await;
     };
     tracing::debug!(location = %shown, job, version, "the job's version from the node's cache");
-    let snapshot = open(AsOf::Version(version), true).await?;
-    super::check_files(
-        snapshot.location(),
-        job,
-        version,
-        &files,
-        &snapshot.file_set_hash(),
-    )?;
-    Ok(snapshot)
+    super::open_pinned(open, job, version, &files).await
 }
 
 /// The version and file-set hash an entry holds.
