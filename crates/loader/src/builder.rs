@@ -231,10 +231,12 @@ impl LoaderBuilder {
         self
     }
 
-    /// Bytes for everything the loader holds (default 1 GiB): the batches queued for you, being
-    /// assembled, yours and two recycled spares, and the rest for row groups fetched, decoded
-    /// and buffered, of which the shuffle buffer takes at most half. `build()` refuses a budget
-    /// that cannot stream the table, naming the smallest that can.
+    /// Bytes for everything the loader holds (default 1 GiB): the table's file list (~80 bytes
+    /// a file), the batches queued for you, being assembled, yours and two recycled spares, and
+    /// the rest for row groups fetched, decoded and buffered, of which the shuffle buffer takes
+    /// at most half. `build()` refuses a budget that cannot stream the table, naming the
+    /// smallest that can. Not in it: footers (at most `FOOTER_CACHE_BYTES`, 64 MiB, of the
+    /// most recently used) and the open's own peak (deltalake's replay of the log).
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = bytes;
         self

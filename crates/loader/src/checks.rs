@@ -35,7 +35,8 @@ impl LoaderBuilder {
         };
         let buffer = settings.shuffle.then_some(settings.buffer_rows);
         let batch_bytes = settings.batch_size as u64 * sample_bytes;
-        let outside = self.outside_bytes(settings.batch_size, sample_bytes);
+        let outside = self.outside_bytes(settings.batch_size, sample_bytes)
+            + stream.snapshot().files().memory_size() as u64;
         let need = budget::needed(group, settings.batch_size, buffer).max(batch_bytes);
         if outside + need > self.memory_budget {
             let smallest = outside
@@ -46,7 +47,7 @@ impl LoaderBuilder {
                     self.shuffle.map(|s| s.1),
                 );
             return Err(LoaderError::Config(format!(
-                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, the shuffle buffer may hold {} rows of them when it reads another, and {outside} bytes go to the batches the loader keeps; the smallest budget that works is {smallest} bytes ({} MiB)",
+                "a memory budget of {} bytes cannot stream this table: a row group of {} rows takes {} bytes while read and {} while buffered, the shuffle buffer may hold {} rows of them when it reads another, and {outside} bytes go to the batches the loader keeps and the table's file list; the smallest budget that works is {smallest} bytes ({} MiB)",
                 self.memory_budget,
                 group.rows,
                 group.peak,

@@ -126,8 +126,10 @@ impl LoaderBuilder {
         let sample_bytes = spec.tensor_bytes().max(input_spec.tensor_bytes()).max(1) as u64;
         let batch_bytes = self.batch_size as u64 * sample_bytes;
         // The budget covers the batches outside the stream too: those queued for the caller,
-        // the one being assembled, the caller's, and the spares kept for recycling.
-        let outside = self.outside_bytes(self.batch_size, sample_bytes);
+        // the one being assembled, the caller's, and the spares kept for recycling; and the
+        // table's file list (~80 bytes a file: 8 MB at 10⁵ files).
+        let outside = self.outside_bytes(self.batch_size, sample_bytes)
+            + snapshot.files().memory_size() as u64;
         // (Too little left for the stream is refused below, with the smallest budget that works.)
         let stream_budget = self.memory_budget.saturating_sub(outside).max(1024);
         let stream = TableStream::builder(self.table.clone())
