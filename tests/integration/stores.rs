@@ -784,6 +784,39 @@ async fn a_jobs_version_is_pinned_in_the_store(backend: Backend) {
         .unwrap();
     let marker: serde_json::Value = serde_json::from_slice(&marker).unwrap();
     assert_eq!(marker["version"].as_u64(), Some(first));
+    // Through a node's cache the job's version is kept for the node's ranks, and still checked
+    // against the marker: a marker removed since (the job restarted under its id) is not
+    // overruled by what the node kept.
+    let cache = tempfile::tempdir().unwrap();
+    let cached = |job: &str| {
+        let builder = Loader::builder(table.clone())
+            .with_storage_options(backend.options())
+            .with_cache(cache.path(), 1 << 30)
+            .with_job(job);
+        std::thread::spawn(move || builder.build().unwrap().version())
+            .join()
+            .unwrap()
+    };
+    assert_eq!(cached("job-remote"), first, "the marker's version");
+    assert_eq!(
+        cached("job-remote"),
+        first,
+        "kept by the node, as the marker says"
+    );
+    backend
+        .store()
+        .delete(&StorePath::from(format!(
+            "{prefix}/table/_voxlake/jobs/job-remote.json"
+        )))
+        .await
+        .unwrap();
+    let latest = version(None);
+    assert!(latest > first);
+    assert_eq!(
+        cached("job-remote"),
+        latest,
+        "the marker gone: resolved again, not the node's kept version"
+    );
 }
 
 on_every_backend!(a_jobs_version_is_pinned_in_the_store);

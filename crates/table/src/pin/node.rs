@@ -3,8 +3,9 @@
 //! Through the node's cache the first of them resolves the job's version as a rank does
 //! (`pin::open_for_job`: the marker's, else its latest, published) and keeps the answer, the
 //! version and its file-set hash, as an entry named by the table and the job; the others wait
-//! for it (the entry's lock, `DiskCache::get_or_make`), open that version — whose replay the
-//! first rank kept (`snapshot::list_cache`) — and check their file set against it.
+//! for it (the entry's lock, `DiskCache::get_or_make`), check it against the job's marker (one
+//! GET: the marker is the truth across nodes), open that version — whose replay the first rank
+//! kept (`snapshot::list_cache`) — and check their file set against it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -78,8 +79,25 @@ where
         );
         return resolve().await;
     };
-    tracing::debug!(location = %shown, job, version, "the job's version from the node's cache");
-    super::open_pinned(open, job, version, &files).await
+    // Checked against the job's marker (one GET, no request of the log): a marker removed or
+    // rewritten since the node kept its answer (a job restarted under its id) is the job's
+    // truth across nodes, never overruled by what one node kept.
+    match super::pinned(location, storage_options, None, job).await? {
+        Some(marker) if marker.version == version && marker.files == files => {
+            tracing::debug!(location = %shown, job, version, "the job's version from the node's cache");
+            super::open_pinned(open, job, version, &files).await
+        }
+        marker => {
+            tracing::warn!(
+                location = %shown,
+                job,
+                kept = version,
+                marker = ?marker.map(|m| m.version),
+                "the node's answer for the job's version is not its marker's: resolved here"
+            );
+            resolve().await
+        }
+    }
 }
 
 /// The version and file-set hash an entry holds.
