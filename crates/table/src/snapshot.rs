@@ -194,7 +194,8 @@ impl Snapshot {
     }
 
     /// Bytes of memory the snapshot holds for its files: the file list (see
-    /// [`FileList::memory_size`]) and the footers kept (at most [`FOOTER_CACHE_BYTES`]).
+    /// [`FileList::memory_size`]) and the footers kept (at most [`FOOTER_CACHE_BYTES`]). A
+    /// remote table's store adds an index of its files by path, 4 bytes a file, on first read.
     pub fn memory_size(&self) -> usize {
         self.files.memory_size() + self.footers.bytes()
     }

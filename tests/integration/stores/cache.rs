@@ -605,13 +605,15 @@ async fn a_version_is_replayed_once_a_node_and_a_corrupt_list_made_again(backend
     let dir = tempfile::tempdir().unwrap();
     let options = super::options_file(backend, &proxy, &dir.path().join("options"));
     let cache = dir.path().join("cache");
-    let run = || {
+    let bench = |cache: &Path, version: Option<usize>| {
         let before = proxy.requests().len();
         let mut cmd = Command::new(voxlake_bin());
-        cmd.args(["bench", &uploaded.table, "--json", "--batch-size", "1"])
-            .args(["--version", &count.to_string()])
-            .args(["--cache-max-mb", "1024", "--cache-dir"])
-            .arg(&cache)
+        cmd.args(["bench", &uploaded.table, "--json", "--batch-size", "1"]);
+        if let Some(version) = version {
+            cmd.args(["--version", &version.to_string()]);
+        }
+        cmd.args(["--cache-max-mb", "1024", "--cache-dir"])
+            .arg(cache)
             .arg("--storage-option-file")
             .arg(&options);
         let out = json_output(&mut cmd);
@@ -621,6 +623,20 @@ async fn a_version_is_replayed_once_a_node_and_a_corrupt_list_made_again(backend
             .count();
         (out, log)
     };
+    // "Latest" resolved by each process: the first keeps its replay, a second that replays the
+    // same version finds it kept and neither encodes nor reads it (its log hits are the log's
+    // objects only, one fewer than the first's misses, which include the list it made).
+    let other = dir.path().join("latest");
+    let (latest, _) = bench(&other, None);
+    let (again, _) = bench(&other, None);
+    assert_eq!(again["version"], latest["version"]);
+    let made = latest["cache_log_misses"].as_u64().unwrap();
+    assert_eq!(
+        again["cache_log_hits"].as_u64(),
+        Some(made - 1),
+        "{latest} {again}"
+    );
+    let run = || bench(&cache, Some(count));
     let (first, first_log) = run();
     assert_eq!(first["samples"].as_u64(), Some(count as u64));
     assert!(

@@ -28,4 +28,11 @@ impl DiskCache {
             .await?;
         Ok(parts.into_iter().next().unwrap_or_default())
     }
+
+    /// Whether the entry named `name` of store `store` is on disk (looked for, not read nor
+    /// checked): a process that could make it learns that another already did.
+    pub fn has_made(&self, store: &str, name: &str) -> bool {
+        self.entry_path(&EntryKey::made(store, name).file_name())
+            .exists()
+    }
 }

@@ -367,6 +367,8 @@ async fn an_entry_made_is_made_once_a_node_and_made_again_when_corrupt() {
     }
     assert_eq!(made.load(Ordering::SeqCst), 1);
     let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+    assert!(cache.has_made("s3://b/t", "files@3"));
+    assert!(!cache.has_made("s3://b/t", "files@4"));
     let again = cache.get_or_make("s3://b/t", "files@3", make(made.clone()));
     assert_eq!(again.await.unwrap(), data(70_000));
     assert_eq!(made.load(Ordering::SeqCst), 1);

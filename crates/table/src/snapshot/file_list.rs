@@ -43,8 +43,6 @@ pub struct FileList {
     partitions: Vec<(String, StringArray)>,
     /// The deleted rows of files with a deletion vector, by index.
     deleted: HashMap<usize, Deleted>,
-    /// Indices in the order of their object paths (made on first lookup by path).
-    by_object_path: OnceLock<Vec<u32>>,
 }
 
 /// One file of a [`FileList`], as the Delta log records it (or as listed).
@@ -109,11 +107,6 @@ impl<'a> DataFile<'a> {
     /// The add action's statistics (JSON), where the snapshot kept them (for a filter).
     pub(crate) fn delta_stats(&self) -> Option<&'a str> {
         self.list.stats.as_ref().and_then(|s| value(s, self.index))
-    }
-
-    /// What tells this file's bytes from another's under the same path and size.
-    pub(crate) fn tag(&self) -> &'a str {
-        self.list.tags.value(self.index)
     }
 
     /// The rows its deletion vector deletes.
@@ -215,29 +208,18 @@ impl FileList {
             .map(|(n, v)| n.len() + v.get_array_memory_size())
             .sum();
         let deleted: usize = self.deleted.values().map(|d| d.rows.len() * 8).sum();
-        let lookup = self.by_object_path.get().map_or(0, |v| v.capacity() * 4);
-        arrays.iter().sum::<usize>() + partitions + self.rows.capacity() * 8 + deleted + lookup
+        arrays.iter().sum::<usize>() + partitions + self.rows.capacity() * 8 + deleted
     }
 
-    /// The index of the file at `path` in the table's object store.
-    pub fn position(&self, path: &Path) -> Option<usize> {
-        let order = self.by_object_path.get_or_init(|| {
-            let mut order: Vec<u32> = (0..self.len() as u32).collect();
-            order.sort_unstable_by(|&a, &b| self.raw_object_path(a).cmp(self.raw_object_path(b)));
-            order
-        });
-        let wanted = path.as_ref();
-        let at = order
-            .binary_search_by(|&i| self.raw_object_path(i).cmp(wanted))
-            .ok()?;
-        Some(order[at] as usize)
-    }
-
-    fn raw_object_path(&self, index: u32) -> &str {
-        let index = index as usize;
-        match self.object_paths.is_null(index) {
-            true => self.paths.value(index),
-            false => self.object_paths.value(index),
+    /// What a remote table's store looks its files up by: the list's paths, sizes and tags
+    /// (the arrays shared, not copied) and an index by object path made on first lookup.
+    pub(crate) fn identities(&self) -> Identities {
+        Identities {
+            paths: self.paths.clone(),
+            object_paths: self.object_paths.clone(),
+            sizes: self.sizes.clone(),
+            tags: self.tags.clone(),
+            by_object_path: OnceLock::new(),
         }
     }
 
@@ -275,7 +257,6 @@ impl FileList {
                 .map(|(n, v)| (n.clone(), strings(v)))
                 .collect(),
             deleted,
-            by_object_path: OnceLock::new(),
         }
     }
 }
@@ -349,7 +330,6 @@ impl FileList {
             stats,
             partitions,
             deleted: HashMap::new(),
-            by_object_path: OnceLock::new(),
         })
     }
 
@@ -360,15 +340,49 @@ impl FileList {
     }
 }
 
+/// A file list's identities, by object path (see [`FileList::identities`]).
+pub(crate) struct Identities {
+    paths: StringArray,
+    object_paths: StringArray,
+    sizes: UInt64Array,
+    tags: StringArray,
+    /// Indices in the order of their object paths: 4 bytes a file.
+    by_object_path: OnceLock<Vec<u32>>,
+}
+
+impl Identities {
+    /// The index of the file at `path` in the table's object store.
+    fn position(&self, path: &Path) -> Option<usize> {
+        let order = self.by_object_path.get_or_init(|| {
+            let mut order: Vec<u32> = (0..self.paths.len() as u32).collect();
+            order.sort_unstable_by(|&a, &b| self.raw_object_path(a).cmp(self.raw_object_path(b)));
+            order
+        });
+        let wanted = path.as_ref();
+        let at = order
+            .binary_search_by(|&i| self.raw_object_path(i).cmp(wanted))
+            .ok()?;
+        Some(order[at] as usize)
+    }
+
+    fn raw_object_path(&self, index: u32) -> &str {
+        let index = index as usize;
+        value(&self.object_paths, index).unwrap_or_else(|| self.paths.value(index))
+    }
+}
+
 /// The object store lookups of a remote table's reads (size and tag by path, for cache keys).
-impl voxlake_io::remote::FileIdentities for FileList {
+impl voxlake_io::remote::FileIdentities for Identities {
     fn identity(&self, path: &Path) -> Option<(u64, Cow<'_, str>)> {
-        let file = self.at(self.position(path)?);
-        Some((file.size(), Cow::Borrowed(file.tag())))
+        let index = self.position(path)?;
+        Some((
+            self.sizes.value(index),
+            Cow::Borrowed(self.tags.value(index)),
+        ))
     }
 
     fn count(&self) -> usize {
-        self.len()
+        self.paths.len()
     }
 }
 
@@ -429,10 +443,13 @@ mod tests {
             );
         }
         let (mut list, _) = b.finish(&[]);
-        assert_eq!(list.position(&Path::from("x/a")), Some(1));
+        assert_eq!(list.identities().position(&Path::from("x/a")), Some(1));
         assert_eq!(list.at(2).object_path().as_ref(), "x/c d");
-        assert_eq!(list.position(&Path::parse("x/c d").unwrap()), Some(2));
-        assert_eq!(list.position(&Path::from("x/z")), None);
+        assert_eq!(
+            list.identities().position(&Path::parse("x/c d").unwrap()),
+            Some(2)
+        );
+        assert_eq!(list.identities().position(&Path::from("x/z")), None);
         assert_eq!(list.at(0).delta_stats(), Some("{}"));
         list.set_rows(0, 7);
         let kept = list.keep(&[true, false, true], &[7, 1, 9]);
@@ -440,7 +457,7 @@ mod tests {
         assert_eq!(kept.at(0).rows(), Some(7));
         assert_eq!(kept.at(1).rows(), Some(9));
         assert_eq!(kept.at(1).path(), "x/c%20d");
-        assert_eq!(kept.position(&Path::from("x/b")), Some(0));
+        assert_eq!(kept.identities().position(&Path::from("x/b")), Some(0));
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub(crate) async fn through<F>(
 where
     F: std::future::Future<Output = Result<Option<Replayed>, TableError>>,
 {
-    let name = format!("{FORMAT}\n{shown}\n{version}");
+    let name = entry_name(shown, version);
     // What the make gave, handed out as it is (no decoding of what was just encoded).
     let made: Mutex<Option<Result<Option<Replayed>, TableError>>> = Mutex::new(None);
     let got = cache
@@ -113,6 +113,22 @@ where
     }
 }
 
+/// The name of version `version`'s entry of the table `shown`.
+fn entry_name(shown: &str, version: u64) -> String {
+    format!("{FORMAT}\n{shown}\n{version}")
+}
+
+/// Whether a rank of the node already kept version `version` of the table `shown` (in the
+/// store `identity` names): a rank that replayed it need not keep it again.
+pub(crate) fn kept(
+    cache: &voxlake_io::cache::DiskCache,
+    identity: &str,
+    shown: &str,
+    version: u64,
+) -> bool {
+    cache.has_made(identity, &entry_name(shown, version))
+}
+
 /// Keeps `replayed` (replayed here, its statistics kept) in `cache` for the ranks that open
 /// its version next, unless one of them already did. A failure is a warning: they replay.
 pub(crate) async fn offer(
@@ -122,7 +138,7 @@ pub(crate) async fn offer(
     replayed: &Replayed,
 ) {
     let version = replayed.version;
-    let name = format!("{FORMAT}\n{shown}\n{version}");
+    let name = entry_name(shown, version);
     let made = cache
         .get_or_make(identity, &name, async {
             encode(replayed).map_err(|e| object_store::Error::Generic {
@@ -139,16 +155,8 @@ pub(crate) async fn offer(
 /// `replayed` as an entry (see the [module](self)).
 pub(crate) fn encode(replayed: &Replayed) -> Result<Bytes, arrow_schema::ArrowError> {
     let json = |e: serde_json::Error| arrow_schema::ArrowError::ExternalError(Box::new(e));
-    let Columns {
-        paths,
-        object_paths,
-        sizes,
-        records,
-        tags,
-        stats,
-        partitions,
-    } = replayed.files.columns();
-    let mut vectors: Vec<Option<String>> = vec![None; paths.len()];
+    let columns = replayed.files.columns();
+    let mut vectors: Vec<Option<String>> = vec![None; columns.paths.len()];
     for (index, descriptor) in &replayed.vectors {
         vectors[*index] = Some(serde_json::to_string(descriptor).map_err(json)?);
     }
@@ -161,14 +169,14 @@ pub(crate) fn encode(replayed: &Replayed) -> Result<Bytes, arrow_schema::ArrowEr
         Field::new("deletion_vector", DataType::Utf8, true),
     ];
     let mut arrays: Vec<ArrayRef> = vec![
-        Arc::new(paths),
-        Arc::new(object_paths),
-        Arc::new(sizes),
-        Arc::new(records),
-        Arc::new(tags),
+        Arc::new(columns.paths),
+        Arc::new(columns.object_paths),
+        Arc::new(columns.sizes),
+        Arc::new(columns.records),
+        Arc::new(columns.tags),
         Arc::new(StringArray::from(vectors)),
     ];
-    for (name, values) in partitions {
+    for (name, values) in columns.partitions {
         fields.push(Field::new(
             format!("{PARTITION}{name}"),
             DataType::Utf8,
@@ -190,7 +198,9 @@ pub(crate) fn encode(replayed: &Replayed) -> Result<Bytes, arrow_schema::ArrowEr
     let schema = Arc::new(Schema::new_with_metadata(fields, metadata.into()));
     let files = RecordBatch::try_new(schema.clone(), arrays)?;
     let stats_schema = Arc::new(Schema::new(vec![Field::new("stats", DataType::Utf8, true)]));
-    let stats = stats.unwrap_or_else(|| StringArray::new_null(files.num_rows()));
+    let stats = columns
+        .stats
+        .unwrap_or_else(|| StringArray::new_null(files.num_rows()));
     let stats = RecordBatch::try_new(stats_schema.clone(), vec![Arc::new(stats)])?;
     let mut out = Vec::new();
     {
@@ -362,6 +372,7 @@ mod tests {
             assert_eq!(back.metadata, original.metadata);
             assert_eq!(back.vectors, original.vectors);
             assert_eq!(back.files.len(), 5);
+            assert_eq!(back.files.columns().tags, original.files.columns().tags);
             for (a, b) in original.files.iter().zip(back.files.iter()) {
                 assert_eq!(a.path(), b.path());
                 assert_eq!(a.object_path(), b.object_path());
@@ -369,7 +380,6 @@ mod tests {
                     (a.size(), a.rows(), a.records()),
                     (b.size(), b.rows(), b.records())
                 );
-                assert_eq!(a.tag(), b.tag());
                 assert_eq!(
                     a.partitions().collect::<Vec<_>>(),
                     b.partitions().collect::<Vec<_>>()

@@ -201,10 +201,14 @@ impl Snapshot {
                 let store = table.object_store();
                 let root = table.log_store().root_url().clone();
                 // Replayed with the statistics, for whichever rank filters.
+                let mut no_log = false;
                 let make = async {
                     match load_at(&mut table, as_of, known_delta, &display).await? {
                         true => Ok(Some(super::replay::replay(&table, &display, true).await?)),
-                        false => Ok(None),
+                        false => {
+                            no_log = true;
+                            Ok(None)
+                        }
                     }
                 };
                 let replayed = Box::pin(super::list_cache::through(
@@ -213,6 +217,10 @@ impl Snapshot {
                 .await?;
                 if let Some(replayed) = replayed {
                     return Ok(Opened::Replayed(Box::new(replayed), store, root));
+                }
+                // Found to have no log: not looked for again.
+                if no_log {
+                    return Ok(Opened::Listing(store));
                 }
             }
             Ok(
@@ -223,14 +231,28 @@ impl Snapshot {
             )
         };
         let (opened, ()) = futures::try_join!(open, probe)?;
+        // Once the log is replayed (or found missing) it is not read again: its answers go,
+        // and the store reads the table's data from then on.
+        let close_memo = || {
+            #[cfg(unix)]
+            if let Some(memo) = memo.get() {
+                let shown: &str = &display;
+                tracing::debug!(location = shown, reused = memo.hits(), "log answers reused");
+                memo.close();
+            }
+        };
         let (replayed, store, root) = match opened {
             Opened::Table(table) => {
                 // Through the node's cache, the version this rank resolved is kept for the
                 // ranks that open it next (a job's marker names it to them).
                 #[cfg(unix)]
-                let offer = log_cache
-                    .as_ref()
-                    .filter(|_| !matches!(url.scheme(), "file" | "memory") && root_store.is_none());
+                let offer = log_cache.as_ref().filter(|cache| {
+                    !matches!(url.scheme(), "file" | "memory")
+                        && root_store.is_none()
+                        && table.version().is_some_and(|v| {
+                            !super::list_cache::kept(cache, &identity, &display, v)
+                        })
+                });
                 #[cfg(not(unix))]
                 let offer: Option<&crate::stores::LogCacheRef> = None;
                 let mut replayed =
@@ -249,16 +271,11 @@ impl Snapshot {
             }
             Opened::Replayed(replayed, store, root) => (*replayed, store, root),
             Opened::Listing(store) => {
+                close_memo();
                 return Snapshot::from_listing_in(store, display, hints, &identity).await;
             }
         };
-        // Replayed: the log is not read again, and the store reads the table's data from now on.
-        #[cfg(unix)]
-        if let Some(memo) = memo.get() {
-            let shown: &str = &display;
-            tracing::debug!(location = shown, reused = memo.hits(), "log answers reused");
-            memo.close();
-        }
+        close_memo();
         Snapshot::from_replayed(replayed, store, &root, display, hints, &identity).await
     }
 
@@ -378,7 +395,7 @@ impl Snapshot {
         #[cfg(unix)]
         let remote = (!location.starts_with("file:")).then(|| {
             // The remote store looks files up in the list it shares: no map of its own.
-            let lookup: Arc<dyn voxlake_io::remote::FileIdentities> = Arc::new(files.clone());
+            let lookup: Arc<dyn voxlake_io::remote::FileIdentities> = Arc::new(files.identities());
             Arc::new(voxlake_io::remote::RemoteStore::new(
                 store.clone(),
                 identity,

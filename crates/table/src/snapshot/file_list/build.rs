@@ -2,7 +2,6 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::OnceLock;
 
 use arrow_array::builder::{ArrayBuilder, StringBuilder, UInt64Builder};
 use arrow_array::{Array, StringArray, UInt64Array};
@@ -127,7 +126,6 @@ impl FileListBuilder {
                 .map(|(n, mut v)| (n, strings(&v.finish())))
                 .collect(),
             deleted: HashMap::new(),
-            by_object_path: OnceLock::new(),
         };
         (list, log_order.iter().map(|&i| place[i]).collect())
     }
