@@ -7,8 +7,9 @@ node cache (a fresh one per run); first without a checkpoint, then with one writ
 deltalake-python; then a log of LONG_COMMITS one-file commits without a checkpoint.
 
 Reported per run (the node): requests by kind as the proxy saw them, log bytes fetched, the
-slowest process's first batch, that time over the latency (an upper bound of the sequential
-round trips, for 1 process), the largest peak RSS.
+slowest process's first batch, that time over the latency, the sequential round trips before
+it (the longest chain of requests each asked after the one before was answered, from the
+proxy's log), the largest peak RSS.
 
 usage: scale.py --voxlake BIN --proxy BIN --s3 URL --bucket B [--files 100000] [--commits 100]
                 [--long-commits 10000] [--latency-ms 20] [--out-json F]
@@ -147,6 +148,7 @@ def measure(args, proxy_bin: str, table: str, bucket: str, prefix: str, procs: i
         env = {**os.environ, **storage_options(f"http://{m.group(1)}")}
         job = f"scale-{os.getpid()}-{time.time_ns()}"
         runs = []
+        launched = time.time()
         for rank in range(procs):
             cmd = [args.voxlake, "bench", table, "--json", "--stop-after", "1", "--batch-size", "32",
                    "--rank", str(rank), "--world-size", str(procs), "--job", job]
@@ -158,29 +160,44 @@ def measure(args, proxy_bin: str, table: str, bucket: str, prefix: str, procs: i
             if r.returncode != 0:
                 raise SystemExit(f"bench failed: {stderr}")
             results.append(json.loads(stdout))
-        time.sleep(0.3)  # the proxy writes its log every 100 ms
     finally:
-        proxy.terminate()
+        proxy.terminate()  # it writes out its log first
         proxy.wait()
-    kinds, log_bytes = {}, 0
+    kinds, log_bytes, spans = {}, 0, []
+    first = max(r["first_batch_s"] for r in results)
     for line in open(log):
-        _, method, target, rng = line.rstrip("\n").split(" ", 3)
+        at, answered, method, target, rng = line.rstrip("\n").split(" ", 4)
+        if answered != "-":
+            spans.append((int(at), int(answered)))
         k = kind(method, target)
         kinds[k] = kinds.get(k, 0) + 1
         if method == "GET" and "_delta_log/" in target and "list-type" not in target:
             key = target.split("?")[0].lstrip("/").split("/", 1)[1]
             m = re.match(r"bytes=(\d+)-(\d+)", rng)
             log_bytes += int(m.group(2)) - int(m.group(1)) + 1 if m else sizes.get(key, 0)
-    first = max(r["first_batch_s"] for r in results)
     return {
         "processes": procs, "cache": cache, "requests": sum(kinds.values()), "by_kind": kinds,
         "log_bytes": log_bytes, "slowest_first_batch_s": round(first, 3),
         "first_batch_over_latency": round(first * 1000 / args.latency_ms, 1),
+        "sequential_round_trips": sequential(spans, (launched + first) * 1000),
         "peak_rss_mb": round(max(r["peak_rss_bytes"] or 0 for r in results) / 1e6, 1),
         # Each process's peak, smallest first: the ranks that read the node's kept list beside
         # the one that replayed the log.
         "peak_rss_mb_each": sorted(round((r["peak_rss_bytes"] or 0) / 1e6, 1) for r in results),
     }
+
+
+def sequential(spans: list, until_ms: float) -> int:
+    """The longest chain of requests answered by `until_ms` (the slowest first batch), each asked
+    after the one before it was answered: the round trips that could not overlap, whatever CPU
+    time lay between them (the greedy pick by earliest answer finds the longest such chain)."""
+    chain, free = 0, 0
+    for at, answered in sorted(spans, key=lambda s: s[1]):
+        if answered > until_ms + 1:
+            break
+        if at >= free:
+            chain, free = chain + 1, answered
+    return chain
 
 
 def main() -> None:
@@ -242,13 +259,13 @@ def median(row: dict):
 
 def report(rows: list, out_json) -> None:
     print()
-    print("| table | checkpoint | processes | cache | requests | log GETs (commit / checkpoint / LIST) | data GETs | log MB | slowest first batch (s) | ÷ latency | peak RSS (MB): largest / median |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| table | checkpoint | processes | cache | requests | log GETs (commit / checkpoint / LIST) | data GETs | log MB | slowest first batch (s) | ÷ latency | sequential round trips | peak RSS (MB): largest / median |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         k = r["by_kind"]
         print(f"| {r['table']} | {'yes' if r['checkpoint'] else 'no'} | {r['processes']} | {'node cache' if r['cache'] else 'none'} | "
               f"{r['requests']} | {k.get('GET commit', 0)} / {k.get('GET checkpoint', 0)} / {k.get('LIST', 0)} | {k.get('GET data', 0)} | "
-              f"{r['log_bytes'] / 1e6:.1f} | {r['slowest_first_batch_s']} | {r['first_batch_over_latency']} | {r['peak_rss_mb']} / {median(r)} |")
+              f"{r['log_bytes'] / 1e6:.1f} | {r['slowest_first_batch_s']} | {r['first_batch_over_latency']} | {r['sequential_round_trips']} | {r['peak_rss_mb']} / {median(r)} |")
     if out_json:
         with open(out_json, "w") as f:
             json.dump(rows, f, indent=1)

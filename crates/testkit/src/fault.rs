@@ -50,6 +50,10 @@ pub struct Request {
     pub range: Option<String>,
     /// When it arrived, since the proxy started.
     pub at: Duration,
+    /// When its whole answer was passed on, since the proxy started (`None`: not yet, or the
+    /// answer was cut by a fault). A request asked after another's `answered` waited on it
+    /// or could have: what `benches/scale` counts as sequential round trips.
+    pub answered: Option<Duration>,
 }
 
 /// Counts of what the proxy did.
@@ -306,12 +310,22 @@ async fn serve(
             .or(request.header("x-ms-range"))
             .map(str::to_string);
         let is_data_read = method == "GET" && range.is_some();
-        log.lock().expect("log lock").push(Request {
-            method: method.clone(),
-            target,
-            range,
-            at: started.elapsed(),
-        });
+        let index = {
+            let mut log = log.lock().expect("log lock");
+            log.push(Request {
+                method: method.clone(),
+                target,
+                range,
+                at: started.elapsed(),
+                answered: None,
+            });
+            log.len() - 1
+        };
+        let answered = || {
+            if let Some(r) = log.lock().expect("log lock").get_mut(index) {
+                r.answered = Some(started.elapsed());
+            }
+        };
         let n = counters.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let fault = if is_data_read {
             let d = counters.data_reads.fetch_add(1, Ordering::Relaxed) + 1;
@@ -359,6 +373,7 @@ async fn serve(
             client_write
                 .write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes())
                 .await?;
+            answered();
             continue;
         }
         server_write.write_all(&request.bytes()).await?;
@@ -387,6 +402,7 @@ async fn serve(
                 plan.bytes_per_second,
             )
             .await?;
+            answered();
             continue;
         }
         let response_body = read_body(&mut server_read, &response, no_body).await?;
@@ -433,6 +449,7 @@ async fn serve(
         }
         client_write.write_all(&response.bytes()).await?;
         client_write.write_all(&response_body).await?;
+        answered();
     }
     Ok(())
 }

@@ -1,21 +1,25 @@
-//! Loading a table's log at a version, with errors that say what went wrong: a version past the
-//! end, the log file the kernel could not parse, a store's fault as it is.
+//! Loading a table's log at a version (deltalake's lazy snapshot: its files are streamed by
+//! `replay`), with errors that say what went wrong: a version past the end, the log file the
+//! kernel could not parse, a store's fault as it is.
 
+use deltalake::kernel::Snapshot;
 use deltalake::{DeltaTable, DeltaTableError};
 
 use super::logcheck;
 use super::travel::{self, AsOf};
 use crate::error::TableError;
 
-/// Loads `table` (built, not loaded) as of `as_of`; `false` where it has no log (a folder of
-/// Parquet files, version 0). With `known_delta` (a job's marker named the version) the log is
-/// not listed first to learn whether there is one. `display` names the table in messages.
+/// The log of `table` (built, not loaded) as of `as_of`: deltalake's lazy snapshot (protocol,
+/// metadata and log segment; the files are streamed by the replay, never held whole), or `None`
+/// where the location has no log (a folder of Parquet files, version 0). With `known_delta` (a
+/// job's marker named the version) a missing log is not looked for. `display` names the table
+/// in messages.
 pub(crate) async fn load_at(
-    table: &mut DeltaTable,
+    table: &DeltaTable,
     as_of: AsOf,
     known_delta: bool,
     display: &str,
-) -> Result<bool, TableError> {
+) -> Result<Option<Snapshot>, TableError> {
     let err = |source| TableError::Delta {
         location: display.to_string(),
         source: Box::new(source),
@@ -24,32 +28,71 @@ pub(crate) async fn load_at(
         location: display.to_string(),
         reason,
     };
-    // Ask first: loading a missing table makes the kernel log an error.
-    if !known_delta && !table.verify_deltatable_existence().await.map_err(err)? {
-        // No log: a folder of Parquet files (listed once), whose only version is 0 (a loader
-        // state pins it; the state's file-set hash tells listings apart).
-        if matches!(as_of, AsOf::Version(v) if v != 0) || matches!(as_of, AsOf::Timestamp(_)) {
-            return Err(not_a_table(display, as_of));
-        }
-        return Ok(false);
-    }
     let version = match as_of {
         AsOf::Latest => None,
         AsOf::Version(v) => Some(v),
-        AsOf::Timestamp(t) => Some(travel::version_at(table, t).await.map_err(&version_error)?),
+        // Time travel reads the log's history first: a location without a log is told
+        // apart before (one listing, on this path only).
+        AsOf::Timestamp(t) => {
+            if !known_delta && !table.verify_deltatable_existence().await.map_err(err)? {
+                return Err(not_a_table(display, as_of));
+            }
+            Some(travel::version_at(table, t).await.map_err(&version_error)?)
+        }
     };
-    let loaded = match version {
-        Some(v) => table.load_version(v).await,
-        None => table.load().await,
+    // Loaded first, not asked whether there is a log: the kernel's listing answers both, and
+    // a second listing is a round trip more for every rank that opens "latest".
+    let e = match Snapshot::try_new(table.log_store().as_ref(), version).await {
+        Ok(snapshot) => return Ok(Some(snapshot)),
+        Err(e) => e,
     };
-    let Err(e) = loaded else {
-        return Ok(true);
-    };
+    // No log segment, or no folder at all: a folder of Parquet files (listed once), whose only version is 0 (a
+    // loader state pins it; the state's file-set hash tells listings apart) — or a log that
+    // does not reach the version asked, which the existence check tells apart.
+    if !known_delta
+        && no_log_found(&e)
+        && !table.verify_deltatable_existence().await.map_err(err)?
+    {
+        if matches!(version, Some(v) if v != 0) || matches!(as_of, AsOf::Timestamp(_)) {
+            return Err(not_a_table(display, as_of));
+        }
+        return Ok(None);
+    }
+    Err(explain(table, version, e, display).await)
+}
+
+/// Whether `e` says the location has no log segment, or no folder at all.
+fn no_log_found(e: &DeltaTableError) -> bool {
+    fn kernel(e: &delta_kernel::Error) -> bool {
+        match e {
+            delta_kernel::Error::Backtraced { source, .. } => kernel(source),
+            other => matches!(other, delta_kernel::Error::InvalidTableLocation(_)),
+        }
+    }
+    match e {
+        DeltaTableError::NotATable(_) | DeltaTableError::InvalidTableLocation(_) => true,
+        DeltaTableError::KernelError(k) => kernel(k),
+        _ => false,
+    }
+}
+
+/// The error of a log that failed to load (or to replay) at `version` (`None`: the latest),
+/// saying what went wrong: a version past the end, the log file the kernel could not parse,
+/// a store's fault as it is.
+pub(crate) async fn explain(
+    table: &DeltaTable,
+    version: Option<u64>,
+    e: DeltaTableError,
+    display: &str,
+) -> TableError {
     // The kernel's message for a version past the end names log segments.
     if let Some(v) = version
         && let Some(reason) = travel::missing_version(table, v).await
     {
-        return Err(version_error(reason));
+        return TableError::Version {
+            location: display.to_string(),
+            reason,
+        };
     }
     // The kernel does not say which log file it could not parse: find it (a store fault is
     // reported as it is, without more requests).
@@ -57,23 +100,26 @@ pub(crate) async fn load_at(
     if !store_fault
         && let Some(reason) = logcheck::unreadable_log_file(&table.object_store(), version).await
     {
-        return Err(TableError::Log {
+        return TableError::Log {
             location: display.to_string(),
             reason,
-        });
+        };
     }
     // A log the kernel refuses: say which version was being read.
     if store_fault || matches!(e, DeltaTableError::NotATable(_)) {
-        return Err(err(e));
+        return TableError::Delta {
+            location: display.to_string(),
+            source: Box::new(e),
+        };
     }
     let at = match version {
         Some(v) => format!("version {v}"),
         None => "the latest version".to_string(),
     };
-    Err(TableError::Log {
+    TableError::Log {
         location: display.to_string(),
         reason: format!("{} (reading {at})", crate::error::delta_message(&e)),
-    })
+    }
 }
 
 /// The error for a version or time asked of a location without a Delta log.

@@ -25,8 +25,8 @@ const LOG_MEMO_BYTES: u64 = 64 << 20;
 
 /// What the log (or the node's cache of it) gave.
 enum Opened {
-    /// The table loaded at the version.
-    Table(DeltaTable),
+    /// The table (its store) and its log at the version, the files not yet read.
+    Table(DeltaTable, Box<deltalake::kernel::Snapshot>),
     /// The version's files as the node's cache kept them, the table's store and root.
     Replayed(Box<super::replay::Replayed>, Arc<dyn ObjectStore>, url::Url),
     /// No log: a folder of Parquet files.
@@ -190,7 +190,7 @@ impl Snapshot {
             if let Some(store) = backend {
                 builder = builder.with_storage_backend(store, url.clone());
             }
-            let mut table = builder.build().map_err(err)?;
+            let table = builder.build().map_err(err)?;
             // A version asked of a remote table through the node's cache: its replayed file
             // list, made by the first rank of the node and read by the others (`list_cache`).
             #[cfg(unix)]
@@ -203,9 +203,11 @@ impl Snapshot {
                 // Replayed with the statistics, for whichever rank filters.
                 let mut no_log = false;
                 let make = async {
-                    match load_at(&mut table, as_of, known_delta, &display).await? {
-                        true => Ok(Some(super::replay::replay(&table, &display, true).await?)),
-                        false => {
+                    match load_at(&table, as_of, known_delta, &display).await? {
+                        Some(state) => Ok(Some(
+                            super::replay::replay(&table, &state, &display, true).await?,
+                        )),
+                        None => {
                             no_log = true;
                             Ok(None)
                         }
@@ -223,12 +225,10 @@ impl Snapshot {
                     return Ok(Opened::Listing(store));
                 }
             }
-            Ok(
-                match load_at(&mut table, as_of, known_delta, &display).await? {
-                    true => Opened::Table(table),
-                    false => Opened::Listing(table.object_store()),
-                },
-            )
+            Ok(match load_at(&table, as_of, known_delta, &display).await? {
+                Some(state) => Opened::Table(table, Box::new(state)),
+                None => Opened::Listing(table.object_store()),
+            })
         };
         let (opened, ()) = futures::try_join!(open, probe)?;
         // Once the log is replayed (or found missing) it is not read again: its answers go,
@@ -242,24 +242,27 @@ impl Snapshot {
             }
         };
         let (replayed, store, root) = match opened {
-            Opened::Table(table) => {
+            Opened::Table(table, state) => {
                 // Through the node's cache, the version this rank resolved is kept for the
                 // ranks that open it next (a job's marker names it to them).
                 #[cfg(unix)]
                 let offer = log_cache.as_ref().filter(|cache| {
                     !matches!(url.scheme(), "file" | "memory")
                         && root_store.is_none()
-                        && table.version().is_some_and(|v| {
-                            !super::list_cache::kept(cache, &identity, &display, v)
-                        })
+                        && !super::list_cache::kept(cache, &identity, &display, state.version())
                 });
                 #[cfg(not(unix))]
                 let offer: Option<&crate::stores::LogCacheRef> = None;
-                let mut replayed =
-                    super::replay::replay(&table, &display, stats || offer.is_some()).await?;
+                let mut replayed = super::replay::replay(
+                    &table,
+                    state.as_ref(),
+                    &display,
+                    stats || offer.is_some(),
+                )
+                .await?;
                 let (store, root) = (table.object_store(), table.log_store().root_url().clone());
                 // deltalake's state of the version goes before the list is encoded.
-                drop(table);
+                drop((table, state));
                 #[cfg(unix)]
                 if let Some(cache) = offer {
                     super::list_cache::offer(cache, &identity, &display, &replayed).await;
@@ -290,7 +293,11 @@ impl Snapshot {
         location: String,
         hints: &ColumnHints,
     ) -> Result<Snapshot, TableError> {
-        let replayed = super::replay::replay(table, &location, true).await?;
+        let state = table.snapshot().map_err(|source| TableError::Delta {
+            location: location.clone(),
+            source: Box::new(source),
+        })?;
+        let replayed = super::replay::replay(table, state.snapshot(), &location, true).await?;
         let root = table.log_store().root_url().clone();
         Snapshot::from_replayed(
             replayed,

@@ -6,9 +6,13 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use deltalake::DeltaResult;
 use deltalake::DeltaTable;
-use deltalake::kernel::{DeletionVectorDescriptor, Metadata, Protocol as DeltaProtocol};
+use deltalake::kernel::LogicalFileView;
+use deltalake::kernel::{DeletionVectorDescriptor, Metadata, Protocol as DeltaProtocol, SchemaRef};
+use deltalake::logstore::LogStore;
 use futures::TryStreamExt;
+use futures::stream::BoxStream;
 use object_store::ObjectStore;
 use url::Url;
 use voxlake_format::sample::ColumnHints;
@@ -31,18 +35,54 @@ pub(crate) struct Replayed {
     pub vectors: Vec<(usize, DeletionVectorDescriptor)>,
 }
 
-/// Replays the log of `table` (loaded at its version) into a [`Replayed`], the files'
-/// statistics kept if `stats`; `location` is used in messages.
+/// What a replay reads: deltalake's lazy snapshot as `load_at` gives it (its files streamed
+/// from the log, batch by batch), or a loaded table's state (its files held already).
+pub(crate) trait LogState: Sync {
+    fn version(&self) -> u64;
+    fn protocol(&self) -> &DeltaProtocol;
+    fn metadata(&self) -> &Metadata;
+    fn schema(&self) -> SchemaRef;
+    fn file_views<'a>(
+        &'a self,
+        log_store: &'a dyn LogStore,
+    ) -> BoxStream<'a, DeltaResult<LogicalFileView>>;
+}
+
+macro_rules! log_state {
+    ($t:ty) => {
+        impl LogState for $t {
+            fn version(&self) -> u64 {
+                <$t>::version(self)
+            }
+            fn protocol(&self) -> &DeltaProtocol {
+                <$t>::protocol(self)
+            }
+            fn metadata(&self) -> &Metadata {
+                <$t>::metadata(self)
+            }
+            fn schema(&self) -> SchemaRef {
+                <$t>::schema(self)
+            }
+            fn file_views<'a>(
+                &'a self,
+                log_store: &'a dyn LogStore,
+            ) -> BoxStream<'a, DeltaResult<LogicalFileView>> {
+                <$t>::file_views(self, log_store, None)
+            }
+        }
+    };
+}
+log_state!(deltalake::kernel::Snapshot);
+log_state!(deltalake::kernel::EagerSnapshot);
+
+/// Replays the log of `table` as `state` (a version of it) holds it into a [`Replayed`], the
+/// files' statistics kept if `stats`; `location` is used in messages.
 pub(crate) async fn replay(
     table: &DeltaTable,
+    state: &impl LogState,
     location: &str,
     stats: bool,
 ) -> Result<Replayed, TableError> {
-    let err = |source| TableError::Delta {
-        location: location.to_string(),
-        source: Box::new(source),
-    };
-    let state = table.snapshot().map_err(err)?;
     let config = state.metadata().configuration().clone();
     let mapping =
         ColumnMapping::from_delta(&config, state.schema().as_ref()).map_err(|reason| {
@@ -52,12 +92,23 @@ pub(crate) async fn replay(
             }
         })?;
     let log_store = table.log_store();
+    let version = state.version();
     // File by file into columns: no struct per file, the statistics only where a filter reads
     // them (see `file_list`).
-    let mut views = state.snapshot().file_views(log_store.as_ref(), None);
+    let mut views = state.file_views(log_store.as_ref());
     let mut builder = FileListBuilder::new(stats);
     let mut vectors = Vec::new();
-    while let Some(f) = views.try_next().await.map_err(err)? {
+    loop {
+        // The files are read from the log here (a lazy snapshot): a commit or checkpoint the
+        // kernel cannot parse is named as a failed load's is.
+        let f = match views.try_next().await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                drop(views);
+                return Err(super::load::explain(table, Some(version), e, location).await);
+            }
+        };
         let path = f.path();
         let object_path = f.object_store_path();
         let tag = format!("modified={}", f.modification_time());
@@ -95,7 +146,7 @@ pub(crate) async fn replay(
         .map(|((_, descriptor), index)| (index, descriptor))
         .collect();
     Ok(Replayed {
-        version: state.version(),
+        version,
         protocol: state.protocol().clone(),
         metadata: state.metadata().clone(),
         files,
