@@ -10,6 +10,12 @@
 //! range) gets the same bytes: the first answer is kept and handed out again, and a request
 //! asked while the same one is in flight waits for it rather than asking the store too.
 //!
+//! A log Parquet file (a checkpoint part) is read from its end first: its last 8 bytes, then
+//! its footer, then the small column chunks of protocol and metadata, one round trip each.
+//! Where the listing told its size, the first request within its last [`TAIL_BYTES`] fetches
+//! all of them, and the others are answered from that tail (measured through 20 ms: the open
+//! of a 10⁵-file table's checkpoint went from 5 sequential checkpoint reads to 2).
+//!
 //! Only while the table opens ([`LogMemo::close`] lets everything go and passes every request
 //! through from then on), and only up to [`LogMemo::new`]'s cap of bytes (past it, requests pass
 //! through). Conditional and versioned gets and `head`s pass through.
@@ -24,8 +30,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
-    GetOptions, GetResult, GetResultPayload, ListResult, OBJECT_STORE_COALESCE_DEFAULT, ObjectMeta,
-    ObjectStore, Result, coalesce_ranges,
+    GetOptions, GetRange, GetResult, GetResultPayload, ListResult, OBJECT_STORE_COALESCE_DEFAULT,
+    ObjectMeta, ObjectStore, Result, coalesce_ranges,
 };
 use tokio::sync::OnceCell;
 
@@ -42,6 +48,9 @@ struct Answer {
 /// The object and the range asked for (`GetRange` is not `Hash`: its `Debug` text names it).
 type Key = (Path, String);
 
+/// Bytes fetched at once from the end of a log Parquet file when a read falls in them.
+pub const TAIL_BYTES: u64 = 1 << 20;
+
 /// Remembers a table's log answers while it opens (see the [module](self)).
 #[derive(Debug)]
 pub struct LogMemo {
@@ -52,6 +61,8 @@ pub struct LogMemo {
     closed: AtomicBool,
     /// Requests answered from memory.
     hits: AtomicU64,
+    /// The sizes of the log's Parquet files, as listings gave them.
+    sizes: Arc<Mutex<HashMap<Path, u64>>>,
 }
 
 impl std::fmt::Debug for Answer {
@@ -70,6 +81,7 @@ impl LogMemo {
             bytes: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             hits: AtomicU64::new(0),
+            sizes: Arc::default(),
         }
     }
 
@@ -102,23 +114,46 @@ impl LogMemo {
         Some(kept.entry(key).or_default().clone())
     }
 
-    async fn ask(&self, location: &Path, options: GetOptions) -> Result<Answer> {
-        let result = self.inner.get_opts(location, options).await?;
-        let (meta, range) = (result.meta.clone(), result.range.clone());
-        let bytes = result.bytes().await?;
-        Ok(Answer { bytes, meta, range })
-    }
-}
-
-crate::passthrough::wrapper_store!(LogMemo, {
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let plain = unconditional(&options) && !options.head;
-        if !plain || !is_immutable_log_object(location) {
-            return self.inner.get_opts(location, options).await;
+    /// The tail `range` falls in, where `location` is a log Parquet file of known size.
+    fn tail(&self, location: &Path, range: &Option<GetRange>) -> Option<Range<u64>> {
+        let size = *self.sizes.lock().ok()?.get(location)?;
+        let window = size.saturating_sub(TAIL_BYTES)..size;
+        match range {
+            Some(GetRange::Bounded(r))
+                if r.start < r.end && r.start >= window.start && r.end <= size =>
+            {
+                Some(window)
+            }
+            _ => None,
         }
-        let Some(slot) = self.slot((location.clone(), format!("{:?}", options.range))) else {
-            return self.inner.get_opts(location, options).await;
-        };
+    }
+
+    /// A listing, the sizes of the log's Parquet files noted on the way.
+    fn noting(
+        &self,
+        listing: BoxStream<'static, Result<ObjectMeta>>,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let sizes = self.sizes.clone();
+        listing
+            .inspect(move |item| {
+                if let Ok(meta) = item
+                    && is_immutable_log_object(&meta.location)
+                    && meta.location.as_ref().ends_with(".parquet")
+                    && let Ok(mut sizes) = sizes.lock()
+                {
+                    sizes.insert(meta.location.clone(), meta.size);
+                }
+            })
+            .boxed()
+    }
+
+    /// A kept answer (asked once, the first time), counted.
+    async fn kept(
+        &self,
+        slot: Arc<OnceCell<Answer>>,
+        location: &Path,
+        options: GetOptions,
+    ) -> Result<Answer> {
         let mut asked = false;
         let answer = slot
             .get_or_try_init(|| {
@@ -133,6 +168,50 @@ crate::passthrough::wrapper_store!(LogMemo, {
         } else {
             self.hits.fetch_add(1, Ordering::Relaxed);
         }
+        Ok(answer)
+    }
+
+    async fn ask(&self, location: &Path, options: GetOptions) -> Result<Answer> {
+        let result = self.inner.get_opts(location, options).await?;
+        let (meta, range) = (result.meta.clone(), result.range.clone());
+        let bytes = result.bytes().await?;
+        Ok(Answer { bytes, meta, range })
+    }
+}
+
+crate::passthrough::wrapper_store!(LogMemo, {
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        let plain = unconditional(&options) && !options.head;
+        if !plain || !is_immutable_log_object(location) {
+            return self.inner.get_opts(location, options).await;
+        }
+        // A read in a Parquet file's tail: the whole tail, once, and this read cut from it.
+        if let Some(window) = self.tail(location, &options.range)
+            && let Some(slot) = self.slot((location.clone(), "tail".to_string()))
+            && let Some(GetRange::Bounded(asked)) = &options.range
+        {
+            let get = GetOptions {
+                range: Some(window.clone().into()),
+                ..GetOptions::default()
+            };
+            let tail = self.kept(slot, location, get).await?;
+            if tail.range == window {
+                let at = (asked.start - window.start) as usize..(asked.end - window.start) as usize;
+                let bytes = tail.bytes.slice(at);
+                return Ok(GetResult {
+                    payload: GetResultPayload::Stream(
+                        futures::stream::once(async { Ok(bytes) }).boxed(),
+                    ),
+                    meta: tail.meta,
+                    range: asked.clone(),
+                    attributes: Default::default(),
+                });
+            }
+        }
+        let Some(slot) = self.slot((location.clone(), format!("{:?}", options.range))) else {
+            return self.inner.get_opts(location, options).await;
+        };
+        let answer = self.kept(slot, location, options).await?;
         let bytes = answer.bytes;
         Ok(GetResult {
             payload: GetResultPayload::Stream(futures::stream::once(async { Ok(bytes) }).boxed()),
@@ -164,7 +243,7 @@ crate::passthrough::wrapper_store!(LogMemo, {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        self.noting(self.inner.list(prefix))
     }
 
     fn list_with_offset(
@@ -172,7 +251,7 @@ crate::passthrough::wrapper_store!(LogMemo, {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
+        self.noting(self.inner.list_with_offset(prefix, offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
@@ -303,6 +382,46 @@ mod tests {
         assert!(fresh.get(&gone).await.is_err());
         assert!(fresh.get(&gone).await.is_err());
         assert_eq!(store.gets.load(Ordering::SeqCst), 10);
+    }
+
+    #[tokio::test]
+    async fn a_listed_checkpoints_tail_is_read_once() {
+        let store = Arc::new(Counting {
+            inner: InMemory::new(),
+            gets: AtomicU64::new(0),
+        });
+        let part = Path::from("t/_delta_log/00000000000000000010.checkpoint.parquet");
+        let body: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        store.put(&part, body.clone().into()).await.unwrap();
+        let memo = LogMemo::new(store.clone(), 1 << 20);
+        // Its size unknown (not listed): each read is its own request.
+        memo.get_range(&part, 2992..3000).await.unwrap();
+        memo.get_range(&part, 2900..2992).await.unwrap();
+        assert_eq!(store.gets.load(Ordering::SeqCst), 2);
+        // Listed: the end, the footer and a small chunk before it come from one request.
+        let fresh = LogMemo::new(store.clone(), 1 << 20);
+        let listed: Vec<_> = fresh
+            .list(Some(&Path::from("t/_delta_log")))
+            .collect()
+            .await;
+        assert_eq!(listed.len(), 1);
+        let reads = [2992..3000, 2900..2992, 10..40, 0..3000];
+        for r in reads.clone() {
+            let got = fresh.get_range(&part, r.clone()).await.unwrap();
+            assert_eq!(&got[..], &body[r.start as usize..r.end as usize]);
+        }
+        assert_eq!(
+            store.gets.load(Ordering::SeqCst),
+            3,
+            "one more, for the tail"
+        );
+        let (a, b) = tokio::join!(
+            fresh.get_range(&part, 5..9),
+            fresh.get_ranges(&part, &[100..200, 300..400])
+        );
+        assert_eq!(&a.unwrap()[..], &body[5..9]);
+        assert_eq!(&b.unwrap()[1][..], &body[300..400]);
+        assert_eq!(store.gets.load(Ordering::SeqCst), 3);
     }
 
     #[tokio::test]
