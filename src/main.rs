@@ -45,7 +45,7 @@ struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Shuffle buffer in rows.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = voxlake::loader::DEFAULT_SHUFFLE_BUFFER)]
     shuffle_buffer: usize,
     /// This process's rank.
     #[arg(long, default_value_t = 0)]

@@ -51,9 +51,11 @@ pub struct RowOrigin {
     pub pad: bool,
 }
 
-/// One field of a batch other than the first: its values for every sample.
+/// One field of a batch other than the first: its values for every sample
+/// ([`Batch::take_more_fields`]).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum FieldBatch {
+#[non_exhaustive]
+pub enum FieldBatch {
     /// A tensor field: `[B, …shape]`.
     Tensors(Tensors),
     /// A text field: a string per sample (a null as its field's null policy says: an error, the
@@ -114,6 +116,17 @@ impl Batch {
                 (&**n, f)
             }))
             .collect()
+    }
+
+    /// The first field's name (the field [`tensors`](Self::tensors) holds).
+    pub fn first_name(&self) -> &str {
+        &self.first
+    }
+
+    /// The fields after the first, in order, taken out of the batch whole (no copy: for a
+    /// caller that hands them on, such as the Python binding).
+    pub fn take_more_fields(&mut self) -> Vec<(Arc<str>, FieldBatch)> {
+        std::mem::take(&mut self.more)
     }
 
     /// Number of samples.

@@ -46,6 +46,10 @@ fn default_assembly_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).clamp(1, 4))
 }
 
+/// The shuffle buffer's rows where a front end (the `voxlake` CLI, the Python package) shuffles
+/// without being told a size ([`LoaderBuilder::with_shuffle`]).
+pub const DEFAULT_SHUFFLE_BUFFER: usize = 1024;
+
 /// Files whose row groups are read round-robin when shuffling.
 pub(crate) const INTERLEAVE: usize = 4;
 

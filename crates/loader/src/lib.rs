@@ -72,9 +72,9 @@ pub mod state;
 pub mod torch;
 pub mod transform;
 
-pub use batch::{Batch, FieldRef, RowOrigin, Tensors};
-pub use builder::LoaderBuilder;
-pub use loader::{Loader, LoaderStats};
+pub use batch::{Batch, FieldBatch, FieldRef, RowOrigin, Tensors};
+pub use builder::{DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
+pub use loader::{Loader, LoaderStats, Recycler};
 pub use state::LoaderState;
 #[cfg(feature = "tch")]
 pub use tch;

@@ -80,6 +80,8 @@ pub struct Loader {
     /// Tensor memory given back with `recycle`, for the assembler to fill again.
     pub(crate) recycled: Arc<Mutex<Vec<Tensors>>>,
     pub(crate) recycle_max: usize,
+    /// When the caller began waiting for the batch not yet received (`poll_next`).
+    pub(crate) waiting_since: Option<Instant>,
 }
 
 impl Loader {
@@ -204,15 +206,16 @@ impl Loader {
     /// # Ok(()) }
     /// ```
     pub fn recycle(&self, batch: Batch) {
-        #[cfg(feature = "tch")]
-        if matches!(batch.tensors, Tensors::Tch(_)) {
-            return;
-        }
-        // A poisoned lock only means a panic elsewhere, which the iterator reports.
-        if let Ok(mut recycled) = self.recycled.lock()
-            && recycled.len() < self.recycle_max
-        {
-            recycled.push(batch.tensors);
+        self.recycler().recycle(batch.tensors);
+    }
+
+    /// A handle that gives tensor memory back as [`recycle`](Self::recycle) does, from
+    /// wherever the batch's first field ended up (another thread, an owner in another
+    /// language); it outlives the loader harmlessly.
+    pub fn recycler(&self) -> Recycler {
+        Recycler {
+            recycled: self.recycled.clone(),
+            max: self.recycle_max,
         }
     }
 
@@ -244,8 +247,42 @@ impl Iterator for Loader {
         if self.finished {
             return None;
         }
-        let start = Instant::now();
-        let item = match self.rx.recv() {
+        let start = self.waiting_since.unwrap_or_else(Instant::now);
+        let message = self.rx.recv().map_err(|_| ());
+        self.received(message, start)
+    }
+}
+
+impl Loader {
+    /// [`next`](Iterator::next), waiting at most `wait` for the batch: `Poll::Pending` when
+    /// none came in that time (ask again). For a caller that must do something else while it
+    /// waits, such as a Python binding checking for Ctrl-C.
+    pub fn poll_next(
+        &mut self,
+        wait: Duration,
+    ) -> std::task::Poll<Option<Result<Batch, LoaderError>>> {
+        if self.finished {
+            return std::task::Poll::Ready(None);
+        }
+        // The wait is counted from the first ask, once the batch comes.
+        let start = *self.waiting_since.get_or_insert_with(Instant::now);
+        let message = match self.rx.recv_timeout(wait) {
+            Ok(message) => Ok(message),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => return std::task::Poll::Pending,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(()),
+        };
+        std::task::Poll::Ready(self.received(message, start))
+    }
+
+    /// What a message from the producer thread (`Err`: the thread is gone) gives the caller
+    /// who began waiting at `start`; counted as [`next`](Iterator::next) counts it.
+    fn received(
+        &mut self,
+        message: Result<Msg, ()>,
+        start: Instant,
+    ) -> Option<Result<Batch, LoaderError>> {
+        self.waiting_since = None;
+        let item = match message {
             Ok(Msg::Batch(batch, position)) => {
                 self.position = position;
                 Some(Ok(*batch))
@@ -258,7 +295,7 @@ impl Iterator for Loader {
                 self.finished = true;
                 None
             }
-            Err(_) => {
+            Err(()) => {
                 self.finished = true;
                 Some(Err(LoaderError::Internal(
                     "the loader thread stopped without finishing or reporting an error".into(),
@@ -317,6 +354,30 @@ impl Iterator for Loader {
             c.tensor_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
         }
         item
+    }
+}
+
+/// Gives a batch's first field back to its loader for refilling ([`Loader::recycler`]).
+#[derive(Debug, Clone)]
+pub struct Recycler {
+    recycled: Arc<Mutex<Vec<Tensors>>>,
+    max: usize,
+}
+
+impl Recycler {
+    /// Keeps `tensors` (a batch's first field, [`Batch::tensors`]) for a later batch, if the
+    /// loader holds fewer spares than it keeps; libtorch tensors are not kept.
+    pub fn recycle(&self, tensors: Tensors) {
+        #[cfg(feature = "tch")]
+        if matches!(tensors, Tensors::Tch(_)) {
+            return;
+        }
+        // A poisoned lock only means a panic elsewhere, which the iterator reports.
+        if let Ok(mut recycled) = self.recycled.lock()
+            && recycled.len() < self.max
+        {
+            recycled.push(tensors);
+        }
     }
 }
 

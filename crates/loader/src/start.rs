@@ -331,6 +331,7 @@ impl LoaderBuilder {
             last_return: None,
             recycled,
             recycle_max: RECYCLED_SPARES,
+            waiting_since: None,
         })
     }
 }
