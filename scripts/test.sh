@@ -42,3 +42,8 @@ cargo clippy -p voxlake-compact --bin compact -p voxlake --bin voxlake --no-defa
 # The binaries the CLI tests run, built with the same feature selection as the tests.
 cargo build --workspace --bins
 cargo test --workspace --all-features "$@"
+# The Python package (crates/python + python/voxlake) built by maturin and installed into
+# .venv, then its tests (they run the binaries built above and the S3 server started above).
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements-package.txt
+.venv/bin/maturin develop --quiet
+.venv/bin/python -m pytest -q tests/python/test_package.py

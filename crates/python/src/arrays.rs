@@ -1,0 +1,146 @@
+//! A batch's buffers handed to numpy without a copy. The first field's tensor is owned by a
+//! [`TensorOwner`], the numpy array's `base`: when Python frees the array, the owner gives
+//! the memory back to its loader ([`Recycler`]) to be filled again. The other fields, the
+//! labels and the ids become arrays that own their Rust buffers too (numpy's
+//! `from_owned_array`: the buffer moves, its bytes do not).
+
+use std::sync::Mutex;
+
+use ndarray::ArrayD;
+use numpy::{Element, PyArray};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use voxlake_loader::{Batch, FieldBatch, Recycler, Tensors};
+
+/// Owns a batch's first tensor while numpy arrays look at it; gives it back to the loader
+/// when the last of them is freed.
+#[pyclass(module = "voxlake._voxlake", frozen)]
+pub(crate) struct TensorOwner {
+    /// Behind a lock only to be `Sync` (a libtorch tensor is not): never taken while the
+    /// owner lives.
+    tensors: Mutex<Option<Tensors>>,
+    recycler: Recycler,
+}
+
+impl Drop for TensorOwner {
+    fn drop(&mut self) {
+        let tensors = self.tensors.get_mut().ok().and_then(Option::take);
+        if let Some(tensors) = tensors {
+            self.recycler.recycle(tensors);
+        }
+    }
+}
+
+#[pymethods]
+impl TensorOwner {
+    fn __repr__(&self) -> String {
+        match self.tensors.lock().as_deref() {
+            Ok(Some(t)) => format!("<voxlake tensor buffer {:?} {:?}>", t.dtype(), t.shape()),
+            _ => "<voxlake tensor buffer>".to_string(),
+        }
+    }
+}
+
+/// A view of `array`, kept alive by `owner` (the numpy array's `base`).
+fn borrowed<'py, T: Element>(
+    array: &ArrayD<T>,
+    owner: &Bound<'py, TensorOwner>,
+) -> Bound<'py, PyAny> {
+    // Safety: the view's memory is `owner`'s tensor, which `owner` holds unmoved (a frozen
+    // pyclass: never taken out while Python can reach it) until numpy drops its reference
+    // to `owner`, the array's base; no Rust code touches the buffer meanwhile.
+    unsafe { PyArray::borrow_from_array(array, owner.clone().into_any()) }.into_any()
+}
+
+macro_rules! each_tensor {
+    ($value:expr, $a:ident => $body:expr) => {
+        match $value {
+            Tensors::Bool($a) => $body,
+            Tensors::I8($a) => $body,
+            Tensors::I16($a) => $body,
+            Tensors::I32($a) => $body,
+            Tensors::I64($a) => $body,
+            Tensors::U8($a) => $body,
+            Tensors::U16($a) => $body,
+            Tensors::U32($a) => $body,
+            Tensors::U64($a) => $body,
+            Tensors::F16($a) => $body,
+            Tensors::BF16($a) => $body,
+            Tensors::F32($a) => $body,
+            Tensors::F64($a) => $body,
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(crate::errors::config(
+                    "a batch of libtorch tensors cannot be handed to numpy",
+                ))
+            }
+        }
+    };
+}
+
+/// The first field as a numpy array whose base is its [`TensorOwner`].
+fn first_array<'py>(
+    py: Python<'py>,
+    tensors: Tensors,
+    recycler: Recycler,
+) -> PyResult<Bound<'py, PyAny>> {
+    let owner = Bound::new(
+        py,
+        TensorOwner {
+            tensors: Mutex::new(Some(tensors)),
+            recycler,
+        },
+    )?;
+    let held = owner
+        .get()
+        .tensors
+        .lock()
+        .map_err(|_| crate::errors::config("a tensor buffer's lock was poisoned"))?;
+    let Some(held) = held.as_ref() else {
+        return Err(crate::errors::config(
+            "a tensor buffer was given back twice",
+        ));
+    };
+    Ok(each_tensor!(held, a => borrowed(a, &owner)))
+}
+
+/// A tensor field as a numpy array owning its buffer.
+fn owned_array(py: Python<'_>, tensors: Tensors) -> PyResult<Bound<'_, PyAny>> {
+    Ok(each_tensor!(tensors, a => PyArray::from_owned_array(py, a).into_any()))
+}
+
+/// `batch` as a dict: each field by name, then `label` (an int64 array where every sample
+/// has one; a list with `None`s where some have none; left out where none has) and `id` (a
+/// list of str).
+pub(crate) fn batch_dict<'py>(
+    py: Python<'py>,
+    mut batch: Batch,
+    recycler: Recycler,
+) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    let more = batch.take_more_fields();
+    let first = batch.first_name().to_string();
+    let labels = std::mem::take(&mut batch.labels);
+    let ids = std::mem::take(&mut batch.ids);
+    let tensors = batch.tensors;
+    out.set_item(first, first_array(py, tensors, recycler)?)?;
+    for (name, field) in more {
+        match field {
+            FieldBatch::Tensors(t) => out.set_item(&*name, owned_array(py, t)?)?,
+            FieldBatch::Text(text) => out.set_item(&*name, PyList::new(py, text)?)?,
+            _ => {
+                return Err(crate::errors::config(format!(
+                    "field {name} is of a kind this package does not know"
+                )));
+            }
+        }
+    }
+    if labels.iter().all(Option::is_some) && !labels.is_empty() {
+        let labels: Vec<i64> = labels.into_iter().flatten().collect();
+        out.set_item("label", PyArray::from_vec(py, labels))?;
+    } else if labels.iter().any(Option::is_some) {
+        out.set_item("label", PyList::new(py, labels)?)?;
+    }
+    out.set_item("id", PyList::new(py, ids)?)?;
+    Ok(out)
+}

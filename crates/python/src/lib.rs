@@ -1,0 +1,29 @@
+//! voxlake for Python and PyTorch: the Rust [`Loader`](voxlake_loader::Loader) as the
+//! `voxlake._voxlake` extension module, which the `voxlake` package (`python/voxlake`)
+//! re-exports. Built as an abi3 wheel by maturin (`pyproject.toml` at the repository root).
+//!
+//! One job per module: [`options`] applies the Python keyword arguments to the Rust builder
+//! (the one list of them), [`loader`] is the `Loader` class (iteration with the GIL released,
+//! state, epochs), [`arrays`] hands a batch's buffers to numpy without a copy, [`errors`]
+//! turns the crates' errors into the `VoxlakeError` exceptions.
+
+#![warn(missing_docs)]
+
+mod arrays;
+mod errors;
+mod loader;
+mod options;
+
+use pyo3::prelude::*;
+
+/// The extension module: `voxlake._voxlake`.
+#[pymodule]
+fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<loader::Loader>()?;
+    m.add_class::<arrays::TensorOwner>()?;
+    m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
+    m.add_function(wrap_pyfunction!(loader::default_rank, m)?)?;
+    errors::register(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! `voxlake.Loader`: the Rust [`Loader`](voxlake_loader::Loader) as a Python iterator of
+//! batches (dicts of numpy arrays). The table is opened when iteration starts (so that
+//! `load_state_dict` and `set_epoch` come first); the GIL is released while the table opens
+//! and while a batch is awaited, and a wait looks for Ctrl-C every 50 ms.
+
+use std::sync::{Mutex, MutexGuard};
+use std::task::Poll;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use voxlake_loader::{LoaderState, Recycler};
+
+use crate::errors::{config, loader_error};
+use crate::options::{self, SIGNAL_CHECK};
+
+/// What a `Loader` holds between calls.
+struct Inner {
+    /// The loader of the pass under way, if one was built.
+    running: Option<Running>,
+    /// A state to resume from, for the next build.
+    state: Option<LoaderState>,
+    /// The first epoch of the next build (`set_epoch`).
+    start_epoch: u64,
+}
+
+/// A built loader and whether it has ended.
+struct Running {
+    loader: voxlake_loader::Loader,
+    recycler: Recycler,
+    ended: bool,
+}
+
+/// Batches of a voxlake (Delta) table: iterate it for dicts of field name → numpy array
+/// (no copy: the arrays look at the loader's buffers), plus `label` and `id`. The keyword
+/// arguments are those of `voxlake.loader_options()`; `help(voxlake.Loader)` lists them.
+#[pyclass(module = "voxlake._voxlake", name = "Loader")]
+pub(crate) struct Loader {
+    table: String,
+    options: Option<Py<PyDict>>,
+    inner: Mutex<Inner>,
+}
+
+impl Loader {
+    /// The inner state, its lock waited for with the GIL released (the thread holding it may
+    /// be waiting for the GIL).
+    fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Inner>> {
+        loop {
+            match self.inner.try_lock() {
+                Ok(inner) => return Ok(inner),
+                Err(std::sync::TryLockError::Poisoned(_)) => {
+                    return Err(config("the loader's lock was poisoned by a panic"));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    py.detach(|| std::thread::sleep(std::time::Duration::from_millis(1)));
+                }
+            }
+        }
+    }
+
+    /// The loader for a new pass: the options applied, the rank resolved, a loaded state
+    /// taken; built (the table opened) with the GIL released.
+    fn build(&self, py: Python<'_>, inner: &mut Inner) -> PyResult<()> {
+        let options = self.options.as_ref().map(|o| o.bind(py).clone());
+        let (builder, gathered) = options::apply(
+            voxlake_loader::Loader::builder(self.table.clone()),
+            options.as_ref(),
+        )?;
+        let (rank, world_size) = match (gathered.rank, gathered.world_size) {
+            (Some(rank), Some(world_size)) => (rank, world_size),
+            _ => default_rank(py)?,
+        };
+        let mut builder = builder
+            .with_rank(rank, world_size)
+            .with_start_epoch(inner.start_epoch);
+        if let Some(state) = inner.state.take() {
+            builder = builder.with_state(state);
+        }
+        let loader = py.detach(|| builder.build()).map_err(loader_error)?;
+        let recycler = loader.recycler();
+        inner.running = Some(Running {
+            loader,
+            recycler,
+            ended: false,
+        });
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl Loader {
+    #[new]
+    #[pyo3(signature = (table, **options))]
+    fn new(table: String, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        // Checked now, so that a bad option fails where it was written.
+        let (_, gathered) =
+            options::apply(voxlake_loader::Loader::builder(table.clone()), options)?;
+        Ok(Loader {
+            table,
+            options: options.map(|o| o.copy()).transpose()?.map(Bound::unbind),
+            inner: Mutex::new(Inner {
+                running: None,
+                state: None,
+                start_epoch: gathered.start_epoch.unwrap_or(0),
+            }),
+        })
+    }
+
+    /// Starts a pass (opening the table) unless one is under way.
+    fn __iter__(slf: PyRef<'_, Self>) -> PyResult<PyRef<'_, Self>> {
+        let py = slf.py();
+        {
+            let mut inner = slf.lock(py)?;
+            if inner.running.as_ref().is_none_or(|r| r.ended) {
+                slf.build(py, &mut inner)?;
+            }
+        }
+        Ok(slf)
+    }
+
+    /// The next batch; `StopIteration` at the end of the last epoch.
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut inner = self.lock(py)?;
+        if inner.running.is_none() {
+            self.build(py, &mut inner)?;
+        }
+        let Some(running) = inner.running.as_mut() else {
+            return Err(config("the loader was not built"));
+        };
+        if running.ended {
+            return Ok(None);
+        }
+        loop {
+            let loader = &mut running.loader;
+            match py.detach(|| loader.poll_next(SIGNAL_CHECK)) {
+                Poll::Pending => py.check_signals()?,
+                Poll::Ready(None) => {
+                    running.ended = true;
+                    return Ok(None);
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    running.ended = true;
+                    return Err(loader_error(e));
+                }
+                Poll::Ready(Some(Ok(batch))) => {
+                    let recycler = running.recycler.clone();
+                    return crate::arrays::batch_dict(py, batch, recycler).map(Some);
+                }
+            }
+        }
+    }
+
+    /// Where the run stands, as a dict to save with a checkpoint: `load_state_dict` on a
+    /// new loader (before iterating) resumes exactly after the last batch handed out, with
+    /// this or another world size. Opens the table if no pass has started.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let mut inner = self.lock(py)?;
+        let json = match (&inner.running, &inner.state) {
+            (Some(running), _) => running.loader.state().to_json(),
+            (None, Some(state)) => state.to_json(),
+            (None, None) => {
+                self.build(py, &mut inner)?;
+                match &inner.running {
+                    Some(running) => running.loader.state().to_json(),
+                    None => return Err(config("the loader was not built")),
+                }
+            }
+        };
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
+    /// Resume from `state` (a dict from `state_dict`); before iterating.
+    fn load_state_dict(&self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let json: String = match state.extract::<String>() {
+            Ok(text) => text,
+            Err(_) => py
+                .import("json")?
+                .call_method1("dumps", (state,))?
+                .extract()?,
+        };
+        let state = LoaderState::from_json(&json).map_err(loader_error)?;
+        let mut inner = self.lock(py)?;
+        if inner.running.as_ref().is_some_and(|r| !r.ended) {
+            return Err(config(
+                "load_state_dict() comes before iterating: this loader has started a pass",
+            ));
+        }
+        inner.running = None;
+        inner.state = Some(state);
+        Ok(())
+    }
+
+    /// The epoch the next pass starts at (as with a sampler's `set_epoch`): a pass under way
+    /// is dropped, the next `iter()` opens the table at this epoch.
+    fn set_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
+        let mut inner = self.lock(py)?;
+        inner.running = None;
+        inner.start_epoch = epoch;
+        Ok(())
+    }
+
+    /// `(rank, world_size)` of the pass under way (opening the table if none is).
+    fn rank(&self, py: Python<'_>) -> PyResult<(usize, usize)> {
+        self.with_running(py, |r| r.loader.rank())
+    }
+
+    /// The table's version read (opening the table if no pass is under way).
+    #[getter]
+    fn version(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with_running(py, |r| r.loader.version())
+    }
+
+    /// Batches a rank gets each epoch (opening the table if no pass is under way).
+    fn batches_per_epoch(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with_running(py, |r| r.loader.iterations_per_epoch())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("voxlake.Loader({:?})", self.table)
+    }
+}
+
+impl Loader {
+    fn with_running<T>(&self, py: Python<'_>, f: impl FnOnce(&Running) -> T) -> PyResult<T> {
+        let mut inner = self.lock(py)?;
+        if inner.running.is_none() {
+            self.build(py, &mut inner)?;
+        }
+        inner
+            .running
+            .as_ref()
+            .map(f)
+            .ok_or_else(|| config("the loader was not built"))
+    }
+}
+
+/// This process's `(rank, world_size)` where none is given: torch.distributed's where it is
+/// initialized, else the launcher's variables (torchrun's `RANK`/`WORLD_SIZE`, Open MPI's,
+/// MPICH's, Slurm's), else `(0, 1)`.
+#[pyfunction]
+pub(crate) fn default_rank(py: Python<'_>) -> PyResult<(usize, usize)> {
+    // Only where the program imported it: importing torch here would cost seconds.
+    let modules = py.import("sys")?.getattr("modules")?;
+    if let Ok(dist) = modules.get_item("torch.distributed")
+        && dist.call_method0("is_available")?.is_truthy()?
+        && dist.call_method0("is_initialized")?.is_truthy()?
+    {
+        let rank = dist.call_method0("get_rank")?.extract()?;
+        let world_size = dist.call_method0("get_world_size")?.extract()?;
+        return Ok((rank, world_size));
+    }
+    match voxlake_loader::launch::from_env() {
+        Ok(Some(launch)) => Ok((launch.rank, launch.world_size)),
+        Ok(None) => Ok((0, 1)),
+        Err(e) => Err(config(e)),
+    }
+}

@@ -1,0 +1,287 @@
+//! The keyword arguments of `voxlake.Loader` (and of `voxlake.torch.Dataset`, which passes
+//! them on): the one list of them ([`OPTIONS`]), each applied to the Rust
+//! [`LoaderBuilder`] by its setter, so that defaults and checks are the builder's. An option
+//! left out keeps the builder's default; an unknown or ill-typed one is a `ConfigError` naming
+//! it. `voxlake._voxlake.loader_options()` lists them (the stub and `help()` are checked
+//! against it by the Python tests).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use voxlake_loader::{AsOf, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
+
+use crate::errors::config;
+
+/// Options gathered before they reach the builder: the shuffle's three and the rank's two
+/// make one setter call each.
+#[derive(Default)]
+pub(crate) struct Gathered {
+    shuffle: bool,
+    seed: Option<u64>,
+    shuffle_buffer: Option<usize>,
+    pub(crate) rank: Option<usize>,
+    pub(crate) world_size: Option<usize>,
+    cache_dir: Option<String>,
+    cache_max_bytes: Option<u64>,
+    pub(crate) start_epoch: Option<u64>,
+}
+
+/// One keyword argument: its name, its Python type (for the stub), what it does, and how it
+/// is applied.
+pub(crate) struct LoaderOption {
+    pub name: &'static str,
+    pub kind: &'static str,
+    pub doc: &'static str,
+    apply: fn(LoaderBuilder, &mut Gathered, &Bound<'_, PyAny>) -> PyResult<LoaderBuilder>,
+}
+
+fn value<'py, T: FromPyObjectOwned<'py>>(
+    name: &str,
+    v: &Bound<'py, PyAny>,
+    kind: &str,
+) -> PyResult<T> {
+    v.extract::<T>().map_err(|e| {
+        let e: PyErr = e.into();
+        config(format!(
+            "option {name}: expected {kind}, got {}: {e}",
+            type_name(v)
+        ))
+    })
+}
+
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type()
+        .name()
+        .map_or_else(|_| "?".to_string(), |n| n.to_string())
+}
+
+/// Every keyword argument of `voxlake.Loader`, in the order `help()` shows them.
+pub(crate) const OPTIONS: &[LoaderOption] = &[
+    LoaderOption {
+        name: "batch_size",
+        kind: "int",
+        doc: "Samples per batch (default 32).",
+        apply: |b, _, v| Ok(b.with_batch_size(value("batch_size", v, "an int")?)),
+    },
+    LoaderOption {
+        name: "epochs",
+        kind: "int | None",
+        doc: "Epochs to run (default 1); None repeats until the loader is dropped.",
+        apply: |b, _, v| match v.is_none() {
+            true => Ok(b.with_infinite_epochs()),
+            false => Ok(b.with_epochs(value("epochs", v, "an int or None")?)),
+        },
+    },
+    LoaderOption {
+        name: "start_epoch",
+        kind: "int",
+        doc: "The first epoch's number (default 0); set_epoch() sets it.",
+        apply: |b, g, v| {
+            g.start_epoch = Some(value("start_epoch", v, "an int")?);
+            Ok(b)
+        },
+    },
+    LoaderOption {
+        name: "shuffle",
+        kind: "bool",
+        doc: "Shuffle files, row groups and rows per epoch (default False: table order).",
+        apply: |b, g, v| {
+            g.shuffle = value("shuffle", v, "a bool")?;
+            Ok(b)
+        },
+    },
+    LoaderOption {
+        name: "seed",
+        kind: "int",
+        doc: "The shuffle's seed (default 0); the same seed gives the same order on every rank.",
+        apply: |b, g, v| {
+            g.seed = Some(value("seed", v, "an int")?);
+            Ok(b)
+        },
+    },
+    LoaderOption {
+        name: "shuffle_buffer",
+        kind: "int",
+        doc: "Rows in the shuffle buffer (default 1024).",
+        apply: |b, g, v| {
+            g.shuffle_buffer = Some(value("shuffle_buffer", v, "an int")?);
+            Ok(b)
+        },
+    },
+    LoaderOption {
+        name: "drop_last",
+        kind: "bool",
+        doc: "Drop each epoch's short last batch (default False).",
+        apply: |b, _, v| Ok(b.with_drop_last(value("drop_last", v, "a bool")?)),
+    },
+    LoaderOption {
+        name: "fields",
+        kind: "list[str]",
+        doc: "The sample's fields, in order (default: the table's tensor column).",
+        apply: |b, _, v| {
+            let names: Vec<String> = value("fields", v, "a list of str")?;
+            Ok(names.into_iter().fold(b, |b, n| b.with_field(n)))
+        },
+    },
+    LoaderOption {
+        name: "filter",
+        kind: "str",
+        doc: "Rows to read, as a SQL predicate on the table's columns (e.g. \"label = 1\").",
+        apply: |b, _, v| Ok(b.with_filter(value::<String>("filter", v, "a str")?)),
+    },
+    LoaderOption {
+        name: "version",
+        kind: "int",
+        doc: "The table's version to read (default: the latest, resolved once for a job).",
+        apply: |b, _, v| Ok(b.with_version(value("version", v, "an int")?)),
+    },
+    LoaderOption {
+        name: "timestamp",
+        kind: "str",
+        doc: "Read the version current at this RFC 3339 time (e.g. \"2026-11-23T10:00:00Z\").",
+        apply: |b, _, v| {
+            let text: String = value("timestamp", v, "an RFC 3339 str")?;
+            let as_of = AsOf::parse_timestamp(&text)
+                .map_err(|e| config(format!("option timestamp: {e}")))?;
+            Ok(b.with_as_of(as_of))
+        },
+    },
+    LoaderOption {
+        name: "rank",
+        kind: "int",
+        doc: "This process's rank (default: torch.distributed's, else the launcher's RANK, else 0).",
+        apply: |b, g, v| {
+            g.rank = Some(value("rank", v, "an int")?);
+            Ok(b)
+        },
+    },
+    LoaderOption {
+        name: "world_size",
+        kind: "int",
+        doc: "The number of ranks (default: torch.distributed's, else WORLD_SIZE, else 1).",
+        apply: |b, g, v| {
+            g.world_size = Some(value("world_size", v, "an int")?);
+            Ok(b)
+        },
+    },
+    LoaderOption {
+        name: "job",
+        kind: "str",
+        doc: "The job these ranks belong to: the latest version is resolved once for it.",
+        apply: |b, _, v| Ok(b.with_job(value::<String>("job", v, "a str")?)),
+    },
+    LoaderOption {
+        name: "cache_dir",
+        kind: "str",
+        doc: "A node-local folder caching a remote table's reads, shared by the node's ranks.",
+        apply: |b, g, v| {
+            g.cache_dir = Some(value("cache_dir", v, "a str")?);
+            Ok(b)
+        },
+    },
+    LoaderOption {
+        name: "cache_max_bytes",
+        kind: "int",
+        doc: "The cache's cap in bytes (default: half the free space of its filesystem).",
+        apply: |b, g, v| {
+            g.cache_max_bytes = Some(value("cache_max_bytes", v, "an int")?);
+            Ok(b)
+        },
+    },
+    LoaderOption {
+        name: "memory_budget",
+        kind: "int",
+        doc: "Bytes for everything the loader holds (default 1 GiB).",
+        apply: |b, _, v| Ok(b.with_memory_budget(value("memory_budget", v, "an int")?)),
+    },
+    LoaderOption {
+        name: "prefetch",
+        kind: "int",
+        doc: "Batches assembled ahead of the training loop (default 2).",
+        apply: |b, _, v| Ok(b.with_prefetch(value("prefetch", v, "an int")?)),
+    },
+    LoaderOption {
+        name: "storage_options",
+        kind: "dict[str, str]",
+        doc: "The store's settings, as deltalake names them (e.g. AWS_ENDPOINT_URL).",
+        apply: |b, _, v| {
+            let map: HashMap<String, String> = value("storage_options", v, "a dict of str to str")?;
+            Ok(b.with_storage_options(map))
+        },
+    },
+    LoaderOption {
+        name: "channels_first",
+        kind: "bool",
+        doc: "Move the tensor's last axis (channels) after the batch axis (default False).",
+        apply: |b, _, v| Ok(b.with_channels_first(value("channels_first", v, "a bool")?)),
+    },
+    LoaderOption {
+        name: "label_column",
+        kind: "str",
+        doc: "The label's column (default: `label` where the table has one).",
+        apply: |b, _, v| Ok(b.with_label_column(value::<String>("label_column", v, "a str")?)),
+    },
+    LoaderOption {
+        name: "id_column",
+        kind: "str",
+        doc: "The id's column (default: `id` where the table has one).",
+        apply: |b, _, v| Ok(b.with_id_column(value::<String>("id_column", v, "a str")?)),
+    },
+];
+
+/// `builder` with `options` applied (unknown names and bad values are errors naming them),
+/// and what is applied later: the rank (at build) and the start epoch.
+pub(crate) fn apply(
+    mut builder: LoaderBuilder,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<(LoaderBuilder, Gathered)> {
+    let mut g = Gathered::default();
+    if let Some(options) = options {
+        for (k, v) in options.iter() {
+            let name: String = k.extract()?;
+            let Some(option) = OPTIONS.iter().find(|o| o.name == name) else {
+                let known: Vec<&str> = OPTIONS.iter().map(|o| o.name).collect();
+                return Err(config(format!(
+                    "unknown option {name}: the options are {}",
+                    known.join(", ")
+                )));
+            };
+            builder = (option.apply)(builder, &mut g, &v)?;
+        }
+    }
+    if g.shuffle {
+        builder = builder.with_shuffle(
+            g.seed.unwrap_or(0),
+            g.shuffle_buffer.unwrap_or(DEFAULT_SHUFFLE_BUFFER),
+        );
+    } else if g.seed.is_some() || g.shuffle_buffer.is_some() {
+        return Err(config("options seed and shuffle_buffer need shuffle=True"));
+    }
+    if let Some(dir) = &g.cache_dir {
+        let max = match g.cache_max_bytes {
+            Some(max) => max,
+            None => voxlake_stream::cache::DiskCache::default_max_bytes(std::path::Path::new(dir))
+                .map_err(|e| config(format!("option cache_dir: {e}")))?,
+        };
+        builder = builder.with_cache(dir, max);
+    } else if g.cache_max_bytes.is_some() {
+        return Err(config("option cache_max_bytes needs cache_dir"));
+    }
+    if g.rank.is_some() != g.world_size.is_some() {
+        return Err(config(
+            "options rank and world_size go together: give both or neither",
+        ));
+    }
+    Ok((builder, g))
+}
+
+/// How often a wait for a batch looks for Ctrl-C.
+pub(crate) const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+/// The options of `voxlake.Loader`: `(name, type, doc)` for each, in order.
+#[pyfunction]
+pub(crate) fn loader_options() -> Vec<(&'static str, &'static str, &'static str)> {
+    OPTIONS.iter().map(|o| (o.name, o.kind, o.doc)).collect()
+}

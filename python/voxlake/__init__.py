@@ -1,0 +1,44 @@
+"""voxlake: Delta tables of numpy volumes streamed into training loops by a Rust pipeline.
+
+``Loader(table, **options)`` iterates batches as dicts of field name -> numpy array, without a
+copy (the arrays look at the loader's buffers, given back to it when freed), plus ``label`` and
+``id`` where the table has them. ``voxlake.torch.Dataset`` wraps it for ``torch.utils.data``.
+The options are those of the Rust ``LoaderBuilder`` (``loader_options()`` lists them with their
+defaults); errors are ``VoxlakeError``s carrying the Rust error's message.
+"""
+
+from ._voxlake import (
+    ConfigError,
+    Loader,
+    StoreError,
+    TableError,
+    VoxlakeError,
+    __version__,
+    default_rank,
+    loader_options,
+)
+
+__all__ = [
+    "ConfigError",
+    "Loader",
+    "StoreError",
+    "TableError",
+    "VoxlakeError",
+    "__version__",
+    "default_rank",
+    "loader_options",
+]
+
+
+def _options_help() -> str:
+    lines = ["", "Options (keyword arguments; left out, the Rust builder's default applies):"]
+    for name, kind, doc in loader_options():
+        lines.append(f"  {name}: {kind}\n      {doc}")
+    return "\n".join(lines)
+
+
+# help(voxlake.Loader) lists the options from the one list the Rust side keeps.
+try:
+    Loader.__doc__ = (Loader.__doc__ or "") + _options_help()
+except (AttributeError, TypeError):  # an extension type's __doc__ may be read-only
+    pass

@@ -1,0 +1,60 @@
+"""Types of the extension module (crates/python); the options' one list is loader_options()."""
+
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+__version__: str
+
+class VoxlakeError(Exception): ...
+class TableError(VoxlakeError): ...
+class StoreError(VoxlakeError): ...
+class ConfigError(VoxlakeError): ...
+
+Batch = Dict[str, Union[np.ndarray, List[str], List[Optional[int]]]]
+
+class TensorOwner:
+    """The Rust buffer a batch's first array looks at (that array's ``base``)."""
+
+class Loader:
+    """Batches of a voxlake (Delta) table as dicts of numpy arrays (see the module)."""
+
+    def __init__(
+        self,
+        table: str,
+        *,
+        batch_size: int = ...,
+        epochs: Optional[int] = ...,
+        start_epoch: int = ...,
+        shuffle: bool = ...,
+        seed: int = ...,
+        shuffle_buffer: int = ...,
+        drop_last: bool = ...,
+        fields: List[str] = ...,
+        filter: str = ...,
+        version: int = ...,
+        timestamp: str = ...,
+        rank: int = ...,
+        world_size: int = ...,
+        job: str = ...,
+        cache_dir: str = ...,
+        cache_max_bytes: int = ...,
+        memory_budget: int = ...,
+        prefetch: int = ...,
+        storage_options: Dict[str, str] = ...,
+        channels_first: bool = ...,
+        label_column: str = ...,
+        id_column: str = ...,
+    ) -> None: ...
+    def __iter__(self) -> Loader: ...
+    def __next__(self) -> Batch: ...
+    def state_dict(self) -> Dict[str, Any]: ...
+    def load_state_dict(self, state: Union[Dict[str, Any], str]) -> None: ...
+    def set_epoch(self, epoch: int) -> None: ...
+    def rank(self) -> Tuple[int, int]: ...
+    @property
+    def version(self) -> int: ...
+    def batches_per_epoch(self) -> int: ...
+
+def loader_options() -> List[Tuple[str, str, str]]: ...
+def default_rank() -> Tuple[int, int]: ...
