@@ -7,9 +7,10 @@ node cache (a fresh one per run); first without a checkpoint, then with one writ
 deltalake-python; then a log of LONG_COMMITS one-file commits without a checkpoint.
 
 Reported per run (the node): requests by kind as the proxy saw them, log bytes fetched, the
-slowest process's first batch, that time over the latency, the sequential round trips before
-it (the longest chain of requests each asked after the one before was answered, from the
-proxy's log), the largest peak RSS.
+slowest process's first batch, that time over the latency, the sequential round trips (the
+longest chain of requests each asked after the one before was answered, from the proxy's log)
+of the open (those asked before the first data read, and that read) and to the first batch,
+the largest peak RSS.
 
 usage: scale.py --voxlake BIN --proxy BIN --s3 URL --bucket B [--files 100000] [--commits 100]
                 [--long-commits 10000] [--latency-ms 20] [--out-json F]
@@ -163,13 +164,15 @@ def measure(args, proxy_bin: str, table: str, bucket: str, prefix: str, procs: i
     finally:
         proxy.terminate()  # it writes out its log first
         proxy.wait()
-    kinds, log_bytes, spans = {}, 0, []
+    kinds, log_bytes, spans, first_data = {}, 0, [], None
     first = max(r["first_batch_s"] for r in results)
     for line in open(log):
         at, answered, method, target, rng = line.rstrip("\n").split(" ", 4)
+        k = kind(method, target)
         if answered != "-":
             spans.append((int(at), int(answered)))
-        k = kind(method, target)
+        if k == "GET data" and first_data is None:
+            first_data = int(at)
         kinds[k] = kinds.get(k, 0) + 1
         if method == "GET" and "_delta_log/" in target and "list-type" not in target:
             key = target.split("?")[0].lstrip("/").split("/", 1)[1]
@@ -180,6 +183,9 @@ def measure(args, proxy_bin: str, table: str, bucket: str, prefix: str, procs: i
         "log_bytes": log_bytes, "slowest_first_batch_s": round(first, 3),
         "first_batch_over_latency": round(first * 1000 / args.latency_ms, 1),
         "sequential_round_trips": sequential(spans, (launched + first) * 1000),
+        # The open's share: those asked before the first data read, and that read.
+        "open_round_trips": sequential([s for s in spans if s[0] < first_data], float("inf")) + 1
+        if first_data is not None else None,
         "peak_rss_mb": round(max(r["peak_rss_bytes"] or 0 for r in results) / 1e6, 1),
         # Each process's peak, smallest first: the ranks that read the node's kept list beside
         # the one that replayed the log.
@@ -259,13 +265,13 @@ def median(row: dict):
 
 def report(rows: list, out_json) -> None:
     print()
-    print("| table | checkpoint | processes | cache | requests | log GETs (commit / checkpoint / LIST) | data GETs | log MB | slowest first batch (s) | ÷ latency | sequential round trips | peak RSS (MB): largest / median |")
+    print("| table | checkpoint | processes | cache | requests | log GETs (commit / checkpoint / LIST) | data GETs | log MB | slowest first batch (s) | ÷ latency | sequential round trips: open / to the first batch | peak RSS (MB): largest / median |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         k = r["by_kind"]
         print(f"| {r['table']} | {'yes' if r['checkpoint'] else 'no'} | {r['processes']} | {'node cache' if r['cache'] else 'none'} | "
               f"{r['requests']} | {k.get('GET commit', 0)} / {k.get('GET checkpoint', 0)} / {k.get('LIST', 0)} | {k.get('GET data', 0)} | "
-              f"{r['log_bytes'] / 1e6:.1f} | {r['slowest_first_batch_s']} | {r['first_batch_over_latency']} | {r['sequential_round_trips']} | {r['peak_rss_mb']} / {median(r)} |")
+              f"{r['log_bytes'] / 1e6:.1f} | {r['slowest_first_batch_s']} | {r['first_batch_over_latency']} | {r.get('open_round_trips')} / {r['sequential_round_trips']} | {r['peak_rss_mb']} / {median(r)} |")
     if out_json:
         with open(out_json, "w") as f:
             json.dump(rows, f, indent=1)
