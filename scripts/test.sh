@@ -47,3 +47,4 @@ cargo test --workspace --all-features "$@"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements-package.txt
 .venv/bin/maturin develop --quiet
 .venv/bin/python -m pytest -q tests/python/test_package.py
+.venv/bin/python -m mypy --strict examples/train_torch.py python/voxlake

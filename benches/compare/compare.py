@@ -138,6 +138,20 @@ def child_torch(cubes: str, threads: int | None) -> dict:
     return {"samples": samples, "seconds": time.perf_counter() - start}
 
 
+def child_voxlake_python(table: str) -> dict:
+    """The `voxlake` Python package (built into .venv by run.sh): one shuffled epoch, each
+    batch's tensor touched as the other children touch theirs."""
+    import voxlake
+
+    start = time.perf_counter()
+    samples = 0
+    for batch in voxlake.Loader(table, batch_size=BATCH, shuffle=True):
+        x = batch["tensor"]
+        touch(x)
+        samples += len(x)
+    return {"samples": samples, "seconds": time.perf_counter() - start}
+
+
 def child_petastorm(table: str, shape: list[int]) -> dict:
     import numpy as np
     from petastorm import make_batch_reader
@@ -189,6 +203,8 @@ def child_main() -> None:
         out = child_torch(args[0], int(args[1]) or None)
     elif kind == "petastorm":
         out = child_petastorm(args[0], shape)
+    elif kind == "voxlake-python":
+        out = child_voxlake_python(args[0])
     elif kind == "memcpy":
         out = child_memcpy()
     else:
@@ -232,6 +248,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out-json")
     ap.add_argument("--out-png")
+    ap.add_argument("--only", help="run only the methods whose names contain one of these (comma-separated)")
     args = ap.parse_args()
     me = os.path.abspath(__file__)
     py = sys.executable
@@ -246,6 +263,7 @@ def main() -> None:
     methods = {
         "voxlake (shuffled)": (vox(True), table_files),
         "voxlake (table order)": (vox(False), table_files),
+        "voxlake Python package (shuffled)": ([py, me, "--child", "voxlake-python", args.table], table_files),
         "Petastorm make_batch_reader": ([args.petastorm_python, me, "--child", "petastorm", args.table], table_files),
         "pyarrow row groups": ([py, me, "--child", "pyarrow", args.table], table_files),
         "deltalake-python scanner": ([py, me, "--child", "deltalake", args.table], table_files),
@@ -253,6 +271,9 @@ def main() -> None:
         "torch DataLoader, 2 workers": ([py, me, "--child", "torch", args.cubes, "0"], cube_files),
         "torch DataLoader, 2 workers, 1 thread": ([py, me, "--child", "torch", args.cubes, "1"], cube_files),
     }
+    if args.only:
+        wanted = args.only.split(",")
+        methods = {n: m for n, m in methods.items() if any(w in n for w in wanted)}
     results: dict[str, list[dict]] = {m: [] for m in methods}
     cat_runs, memcpy = [], run_child([py, me, "--child", "memcpy"])
     for _ in range(args.runs):
@@ -277,12 +298,18 @@ def main() -> None:
     cat_s = statistics.median(cat_runs)
     summary["cat (page-cache limit)"] = {"samples_per_s": rows / cat_s, "seconds": cat_s, "peak_rss_mb": 0,
                                          "other_cpu_s": 0, "runs": [round(c, 3) for c in cat_runs]}
-    v = summary["voxlake (shuffled)"]["samples_per_s"]
-    ratios = {
-        "voxlake/Petastorm": v / summary["Petastorm make_batch_reader"]["samples_per_s"],
-        "voxlake/pyarrow": v / summary["pyarrow row groups"]["samples_per_s"],
-        "voxlake/page-cache limit": v / summary["cat (page-cache limit)"]["samples_per_s"],
+    rate = {n: r["samples_per_s"] for n, r in summary.items()}
+    v, vp = rate.get("voxlake (shuffled)"), rate.get("voxlake Python package (shuffled)")
+    pairs = {
+        "voxlake/Petastorm": (v, "Petastorm make_batch_reader"),
+        "voxlake/pyarrow": (v, "pyarrow row groups"),
+        "voxlake/page-cache limit": (v, "cat (page-cache limit)"),
+        "voxlake Python/voxlake": (vp, "voxlake (shuffled)"),
+        "voxlake Python/Petastorm": (vp, "Petastorm make_batch_reader"),
+        "voxlake Python/torch DataLoader": (vp, "torch DataLoader, 2 workers"),
+        "voxlake Python/pyarrow": (vp, "pyarrow row groups"),
     }
+    ratios = {k: a / rate[b] for k, (a, b) in pairs.items() if a and b in rate}
     print(f"{rows} cubes, {table_bytes / 1e6:.0f} MB table, batches of {BATCH}, median of {args.runs} "
           f"alternating runs, warm page cache; memcpy {memcpy['bytes_per_s'] / 1e9:.1f} GB/s")
     print(f"| method | samples/s | GB/s | peak RSS MB | other CPU s |\n|---|---:|---:|---:|---:|")

@@ -19,7 +19,7 @@ from . import Loader, default_rank
 __all__ = ["Dataset"]
 
 
-class Dataset(torch.utils.data.IterableDataset):
+class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     """Batches of ``table`` as dicts of torch tensors (``torch.from_numpy``: no copy).
 
     Takes the options of ``voxlake.Loader``. ``set_epoch(e)`` before iterating gives epoch

@@ -9,7 +9,9 @@ little-endian tensor column described by the table's configuration).
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -169,42 +171,78 @@ def test_the_options_are_listed_once_and_documented():
         assert re.search(rf"\b{name}:", init), f"{name} is missing from the stub"
 
 
-def test_the_gil_is_released_while_a_batch_is_awaited(table):
+@pytest.fixture(scope="module")
+def slow_store(table):
+    """The table in the S3 server scripts/test.sh starts, and a proxy holding each request
+    `latency` ms (testkit's latency_proxy): yields a function of the latency giving the
+    table's URL and storage options through a proxy of that latency."""
     endpoint, bucket = os.environ.get("VOXLAKE_S3_ENDPOINT"), os.environ.get("VOXLAKE_S3_BUCKET")
     if not endpoint:
         pytest.skip("needs the S3 server scripts/test.sh starts")
-    prefix = f"python-gil-{os.getpid()}"
+    prefix = f"python-{os.getpid()}"
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                       aws_access_key_id=KEYS["AWS_ACCESS_KEY_ID"], aws_secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"])
     for root, _, files in os.walk(table):
         for name in files:
             path = os.path.join(root, name)
             s3.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, table)}")
-    uri = f"s3://{bucket}/{prefix}"
-    proxy = subprocess.Popen([os.path.join(TARGET, "debug", "latency_proxy"), endpoint.rsplit("//", 1)[1],
-                              "--latency-ms", "20"], stdout=subprocess.PIPE, text=True)
-    try:
+    proxies = []
+
+    def through(latency_ms: int):
+        proxy = subprocess.Popen([os.path.join(TARGET, "debug", "latency_proxy"), endpoint.rsplit("//", 1)[1],
+                                  "--latency-ms", str(latency_ms)], stdout=subprocess.PIPE, text=True)
+        proxies.append(proxy)
         addr = re.search(r"listening on (\S+)", proxy.stdout.readline()).group(1)
-        loader = voxlake.Loader(uri, batch_size=8, storage_options={**KEYS, "AWS_ENDPOINT_URL": f"http://{addr}"})
-        ticks, stop = [0], threading.Event()
+        return f"s3://{bucket}/{prefix}", {**KEYS, "AWS_ENDPOINT_URL": f"http://{addr}"}
 
-        def count():
-            while not stop.is_set():
-                ticks[0] += 1
-                time.sleep(0.001)
-
-        t = threading.Thread(target=count)
-        t.start()
-        start = time.monotonic()
-        batch = next(iter(loader))
-        waited = time.monotonic() - start
-        stop.set()
-        t.join()
-        assert len(batch["id"]) == 8
-        # Opening and the first reads take several 20 ms round trips; the other thread ran
-        # throughout (with the GIL held it would not have run at all).
-        assert waited > 0.1, waited
-        assert ticks[0] > 20, (ticks[0], waited)
-    finally:
+    yield through
+    for proxy in proxies:
         proxy.terminate()
         proxy.wait()
+
+
+def test_the_gil_is_released_while_a_batch_is_awaited(slow_store):
+    uri, options = slow_store(20)
+    loader = voxlake.Loader(uri, batch_size=8, storage_options=options)
+    ticks, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    t = threading.Thread(target=count)
+    t.start()
+    start = time.monotonic()
+    batch = next(iter(loader))
+    waited = time.monotonic() - start
+    stop.set()
+    t.join()
+    assert len(batch["id"]) == 8
+    # Opening and the first reads take several 20 ms round trips; the other thread ran
+    # throughout (with the GIL held it would not have run at all).
+    assert waited > 0.1, waited
+    assert ticks[0] > 20, (ticks[0], waited)
+
+
+def test_ctrl_c_stops_a_wait_promptly(slow_store):
+    # Through 1 s a request the table takes several seconds to open: Ctrl-C half a second in
+    # ends the process with KeyboardInterrupt at once, not when the open is done.
+    uri, options = slow_store(1000)
+    script = (
+        "import sys, voxlake\n"
+        f"loader = voxlake.Loader({uri!r}, batch_size=8, storage_options={options!r})\n"
+        "print('started', flush=True)\n"
+        "next(iter(loader))\n"
+        "print('opened', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    took = time.monotonic() - sent
+    assert "KeyboardInterrupt" in err, err
+    assert "opened" not in out
+    assert took < 0.8, f"the interrupt took {took:.2f} s to end the wait"

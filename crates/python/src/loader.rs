@@ -75,7 +75,7 @@ impl Loader {
         if let Some(state) = inner.state.take() {
             builder = builder.with_state(state);
         }
-        let loader = py.detach(|| builder.build()).map_err(loader_error)?;
+        let loader = build_interruptibly(py, builder)?;
         let recycler = loader.recycler();
         inner.running = Some(Running {
             loader,
@@ -230,6 +230,33 @@ impl Loader {
             .as_ref()
             .map(f)
             .ok_or_else(|| config("the loader was not built"))
+    }
+}
+
+/// `builder.build()` (the table opened: round trips to the store) on its own thread, waited for
+/// with the GIL released and Ctrl-C looked for every 50 ms: an interrupt ends the wait with
+/// `KeyboardInterrupt`, and the thread's loader, when it comes, is dropped.
+fn build_interruptibly(
+    py: Python<'_>,
+    builder: voxlake_loader::LoaderBuilder,
+) -> PyResult<voxlake_loader::Loader> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("voxlake-open".into())
+        .spawn(move || {
+            let _ = tx.send(builder.build());
+        })
+        .map_err(|e| config(format!("cannot start the thread that opens the table: {e}")))?;
+    loop {
+        match py.detach(|| rx.recv_timeout(SIGNAL_CHECK)) {
+            Ok(built) => return built.map_err(loader_error),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                return Err(config(
+                    "the thread that opened the table stopped without an answer",
+                ));
+            }
+        }
     }
 }
 
