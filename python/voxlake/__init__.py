@@ -3,6 +3,7 @@
 ``Loader(table, **options)`` iterates batches as dicts of field name -> numpy array, without a
 copy (the arrays look at the loader's buffers, given back to it when freed), plus ``label`` and
 ``id`` where the table has them. ``voxlake.torch.Dataset`` wraps it for ``torch.utils.data``.
+``convert(src, table, ...)`` and ``inspect(table)`` are ``compact convert`` and ``compact inspect``.
 The options are those of the Rust ``LoaderBuilder`` (``loader_options()`` lists them with their
 defaults); errors are ``VoxlakeError``s carrying the Rust error's message.
 """
@@ -14,7 +15,9 @@ from ._voxlake import (
     TableError,
     VoxlakeError,
     __version__,
+    convert,
     default_rank,
+    inspect,
     loader_options,
 )
 
@@ -25,7 +28,9 @@ __all__ = [
     "TableError",
     "VoxlakeError",
     "__version__",
+    "convert",
     "default_rank",
+    "inspect",
     "loader_options",
 ]
 

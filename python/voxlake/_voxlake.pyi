@@ -57,4 +57,19 @@ class Loader:
     def batches_per_epoch(self) -> int: ...
 
 def loader_options() -> List[Tuple[str, str, str]]: ...
+def convert(
+    src: str,
+    table: str,
+    *,
+    labels: Optional[str] = None,
+    shape: Optional[List[int]] = None,
+    dtype: Optional[str] = None,
+    shard: Optional[Tuple[int, int]] = None,
+    storage_options: Optional[Dict[str, str]] = None,
+    progress: bool = True,
+) -> Dict[str, Any]:
+    """Convert the .npy objects under src not in table yet (compact convert); the summary."""
+
+def inspect(table: str, *, storage_options: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Describe a table as compact inspect --json does."""
 def default_rank() -> Tuple[int, int]: ...

@@ -144,6 +144,28 @@ def test_set_epoch_gives_that_epochs_order(table):
     assert ids_of(loader) == both[ROWS:]
 
 
+def test_convert_and_inspect_are_compacts(table, tmp_path):
+    src = tmp_path / "npy"
+    src.mkdir()
+    for i in range(20):
+        np.save(src / f"c{i:02}.npy", cube(i))
+    out = str(tmp_path / "converted")
+    summary = voxlake.convert(str(src), out, progress=False)
+    assert summary["rows"] == 20, summary
+    # Again: nothing left to convert (resumable, exactly once).
+    assert voxlake.convert(str(src), out, progress=False)["rows"] == 0
+    info = voxlake.inspect(out)
+    assert info["rows"] == 20 and info["shape"] == SHAPE, info
+    assert voxlake.inspect(table)["rows"] == ROWS
+    batch = next(iter(voxlake.Loader(out, batch_size=20)))
+    for row, sample_id in zip(batch["tensor"], batch["id"]):
+        np.testing.assert_array_equal(row, cube(int(re.search(r"c(\d+)", sample_id).group(1))))
+    with pytest.raises(voxlake.VoxlakeError):
+        voxlake.convert(str(tmp_path / "nothing-here"), str(tmp_path / "t2"), progress=False)
+    with pytest.raises(voxlake.ConfigError, match="shard"):
+        voxlake.convert(str(src), out, shard=(2, 2), progress=False)
+
+
 def test_errors_are_exceptions_with_the_rust_message(table, tmp_path):
     with pytest.raises(voxlake.VoxlakeError, match="nothing at this location"):
         next(iter(voxlake.Loader(str(tmp_path / "nope"))))

@@ -203,3 +203,34 @@ mod tests {
         assert!(parse_field("x=2:q9").is_err());
     }
 }
+
+/// The bar `compact convert` and `optimize` draw on stderr (only when it is a terminal), and
+/// the Python package's `voxlake.convert` too.
+pub fn progress_bar() -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} files  {msg}  ETA {eta}",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// `compactor` reporting its progress on `bar`: files done of all, MB/s, the table's version,
+/// objects skipped.
+pub fn with_progress_bar(
+    compactor: crate::Compactor,
+    bar: &indicatif::ProgressBar,
+) -> crate::Compactor {
+    let bar = bar.clone();
+    let start = std::time::Instant::now();
+    compactor.with_progress(std::sync::Arc::new(move |p| {
+        bar.set_length(p.files_total as u64);
+        bar.set_position(p.files_done as u64);
+        let mbs = p.bytes_read as f64 / 1e6 / start.elapsed().as_secs_f64().max(1e-3);
+        bar.set_message(format!(
+            "{mbs:.0} MB/s  v{}  skipped {}",
+            p.version, p.skipped
+        ));
+    }))
+}

@@ -2,10 +2,8 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use voxlake_compact::cli;
 use voxlake_compact::{Compactor, ConvertSummary, OnError, TableInfo, synth};
 use voxlake_format::{Codec, DType, Layout};
@@ -184,32 +182,6 @@ fn parse_on_error(s: &str) -> Result<OnError, String> {
     }
 }
 
-fn progress_bar() -> ProgressBar {
-    // indicatif draws only when stderr is a terminal.
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} files  {msg}  ETA {eta}",
-        )
-        .expect("valid template"),
-    );
-    bar
-}
-
-fn with_progress(compactor: Compactor, bar: &ProgressBar) -> Compactor {
-    let bar = bar.clone();
-    let start = std::time::Instant::now();
-    compactor.with_progress(Arc::new(move |p| {
-        bar.set_length(p.files_total as u64);
-        bar.set_position(p.files_done as u64);
-        let mbs = p.bytes_read as f64 / 1e6 / start.elapsed().as_secs_f64().max(1e-3);
-        bar.set_message(format!(
-            "{mbs:.0} MB/s  v{}  skipped {}",
-            p.version, p.skipped
-        ));
-    }))
-}
-
 fn print_convert(summary: &ConvertSummary, json: bool) {
     if json {
         println!(
@@ -382,8 +354,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             if let Some((i, n)) = shard {
                 compactor = compactor.with_shard(i, n);
             }
-            let bar = progress_bar();
-            let summary = with_progress(compactor, &bar).convert(&src).await;
+            let bar = cli::progress_bar();
+            let summary = cli::with_progress_bar(compactor, &bar).convert(&src).await;
             bar.finish_and_clear();
             print_convert(&summary?, common.json);
         }
@@ -460,8 +432,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             let table = dir.join("table");
             let compactor =
                 Compactor::new(table.to_string_lossy()).with_labels(data.labels.to_string_lossy());
-            let bar = progress_bar();
-            let summary = with_progress(compactor.clone(), &bar)
+            let bar = cli::progress_bar();
+            let summary = cli::with_progress_bar(compactor.clone(), &bar)
                 .convert(&data.cubes.to_string_lossy())
                 .await;
             bar.finish_and_clear();

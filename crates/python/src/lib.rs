@@ -4,12 +4,14 @@
 //!
 //! One job per module: [`options`] applies the Python keyword arguments to the Rust builder
 //! (the one list of them), [`loader`] is the `Loader` class (iteration with the GIL released,
-//! state, epochs), [`arrays`] hands a batch's buffers to numpy without a copy, [`errors`]
-//! turns the crates' errors into the `VoxlakeError` exceptions.
+//! state, epochs), [`arrays`] hands a batch's buffers to numpy without a copy, [`compact`]
+//! runs `convert` and `inspect`, [`errors`] turns the crates' errors into the `VoxlakeError`
+//! exceptions.
 
 #![warn(missing_docs)]
 
 mod arrays;
+mod compact;
 mod errors;
 mod loader;
 mod options;
@@ -23,6 +25,8 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrays::TensorOwner>()?;
     m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
     m.add_function(wrap_pyfunction!(loader::default_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(compact::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(compact::inspect, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -1,0 +1,137 @@
+//! `voxlake.convert` and `voxlake.inspect`: the `compact` operations, run on a tokio runtime of
+//! their own with the GIL released and Ctrl-C looked for every 50 ms (a conversion stopped so
+//! resumes where it stood: its commits are whole). `convert` draws the `compact` CLI's progress
+//! bar on stderr when it is a terminal.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use pyo3::prelude::*;
+use voxlake_compact::{CompactError, Compactor, cli};
+use voxlake_format::DType;
+
+use crate::errors::{ConfigError, StoreError, TableError, VoxlakeError, config};
+use crate::options::SIGNAL_CHECK;
+
+/// A `compact` error as the exception of its kind.
+fn compact_error(e: CompactError) -> PyErr {
+    let message = e.to_string();
+    match e {
+        CompactError::Read(voxlake_stream::StreamError::Table(voxlake_stream::TableError::Io(
+            _,
+        ))) => StoreError::new_err(message),
+        CompactError::Labels { .. } | CompactError::EmptySource { .. } => {
+            ConfigError::new_err(message)
+        }
+        CompactError::Internal(_) => VoxlakeError::new_err(message),
+        _ => TableError::new_err(message),
+    }
+}
+
+/// `work` on a runtime of its own thread, awaited with the GIL released; Ctrl-C ends the wait
+/// (`KeyboardInterrupt`) and the runtime with it.
+fn run<T: Send + 'static>(
+    py: Python<'_>,
+    work: impl Future<Output = Result<T, CompactError>> + Send + 'static,
+) -> PyResult<T> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| config(format!("cannot start the runtime: {e}")))?;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    runtime.spawn(async move {
+        let _ = tx.send(work.await);
+    });
+    let outcome = loop {
+        match py.detach(|| rx.recv_timeout(SIGNAL_CHECK)) {
+            Ok(done) => break done.map_err(compact_error),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if let Err(interrupt) = py.check_signals() {
+                    break Err(interrupt);
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                break Err(VoxlakeError::new_err(
+                    "the conversion's task ended without an answer (a panic)",
+                ));
+            }
+        }
+    };
+    runtime.shutdown_background();
+    outcome
+}
+
+fn to_python<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
+    let json = serde_json::to_string(value).map_err(|e| config(e.to_string()))?;
+    py.import("json")?.call_method1("loads", (json,))
+}
+
+/// Converts the `.npy` objects under `src` (a local folder or a URL prefix) that are not in
+/// `table` yet, creating it if needed, as `compact convert` does; returns the summary (files,
+/// rows, bytes, version, where the time went) as a dict.
+#[pyfunction]
+#[pyo3(signature = (src, table, *, labels=None, shape=None, dtype=None, shard=None, storage_options=None, progress=true))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn convert<'py>(
+    py: Python<'py>,
+    src: String,
+    table: String,
+    labels: Option<String>,
+    shape: Option<Vec<usize>>,
+    dtype: Option<String>,
+    shard: Option<(u32, u32)>,
+    storage_options: Option<HashMap<String, String>>,
+    progress: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut compactor = Compactor::new(table);
+    if let Some(options) = storage_options {
+        compactor = compactor.with_storage_options(options);
+    }
+    if let Some(labels) = labels {
+        compactor = compactor.with_labels(labels);
+    }
+    if let Some(shape) = shape {
+        compactor = compactor.with_shape(shape);
+    }
+    if let Some(dtype) = dtype {
+        let dtype: DType = dtype
+            .parse()
+            .map_err(|e| config(format!("dtype {dtype}: {e}")))?;
+        compactor = compactor.with_dtype(dtype);
+    }
+    if let Some((index, count)) = shard {
+        if count == 0 || index >= count {
+            return Err(config(format!(
+                "shard ({index}, {count}): the index must be below the count"
+            )));
+        }
+        compactor = compactor.with_shard(index, count);
+    }
+    let bar = progress.then(cli::progress_bar);
+    if let Some(bar) = &bar {
+        compactor = cli::with_progress_bar(compactor, bar);
+    }
+    let summary = run(py, async move { compactor.convert(&src).await });
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    to_python(py, &summary?)
+}
+
+/// Describes `table` (any Delta table or folder of Parquet files voxlake can stream) as
+/// `compact inspect --json` does: version, files, rows, bytes, row groups, tensor spec, labels.
+#[pyfunction]
+#[pyo3(signature = (table, *, storage_options=None))]
+pub(crate) fn inspect<'py>(
+    py: Python<'py>,
+    table: String,
+    storage_options: Option<HashMap<String, String>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut compactor = Compactor::new(table);
+    if let Some(options) = storage_options {
+        compactor = compactor.with_storage_options(options);
+    }
+    let info = run(py, async move { compactor.inspect().await })?;
+    to_python(py, &info)
+}
