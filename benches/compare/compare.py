@@ -138,16 +138,18 @@ def child_torch(cubes: str, threads: int | None) -> dict:
     return {"samples": samples, "seconds": time.perf_counter() - start}
 
 
-def child_voxlake_python(table: str) -> dict:
+def child_voxlake_python(table: str, consumer: str) -> dict:
     """The `voxlake` Python package (built into .venv by run.sh): one shuffled epoch, each
-    batch's tensor touched as the other children touch theirs."""
+    batch's tensor touched as the other children touch theirs (`f64`: numpy's sum into float64,
+    which casts every value and costs ~2.3 ms a batch of reference cubes here) or as `voxlake
+    bench` does (`f32`: a float32 SIMD sum, numpy's `x.sum()`, ~0.6 ms)."""
     import voxlake
 
     start = time.perf_counter()
     samples = 0
     for batch in voxlake.Loader(table, batch_size=BATCH, shuffle=True):
         x = batch["tensor"]
-        touch(x)
+        touch(x) if consumer == "f64" else float(x.sum())
         samples += len(x)
     return {"samples": samples, "seconds": time.perf_counter() - start}
 
@@ -204,7 +206,7 @@ def child_main() -> None:
     elif kind == "petastorm":
         out = child_petastorm(args[0], shape)
     elif kind == "voxlake-python":
-        out = child_voxlake_python(args[0])
+        out = child_voxlake_python(args[0], args[1])
     elif kind == "memcpy":
         out = child_memcpy()
     else:
@@ -263,7 +265,9 @@ def main() -> None:
     methods = {
         "voxlake (shuffled)": (vox(True), table_files),
         "voxlake (table order)": (vox(False), table_files),
-        "voxlake Python package (shuffled)": ([py, me, "--child", "voxlake-python", args.table], table_files),
+        "voxlake Python package (shuffled)": ([py, me, "--child", "voxlake-python", args.table, "f64"], table_files),
+        "voxlake Python package (shuffled, bench's f32 sum)": (
+            [py, me, "--child", "voxlake-python", args.table, "f32"], table_files),
         "Petastorm make_batch_reader": ([args.petastorm_python, me, "--child", "petastorm", args.table], table_files),
         "pyarrow row groups": ([py, me, "--child", "pyarrow", args.table], table_files),
         "deltalake-python scanner": ([py, me, "--child", "deltalake", args.table], table_files),
@@ -305,6 +309,8 @@ def main() -> None:
         "voxlake/pyarrow": (v, "pyarrow row groups"),
         "voxlake/page-cache limit": (v, "cat (page-cache limit)"),
         "voxlake Python/voxlake": (vp, "voxlake (shuffled)"),
+        "voxlake Python (f32 sum)/voxlake": (rate.get("voxlake Python package (shuffled, bench's f32 sum)"),
+                                             "voxlake (shuffled)"),
         "voxlake Python/Petastorm": (vp, "Petastorm make_batch_reader"),
         "voxlake Python/torch DataLoader": (vp, "torch DataLoader, 2 workers"),
         "voxlake Python/pyarrow": (vp, "pyarrow row groups"),
