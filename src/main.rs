@@ -93,6 +93,10 @@ struct BenchArgs {
     /// Drop batches instead of giving their memory back to the loader (`Loader::recycle`).
     #[arg(long)]
     no_recycle: bool,
+    /// Do not read the batches' values (the loader alone, without its consumer's work: what
+    /// `benches/compare` sets the Python package against; the checksums are then 0).
+    #[arg(long)]
+    no_touch: bool,
     /// Move the channel axis first.
     #[arg(long)]
     channels_first: bool,
@@ -327,6 +331,7 @@ fn bench(args: BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
         first_batch_s.get_or_insert_with(|| start.elapsed().as_secs_f64());
         for (i, (name, field)) in batch.fields().into_iter().enumerate() {
             let sum = match field {
+                _ if args.no_touch => 0.0,
                 voxlake::loader::FieldRef::Tensors(t) => touch(t),
                 voxlake::loader::FieldRef::Text(t) => {
                     t.iter().filter(|s| !s.is_empty()).count() as f64

@@ -141,15 +141,20 @@ def child_torch(cubes: str, threads: int | None) -> dict:
 def child_voxlake_python(table: str, consumer: str) -> dict:
     """The `voxlake` Python package (built into .venv by run.sh): one shuffled epoch, each
     batch's tensor touched as the other children touch theirs (`f64`: numpy's sum into float64,
-    which casts every value and costs ~2.3 ms a batch of reference cubes here) or as `voxlake
-    bench` does (`f32`: a float32 SIMD sum, numpy's `x.sum()`, ~0.6 ms)."""
+    which casts every value and costs ~2.3 ms a batch of reference cubes here), as `voxlake
+    bench` does (`f32`: a float32 SIMD sum, numpy's `x.sum()`, ~0.6 ms), or not at all (`none`,
+    set against `voxlake bench --no-touch`: the loader alone)."""
+    import numpy  # noqa: F401  (imported before the clock starts, as the other children do)
     import voxlake
 
     start = time.perf_counter()
     samples = 0
     for batch in voxlake.Loader(table, batch_size=BATCH, shuffle=True):
         x = batch["tensor"]
-        touch(x) if consumer == "f64" else float(x.sum())
+        if consumer == "f64":
+            touch(x)
+        elif consumer == "f32":
+            float(x.sum())
         samples += len(x)
     return {"samples": samples, "seconds": time.perf_counter() - start}
 
@@ -268,6 +273,9 @@ def main() -> None:
         "voxlake Python package (shuffled)": ([py, me, "--child", "voxlake-python", args.table, "f64"], table_files),
         "voxlake Python package (shuffled, bench's f32 sum)": (
             [py, me, "--child", "voxlake-python", args.table, "f32"], table_files),
+        "voxlake (shuffled, values not read)": (vox(True) + ["--no-touch"], table_files),
+        "voxlake Python package (shuffled, values not read)": (
+            [py, me, "--child", "voxlake-python", args.table, "none"], table_files),
         "Petastorm make_batch_reader": ([args.petastorm_python, me, "--child", "petastorm", args.table], table_files),
         "pyarrow row groups": ([py, me, "--child", "pyarrow", args.table], table_files),
         "deltalake-python scanner": ([py, me, "--child", "deltalake", args.table], table_files),
@@ -311,6 +319,8 @@ def main() -> None:
         "voxlake Python/voxlake": (vp, "voxlake (shuffled)"),
         "voxlake Python (f32 sum)/voxlake": (rate.get("voxlake Python package (shuffled, bench's f32 sum)"),
                                              "voxlake (shuffled)"),
+        "voxlake Python/voxlake, values not read": (
+            rate.get("voxlake Python package (shuffled, values not read)"), "voxlake (shuffled, values not read)"),
         "voxlake Python/Petastorm": (vp, "Petastorm make_batch_reader"),
         "voxlake Python/torch DataLoader": (vp, "torch DataLoader, 2 workers"),
         "voxlake Python/pyarrow": (vp, "pyarrow row groups"),

@@ -8,6 +8,9 @@ The options are those of the Rust ``LoaderBuilder`` (``loader_options()`` lists 
 defaults); errors are ``VoxlakeError``s carrying the Rust error's message.
 """
 
+# numpy's C API is loaded here, not by the first batch (~0.1 s).
+import numpy as _numpy  # noqa: F401
+
 from ._voxlake import (
     ConfigError,
     Loader,

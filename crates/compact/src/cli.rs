@@ -185,25 +185,6 @@ impl SampleArgs {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use voxlake_format::DType;
-
-    #[test]
-    fn fields_parse_with_a_shape_and_a_type_where_given() {
-        let f = parse_field("mask").unwrap();
-        assert_eq!((f.column.as_str(), f.shape, f.dtype), ("mask", None, None));
-        let f = parse_field("x=8,8,4").unwrap();
-        assert_eq!((f.shape, f.dtype), (Some(vec![8, 8, 4]), None));
-        let f = parse_field("x=8,8,4:u8").unwrap();
-        assert_eq!((f.shape, f.dtype), (Some(vec![8, 8, 4]), Some(DType::U8)));
-        assert!(parse_field("=3").is_err());
-        assert!(parse_field("x=a,b").unwrap_err().contains("shape 'a,b'"));
-        assert!(parse_field("x=2:q9").is_err());
-    }
-}
-
 /// The bar `compact convert` and `optimize` draw on stderr (only when it is a terminal), and
 /// the Python package's `voxlake.convert` too.
 pub fn progress_bar() -> indicatif::ProgressBar {
@@ -233,4 +214,23 @@ pub fn with_progress_bar(
             p.version, p.skipped
         ));
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use voxlake_format::DType;
+
+    #[test]
+    fn fields_parse_with_a_shape_and_a_type_where_given() {
+        let f = parse_field("mask").unwrap();
+        assert_eq!((f.column.as_str(), f.shape, f.dtype), ("mask", None, None));
+        let f = parse_field("x=8,8,4").unwrap();
+        assert_eq!((f.shape, f.dtype), (Some(vec![8, 8, 4]), None));
+        let f = parse_field("x=8,8,4:u8").unwrap();
+        assert_eq!((f.shape, f.dtype), (Some(vec![8, 8, 4]), Some(DType::U8)));
+        assert!(parse_field("=3").is_err());
+        assert!(parse_field("x=a,b").unwrap_err().contains("shape 'a,b'"));
+        assert!(parse_field("x=2:q9").is_err());
+    }
 }

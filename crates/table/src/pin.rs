@@ -96,8 +96,9 @@ pub fn check_files(
     })
 }
 
-/// Agrees on the job's version through its marker in `store` (rooted at the table): the
-/// marker's if there is one, else this rank's `opened` version and `files`, published.
+/// Agrees on the job's version through its marker in `store` (rooted at the table): this
+/// rank's `opened` version and `files`, published if no rank's is (a conditional create),
+/// else the marker's.
 pub async fn agree(
     store: &dyn ObjectStore,
     location: &str,
@@ -110,34 +111,30 @@ pub async fn agree(
         location: location.to_string(),
         reason: format!("job {job} ({path}): {reason}"),
     };
-    let marker = match read(store, &path).await.map_err(&error)? {
-        Some(marker) => marker,
-        None => {
-            let ours = Marker {
-                format: FORMAT,
-                job: job.to_string(),
-                version: opened,
-                files: files.to_string(),
-            };
-            let body = serde_json::to_vec(&ours).map_err(|e| error(e.to_string()))?;
-            let create = PutOptions::from(PutMode::Create);
-            match store.put_opts(&path, body.into(), create).await {
-                Ok(_) => {
-                    tracing::info!(job, version = opened, "this rank pinned the job's version");
-                    return Ok(Agreed::Keep);
-                }
-                // Another rank was first.
-                Err(object_store::Error::AlreadyExists { .. }) => {
-                    read(store, &path).await.map_err(&error)?.ok_or_else(|| {
-                        error("the marker vanished after another rank wrote it".into())
-                    })?
-                }
-                Err(e) => {
-                    return Err(error(format!(
-                        "the version could not be published for the job's other ranks ({e}); give every rank the same version (with_version, --version) instead"
-                    )));
-                }
-            }
+    // Published at once (a conditional create): the caller looked before it opened the table
+    // and found none, so reading again first would only cost a round trip.
+    let ours = Marker {
+        format: FORMAT,
+        job: job.to_string(),
+        version: opened,
+        files: files.to_string(),
+    };
+    let body = serde_json::to_vec(&ours).map_err(|e| error(e.to_string()))?;
+    let create = PutOptions::from(PutMode::Create);
+    let marker = match store.put_opts(&path, body.into(), create).await {
+        Ok(_) => {
+            tracing::info!(job, version = opened, "this rank pinned the job's version");
+            return Ok(Agreed::Keep);
+        }
+        // Another rank was first.
+        Err(object_store::Error::AlreadyExists { .. }) => read(store, &path)
+            .await
+            .map_err(&error)?
+            .ok_or_else(|| error("the marker vanished after another rank wrote it".into()))?,
+        Err(e) => {
+            return Err(error(format!(
+                "the version could not be published for the job's other ranks ({e}); give every rank the same version (with_version, --version) instead"
+            )));
         }
     };
     if marker.job != job || marker.format != FORMAT {
