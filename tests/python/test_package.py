@@ -252,7 +252,10 @@ def test_ctrl_c_stops_a_wait_promptly(slow_store):
     # ends the process with KeyboardInterrupt at once, not when the open is done.
     uri, options = slow_store(1000)
     script = (
-        "import sys, voxlake\n"
+        # Python's own handler, whatever the shell that started the tests left (a background
+        # job's SIGINT is ignored, and Python keeps an ignored SIGINT ignored).
+        "import signal, sys, voxlake\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         f"loader = voxlake.Loader({uri!r}, batch_size=8, storage_options={options!r})\n"
         "print('started', flush=True)\n"
         "next(iter(loader))\n"
@@ -268,3 +271,38 @@ def test_ctrl_c_stops_a_wait_promptly(slow_store):
     assert "KeyboardInterrupt" in err, err
     assert "opened" not in out
     assert took < 0.8, f"the interrupt took {took:.2f} s to end the wait"
+
+
+def test_a_state_resumes_over_another_world_size(table):
+    kw = dict(batch_size=8, shuffle=True, seed=9)
+    everything = set(ids_of(voxlake.Loader(table, batch_size=ROWS)))
+    head, state = [], None
+    for rank in range(2):
+        loader = voxlake.Loader(table, rank=rank, world_size=2, **kw)
+        it = iter(loader)
+        for _ in range(3):
+            head.extend(next(it)["id"])
+        state = loader.state_dict()
+    rest, counts = [], set()
+    for rank in range(3):
+        loader = voxlake.Loader(table, rank=rank, world_size=3, **kw)
+        loader.load_state_dict(state)
+        batches = list(loader)
+        counts.add(len(batches))
+        rest.extend(i for b in batches for i in b["id"])
+    assert len(counts) == 1, counts
+    assert set(head) | set(rest) == everything
+    # Each row once, but the rows the 3 new ranks repeat to come out even (at most 2).
+    again = len(head) + len(rest) - ROWS
+    assert 0 <= again <= 2, (again, sorted(set(head) & set(rest)))
+    assert len(set(head) & set(rest)) <= again
+
+
+def test_a_dataloader_with_pinned_memory_reads_every_row(table):
+    torch = pytest.importorskip("torch")
+    from voxlake.torch import Dataset
+
+    dl = torch.utils.data.DataLoader(Dataset(table, batch_size=8, rank=0, world_size=1),
+                                     batch_size=None, pin_memory=True)
+    ids = [i for b in dl for i in b["id"]]
+    assert sorted(ids) == sorted(ids_of(voxlake.Loader(table, batch_size=ROWS)))
