@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from . import Loader, default_rank
+from . import Loader, default_job, default_rank
 
 __all__ = ["Dataset"]
 
@@ -39,6 +39,10 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         # torch.distributed's state.
         if "rank" not in self._options and "world_size" not in self._options:
             self._options["rank"], self._options["world_size"] = default_rank()
+            # Its ranks (and their workers) agree on one version through the launcher's job.
+            job = default_job()
+            if job is not None and "job" not in self._options:
+                self._options["job"] = job
         Loader(table, **self._options)  # a bad option fails here, not in a worker
 
     def set_epoch(self, epoch: int) -> None:

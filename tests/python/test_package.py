@@ -306,3 +306,23 @@ def test_a_dataloader_with_pinned_memory_reads_every_row(table):
                                      batch_size=None, pin_memory=True)
     ids = [i for b in dl for i in b["id"]]
     assert sorted(ids) == sorted(ids_of(voxlake.Loader(table, batch_size=ROWS)))
+
+
+def test_ranks_left_to_the_launcher_join_its_job(table, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from voxlake.torch import Dataset
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("VOXLAKE_JOB_ID", f"pytest-{os.getpid()}")
+    marker = os.path.join(table, "_voxlake", "jobs", f"pytest-{os.getpid()}.json")
+    loader = voxlake.Loader(table, batch_size=8)
+    assert loader.rank() == (1, 2)
+    assert os.path.exists(marker), "the job's version was not pinned"
+    assert json.load(open(marker))["version"] == loader.version
+    ds = Dataset(table, batch_size=8)
+    assert ds._options["job"] == f"pytest-{os.getpid()}"
+    # A rank given explicitly joins no job unless told.
+    os.remove(marker)
+    voxlake.Loader(table, batch_size=8, rank=0, world_size=2).rank()
+    assert not os.path.exists(marker)

@@ -25,6 +25,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrays::TensorOwner>()?;
     m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
     m.add_function(wrap_pyfunction!(loader::default_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(loader::default_job, m)?)?;
     m.add_function(wrap_pyfunction!(compact::convert, m)?)?;
     m.add_function(wrap_pyfunction!(compact::inspect, m)?)?;
     errors::register(m)?;

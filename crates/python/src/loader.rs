@@ -65,13 +65,24 @@ impl Loader {
             voxlake_loader::Loader::builder(self.table.clone()),
             options.as_ref(),
         )?;
-        let (rank, world_size) = match (gathered.rank, gathered.world_size) {
-            (Some(rank), Some(world_size)) => (rank, world_size),
-            _ => default_rank(py)?,
+        let (rank, world_size, from_env) = match (gathered.rank, gathered.world_size) {
+            (Some(rank), Some(world_size)) => (rank, world_size, false),
+            _ => {
+                let (rank, world_size) = default_rank(py)?;
+                (rank, world_size, true)
+            }
         };
         let mut builder = builder
             .with_rank(rank, world_size)
             .with_start_epoch(inner.start_epoch);
+        // The ranks a launcher started agree on one version through the job it names, as the
+        // Rust builder's `with_rank_from_env` does.
+        if from_env
+            && !gathered.job
+            && let Some(job) = voxlake_loader::launch::job_from_env()
+        {
+            builder = builder.with_job(job);
+        }
         if let Some(state) = inner.state.take() {
             builder = builder.with_state(state);
         }
@@ -258,6 +269,14 @@ fn build_interruptibly(
             }
         }
     }
+}
+
+/// The job the launcher's variables name (`VOXLAKE_JOB_ID`, `TORCHELASTIC_RUN_ID` unless
+/// `none`, `SLURM_JOB_ID`), if any: the job a loader whose rank is left to the environment
+/// joins.
+#[pyfunction]
+pub(crate) fn default_job() -> Option<String> {
+    voxlake_loader::launch::job_from_env()
 }
 
 /// This process's `(rank, world_size)` where none is given: torch.distributed's where it is

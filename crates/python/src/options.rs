@@ -26,6 +26,8 @@ pub(crate) struct Gathered {
     cache_dir: Option<String>,
     cache_max_bytes: Option<u64>,
     pub(crate) start_epoch: Option<u64>,
+    /// Whether `job` was given.
+    pub(crate) job: bool,
 }
 
 /// One keyword argument: its name, its Python type (for the stub), what it does, and how it
@@ -169,8 +171,11 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
     LoaderOption {
         name: "job",
         kind: "str",
-        doc: "The job these ranks belong to: the latest version is resolved once for it.",
-        apply: |b, _, v| Ok(b.with_job(value::<String>("job", v, "a str")?)),
+        doc: "The job these ranks belong to: the latest version is resolved once for it (default, with the rank left to the environment: VOXLAKE_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID).",
+        apply: |b, g, v| {
+            g.job = true;
+            Ok(b.with_job(value::<String>("job", v, "a str")?))
+        },
     },
     LoaderOption {
         name: "cache_dir",
