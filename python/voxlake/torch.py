@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from . import Loader, default_job, default_rank
+from . import ConfigError, Loader, default_job, default_rank
 
 __all__ = ["Dataset"]
 
@@ -50,12 +50,19 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         self._epoch = int(epoch)
 
     def state_dict(self) -> Dict[str, Any]:
-        """Where the pass iterated in this process stands (see ``Loader.state_dict``)."""
+        """Where the pass iterated in this process stands (see ``Loader.state_dict``).
+
+        Raises ``ConfigError`` where no pass was iterated here: with ``num_workers > 0`` the
+        workers' loaders, and their states, live in the worker processes, and a state of this
+        process would start the epoch over (rows read twice)."""
         if self._loader is not None:
             return self._loader.state_dict()
         if self._state is not None:
             return self._state
-        return Loader(self._table, **self._options, start_epoch=self._epoch).state_dict()
+        raise ConfigError(
+            "state_dict(): no pass of this dataset was iterated in this process (with "
+            "num_workers > 0 each worker's loader and state stay in its own process)"
+        )
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resume the next pass from ``state``."""

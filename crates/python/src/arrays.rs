@@ -1,8 +1,8 @@
 //! A batch's buffers handed to numpy without a copy. The first field's tensor is owned by a
 //! [`TensorOwner`], the numpy array's `base`: when Python frees the array, the owner gives
-//! the memory back to its loader ([`Recycler`]) to be filled again. The other fields, the
-//! labels and the ids become arrays that own their Rust buffers too (numpy's
-//! `from_owned_array`: the buffer moves, its bytes do not).
+//! the memory back to its loader ([`Recycler`]) to be filled again. The other tensor fields
+//! and the labels become arrays that own their Rust buffers (numpy's `from_owned_array`: the
+//! buffer moves, its bytes do not); text fields and the ids become lists of str.
 
 use std::sync::Mutex;
 
@@ -91,14 +91,12 @@ fn first_array<'py>(
             recycler,
         },
     )?;
-    let held = owner
-        .get()
-        .tensors
-        .lock()
-        .map_err(|_| crate::errors::config("a tensor buffer's lock was poisoned"))?;
+    let held = owner.get().tensors.lock().map_err(|_| {
+        crate::errors::VoxlakeError::new_err("internal error: a tensor buffer's lock was poisoned")
+    })?;
     let Some(held) = held.as_ref() else {
-        return Err(crate::errors::config(
-            "a tensor buffer was given back twice",
+        return Err(crate::errors::VoxlakeError::new_err(
+            "internal error: a tensor buffer was given back twice",
         ));
     };
     Ok(each_tensor!(held, a => borrowed(a, &owner)))
@@ -120,6 +118,14 @@ pub(crate) fn batch_dict<'py>(
     let out = PyDict::new(py);
     let more = batch.take_more_fields();
     let first = batch.first_name().to_string();
+    // `label` and `id` are the dict's own keys: a field of either name would be lost.
+    for name in std::iter::once(first.as_str()).chain(more.iter().map(|(n, _)| &**n)) {
+        if name == "label" || name == "id" {
+            return Err(crate::errors::config(format!(
+                "a field named {name:?} would hide the batch's own {name:?} key: read that column under another field name"
+            )));
+        }
+    }
     let labels = std::mem::take(&mut batch.labels);
     let ids = std::mem::take(&mut batch.ids);
     let tensors = batch.tensors;

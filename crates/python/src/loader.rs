@@ -23,10 +23,11 @@ struct Inner {
     start_epoch: u64,
 }
 
-/// A built loader and whether it has ended.
+/// A built loader, whether it has handed out a batch, whether it has ended.
 struct Running {
     loader: voxlake_loader::Loader,
     recycler: Recycler,
+    started: bool,
     ended: bool,
 }
 
@@ -91,6 +92,7 @@ impl Loader {
         inner.running = Some(Running {
             loader,
             recycler,
+            started: false,
             ended: false,
         });
         Ok(())
@@ -153,6 +155,7 @@ impl Loader {
                     return Err(loader_error(e));
                 }
                 Poll::Ready(Some(Ok(batch))) => {
+                    running.started = true;
                     let recycler = running.recycler.clone();
                     return crate::arrays::batch_dict(py, batch, recycler).map(Some);
                 }
@@ -190,9 +193,14 @@ impl Loader {
         };
         let state = LoaderState::from_json(&json).map_err(loader_error)?;
         let mut inner = self.lock(py)?;
-        if inner.running.as_ref().is_some_and(|r| !r.ended) {
+        // A pass opened (by `version`, `rank()`, ...) but not iterated is opened again.
+        if inner
+            .running
+            .as_ref()
+            .is_some_and(|r| r.started && !r.ended)
+        {
             return Err(config(
-                "load_state_dict() comes before iterating: this loader has started a pass",
+                "load_state_dict() comes before iterating: this loader has handed out batches of a pass under way",
             ));
         }
         inner.running = None;
@@ -223,6 +231,20 @@ impl Loader {
     /// Batches a rank gets each epoch (opening the table if no pass is under way).
     fn batches_per_epoch(&self, py: Python<'_>) -> PyResult<u64> {
         self.with_running(py, |r| r.loader.iterations_per_epoch())
+    }
+
+    /// What the pass under way has done so far: samples and batches handed out, batches
+    /// whose buffers were given back and filled again (`recycled`), the first batch's time and
+    /// the time spent waiting for batches (seconds).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let stats = self.with_running(py, |r| r.loader.stats())?;
+        let out = PyDict::new(py);
+        out.set_item("samples", stats.samples)?;
+        out.set_item("batches", stats.batches)?;
+        out.set_item("recycled", stats.recycled)?;
+        out.set_item("first_batch_s", stats.first_batch.as_secs_f64())?;
+        out.set_item("consumer_wait_s", stats.consumer_wait.as_secs_f64())?;
+        Ok(out)
     }
 
     fn __repr__(&self) -> String {

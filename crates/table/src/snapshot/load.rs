@@ -41,19 +41,23 @@ pub(crate) async fn load_at(
         }
     };
     // Loaded first, not asked whether there is a log: the kernel's listing answers both, and
-    // a second listing is a round trip more for every rank that opens "latest".
-    let e = match Snapshot::try_new(table.log_store().as_ref(), version).await {
+    // a second listing is a round trip more for every rank that opens "latest". (The kernel
+    // logs an error, "No files in log segment", for a location without a log.)
+    let log_store = table.log_store();
+    log_store.refresh().await.map_err(err)?;
+    let e = match Snapshot::try_new(log_store.as_ref(), version).await {
         Ok(snapshot) => return Ok(Some(snapshot)),
         Err(e) => e,
     };
-    // No log segment, or no folder at all: a folder of Parquet files (listed once), whose only version is 0 (a
-    // loader state pins it; the state's file-set hash tells listings apart) — or a log that
-    // does not reach the version asked, which the existence check tells apart.
+    // No log segment, or no folder at all: a folder of Parquet files (listed once), whose
+    // only version is 0 (a loader state pins it; the state's file-set hash tells listings
+    // apart) — or a log that does not reach the version asked, which the existence check
+    // tells apart. (A time travel looked before, above.)
     if !known_delta
         && no_log_found(&e)
         && !table.verify_deltatable_existence().await.map_err(err)?
     {
-        if matches!(version, Some(v) if v != 0) || matches!(as_of, AsOf::Timestamp(_)) {
+        if matches!(version, Some(v) if v != 0) {
             return Err(not_a_table(display, as_of));
         }
         return Ok(None);
