@@ -8,10 +8,15 @@
 //! - [`io`]: locations, the local and remote stores, the disk cache, reads in flight;
 //! - [`table`]: the Delta table at a version (log, features, deletion vectors, filters);
 //! - [`stream`]: the budgeted prefetch pipeline over a table's row groups;
-//! - [`loader`]: the batching iterator a training loop calls.
+//! - [`loader`]: the batching iterator a training loop calls;
+//! - [`cli`]: the `voxlake` and `compact` command lines.
 //!
 //! Test and bench tooling (the fault proxy) lives in the unpublished `voxlake-testkit` crate.
 #![warn(missing_docs)]
+// serde_json's `json!` recurses once per field of `voxlake bench`'s report.
+#![recursion_limit = "256"]
+
+pub mod cli;
 
 pub use voxlake_compact as compact;
 pub use voxlake_format as format;

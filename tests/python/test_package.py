@@ -202,6 +202,40 @@ def test_convert_and_inspect_are_compacts(table, tmp_path):
         voxlake.convert(str(src), out, shard=(2, 2), progress=False)
 
 
+def test_the_console_scripts_are_the_command_lines(table, tmp_path):
+    """The wheel's `compact` and `voxlake` run the Rust command lines in Python: the same
+    output as the binaries, the same exit statuses, and `bench`'s own Ctrl-C handling."""
+    scripts = os.path.dirname(sys.executable)
+    compact, bench = os.path.join(scripts, "compact"), os.path.join(scripts, "voxlake")
+
+    def run(*argv):
+        return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+    info = run(compact, "inspect", table, "--json")
+    assert info.returncode == 0, info.stderr
+    binary = run(os.path.join(TARGET, "debug", "compact"), "inspect", table, "--json")
+    assert json.loads(info.stdout) == json.loads(binary.stdout)
+    assert json.loads(info.stdout)["rows"] == ROWS
+    report = run(bench, "bench", table, "--json", "--shuffle", "--batch-size", "10")
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["samples"] == ROWS
+    missing = run(compact, "inspect", str(tmp_path / "nope"))
+    assert missing.returncode == 1 and missing.stderr.startswith("error: "), missing.stderr
+    assert "nope" in missing.stderr
+    assert run(bench, "bench").returncode == 2  # no TABLE: clap's usage error
+    assert run(compact, "--version").stdout.startswith("compact ")
+    # Ctrl-C: bench stops after the batch in hand with its state written, status 128 + 2.
+    state = tmp_path / "state.json"
+    proc = subprocess.Popen([bench, "bench", table, "--epochs", "1000000", "--state-out",
+                             str(state)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "stopped by signal 2" in err
+    assert json.loads(state.read_text())["epoch"] >= 0
+
+
 def test_errors_are_exceptions_with_the_rust_message(table, tmp_path):
     with pytest.raises(voxlake.VoxlakeError, match="nothing at this location"):
         next(iter(voxlake.Loader(str(tmp_path / "nope"))))

@@ -60,3 +60,17 @@ pub(crate) fn loader_error(e: LoaderError) -> PyErr {
 pub(crate) fn config(message: impl Into<String>) -> PyErr {
     ConfigError::new_err(message.into())
 }
+
+/// `work` run with a panic caught: a bug of voxlake's reaches Python as a `VoxlakeError`
+/// naming what panicked and why, not as pyo3's `PanicException` (a `BaseException` that
+/// `except Exception` lets through).
+pub(crate) fn no_panic<T>(what: &str, work: impl FnOnce() -> T) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).map_err(|payload| {
+        let cause = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_string());
+        VoxlakeError::new_err(format!("{what} panicked (a bug of voxlake's): {cause}"))
+    })
+}

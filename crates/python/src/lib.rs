@@ -5,12 +5,15 @@
 //! One job per module: [`options`] applies the Python keyword arguments to the Rust builder
 //! (the one list of them), [`loader`] is the `Loader` class (iteration with the GIL released,
 //! state, epochs), [`arrays`] hands a batch's buffers to numpy without a copy, [`compact`]
-//! runs `convert` and `inspect`, [`errors`] turns the crates' errors into the `VoxlakeError`
+//! runs `convert` and `inspect`, [`cli`] the console scripts, [`errors`] turns the crates' errors into the `VoxlakeError`
 //! exceptions.
 
 #![warn(missing_docs)]
+// Errors are exceptions: a panic here would reach Python as pyo3's `PanicException`.
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod arrays;
+mod cli;
 mod compact;
 mod errors;
 mod loader;
@@ -28,6 +31,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(loader::default_job, m)?)?;
     m.add_function(wrap_pyfunction!(compact::convert, m)?)?;
     m.add_function(wrap_pyfunction!(compact::inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::run_command, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

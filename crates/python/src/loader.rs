@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use voxlake_loader::{LoaderState, Recycler};
 
-use crate::errors::{config, loader_error};
+use crate::errors::{config, loader_error, no_panic};
 use crate::options::{self, SIGNAL_CHECK};
 
 /// What a `Loader` holds between calls.
@@ -144,7 +144,9 @@ impl Loader {
         }
         loop {
             let loader = &mut running.loader;
-            match py.detach(|| loader.poll_next(SIGNAL_CHECK)) {
+            let polled = py.detach(|| no_panic("the loader", || loader.poll_next(SIGNAL_CHECK)));
+            let polled = polled.inspect_err(|_| running.ended = true)?;
+            match polled {
                 Poll::Pending => py.check_signals()?,
                 Poll::Ready(None) => {
                     running.ended = true;

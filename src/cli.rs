@@ -1,0 +1,75 @@
+//! The command lines, as the binaries and the Python package's console scripts run them:
+//! [`voxlake`] (`voxlake bench`) and [`compact`].
+//!
+//! Each takes the process's arguments (the first is the program's name, as in
+//! [`std::env::args_os`]) and returns its exit status.
+//!
+//! ```
+//! // `--version` prints and succeeds; an unknown command is clap's usage error, status 2.
+//! assert_eq!(voxlake::cli::voxlake(["voxlake", "--version"]), 0);
+//! assert_eq!(voxlake::cli::voxlake(["voxlake", "no-such-command"]), 2);
+//! ```
+
+mod args;
+mod bench;
+mod report;
+
+use std::ffi::OsString;
+
+use clap::{Parser, Subcommand};
+
+pub use voxlake_compact::cli::main as compact;
+
+#[derive(Parser)]
+#[command(
+    name = "voxlake",
+    version,
+    about = "Stream a voxlake Delta table into training loops"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the loader over TABLE, touch every value of every batch, and report throughput.
+    Bench(args::BenchArgs),
+}
+
+/// Runs `voxlake` with these arguments and returns the exit status: 0; 1 on an error (printed
+/// to stderr as `error: …`); 2 on bad arguments (clap's message); 128 + the signal when
+/// SIGINT or SIGTERM stopped `bench`, which still writes its state and ids. `bench` handles
+/// those two signals itself from its start.
+pub fn voxlake<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    voxlake_compact::cli::init_tracing();
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version are "errors" that print to stdout and exit 0.
+            let _printed = e.print();
+            return u8::try_from(e.exit_code()).unwrap_or(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Bench(args) => bench::run(&args, &mut std::io::stdout().lock()),
+    };
+    match (result, bench::stopped_by()) {
+        (Ok(()), None) => 0,
+        // Stopped by a signal, with its state and ids written: the shell's 128 + signal.
+        (Ok(()), Some(signal)) => {
+            eprintln!(
+                "stopped by signal {signal}: the state and ids of every batch delivered are written"
+            );
+            u8::try_from(128 + signal).unwrap_or(1)
+        }
+        (Err(e), _) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}

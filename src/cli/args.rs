@@ -1,0 +1,118 @@
+//! `voxlake bench`'s arguments.
+
+use std::path::PathBuf;
+
+use voxlake_compact::cli;
+use voxlake_loader::Uneven;
+
+/// Run the loader over TABLE, touch every value of every batch, and report throughput.
+#[derive(clap::Args)]
+pub(super) struct BenchArgs {
+    /// Table: a local path or a URL.
+    pub(super) table: String,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 32)]
+    pub(super) batch_size: usize,
+    /// Epochs.
+    #[arg(long, default_value_t = 1)]
+    pub(super) epochs: u64,
+    /// Shuffle files, row groups and rows.
+    #[arg(long)]
+    pub(super) shuffle: bool,
+    /// Shuffle seed.
+    #[arg(long, default_value_t = 0)]
+    pub(super) seed: u64,
+    /// Shuffle buffer in rows.
+    #[arg(long, default_value_t = voxlake_loader::DEFAULT_SHUFFLE_BUFFER)]
+    pub(super) shuffle_buffer: usize,
+    /// This process's rank.
+    #[arg(long, default_value_t = 0)]
+    pub(super) rank: usize,
+    /// Number of ranks.
+    #[arg(long, default_value_t = 1)]
+    pub(super) world_size: usize,
+    /// Take the rank and world size from the launcher's variables (torchrun's RANK and
+    /// WORLD_SIZE, Open MPI's, MPICH's PMI_RANK and PMI_SIZE, a Slurm step's).
+    #[arg(long, conflicts_with_all = ["rank", "world_size"])]
+    pub(super) rank_from_env: bool,
+    /// Node affinity: this process runs on node K of N (`K/N`, ranks numbered in blocks per
+    /// node), or `env` for the launcher's variables (torchrun's GROUP_RANK and
+    /// LOCAL_WORLD_SIZE, …): each node's ranks read the same files every epoch, so a node's
+    /// cache holds what its next epoch reads (with --shuffle).
+    #[arg(long, value_name = "K/N|env")]
+    pub(super) node: Option<String>,
+    /// The job this process is a rank of: the latest version is resolved once for the job, in
+    /// `_voxlake/jobs/JOB.json` beside the table (default with --rank-from-env: VOXLAKE_JOB_ID,
+    /// TORCHELASTIC_RUN_ID or SLURM_JOB_ID).
+    #[arg(long)]
+    pub(super) job: Option<String>,
+    /// Memory budget in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub(super) memory_budget_mb: u64,
+    /// Row groups fetched and decoded at once (default: sized to the store as it runs).
+    #[arg(long)]
+    pub(super) row_group_prefetch: Option<usize>,
+    /// Read a remote table through a disk cache in this folder, shared by every process of
+    /// the node that uses it (default: VOXLAKE_CACHE_DIR, if set).
+    #[arg(long)]
+    pub(super) cache_dir: Option<std::path::PathBuf>,
+    /// The cache's cap in MiB (default: half the free space of its filesystem).
+    #[arg(long, requires = "cache_dir")]
+    pub(super) cache_max_mb: Option<u64>,
+    /// Read without the disk cache, whatever VOXLAKE_CACHE_DIR says.
+    #[arg(long, conflicts_with = "cache_dir")]
+    pub(super) no_cache: bool,
+    /// Batches assembled ahead of the training loop (default: the loader's, 2; at least 1).
+    #[arg(long)]
+    pub(super) prefetch: Option<usize>,
+    /// Threads that copy each batch's samples at once (default: a quarter of the cores, 1 to 4).
+    #[arg(long)]
+    pub(super) assembly_threads: Option<usize>,
+    /// Drop batches instead of giving their memory back to the loader (`Loader::recycle`).
+    #[arg(long)]
+    pub(super) no_recycle: bool,
+    /// Do not read the batches' values (the loader alone, without its consumer's work: what
+    /// `benches/compare` sets the Python package against; the checksums are then 0).
+    #[arg(long)]
+    pub(super) no_touch: bool,
+    /// Move the channel axis first.
+    #[arg(long)]
+    pub(super) channels_first: bool,
+    /// Drop each epoch's short last batch.
+    #[arg(long)]
+    pub(super) drop_last: bool,
+    /// Skip the row checksum verification.
+    #[arg(long)]
+    pub(super) no_verify: bool,
+    /// Rows that do not divide evenly over the ranks: `pad` (repeat a few) or `drop`.
+    #[arg(long, default_value = "pad")]
+    pub(super) uneven: Uneven,
+    /// Stop after this many batches (a simulated preemption: see --state-out).
+    #[arg(long)]
+    pub(super) stop_after: Option<u64>,
+    /// Write the loader's state after the last batch delivered (JSON), to resume from.
+    #[arg(long)]
+    pub(super) state_out: Option<PathBuf>,
+    /// Start from a state written by --state-out (--rank and --world-size may differ).
+    #[arg(long)]
+    pub(super) resume: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) version: cli::VersionArgs,
+    #[command(flatten)]
+    pub(super) storage: cli::StorageArgs,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub(super) json: bool,
+    /// Write the delivered ids, in order, one per line.
+    #[arg(long)]
+    pub(super) ids_out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(super) sample: cli::SampleArgs,
+    /// Only the rows this SQL expression keeps, e.g. "label = 1 AND region IN ('a', 'b')".
+    #[arg(long)]
+    pub(super) filter: Option<String>,
+    /// Hand out libtorch tensors on this device (`cpu`, `cuda`, `cuda:N`; feature `tch`).
+    #[cfg(feature = "tch")]
+    #[arg(long)]
+    pub(super) device: Option<String>,
+}

@@ -1,0 +1,170 @@
+//! `voxlake bench`'s report: what the run delivered, how fast, and where its time went.
+
+use std::io::Write;
+use std::time::Instant;
+
+use voxlake_loader::Loader;
+
+use super::args::BenchArgs;
+
+/// What the run measured besides the loader's own counters.
+pub(super) struct Run {
+    /// When the run began (before the table was opened).
+    pub(super) start: Instant,
+    /// The sum of the first field's values over every batch.
+    pub(super) checksum: f64,
+    /// Per field: the sum of its values (text: the count of non-empty strings).
+    pub(super) field_sums: Vec<(String, f64)>,
+    /// Seconds from the start to the first batch.
+    pub(super) first_batch_s: Option<f64>,
+    /// The signal that stopped the run, if one did.
+    pub(super) stopped_by: Option<i32>,
+}
+
+/// Writes the report: one JSON object with `--json`, else lines for a person.
+pub(super) fn write(
+    out: &mut impl Write,
+    args: &BenchArgs,
+    loader: &Loader,
+    run: &Run,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let seconds = run.start.elapsed().as_secs_f64();
+    let state = loader.state();
+    let (cpu_user_s, cpu_system_s) = cpu_seconds().unwrap_or((0.0, 0.0));
+    let stats = loader.stats();
+    let samples = stats.samples;
+    let mb = stats.tensor_bytes as f64 / 1e6;
+    let filtered = loader.filter_stats().unwrap_or_default();
+    let fields: serde_json::Map<String, serde_json::Value> = loader
+        .sample()
+        .fields()
+        .iter()
+        .map(|f| {
+            let sum = run
+                .field_sums
+                .iter()
+                .find(|(n, _)| *n == f.name)
+                .map_or(0.0, |(_, s)| *s);
+            let kind = match &f.kind {
+                voxlake_format::FieldKind::Tensor(spec) => serde_json::json!({
+                    "checksum": sum,
+                    "shape": spec.shape(),
+                    "dtype": spec.dtype().name(),
+                }),
+                _ => serde_json::json!({"checksum": sum, "dtype": "text"}),
+            };
+            (f.name.clone(), kind)
+        })
+        .collect();
+    let report = serde_json::json!({
+        "stopped_by_signal": run.stopped_by,
+        "table": voxlake_stream::redact(&args.table),
+        "version": loader.version(),
+        "samples": samples,
+        "batches": stats.batches,
+        "epochs": args.epochs,
+        "seconds": seconds,
+        "cpu_user_s": cpu_user_s,
+        "cpu_system_s": cpu_system_s,
+        "cpu_cores": (cpu_user_s + cpu_system_s) / seconds,
+        "samples_per_s": samples as f64 / seconds,
+        "mb_per_s": mb / seconds,
+        "first_batch_s": run.first_batch_s.unwrap_or(0.0),
+        "peak_rss_bytes": peak_rss_bytes(),
+        "memory_budget_bytes": args.memory_budget_mb << 20,
+        "shuffle": args.shuffle,
+        "consumer_wait_s": stats.consumer_wait.as_secs_f64(),
+        "assemble_s": stats.assemble.as_secs_f64(),
+        "producer_wait_s": stats.producer_wait.as_secs_f64(),
+        "fetch_s": stats.stream.fetch.as_secs_f64(),
+        "decode_s": stats.stream.decode.as_secs_f64(),
+        "budget_wait_s": stats.stream.budget_wait.as_secs_f64(),
+        "reads_in_flight": stats.stream.in_flight,
+        "read_latency_s": stats.stream.read_latency.as_secs_f64(),
+        "input_bound_fraction": loader.stall_meter().input_bound_fraction(),
+        "bytes_fetched": stats.stream.bytes,
+        "store_bytes_fetched": stats.stream.store_bytes,
+        "store_reads_reasked": stats.stream.reasked,
+        "cache_hits": stats.stream.cache.hits,
+        "cache_misses": stats.stream.cache.misses,
+        "cache_log_hits": stats.stream.cache.log_hits,
+        "cache_log_misses": stats.stream.cache.log_misses,
+        "cache_bytes_read": stats.stream.cache.bytes_read,
+        "cache_corrupt": stats.stream.cache.corrupt,
+        "row_groups": stats.stream.row_groups,
+        "recycled_batches": stats.recycled,
+        "staging_waits": stats.staging_waits,
+        "loosened_rows": stats.loosened_rows,
+        "iterations_per_epoch": loader.iterations_per_epoch(),
+        "rank": loader.rank().0,
+        "world_size": loader.rank().1,
+        "next_epoch": state.epoch,
+        "next_batch_in_segment": state.batches,
+        "checksum": run.checksum,
+        "fields": fields,
+        "filter": args.filter,
+        "filter_files_skipped": filtered.files_skipped,
+        "filter_row_groups_skipped": filtered.row_groups_skipped,
+        "filter_rows_decided": filtered.rows_decided,
+        "filter_rows_selected": filtered.rows_selected,
+    });
+    if args.json {
+        writeln!(out, "{report}")?;
+    } else {
+        writeln!(
+            out,
+            "{samples} samples in {seconds:.2} s: {:.0} samples/s, {:.0} MB/s of tensors; CPU {cpu_user_s:.2} s user + {cpu_system_s:.2} s system ({:.1} cores); first batch after {:.3} s; peak RSS {:.0} MB (budget {} MiB)",
+            samples as f64 / seconds,
+            mb / seconds,
+            (cpu_user_s + cpu_system_s) / seconds,
+            run.first_batch_s.unwrap_or(0.0),
+            peak_rss_bytes().unwrap_or(0) as f64 / 1e6,
+            args.memory_budget_mb,
+        )?;
+        writeln!(
+            out,
+            "stages (summed over threads): fetch {:.2} s, decode {:.2} s, assemble {:.2} s; waits: assembler on stream {:.2} s, consumer on loader {:.2} s, budget {:.2} s",
+            stats.stream.fetch.as_secs_f64(),
+            stats.stream.decode.as_secs_f64(),
+            stats.assemble.as_secs_f64(),
+            stats.producer_wait.as_secs_f64(),
+            stats.consumer_wait.as_secs_f64(),
+            stats.stream.budget_wait.as_secs_f64(),
+        )?;
+        if let Some(f) = loader.filter_stats() {
+            writeln!(
+                out,
+                "filter: {} of {} rows kept; {} files and {} row groups skipped unread, {} rows decided one by one",
+                f.rows_selected,
+                f.rows_before,
+                f.files_skipped,
+                f.row_groups_skipped,
+                f.rows_decided
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// User and system CPU time of this process so far, in seconds (all its threads).
+fn cpu_seconds() -> Option<(f64, f64)> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a `rusage` into the pointer it is given, which is valid and
+    // large enough; it is read only when the call succeeded.
+    let usage = unsafe {
+        if libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) != 0 {
+            return None;
+        }
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some((secs(usage.ru_utime), secs(usage.ru_stime)))
+}
+
+/// Peak resident set size of this process (Linux: VmHWM), in bytes.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
