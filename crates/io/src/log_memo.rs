@@ -19,6 +19,10 @@
 //! A read longer than [`PART_BYTES`] (a checkpoint's file actions are one column chunk: 19 MB
 //! at 10⁵ files, 168 MB at 10⁶) is asked in parts, all at once, not as one GET.
 //!
+//! Answers of objects that can change (`_last_checkpoint`, a listing of `_delta_log`) can be
+//! primed by a reader that just got them ([`LogMemo::prime_get`], [`LogMemo::prime_listing`]):
+//! the next request for the same is answered with them, once (see `primed`).
+//!
 //! Only while the table opens ([`LogMemo::close`] lets everything go and passes every request
 //! through from then on), and only up to [`LogMemo::new`]'s cap of bytes (past it, requests pass
 //! through). Conditional and versioned gets and `head`s pass through.
@@ -39,6 +43,9 @@ use object_store::{
 use tokio::sync::OnceCell;
 
 use crate::log_cache::{is_immutable_log_object, unconditional};
+
+mod primed;
+use primed::Primed;
 
 /// What one request got: its bytes and what the store said of them.
 #[derive(Clone)]
@@ -69,6 +76,8 @@ pub struct LogMemo {
     hits: AtomicU64,
     /// The sizes of the log's Parquet files, as listings gave them.
     sizes: Arc<Mutex<HashMap<Path, u64>>>,
+    /// Answers just read by one reader, for the next (see `primed`).
+    primed: Primed,
 }
 
 impl std::fmt::Debug for Answer {
@@ -88,6 +97,23 @@ impl LogMemo {
             closed: AtomicBool::new(false),
             hits: AtomicU64::new(0),
             sizes: Arc::default(),
+            primed: Primed::default(),
+        }
+    }
+
+    /// The next plain get of `location` (a mutable object just read: `_last_checkpoint`) is
+    /// answered with `found` (its bytes and metadata, or `None`: not found), once.
+    pub fn prime_get(&self, location: Path, found: Option<(Bytes, ObjectMeta)>) {
+        if !self.closed.load(Ordering::SeqCst) {
+            self.primed.get(location, found);
+        }
+    }
+
+    /// The next listing of `prefix` (whole, or from an offset) is answered from `objects`, a
+    /// whole listing of it just made, once.
+    pub fn prime_listing(&self, prefix: Path, objects: Vec<ObjectMeta>) {
+        if !self.closed.load(Ordering::SeqCst) {
+            self.primed.listing(prefix, objects);
         }
     }
 
@@ -97,6 +123,7 @@ impl LogMemo {
         if let Ok(mut kept) = self.kept.lock() {
             kept.clear();
         }
+        self.primed.clear();
         self.bytes.store(0, Ordering::SeqCst);
     }
 
@@ -221,6 +248,27 @@ impl LogMemo {
 crate::passthrough::wrapper_store!(LogMemo, {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let plain = unconditional(&options) && !options.head;
+        if plain
+            && options.range.is_none()
+            && let Some(found) = self.primed.take_get(location)
+        {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            let Some((bytes, meta)) = found else {
+                return Err(object_store::Error::NotFound {
+                    path: location.to_string(),
+                    source: "not found when it was read a moment before".into(),
+                });
+            };
+            let range = 0..meta.size;
+            return Ok(GetResult {
+                payload: GetResultPayload::Stream(
+                    futures::stream::once(async { Ok(bytes) }).boxed(),
+                ),
+                meta,
+                range,
+                attributes: Default::default(),
+            });
+        }
         if !plain || !is_immutable_log_object(location) {
             return self.inner.get_opts(location, options).await;
         }
@@ -283,6 +331,10 @@ crate::passthrough::wrapper_store!(LogMemo, {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        if let Some(objects) = self.primed.take_listing(prefix, None) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return self.noting(futures::stream::iter(objects.into_iter().map(Ok)).boxed());
+        }
         self.noting(self.inner.list(prefix))
     }
 
@@ -291,6 +343,10 @@ crate::passthrough::wrapper_store!(LogMemo, {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
+        if let Some(objects) = self.primed.take_listing(prefix, Some(offset)) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return self.noting(futures::stream::iter(objects.into_iter().map(Ok)).boxed());
+        }
         self.noting(self.inner.list_with_offset(prefix, offset))
     }
 
@@ -304,6 +360,7 @@ crate::passthrough::wrapper_store!(LogMemo, {
 #[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
+    use futures::TryStreamExt;
     use object_store::ObjectStoreExt;
     use object_store::memory::InMemory;
 
@@ -501,5 +558,66 @@ mod tests {
         }
         // The first answer is kept (the cap is checked before it), then nothing new is.
         assert_eq!(store.gets.load(Ordering::SeqCst), 1 + 3);
+    }
+
+    #[tokio::test]
+    async fn a_primed_answer_is_handed_out_once() {
+        let store = Arc::new(Counting {
+            inner: InMemory::new(),
+            gets: AtomicU64::new(0),
+        });
+        let hint = Path::from("t/_delta_log/_last_checkpoint");
+        store.put(&hint, "{\"version\":9}".into()).await.unwrap();
+        let log = Path::from("t/_delta_log");
+        let names = ["00000000000000000000.json", "00000000000000000001.json"];
+        for name in names {
+            store
+                .put(&log.clone().join(name), "{}".into())
+                .await
+                .unwrap();
+        }
+        let memo = LogMemo::new(store.clone(), 1 << 20);
+        // What another reader just saw: an older hint, and a listing of the first commit only.
+        let seen = store.get(&hint).await.unwrap().meta;
+        memo.prime_get(hint.clone(), Some(("{\"version\":8}".into(), seen)));
+        let first = store.list(Some(&log)).take(1).try_collect().await.unwrap();
+        memo.prime_listing(log.clone(), first);
+        let gets = store.gets.load(Ordering::SeqCst);
+        let got = memo.get(&hint).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&got[..], b"{\"version\":8}");
+        assert_eq!(
+            store.gets.load(Ordering::SeqCst),
+            gets,
+            "answered from the primed one"
+        );
+        // Once: then the store's.
+        let got = memo.get(&hint).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&got[..], b"{\"version\":9}");
+        let offset = log.clone().join("00000000000000000000.json");
+        let listed: Vec<ObjectMeta> = memo.list(Some(&log)).try_collect().await.unwrap();
+        assert_eq!(listed.len(), 1, "the primed listing");
+        let listed: Vec<ObjectMeta> = memo
+            .list_with_offset(Some(&log), &offset)
+            .try_collect()
+            .await
+            .unwrap();
+        // The store's, past the offset: the second commit and `_last_checkpoint`.
+        assert_eq!(listed.len(), 2);
+        // Primed as not found: the next get says so without asking.
+        memo.prime_get(hint.clone(), None);
+        let missing = memo.get(&hint).await;
+        assert!(matches!(missing, Err(object_store::Error::NotFound { .. })));
+        assert_eq!(store.gets.load(Ordering::SeqCst), gets + 1);
+        // From an offset, a primed listing keeps what lies past it.
+        let all = store.list(Some(&log)).try_collect().await.unwrap();
+        memo.prime_listing(log.clone(), all);
+        let listed: Vec<ObjectMeta> = memo
+            .list_with_offset(Some(&log), &offset)
+            .try_collect()
+            .await
+            .unwrap();
+        let names_listed: Vec<_> = listed.iter().map(|o| o.location.filename()).collect();
+        assert_eq!(names_listed, [Some(names[1]), Some("_last_checkpoint")]);
+        assert!(memo.hits() >= 3);
     }
 }

@@ -23,6 +23,7 @@ use crate::error::TableError;
 use voxlake_io::location;
 
 mod columns;
+mod commits;
 mod deletes;
 mod features;
 mod file_list;
@@ -34,6 +35,7 @@ mod list_cache;
 mod list_chunk;
 mod list_decode;
 mod load;
+mod log;
 mod logcheck;
 mod mapping;
 mod open;

@@ -1,4 +1,4 @@
-//! Loading a table's log at a version (deltalake's lazy snapshot: its files are streamed by
+//! Loading a table's log at a version as deltalake's lazy snapshot (its files are streamed by
 //! `replay`), with errors that say what went wrong: a version past the end, the log file the
 //! kernel could not parse, a store's fault as it is.
 

@@ -11,7 +11,7 @@ use voxlake_format::TensorSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 
 use super::file_list::{Entry, FileListBuilder};
-use super::load::load_at;
+use super::log::{Loaded, load};
 use super::mapping::ColumnMapping;
 use super::travel::AsOf;
 use super::{FileList, Snapshot};
@@ -25,8 +25,9 @@ const LOG_MEMO_BYTES: u64 = 64 << 20;
 
 /// What the log (or the node's cache of it) gave.
 enum Opened {
-    /// The table (its store) and its log at the version, the files not yet read.
-    Table(DeltaTable, Box<deltalake::kernel::Snapshot>),
+    /// The table (its store) and its log at the version (the files not yet read where the
+    /// kernel loaded it).
+    Table(DeltaTable, Box<Loaded>),
     /// The version's files as the node's cache kept them, the table's store and root.
     Replayed(Box<super::replay::Replayed>, Arc<dyn ObjectStore>, url::Url),
     /// No log: a folder of Parquet files.
@@ -203,9 +204,11 @@ impl Snapshot {
                 // Replayed with the statistics, for whichever rank filters.
                 let mut no_log = false;
                 let make = async {
-                    match load_at(&table, as_of, known_delta, &display).await? {
-                        Some(state) => Ok(Some(
-                            super::replay::replay(&table, &state, &display, true).await?,
+                    let memo = memo.get().map(|m| m.as_ref());
+                    match load(&table, as_of, known_delta, &display, true, memo).await? {
+                        Some(Loaded::Replayed(replayed)) => Ok(Some(*replayed)),
+                        Some(Loaded::Kernel(state)) => Ok(Some(
+                            super::replay::replay(&table, state.as_ref(), &display, true).await?,
                         )),
                         None => {
                             no_log = true;
@@ -225,10 +228,26 @@ impl Snapshot {
                     return Ok(Opened::Listing(store));
                 }
             }
-            Ok(match load_at(&table, as_of, known_delta, &display).await? {
-                Some(state) => Opened::Table(table, Box::new(state)),
-                None => Opened::Listing(table.object_store()),
-            })
+            #[cfg(unix)]
+            let memo = memo.get().map(|m| m.as_ref());
+            // Statistics kept where the node's cache may be offered the list (it keeps them).
+            let with_stats = stats || log_cache.is_some();
+            Ok(
+                match load(
+                    &table,
+                    as_of,
+                    known_delta,
+                    &display,
+                    with_stats,
+                    #[cfg(unix)]
+                    memo,
+                )
+                .await?
+                {
+                    Some(loaded) => Opened::Table(table, Box::new(loaded)),
+                    None => Opened::Listing(table.object_store()),
+                },
+            )
         };
         let (opened, ()) = futures::try_join!(open, probe)?;
         // Once the log is replayed (or found missing) it is not read again: its answers go,
@@ -242,33 +261,41 @@ impl Snapshot {
             }
         };
         let (replayed, store, root) = match opened {
-            Opened::Table(table, state) => {
+            Opened::Table(table, loaded) => {
+                let version = loaded.version();
                 // Through the node's cache, the version this rank resolved is kept for the
                 // ranks that open it next (a job's marker names it to them).
                 #[cfg(unix)]
                 let offer = log_cache.as_ref().filter(|cache| {
                     !matches!(url.scheme(), "file" | "memory")
                         && root_store.is_none()
-                        && !super::list_cache::kept(cache, &identity, &display, state.version())
+                        && !super::list_cache::kept(cache, &identity, &display, version)
                 });
                 #[cfg(not(unix))]
                 let offer: Option<&crate::stores::LogCacheRef> = None;
-                let mut replayed = super::replay::replay(
-                    &table,
-                    state.as_ref(),
-                    &display,
-                    stats || offer.is_some(),
-                )
-                .await?;
+                let mut replayed = match *loaded {
+                    Loaded::Kernel(state) => {
+                        let replayed = super::replay::replay(
+                            &table,
+                            state.as_ref(),
+                            &display,
+                            stats || offer.is_some(),
+                        )
+                        .await?;
+                        // deltalake's state of the version goes before the list is encoded.
+                        drop(state);
+                        replayed
+                    }
+                    Loaded::Replayed(replayed) => *replayed,
+                };
                 let (store, root) = (table.object_store(), table.log_store().root_url().clone());
-                // deltalake's state of the version goes before the list is encoded.
-                drop((table, state));
+                drop(table);
                 #[cfg(unix)]
                 if let Some(cache) = offer {
                     super::list_cache::offer(cache, &identity, &display, &replayed).await;
-                    if !stats {
-                        replayed.files = replayed.files.without_stats();
-                    }
+                }
+                if !stats {
+                    replayed.files = replayed.files.without_stats();
                 }
                 (replayed, store, root)
             }

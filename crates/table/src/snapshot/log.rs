@@ -1,0 +1,63 @@
+//! Which reader reads a table's log: voxlake's own where it is commits only (`commits`), else
+//! the kernel's lazy snapshot (`load`), whose files `replay` streams.
+
+use deltalake::DeltaTable;
+use deltalake::kernel::Snapshot;
+
+use super::load::load_at;
+use super::replay::Replayed;
+use super::travel::AsOf;
+use crate::error::TableError;
+
+/// A table's log, loaded.
+pub(crate) enum Loaded {
+    /// A log of commits only, replayed (`commits`).
+    Replayed(Box<Replayed>),
+    /// deltalake's lazy snapshot, its files not read yet (`replay` reads them).
+    Kernel(Box<Snapshot>),
+}
+
+impl Loaded {
+    /// The version loaded.
+    pub(crate) fn version(&self) -> u64 {
+        match self {
+            Loaded::Replayed(replayed) => replayed.version,
+            Loaded::Kernel(snapshot) => snapshot.version(),
+        }
+    }
+}
+
+/// The log of `table` (built, not loaded) as of `as_of`: read by voxlake where it is commits
+/// only (`commits::replay`, `stats`: with the files' statistics), else by `load_at`. `memo`:
+/// the table's store's memo, to hand what was read to the kernel. `None` where the location
+/// has no log (see `load_at`).
+pub(crate) async fn load(
+    table: &DeltaTable,
+    as_of: AsOf,
+    known_delta: bool,
+    display: &str,
+    stats: bool,
+    #[cfg(unix)] memo: Option<&voxlake_io::log_memo::LogMemo>,
+) -> Result<Option<Loaded>, TableError> {
+    let version = match as_of {
+        AsOf::Latest => Some(None),
+        AsOf::Version(v) => Some(Some(v)),
+        AsOf::Timestamp(_) => None,
+    };
+    if let Some(version) = version
+        && let Some(replayed) = super::commits::replay(
+            &table.object_store(),
+            version,
+            display,
+            stats,
+            #[cfg(unix)]
+            memo,
+        )
+        .await?
+    {
+        return Ok(Some(Loaded::Replayed(Box::new(replayed))));
+    }
+    Ok(load_at(table, as_of, known_delta, display)
+        .await?
+        .map(|snapshot| Loaded::Kernel(Box::new(snapshot))))
+}
