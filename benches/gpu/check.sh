@@ -12,6 +12,8 @@
 # 3. `gpu_check` (device batches and labels equal the CPU batches bit for bit);
 # 4. ROUNDS alternating rounds of one process, 2 shuffled epochs: the ndarray path, the DEVICE
 #    path, the DEVICE path with OMP_NUM_THREADS=1 (libtorch's CPU threads must not matter);
+#    and, where the Python package imports (or its wheel lies in .gpu/: `maturin build --release
+#    -o .gpu` here), python_feed.py: the Python loader into DEVICE through pin_memory (issue 31);
 # 5. 1, 4 and 8 ranks at once (ndarray path), aggregate samples/s.
 set -euo pipefail
 count=${1:-24000}
@@ -42,6 +44,15 @@ if [ "$device" != cpu ]; then
   gpu_check "$data/table" 2>&1 | tee "$out/gpu_check.log"
 fi
 
+# The Python package: installed, or its wheel carried in .gpu/ (no network there).
+wheel=$(ls "$here"/../../.gpu/voxlake-*.whl 2>/dev/null | head -1 || true)
+if [ -n "$wheel" ]; then
+  python3 -m pip install --quiet --no-deps --no-index --target "$out/py" "$wheel"
+  export PYTHONPATH="$out/py${PYTHONPATH:+:$PYTHONPATH}"
+fi
+python_feed=0
+python3 -c 'import voxlake, torch' 2>/dev/null && python_feed=1
+
 bench() { # step, then voxlake bench arguments
   local step=$1
   shift
@@ -52,6 +63,10 @@ for r in $(seq 1 "$rounds"); do
   bench ndarray --seed "$r"
   bench device --seed "$r" --device "$device"
   OMP_NUM_THREADS=1 bench device_omp1 --seed "$r" --device "$device"
+  if [ "$python_feed" = 1 ]; then
+    python3 "$here/python_feed.py" "$data/table" --seed "$r" --device "$device" \
+      2>>"$out/stderr.log" >>"$runs"
+  fi
 done
 
 # The ranks of each run are one job (one version for all; the marker goes beside the table).

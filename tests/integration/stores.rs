@@ -1022,6 +1022,66 @@ async fn reads_are_accounted(backend: Backend) {
 
 on_every_backend!(reads_are_accounted);
 
+/// One open asks `_last_checkpoint` once, lists `_delta_log` once and fetches each commit at
+/// most once, whether voxlake reads the log (commits only: `snapshot/commits.rs`) or leaves it
+/// to the kernel (a checkpoint): what the commit reader saw is handed on, not asked again.
+async fn an_open_asks_each_log_question_once(backend: Backend) {
+    let count = 6;
+    let uploaded = uploaded(backend, "log-questions", count, 43).await;
+    Compactor::new(&uploaded.table)
+        .with_storage_options(backend.options())
+        .with_layout(Layout {
+            row_group_rows: 1,
+            target_file_bytes: 30_000,
+            ..Layout::default()
+        })
+        .with_files_per_commit(1)
+        .convert(&uploaded.src)
+        .await
+        .unwrap();
+    for checkpoint in [false, true] {
+        if checkpoint {
+            let table =
+                deltalake::DeltaTableBuilder::from_url(url::Url::parse(&uploaded.table).unwrap())
+                    .unwrap()
+                    .with_storage_options(backend.options())
+                    .load()
+                    .await
+                    .unwrap();
+            deltalake::checkpoints::create_checkpoint(&table, None)
+                .await
+                .unwrap();
+        }
+        let (proxy, _, snapshot) = counted(backend, &uploaded.table).await;
+        assert_eq!(snapshot.files().len(), count, "checkpoint {checkpoint}");
+        let mut asked: HashMap<String, usize> = HashMap::new();
+        for r in proxy.requests() {
+            let listing = r.target.contains("prefix=");
+            let question = if r.target.contains("_last_checkpoint") {
+                "_last_checkpoint".to_string()
+            } else if listing && r.target.contains("_delta_log") {
+                "listing".to_string()
+            } else if !listing && r.target.contains("_delta_log") {
+                format!("{} {} {:?}", r.method, r.target, r.range)
+            } else {
+                continue;
+            };
+            *asked.entry(question).or_default() += 1;
+        }
+        assert_eq!(asked.get("_last_checkpoint"), Some(&1), "{asked:#?}");
+        assert_eq!(asked.get("listing"), Some(&1), "{asked:#?}");
+        assert!(asked.values().all(|&n| n == 1), "{asked:#?}");
+        // Without a checkpoint every commit is read (by voxlake); with one, the checkpoint.
+        let commits = asked.keys().filter(|k| k.contains(".json")).count();
+        match checkpoint {
+            false => assert_eq!(commits, count + 1, "{asked:#?}"),
+            true => assert!(asked.keys().any(|k| k.contains(".checkpoint.parquet"))),
+        }
+    }
+}
+
+on_every_backend!(an_open_asks_each_log_question_once);
+
 /// A LIST tensor column on a remote store (pyarrow's `fixed_shape_tensor`, decoded from its
 /// pages): every value arrives, one footer read per file and one ranged GET per row group (the
 /// tensor chunk and the other columns read together, not two requests).

@@ -26,6 +26,7 @@ use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use percent_encoding::percent_decode_str;
 use serde::Deserialize;
+use url::Url;
 #[cfg(unix)]
 use voxlake_io::log_memo::LogMemo;
 
@@ -224,11 +225,23 @@ impl Reconciled {
     }
 }
 
-/// The replay of `store`'s log at `version` (`None`: the latest), where it is a log of commits
-/// only; `None` for any other log (left to the kernel, see the [module](self)). `stats` keeps
-/// the files' statistics; `location` names the table in messages.
+/// The store's path of `url` as the Delta kernel's engine reads it (`read_files`), so that what
+/// is read here is keyed as the kernel asks for it.
+fn engine_path(url: &Url) -> Option<Path> {
+    match url.scheme() {
+        "file" => Path::from_absolute_path(url.to_file_path().ok()?).ok(),
+        _ => Some(Path::from(url.path())),
+    }
+}
+
+/// The replay at `version` (`None`: the latest) of the log at `log_root` (`_delta_log/`'s URL)
+/// in `store` (the table's store at its root, as the kernel's engine reads it), where it is a
+/// log of commits only; `None` for any other log (left to the kernel, see the
+/// [module](self)). `stats` keeps the files' statistics; `location` names the table in
+/// messages.
 pub(crate) async fn replay(
     store: &Arc<dyn ObjectStore>,
+    log_root: &Url,
     version: Option<u64>,
     location: &str,
     stats: bool,
@@ -239,7 +252,15 @@ pub(crate) async fn replay(
         source: Box::new(DeltaTableError::ObjectStore { source }),
     };
     // A `_last_checkpoint` says there is a checkpoint: the kernel's log (handed what was read).
-    let hint = Path::from(format!("{LOG}/_last_checkpoint"));
+    let (Some(hint), Ok(prefix)) = (
+        log_root
+            .join("_last_checkpoint")
+            .ok()
+            .and_then(|u| engine_path(&u)),
+        Path::from_url_path(log_root.path()),
+    ) else {
+        return Ok(None);
+    };
     let found = match store.get(&hint).await {
         Ok(got) => {
             let meta = got.meta.clone();
@@ -256,7 +277,6 @@ pub(crate) async fn replay(
     if has_hint {
         return Ok(None);
     }
-    let prefix = Path::from(LOG);
     let listing: Vec<ObjectMeta> = store
         .list(Some(&prefix))
         .try_collect()
@@ -477,9 +497,11 @@ mod tests {
     }
 
     async fn ours(dir: &std::path::Path, version: Option<u64>) -> Option<Replayed> {
-        let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new_with_prefix(dir).unwrap());
+        let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new());
+        let log_root = url::Url::from_directory_path(dir.join(LOG)).unwrap();
         replay(
             &store,
+            &log_root,
             version,
             "t",
             true,

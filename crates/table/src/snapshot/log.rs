@@ -45,8 +45,10 @@ pub(crate) async fn load(
         AsOf::Timestamp(_) => None,
     };
     if let Some(version) = version
+        && let Some(log_root) = log_root(table)
         && let Some(replayed) = super::commits::replay(
-            &table.object_store(),
+            &table.log_store().root_object_store(None),
+            &log_root,
             version,
             display,
             stats,
@@ -60,4 +62,13 @@ pub(crate) async fn load(
     Ok(load_at(table, as_of, known_delta, display)
         .await?
         .map(|snapshot| Loaded::Kernel(Box::new(snapshot))))
+}
+
+/// `_delta_log/`'s URL, as deltalake gives the kernel (the table's root with a slash, joined).
+fn log_root(table: &DeltaTable) -> Option<url::Url> {
+    let mut root = table.log_store().root_url().clone();
+    if !root.path().ends_with('/') {
+        root.set_path(&format!("{}/", root.path()));
+    }
+    root.join("_delta_log/").ok()
 }
