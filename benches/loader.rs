@@ -1,6 +1,7 @@
 //! criterion benches with throughput set: npy decode/convert, one row group → Arrow batch (the
 //! voxlake layout, and the same rows as a LIST of f32 and a `fixed_shape_tensor` of u8), the
-//! loader end to end on a local table, and `compact convert`.
+//! loader end to end on a local table, the open of a log of 10⁴ one-file commits through
+//! `ThrottledStore` (+20 ms a request), and `compact convert`.
 //!
 //! `cargo bench --bench loader` (release). Data is generated in a temporary folder first.
 
@@ -257,6 +258,93 @@ fn loader_latency(c: &mut Criterion, f: &Fixture) {
     group.finish();
 }
 
+/// Opening a log of `COMMITS` one-file commits without a checkpoint (issue 30: ≤ 3 s at 20 ms)
+/// through object_store's `ThrottledStore` over memory: +20 ms for every get and every listing
+/// page of 1,000 (their 11 pages one after another), without the request-rate limit
+/// of a local S3 server (benches/scale measures that one). The commits are the 1-cube table's
+/// add action under 10⁴ names, each file a copy of its one data file.
+fn log_open_latency(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
+    use object_store::throttle::{ThrottleConfig, ThrottledStore};
+    use object_store::{ObjectStoreExt, memory::InMemory, path::Path};
+    const COMMITS: usize = 10_000;
+    const LIST_PAGES: u64 = COMMITS as u64 / 1000 + 1;
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 1, 7).unwrap();
+    let one = dir.path().join("one");
+    runtime
+        .block_on(Compactor::new(one.to_str().unwrap()).convert(&data.cubes.to_string_lossy()))
+        .unwrap();
+    // Its commits' actions (the table is created, then its file added).
+    let mut commits: Vec<PathBuf> = walk(&one.join("_delta_log"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    commits.sort();
+    let lines: Vec<serde_json::Value> = commits
+        .iter()
+        .flat_map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let add = lines.iter().find_map(|l| l.get("add")).unwrap().clone();
+    let file = std::fs::read(one.join(add["path"].as_str().unwrap())).unwrap();
+    // The table's folder exists (a local location); its objects are served from memory.
+    let table = dir.path().join("commits");
+    std::fs::create_dir(&table).unwrap();
+    let root = Path::from(table.to_str().unwrap().trim_start_matches('/'));
+    let memory = InMemory::new();
+    let put = |key: Path, bytes: Vec<u8>| runtime.block_on(memory.put(&key, bytes.into())).unwrap();
+    // The table's last protocol and metadata (a commit holds one of each).
+    let last = |key: &str| lines.iter().rev().find(|l| l.get(key).is_some()).unwrap();
+    let head = [last("protocol").to_string(), last("metaData").to_string()];
+    put(
+        Path::from(format!("{root}/_delta_log/{:020}.json", 0)),
+        head.join("\n").into_bytes(),
+    );
+    for v in 1..=COMMITS {
+        let name = format!("part-{v:06}.parquet");
+        let mut action = add.clone();
+        action["path"] = name.clone().into();
+        let commit = serde_json::json!({ "add": action }).to_string();
+        put(
+            Path::from(format!("{root}/_delta_log/{v:020}.json")),
+            commit.into_bytes(),
+        );
+        put(root.clone().join(name), file.clone());
+    }
+    let mut group = c.benchmark_group(format!(
+        "open a log of {COMMITS} one-file commits, in-memory store through ThrottledStore +20 ms a request"
+    ));
+    group.sample_size(10);
+    group.bench_function("Snapshot::open", |b| {
+        b.iter(|| {
+            let slow = ThrottledStore::new(
+                memory.clone(),
+                ThrottleConfig {
+                    wait_get_per_call: std::time::Duration::from_millis(20),
+                    // A listing's pages of 1,000 one after another (a wait per entry would
+                    // sleep ~1 ms each: tokio's timer).
+                    wait_list_per_call: std::time::Duration::from_millis(20 * LIST_PAGES),
+                    ..ThrottleConfig::default()
+                },
+            );
+            let snapshot = runtime
+                .block_on(Snapshot::open_with_store(
+                    table.to_str().unwrap(),
+                    &Default::default(),
+                    None,
+                    Some(std::sync::Arc::new(slow)),
+                ))
+                .unwrap();
+            assert_eq!(snapshot.files().len(), COMMITS);
+        })
+    });
+    group.finish();
+}
+
 fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -298,6 +386,7 @@ fn benches(c: &mut Criterion) {
     row_group(c, &runtime, &f);
     loader(c, &f);
     loader_latency(c, &f);
+    log_open_latency(c, &runtime);
     convert(c, &runtime, &f);
 }
 
