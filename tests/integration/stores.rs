@@ -226,6 +226,31 @@ async fn uploaded(backend: Backend, name: &str, count: usize, seed: u64) -> Uplo
     }
 }
 
+/// A compactor writing each cube to a file of its own, in a commit of its own.
+fn one_file_commits(table: &str, options: HashMap<String, String>) -> Compactor {
+    Compactor::new(table)
+        .with_storage_options(options)
+        .with_layout(Layout {
+            row_group_rows: 1,
+            target_file_bytes: 30_000,
+            ..Layout::default()
+        })
+        .with_files_per_commit(1)
+}
+
+/// A checkpoint of `table`'s latest version, written by deltalake.
+async fn write_checkpoint(backend: Backend, table: &str) {
+    let table = deltalake::DeltaTableBuilder::from_url(url::Url::parse(table).unwrap())
+        .unwrap()
+        .with_storage_options(backend.options())
+        .load()
+        .await
+        .unwrap();
+    deltalake::checkpoints::create_checkpoint(&table, None)
+        .await
+        .unwrap();
+}
+
 /// Small row groups and files, so a few dozen cubes make several of each.
 fn small_layout() -> Layout {
     Layout {
@@ -546,14 +571,7 @@ async fn appends_do_not_read_the_log_back(backend: Backend) {
     let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
         .await
         .unwrap();
-    let summary = Compactor::new(&uploaded.table)
-        .with_storage_options(backend.through(&proxy))
-        .with_layout(Layout {
-            row_group_rows: 1,
-            target_file_bytes: 30_000,
-            ..Layout::default()
-        })
-        .with_files_per_commit(1)
+    let summary = one_file_commits(&uploaded.table, backend.through(&proxy))
         .convert(&uploaded.src)
         .await
         .unwrap();
@@ -1028,29 +1046,13 @@ on_every_backend!(reads_are_accounted);
 async fn an_open_asks_each_log_question_once(backend: Backend) {
     let count = 6;
     let uploaded = uploaded(backend, "log-questions", count, 43).await;
-    Compactor::new(&uploaded.table)
-        .with_storage_options(backend.options())
-        .with_layout(Layout {
-            row_group_rows: 1,
-            target_file_bytes: 30_000,
-            ..Layout::default()
-        })
-        .with_files_per_commit(1)
+    one_file_commits(&uploaded.table, backend.options())
         .convert(&uploaded.src)
         .await
         .unwrap();
     for checkpoint in [false, true] {
         if checkpoint {
-            let table =
-                deltalake::DeltaTableBuilder::from_url(url::Url::parse(&uploaded.table).unwrap())
-                    .unwrap()
-                    .with_storage_options(backend.options())
-                    .load()
-                    .await
-                    .unwrap();
-            deltalake::checkpoints::create_checkpoint(&table, None)
-                .await
-                .unwrap();
+            write_checkpoint(backend, &uploaded.table).await;
         }
         let (proxy, _, snapshot) = counted(backend, &uploaded.table).await;
         assert_eq!(snapshot.files().len(), count, "checkpoint {checkpoint}");

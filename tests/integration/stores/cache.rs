@@ -496,30 +496,13 @@ on_every_backend!(node_affinity_keeps_a_nodes_rows_in_its_cache);
 async fn ranks_of_a_node_fetch_each_log_object_once(backend: Backend) {
     let count = 12;
     let uploaded = super::uploaded(backend, "log-once", count, 41).await;
-    let one_cube_files = voxlake::format::Layout {
-        row_group_rows: 1,
-        target_file_bytes: 30_000,
-        ..voxlake::format::Layout::default()
-    };
     // Half the cubes, a checkpoint, then the rest: commits on both sides of it.
     for shard in [Some((0, 2)), None] {
-        let mut c = voxlake::compact::Compactor::new(&uploaded.table)
-            .with_storage_options(backend.options())
-            .with_layout(one_cube_files.clone())
-            .with_files_per_commit(1);
+        let mut c = super::one_file_commits(&uploaded.table, backend.options());
         if let Some((i, n)) = shard {
             c = c.with_shard(i, n);
             c.convert(&uploaded.src).await.unwrap();
-            let table =
-                deltalake::DeltaTableBuilder::from_url(url::Url::parse(&uploaded.table).unwrap())
-                    .unwrap()
-                    .with_storage_options(backend.options())
-                    .load()
-                    .await
-                    .unwrap();
-            deltalake::checkpoints::create_checkpoint(&table, None)
-                .await
-                .unwrap();
+            super::write_checkpoint(backend, &uploaded.table).await;
         } else {
             c.convert(&uploaded.src).await.unwrap();
         }

@@ -398,13 +398,7 @@ fn build(
                 .map(|(k, v)| (Cow::Owned(k), v.map(Cow::Owned))),
         );
     }
-    let pushed: Vec<usize> = vectors.iter().map(|(i, _)| *i).collect();
-    let (files, places) = builder.finish(&pushed);
-    let vectors = vectors
-        .into_iter()
-        .zip(places)
-        .map(|((_, descriptor), index)| (index, descriptor))
-        .collect();
+    let (files, vectors) = super::replay::finish(builder, vectors);
     Ok(Some(Replayed {
         version,
         protocol,

@@ -136,15 +136,7 @@ pub(crate) async fn replay(
         );
     }
     drop(views);
-    // The log's order is not stable across checkpoints: sorted so plans are reproducible, by
-    // write time first so that "table order" is the order the rows were written in.
-    let pushed: Vec<usize> = vectors.iter().map(|(i, _)| *i).collect();
-    let (files, places) = builder.finish(&pushed);
-    let vectors = vectors
-        .into_iter()
-        .zip(places)
-        .map(|((_, descriptor), index)| (index, descriptor))
-        .collect();
+    let (files, vectors) = finish(builder, vectors);
     Ok(Replayed {
         version,
         protocol: state.protocol().clone(),
@@ -152,6 +144,24 @@ pub(crate) async fn replay(
         files,
         vectors,
     })
+}
+
+/// The files pushed, sorted, and the deletion vectors (pushed at the index of their file) at
+/// their file's sorted index. The log's order is not stable across checkpoints: sorted so plans
+/// are reproducible, by write time first so that "table order" is the order the rows were
+/// written in.
+pub(super) fn finish(
+    builder: FileListBuilder,
+    vectors: Vec<(usize, DeletionVectorDescriptor)>,
+) -> (FileList, Vec<(usize, DeletionVectorDescriptor)>) {
+    let pushed: Vec<usize> = vectors.iter().map(|(i, _)| *i).collect();
+    let (files, places) = builder.finish(&pushed);
+    let vectors = vectors
+        .into_iter()
+        .zip(places)
+        .map(|((_, descriptor), index)| (index, descriptor))
+        .collect();
+    (files, vectors)
 }
 
 impl Snapshot {
