@@ -1040,9 +1040,10 @@ async fn reads_are_accounted(backend: Backend) {
 
 on_every_backend!(reads_are_accounted);
 
-/// One open asks `_last_checkpoint` once, lists `_delta_log` once and fetches each commit at
-/// most once, whether voxlake reads the log (commits only: `snapshot/commits.rs`) or leaves it
-/// to the kernel (a checkpoint): what the commit reader saw is handed on, not asked again.
+/// One open asks `_last_checkpoint` once, lists `_delta_log` once (both at once) and fetches
+/// each commit at most once, whether voxlake reads the log (commits only:
+/// `snapshot/commits.rs`) or leaves it to the kernel (a checkpoint): what the commit reader saw
+/// is handed on, not asked again.
 async fn an_open_asks_each_log_question_once(backend: Backend) {
     let count = 6;
     let uploaded = uploaded(backend, "log-questions", count, 43).await;
@@ -1069,6 +1070,20 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
                 continue;
             };
             *asked.entry(question).or_default() += 1;
+        }
+        // Asked at once: the listing before `_last_checkpoint` was answered (one round trip).
+        let requests = proxy.requests();
+        let hint = requests
+            .iter()
+            .find(|r| r.target.contains("_last_checkpoint"));
+        let listing = requests
+            .iter()
+            .find(|r| r.target.contains("prefix=") && r.target.contains("_delta_log"));
+        if let (Some(hint), Some(listing)) = (hint, listing) {
+            assert!(
+                listing.at < hint.answered.unwrap(),
+                "the listing waited for _last_checkpoint: {listing:?} {hint:?}"
+            );
         }
         assert_eq!(asked.get("_last_checkpoint"), Some(&1), "{asked:#?}");
         assert_eq!(asked.get("listing"), Some(&1), "{asked:#?}");

@@ -12,7 +12,9 @@
 //! a checkpoint, a gap, a line that does not parse, a version past the end — is left to the
 //! kernel ([`replay`] answers `None`), whose reading and errors are the reference; what was
 //! read here is handed to it through the [`LogMemo`] (the commits kept, `_last_checkpoint`
-//! and the listing primed), so leaving costs no round trip.
+//! and the listing primed), so leaving costs no round trip. `_last_checkpoint` and the
+//! listing are asked at once ([`Asked`]): where there is a checkpoint, the listing is handed
+//! on if its first page held it all, else dropped (the kernel lists from the checkpoint).
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -21,7 +23,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use deltalake::DeltaTableError;
 use deltalake::kernel::{DeletionVectorDescriptor, Metadata, Protocol as DeltaProtocol};
-use futures::{StreamExt, TryStreamExt};
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use percent_encoding::percent_decode_str;
@@ -126,6 +130,87 @@ fn commits_to_read(listing: &[ObjectMeta], version: Option<u64>) -> Option<Vec<O
         .map(|(i, (v, meta))| (i as u64 == v).then(|| meta.clone()))
         .collect::<Option<_>>()?;
     (wanted.len() as u64 == target + 1).then_some(wanted)
+}
+
+/// A listing's objects handed to the kernel beside a checkpoint hint when the listing ended
+/// within them: one page of S3's and GCS's (1,000 objects). A longer log's listing is not paged
+/// through: the kernel lists from its checkpoint.
+const HINTED_LISTING: usize = 1000;
+
+/// `_last_checkpoint` and the listing of `_delta_log`, asked at once.
+struct Asked {
+    hint: Option<BoxFuture<'static, object_store::Result<Option<(Bytes, ObjectMeta)>>>>,
+    listing: BoxStream<'static, object_store::Result<ObjectMeta>>,
+    listed: Vec<ObjectMeta>,
+    /// The listing ended (or failed: the error).
+    ended: Option<Option<object_store::Error>>,
+}
+
+impl Asked {
+    fn new(store: &Arc<dyn ObjectStore>, hint: &Path, prefix: &Path) -> Asked {
+        let (store, hint) = (store.clone(), hint.clone());
+        let listing = store.list(Some(prefix));
+        let hint = async move {
+            match store.get(&hint).await {
+                Ok(got) => {
+                    let meta = got.meta.clone();
+                    Ok(Some((got.bytes().await?, meta)))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        Asked {
+            hint: Some(hint.boxed()),
+            listing,
+            listed: Vec::new(),
+            ended: None,
+        }
+    }
+
+    /// The hint's answer, the listing taken in meanwhile (up to [`HINTED_LISTING`] objects).
+    async fn hint(&mut self) -> object_store::Result<Option<(Bytes, ObjectMeta)>> {
+        let Some(mut hint) = self.hint.take() else {
+            return Ok(None);
+        };
+        loop {
+            let listing = self.ended.is_none() && self.listed.len() < HINTED_LISTING;
+            tokio::select! {
+                found = &mut hint => return found,
+                item = self.listing.next(), if listing => self.take(item),
+            }
+        }
+    }
+
+    fn take(&mut self, item: Option<object_store::Result<ObjectMeta>>) {
+        match item {
+            Some(Ok(meta)) => self.listed.push(meta),
+            Some(Err(e)) => self.ended = Some(Some(e)),
+            None => self.ended = Some(None),
+        }
+    }
+
+    /// The listing, if it ends without an error within [`HINTED_LISTING`] objects: the first
+    /// page, asked with the hint, awaited (its answer is near); no further page is asked.
+    async fn whole_listing(mut self) -> Option<Vec<ObjectMeta>> {
+        while self.ended.is_none() && self.listed.len() < HINTED_LISTING {
+            let item = self.listing.next().await;
+            self.take(item);
+        }
+        matches!(self.ended, Some(None)).then_some(self.listed)
+    }
+
+    /// The whole listing.
+    async fn listing(mut self) -> object_store::Result<Vec<ObjectMeta>> {
+        while self.ended.is_none() {
+            let item = self.listing.next().await;
+            self.take(item);
+        }
+        match self.ended {
+            Some(Some(e)) => Err(e),
+            _ => Ok(self.listed),
+        }
+    }
 }
 
 /// A commit's bytes.
@@ -261,27 +346,25 @@ pub(crate) async fn replay(
     ) else {
         return Ok(None);
     };
-    let found = match store.get(&hint).await {
-        Ok(got) => {
-            let meta = got.meta.clone();
-            Some((got.bytes().await.map_err(store_error)?, meta))
+    // The hint and the listing asked at once: one round trip, not two, before the commits.
+    let mut asked = Asked::new(store, &hint, &prefix);
+    let found = asked.hint().await.map_err(store_error)?;
+    if found.is_some() {
+        // The kernel's log: the hint handed on, and the listing where it is whole already.
+        #[cfg(unix)]
+        if let Some(memo) = memo {
+            memo.prime_get(hint, found);
+            if let Some(listing) = asked.whole_listing().await {
+                memo.prime_listing(prefix, listing);
+            }
         }
-        Err(object_store::Error::NotFound { .. }) => None,
-        Err(e) => return Err(store_error(e)),
-    };
-    let has_hint = found.is_some();
-    #[cfg(unix)]
-    if let Some(memo) = memo {
-        memo.prime_get(hint, found);
-    }
-    if has_hint {
         return Ok(None);
     }
-    let listing: Vec<ObjectMeta> = store
-        .list(Some(&prefix))
-        .try_collect()
-        .await
-        .map_err(store_error)?;
+    #[cfg(unix)]
+    if let Some(memo) = memo {
+        memo.prime_get(hint, None);
+    }
+    let listing = asked.listing().await.map_err(store_error)?;
     let commits = commits_to_read(&listing, version);
     #[cfg(unix)]
     if let Some(memo) = memo {
