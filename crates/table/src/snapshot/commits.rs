@@ -137,9 +137,12 @@ fn commits_to_read(listing: &[ObjectMeta], version: Option<u64>) -> Option<Vec<O
 /// through: the kernel lists from its checkpoint.
 const HINTED_LISTING: usize = 1000;
 
+/// `_last_checkpoint`'s bytes and metadata, or `None` where there is none.
+type Hint = Option<(Bytes, ObjectMeta)>;
+
 /// `_last_checkpoint` and the listing of `_delta_log`, asked at once.
 struct Asked {
-    hint: Option<BoxFuture<'static, object_store::Result<Option<(Bytes, ObjectMeta)>>>>,
+    hint: Option<BoxFuture<'static, object_store::Result<Hint>>>,
     listing: BoxStream<'static, object_store::Result<ObjectMeta>>,
     listed: Vec<ObjectMeta>,
     /// The listing ended (or failed: the error).
@@ -169,7 +172,7 @@ impl Asked {
     }
 
     /// The hint's answer, the listing taken in meanwhile (up to [`HINTED_LISTING`] objects).
-    async fn hint(&mut self) -> object_store::Result<Option<(Bytes, ObjectMeta)>> {
+    async fn hint(&mut self) -> object_store::Result<Hint> {
         let Some(mut hint) = self.hint.take() else {
             return Ok(None);
         };
