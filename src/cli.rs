@@ -62,13 +62,13 @@ where
         (Ok(()), None) => 0,
         // Stopped by a signal, with its state and ids written: the shell's 128 + signal.
         (Ok(()), Some(signal)) => {
-            eprintln!(
+            voxlake_compact::cli::say(format_args!(
                 "stopped by signal {signal}: the state and ids of every batch delivered are written"
-            );
+            ));
             u8::try_from(128 + signal).unwrap_or(1)
         }
         (Err(e), _) => {
-            eprintln!("error: {e}");
+            voxlake_compact::cli::say(format_args!("error: {e}"));
             1
         }
     }

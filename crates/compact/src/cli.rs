@@ -9,6 +9,6 @@ mod print;
 
 pub use args::{
     DEFAULT_LOG_FILTER, SampleArgs, StorageArgs, VersionArgs, init_tracing, parse_field,
-    parse_key_value, parse_null, progress_bar, with_progress_bar,
+    parse_key_value, parse_null, progress_bar, say, with_progress_bar,
 };
 pub use command::main;

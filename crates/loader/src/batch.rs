@@ -189,24 +189,36 @@ pub enum Tensors {
     Tch(crate::torch::TchTensor),
 }
 
+/// Evaluates `$body` with `$a` bound to the `ndarray` array that a [`Tensors`] holds, whatever
+/// its element type; `$other` where it holds libtorch tensors (feature `tch`), which are not
+/// `ndarray` arrays. For code that hands batches on by element type (the Python package
+/// gives each to numpy), so that the list of types is written once.
+///
+/// ```
+/// use voxlake_loader::{Tensors, each_tensor};
+/// let t = Tensors::F32(ndarray::ArrayD::zeros(vec![2, 3]));
+/// assert_eq!(each_tensor!(&t, a => a.len(), _ => 0), 6);
+/// ```
+#[macro_export]
 macro_rules! each_tensor {
-    ($value:expr, $a:ident => $body:expr) => {
+    ($value:expr, $a:ident => $body:expr, _ => $other:expr) => {
         match $value {
-            Tensors::Bool($a) => $body,
-            Tensors::I8($a) => $body,
-            Tensors::I16($a) => $body,
-            Tensors::I32($a) => $body,
-            Tensors::I64($a) => $body,
-            Tensors::U8($a) => $body,
-            Tensors::U16($a) => $body,
-            Tensors::U32($a) => $body,
-            Tensors::U64($a) => $body,
-            Tensors::F16($a) => $body,
-            Tensors::BF16($a) => $body,
-            Tensors::F32($a) => $body,
-            Tensors::F64($a) => $body,
-            #[cfg(feature = "tch")]
-            Tensors::Tch(_) => unreachable!("handled before"),
+            $crate::Tensors::Bool($a) => $body,
+            $crate::Tensors::I8($a) => $body,
+            $crate::Tensors::I16($a) => $body,
+            $crate::Tensors::I32($a) => $body,
+            $crate::Tensors::I64($a) => $body,
+            $crate::Tensors::U8($a) => $body,
+            $crate::Tensors::U16($a) => $body,
+            $crate::Tensors::U32($a) => $body,
+            $crate::Tensors::U64($a) => $body,
+            $crate::Tensors::F16($a) => $body,
+            $crate::Tensors::BF16($a) => $body,
+            $crate::Tensors::F32($a) => $body,
+            $crate::Tensors::F64($a) => $body,
+            // libtorch tensors, where the crate was built with `tch`.
+            #[allow(unreachable_patterns)]
+            _ => $other,
         }
     };
 }
@@ -218,7 +230,7 @@ impl Tensors {
         if let Tensors::Tch(t) = self {
             return t.0.size().iter().map(|&d| d as usize).collect();
         }
-        each_tensor!(self, a => a.shape().to_vec())
+        each_tensor!(self, a => a.shape().to_vec(), _ => unreachable!("handled before"))
     }
 
     /// Bytes of tensor data.
@@ -278,7 +290,7 @@ impl Tensors {
                 std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s))
             })
         }
-        each_tensor!(self, a => bytes(a))
+        each_tensor!(self, a => bytes(a), _ => unreachable!("handled before"))
     }
 }
 
@@ -346,7 +358,9 @@ impl Tensors {
         if let Tensors::Tch(_) = self {
             return None;
         }
-        Some(std::borrow::Cow::Owned(each_tensor!(self, a => le(a))))
+        Some(std::borrow::Cow::Owned(
+            each_tensor!(self, a => le(a), _ => unreachable!("handled before")),
+        ))
     }
 }
 

@@ -10,7 +10,7 @@ use ndarray::ArrayD;
 use numpy::{Element, PyArray};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use voxlake_loader::{Batch, FieldBatch, Recycler, Tensors};
+use voxlake_loader::{Batch, FieldBatch, Recycler, Tensors, each_tensor};
 
 /// Owns a batch's first tensor while numpy arrays look at it; gives it back to the loader
 /// when the last of them is freed.
@@ -52,32 +52,6 @@ fn borrowed<'py, T: Element>(
     unsafe { PyArray::borrow_from_array(array, owner.clone().into_any()) }.into_any()
 }
 
-macro_rules! each_tensor {
-    ($value:expr, $a:ident => $body:expr) => {
-        match $value {
-            Tensors::Bool($a) => $body,
-            Tensors::I8($a) => $body,
-            Tensors::I16($a) => $body,
-            Tensors::I32($a) => $body,
-            Tensors::I64($a) => $body,
-            Tensors::U8($a) => $body,
-            Tensors::U16($a) => $body,
-            Tensors::U32($a) => $body,
-            Tensors::U64($a) => $body,
-            Tensors::F16($a) => $body,
-            Tensors::BF16($a) => $body,
-            Tensors::F32($a) => $body,
-            Tensors::F64($a) => $body,
-            #[allow(unreachable_patterns)]
-            _ => {
-                return Err(crate::errors::config(
-                    "a batch of libtorch tensors cannot be handed to numpy",
-                ))
-            }
-        }
-    };
-}
-
 /// The first field as a numpy array whose base is its [`TensorOwner`].
 fn first_array<'py>(
     py: Python<'py>,
@@ -99,12 +73,19 @@ fn first_array<'py>(
             "internal error: a tensor buffer was given back twice",
         ));
     };
-    Ok(each_tensor!(held, a => borrowed(a, &owner)))
+    Ok(each_tensor!(held, a => borrowed(a, &owner), _ => return Err(not_numpy())))
 }
 
 /// A tensor field as a numpy array owning its buffer.
 fn owned_array(py: Python<'_>, tensors: Tensors) -> PyResult<Bound<'_, PyAny>> {
-    Ok(each_tensor!(tensors, a => PyArray::from_owned_array(py, a).into_any()))
+    Ok(
+        each_tensor!(tensors, a => PyArray::from_owned_array(py, a).into_any(), _ => return Err(not_numpy())),
+    )
+}
+
+/// The error for libtorch tensors, which the Python package's loader never asks for.
+fn not_numpy() -> PyErr {
+    crate::errors::config("a batch of libtorch tensors cannot be handed to numpy")
 }
 
 /// `batch` as a dict: each field by name, then `label` (an int64 array where every sample

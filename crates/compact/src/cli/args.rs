@@ -18,6 +18,13 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// Writes one line for the person at the terminal to stderr (an error, what a command did
+/// besides its output); a stderr that cannot be written to is not an error of the command's.
+pub fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _unwritable = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// Parses a `--storage-option KEY=VALUE`.
 pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')

@@ -307,13 +307,13 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         } => {
             let start = std::time::Instant::now();
             let data = synth::generate(&dir, count, seed)?;
-            eprintln!(
+            cli::say(format_args!(
                 "generated {} synthetic cubes ({} positive) in {:.1} s under {}",
                 data.count,
                 data.positives,
                 start.elapsed().as_secs_f64(),
                 dir.display()
-            );
+            ));
             let table = dir.join("table");
             let compactor =
                 Compactor::new(table.to_string_lossy()).with_labels(data.labels.to_string_lossy());
@@ -353,14 +353,14 @@ where
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
+            cli::say(format_args!("error: starting the async runtime: {e}"));
             return 1;
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("error: {e}");
+            cli::say(format_args!("error: {e}"));
             1
         }
     }
