@@ -176,6 +176,7 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
         field_sums,
         first_batch_s,
         stopped_by: stopped_by(),
+        state,
     };
     report::write(out, args, &loader, &run)
 }

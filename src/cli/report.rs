@@ -19,6 +19,8 @@ pub(super) struct Run {
     pub(super) first_batch_s: Option<f64>,
     /// The signal that stopped the run, if one did.
     pub(super) stopped_by: Option<i32>,
+    /// Where the loader stood after the last batch delivered (as `--state-out` wrote it).
+    pub(super) state: voxlake_loader::LoaderState,
 }
 
 /// Writes the report: one JSON object with `--json`, else lines for a person.
@@ -29,7 +31,7 @@ pub(super) fn write(
     run: &Run,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let seconds = run.start.elapsed().as_secs_f64();
-    let state = loader.state();
+    let state = &run.state;
     let (cpu_user_s, cpu_system_s) = cpu_seconds().unwrap_or((0.0, 0.0));
     let stats = loader.stats();
     let samples = stats.samples;

@@ -102,9 +102,7 @@ fn commits_to_read(listing: &[ObjectMeta], version: Option<u64>) -> Option<Vec<O
             continue;
         };
         // Only objects right under `_delta_log/` (not `_sidecars/`, `_staged_commits/`, …).
-        if meta.location.parts().count() < 2
-            || meta.location.as_ref().rsplit('/').nth(1) != Some(LOG)
-        {
+        if meta.location.as_ref().rsplit('/').nth(1) != Some(LOG) {
             continue;
         }
         if name.contains(".checkpoint") {
