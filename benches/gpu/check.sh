@@ -13,7 +13,8 @@
 # 4. ROUNDS alternating rounds of one process, 2 shuffled epochs: the ndarray path, the DEVICE
 #    path, the DEVICE path with OMP_NUM_THREADS=1 (libtorch's CPU threads must not matter);
 #    and, where the Python package imports (or its wheel lies in .gpu/: `maturin build --release
-#    -o .gpu` here), python_feed.py: the Python loader into DEVICE through pin_memory (issue 31);
+#    --strip -o .gpu` here), python_feed.py: the Python loader into DEVICE through
+#    voxlake.torch.to_device, then through pin_memory() in the loop (issue 31);
 # 5. 1, 4 and 8 ranks at once (ndarray path), aggregate samples/s.
 set -euo pipefail
 count=${1:-24000}
@@ -64,8 +65,10 @@ for r in $(seq 1 "$rounds"); do
   bench device --seed "$r" --device "$device"
   OMP_NUM_THREADS=1 bench device_omp1 --seed "$r" --device "$device"
   if [ "$python_feed" = 1 ]; then
-    python3 "$here/python_feed.py" "$data/table" --seed "$r" --device "$device" \
-      2>>"$out/stderr.log" >>"$runs"
+    for feed in staged pin_memory; do
+      python3 "$here/python_feed.py" "$data/table" --seed "$r" --device "$device" --feed "$feed" \
+        2>>"$out/stderr.log" >>"$runs"
+    done
   fi
 done
 

@@ -1,10 +1,13 @@
 """The Python package's feed into a device, as a PyTorch training loop has it (issue 31): the
-batches of `voxlake.Loader` as torch tensors without a copy (`torch.from_numpy`), then on CUDA
-`pin_memory()` and `.to(device, non_blocking=True)` as `DataLoader(pin_memory=True)` does,
-every value summed on the device. Prints one JSON line with the keys of `voxlake bench --json`
-that benches/gpu/summary.py reads, for the same run (`--shuffle --epochs 2`, batches of 32).
+batches of `voxlake.Loader` moved by `voxlake.torch.to_device` (`--feed staged`: staged in a
+ring of page-locked buffers, copied with `non_blocking=True`), or as torch tensors without a
+copy (`torch.from_numpy`) then `pin_memory()` and `.to(device, non_blocking=True)` in the loop
+as `DataLoader(pin_memory=True)` does (`--feed pin_memory`); every value summed on the device.
+Prints one JSON line with the keys of `voxlake bench --json` that benches/gpu/summary.py reads,
+for the same run (`--shuffle --epochs 2`, batches of 32).
 
-usage: python_feed.py TABLE --seed S [--device cuda|cpu] [--epochs 2] [--batch-size 32]
+usage: python_feed.py TABLE --seed S [--device cuda|cpu] [--feed staged|pin_memory]
+                      [--epochs 2] [--batch-size 32]
 """
 
 import argparse
@@ -14,6 +17,7 @@ import time
 import torch
 
 import voxlake
+import voxlake.torch
 
 
 def main() -> None:
@@ -23,6 +27,7 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--feed", choices=["staged", "pin_memory"], default="staged")
     a = p.parse_args()
     device = torch.device(a.device)
     cuda = device.type == "cuda"
@@ -33,10 +38,14 @@ def main() -> None:
     samples = batches = 0
     tensor_bytes = 0
     first_batch_s = None
-    for batch in loader:
-        x = torch.from_numpy(batch["tensor"])
-        if cuda:
-            x = x.pin_memory().to(device, non_blocking=True)
+    def pinned(batches):
+        for batch in batches:
+            x = torch.from_numpy(batch["tensor"])
+            yield {"tensor": x.pin_memory().to(device, non_blocking=True) if cuda else x}
+
+    feed = voxlake.torch.to_device(loader, device) if a.feed == "staged" else pinned(loader)
+    for batch in feed:
+        x = batch["tensor"]
         total += x.sum(dtype=torch.float64)
         samples += x.shape[0]
         batches += 1
@@ -46,7 +55,7 @@ def main() -> None:
     checksum = total.item()  # waits for the device
     seconds = time.perf_counter() - start
     print(json.dumps({
-        "step": "python_" + ("device" if cuda else "cpu"), "samples": samples, "batches": batches,
+        "step": f"python_{a.feed}_" + ("device" if cuda else "cpu"), "samples": samples, "batches": batches,
         "seconds": seconds, "samples_per_s": samples / seconds,
         "mb_per_s": tensor_bytes / 1e6 / seconds, "first_batch_s": first_batch_s or 0.0,
         "checksum": checksum, "device": str(device),

@@ -43,13 +43,14 @@ def main() -> None:
             f"{d['first_batch_s']:13.3f}  {d['staging_waits']:13}"
         )
 
-    python = steps.get("python_device") or steps.get("python_cpu") or []
-    if python:
-        print("\nround  python/s  device/s  python/device  (the Python package through pin_memory, "
-              "issue 31: >= 0.9)")
-        for i, (p, d) in enumerate(zip(python, steps["device"]), 1):
-            print(f"{i:5}  {p['samples_per_s']:8.0f}  {d['samples_per_s']:8.0f}  "
-                  f"{p['samples_per_s'] / d['samples_per_s']:13.2f}")
+    for feed, how in (("staged", "voxlake.torch.to_device"), ("pin_memory", "pin_memory() in the loop")):
+        python = steps.get(f"python_{feed}_device") or steps.get(f"python_{feed}_cpu") or []
+        if python:
+            print(f"\nround  python/s  device/s  python/device  (the Python package, {how}; "
+                  "issue 31: >= 0.9)")
+            for i, (p, d) in enumerate(zip(python, steps["device"]), 1):
+                print(f"{i:5}  {p['samples_per_s']:8.0f}  {d['samples_per_s']:8.0f}  "
+                      f"{p['samples_per_s'] / d['samples_per_s']:13.2f}")
 
     best = max(steps["device"], key=lambda r: r["samples_per_s"])
     gbs = best["mb_per_s"] / 1e3

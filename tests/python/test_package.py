@@ -397,3 +397,46 @@ def test_ranks_left_to_the_launcher_join_its_job(table, monkeypatch):
     os.remove(marker)
     voxlake.Loader(table, batch_size=8, rank=0, world_size=2).rank()
     assert not os.path.exists(marker)
+
+
+def test_to_device_stages_every_batch_through_its_ring(table):
+    """On the CPU (no GPU in CI) the staging runs as on CUDA, into pageable buffers: each
+    batch arrives whole and equal, a ring slot's buffer reused without touching a batch
+    already handed out, the last smaller batch included; the ids pass as they are."""
+    torch = pytest.importorskip("torch")
+    from voxlake.torch import Dataset, to_device
+
+    seen = []
+    # batch_size 7 over ROWS rows: a smaller last batch; 2 slots: each reused many times.
+    for b in to_device(voxlake.Loader(table, batch_size=7, drop_last=False), "cpu", buffers=2):
+        assert isinstance(b["tensor"], torch.Tensor) and b["tensor"].dtype == torch.float32
+        assert b["label"].dtype == torch.int64
+        seen.append(b)
+    assert sum(len(b["id"]) for b in seen) == ROWS and len(seen[-1]["id"]) == ROWS % 7
+    for b in seen:  # checked after all were staged: none was overwritten by a later one
+        for row, label, sample_id in zip(b["tensor"], b["label"], b["id"]):
+            np.testing.assert_array_equal(row.numpy(), cube(number(sample_id)))
+            assert int(label) == number(sample_id) % 2
+    # A Dataset's torch tensors go through it too.
+    ds = Dataset(table, batch_size=8, rank=0, world_size=1)
+    ids = [i for b in to_device(ds, torch.device("cpu")) for i in b["id"]]
+    assert sorted(ids) == sorted(ids_of(voxlake.Loader(table, batch_size=ROWS)))
+    with pytest.raises(voxlake.ConfigError, match="buffers"):
+        next(to_device(ds, "cpu", buffers=0))
+
+
+def test_copy_into_refuses_what_it_cannot_copy():
+    from voxlake._voxlake import _copy_into
+
+    src = np.arange(3 << 20, dtype=np.float32)  # 12 MiB: copied by several threads
+    dst = np.zeros_like(src)
+    assert _copy_into(dst.ctypes.data, dst.nbytes, src) == src.nbytes
+    np.testing.assert_array_equal(dst, src)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _copy_into(dst.ctypes.data, dst.nbytes, src.reshape(1024, -1)[:, ::2])
+    with pytest.raises(ValueError, match="bytes"):
+        _copy_into(dst.ctypes.data, dst.nbytes - 1, src)
+    with pytest.raises(ValueError, match="overlaps"):
+        _copy_into(src.ctypes.data + 4, src.nbytes, src)
+    with pytest.raises(ValueError, match="null"):
+        _copy_into(0, src.nbytes, src)

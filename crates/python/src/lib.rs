@@ -5,8 +5,9 @@
 //! One job per module: [`options`] applies the Python keyword arguments to the Rust builder
 //! (the one list of them), [`loader`] is the `Loader` class (iteration with the GIL released,
 //! state, epochs), [`arrays`] hands a batch's buffers to numpy without a copy, [`compact`]
-//! runs `convert` and `inspect`, [`cli`] the console scripts, [`errors`] turns the crates' errors into the `VoxlakeError`
-//! exceptions.
+//! runs `convert` and `inspect`, [`cli`] the console scripts, [`staging`] copies a batch into
+//! `voxlake.torch.to_device`'s page-locked buffers, [`errors`] turns the crates' errors into
+//! the `VoxlakeError` exceptions.
 
 #![warn(missing_docs)]
 // Errors are exceptions: a panic here would reach Python as pyo3's `PanicException`.
@@ -18,6 +19,7 @@ mod compact;
 mod errors;
 mod loader;
 mod options;
+mod staging;
 
 use pyo3::prelude::*;
 
@@ -32,6 +34,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compact::convert, m)?)?;
     m.add_function(wrap_pyfunction!(compact::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(cli::run_command, m)?)?;
+    m.add_function(wrap_pyfunction!(staging::copy_into, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
