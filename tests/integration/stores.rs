@@ -1055,7 +1055,19 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
         if checkpoint {
             write_checkpoint(backend, &uploaded.table).await;
         }
-        let (proxy, _, snapshot) = counted(backend, &uploaded.table).await;
+        // Each request held 50 ms: "asked at once" is each asked before the other was
+        // answered, whatever a connection's set-up costs.
+        let held = FaultPlan {
+            latency: std::time::Duration::from_millis(50),
+            ..FaultPlan::default()
+        };
+        let proxy = FaultProxy::start(backend.addr(), held.clone())
+            .await
+            .unwrap();
+        let snapshot =
+            voxlake::stream::Snapshot::open(&uploaded.table, &backend.through(&proxy), None)
+                .await
+                .unwrap();
         assert_eq!(snapshot.files().len(), count, "checkpoint {checkpoint}");
         let mut asked: HashMap<String, usize> = HashMap::new();
         for r in proxy.requests() {
@@ -1092,7 +1104,45 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
         let commits = asked.keys().filter(|k| k.contains(".json")).count();
         match checkpoint {
             false => assert_eq!(commits, count + 1, "{asked:#?}"),
-            true => assert!(asked.keys().any(|k| k.contains(".checkpoint.parquet"))),
+            // Read whole in one request (`log_memo::WHOLE_BYTES`), listed beforehand.
+            true => assert_eq!(
+                asked
+                    .keys()
+                    .filter(|k| k.contains(".checkpoint.parquet"))
+                    .count(),
+                1,
+                "{asked:#?}"
+            ),
+        }
+        // A rank of a job asks for the job's marker and the log's two questions at once (one
+        // round trip, `pin::open_for_job`), and the open asks neither again.
+        let proxy = FaultProxy::start(backend.addr(), held).await.unwrap();
+        let options = voxlake::table::TableOptions {
+            storage_options: backend.through(&proxy),
+            job: Some(format!("log-questions-{checkpoint}")),
+            ..Default::default()
+        };
+        let snapshot = voxlake::table::Snapshot::open_with_options(&uploaded.table, &options)
+            .await
+            .unwrap();
+        assert_eq!(snapshot.files().len(), count);
+        let requests = proxy.requests();
+        let find = |what: &dyn Fn(&str) -> bool| {
+            let found: Vec<_> = requests
+                .iter()
+                .filter(|r| r.method != "PUT" && what(&r.target))
+                .collect();
+            assert_eq!(found.len(), 1, "{found:#?}");
+            found[0].clone()
+        };
+        let marker = find(&|t| t.contains("_voxlake/jobs/"));
+        let hint = find(&|t| t.contains("_last_checkpoint"));
+        let listing = find(&|t| t.contains("prefix=") && t.contains("_delta_log"));
+        for (one, other) in [(&marker, &hint), (&marker, &listing), (&hint, &listing)] {
+            assert!(
+                one.at < other.answered.unwrap() && other.at < one.answered.unwrap(),
+                "not asked at once: {one:?} {other:?}"
+            );
         }
     }
 }

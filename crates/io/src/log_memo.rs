@@ -11,10 +11,13 @@
 //! asked while the same one is in flight waits for it rather than asking the store too.
 //!
 //! A log Parquet file (a checkpoint part) is read from its end first: its last 8 bytes, then
-//! its footer, then the small column chunks of protocol and metadata, one round trip each.
-//! Where the listing told its size, the first request within its last [`TAIL_BYTES`] fetches
-//! all of them, and the others are answered from that tail (measured through 20 ms: the open
-//! of a 10⁵-file table's checkpoint went from 5 sequential checkpoint reads to 2).
+//! its footer, then the small column chunks of protocol and metadata, one round trip each, then
+//! its file actions. Where the listing told its size, the first request within its last
+//! [`TAIL_BYTES`] fetches all of them, and the others are answered from that tail (measured
+//! through 20 ms: the open of a 10⁵-file table's checkpoint went from 5 sequential checkpoint
+//! reads to 2); a file of at most [`WHOLE_BYTES`] is fetched whole by that request (the file
+//! actions are most of a checkpoint: 19 of its 20 MB at 10⁵ files), so its reads are one round
+//! trip.
 //!
 //! A read longer than [`PART_BYTES`] (a checkpoint's file actions are one column chunk: 19 MB
 //! at 10⁵ files, 168 MB at 10⁶) is asked in parts, all at once, not as one GET.
@@ -63,6 +66,10 @@ pub const TAIL_BYTES: u64 = 1 << 20;
 
 /// A log read longer than this is asked in parts of this size, all at once.
 pub const PART_BYTES: u64 = 8 << 20;
+
+/// A listed log Parquet file of at most this many bytes is fetched whole (in parts at once) by
+/// its first read.
+pub const WHOLE_BYTES: u64 = 32 << 20;
 
 /// Remembers a table's log answers while it opens (see the [module](self)).
 #[derive(Debug)]
@@ -147,10 +154,14 @@ impl LogMemo {
         Some(kept.entry(key).or_default().clone())
     }
 
-    /// The tail `range` falls in, where `location` is a log Parquet file of known size.
-    fn tail(&self, location: &Path, range: &Option<GetRange>) -> Option<Range<u64>> {
+    /// The window `range` falls in, where `location` is a log Parquet file of known size: the
+    /// whole file up to [`WHOLE_BYTES`], else its last [`TAIL_BYTES`].
+    fn window(&self, location: &Path, range: &Option<GetRange>) -> Option<Range<u64>> {
         let size = *self.sizes.lock().ok()?.get(location)?;
-        let window = size.saturating_sub(TAIL_BYTES)..size;
+        let window = match size <= WHOLE_BYTES {
+            true => 0..size,
+            false => size.saturating_sub(TAIL_BYTES)..size,
+        };
         match range {
             Some(GetRange::Bounded(r))
                 if r.start < r.end && r.start >= window.start && r.end <= size =>
@@ -272,24 +283,24 @@ crate::passthrough::wrapper_store!(LogMemo, {
         if !plain || !is_immutable_log_object(location) {
             return self.inner.get_opts(location, options).await;
         }
-        // A read in a Parquet file's tail: the whole tail, once, and this read cut from it.
-        if let Some(window) = self.tail(location, &options.range)
-            && let Some(slot) = self.slot((location.clone(), "tail".to_string()))
+        // A read in a Parquet file's window: the whole window, once, and this read cut from it.
+        if let Some(window) = self.window(location, &options.range)
+            && let Some(slot) = self.slot((location.clone(), "window".to_string()))
             && let Some(GetRange::Bounded(asked)) = &options.range
         {
             let get = GetOptions {
                 range: Some(window.clone().into()),
                 ..GetOptions::default()
             };
-            let tail = self.kept(slot, location, get).await?;
-            if tail.range == window {
+            let got = self.kept(slot, location, get).await?;
+            if got.range == window {
                 let at = (asked.start - window.start) as usize..(asked.end - window.start) as usize;
-                let bytes = tail.bytes.slice(at);
+                let bytes = got.bytes.slice(at);
                 return Ok(GetResult {
                     payload: GetResultPayload::Stream(
                         futures::stream::once(async { Ok(bytes) }).boxed(),
                     ),
-                    meta: tail.meta,
+                    meta: got.meta,
                     range: asked.clone(),
                     attributes: Default::default(),
                 });
@@ -519,6 +530,39 @@ mod tests {
         assert_eq!(&a.unwrap()[..], &body[5..9]);
         assert_eq!(&b.unwrap()[1][..], &body[300..400]);
         assert_eq!(store.gets.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_listed_checkpoint_is_fetched_whole_up_to_a_size() {
+        let store = Arc::new(Counting {
+            inner: InMemory::new(),
+            gets: AtomicU64::new(0),
+        });
+        let log = Path::from("t/_delta_log");
+        let small = log.clone().join("00000000000000000010.checkpoint.parquet");
+        let large = log.clone().join("00000000000000000020.checkpoint.parquet");
+        let body = |len: u64| -> Vec<u8> { (0..len).map(|i| (i % 247) as u8).collect() };
+        // Past the tail (its file actions out of it) yet under the size: one request for all.
+        let (small_len, large_len) = (3 * TAIL_BYTES, WHOLE_BYTES + 10);
+        let (small_body, large_body) = (body(small_len), body(large_len));
+        store.put(&small, small_body.clone().into()).await.unwrap();
+        store.put(&large, large_body.clone().into()).await.unwrap();
+        let memo = LogMemo::new(store.clone(), 1 << 30);
+        let listed: Vec<_> = memo.list(Some(&log)).collect().await;
+        assert_eq!(listed.len(), 2);
+        let at = |len: u64| [len - 8..len, len - 500..len - 8, 4..len - TAIL_BYTES - 1];
+        for r in at(small_len) {
+            let got = memo.get_range(&small, r.clone()).await.unwrap();
+            assert_eq!(&got[..], &small_body[r.start as usize..r.end as usize]);
+        }
+        assert_eq!(store.gets.load(Ordering::SeqCst), 1, "the file in one read");
+        // Larger: its tail in one read, then what lies before the tail in its own, in parts.
+        for r in at(large_len) {
+            let got = memo.get_range(&large, r.clone()).await.unwrap();
+            assert_eq!(&got[..], &large_body[r.start as usize..r.end as usize]);
+        }
+        let parts = (large_len - TAIL_BYTES - 5).div_ceil(PART_BYTES);
+        assert_eq!(store.gets.load(Ordering::SeqCst), 1 + 1 + parts);
     }
 
     #[tokio::test]

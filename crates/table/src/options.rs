@@ -81,10 +81,10 @@ impl Snapshot {
         let cache = options.cache.open()?;
         #[cfg(not(unix))]
         let cache: Option<crate::stores::LogCacheRef> = None;
-        // `known`: a job's marker named the version, so the table has a log.
+        // `prior`: what a job's resolution found first (`pin::Prior`).
         // Boxed: an open's future is large, and a job's resolution holds several (a loader
         // builds on a thread of the default stack size).
-        let open = |as_of, known| {
+        let open = |as_of, prior: crate::pin::Prior| {
             Box::pin(Snapshot::open_logged(
                 location,
                 &options.storage_options,
@@ -93,8 +93,9 @@ impl Snapshot {
                 &options.hints,
                 super::snapshot::OpenHow {
                     log_cache: cache.clone(),
-                    known_delta: known,
+                    known_delta: prior.known_delta,
                     stats: options.filter.is_some(),
+                    ahead: prior.ahead,
                 },
             ))
         };
@@ -114,7 +115,7 @@ impl Snapshot {
                 let (storage, root) = (&options.storage_options, options.root_store.as_ref());
                 crate::pin::open_for_job(location, storage, root, job, &open).await?
             }
-            (_, as_of) => open(as_of, false).await?,
+            (_, as_of) => open(as_of, crate::pin::Prior::default()).await?,
         };
         #[cfg(unix)]
         let snapshot = match cache {

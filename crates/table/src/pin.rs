@@ -21,6 +21,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TableError;
+use crate::snapshot::asked::LogAhead;
 
 /// Where the markers live, under the table root.
 pub const JOBS_FOLDER: &str = "_voxlake/jobs";
@@ -168,7 +169,19 @@ pub async fn pinned(
     root_store: Option<&std::sync::Arc<dyn ObjectStore>>,
     job: &str,
 ) -> Result<Option<Marker>, TableError> {
-    let (store, prefix) = match root_store {
+    let (store, prefix) = marker_store(location, storage_options, root_store, job)?;
+    pinned_in(store.as_ref(), &prefix, location, job).await
+}
+
+/// The store a job's marker is read from, at its root (as the table's open builds it), and the
+/// table's prefix in it.
+fn marker_store(
+    location: &str,
+    storage_options: &std::collections::HashMap<String, String>,
+    root_store: Option<&std::sync::Arc<dyn ObjectStore>>,
+    job: &str,
+) -> Result<(std::sync::Arc<dyn ObjectStore>, Path), TableError> {
+    Ok(match root_store {
         Some(store) => {
             let url = voxlake_io::location::to_url(location, true)?;
             let prefix = Path::from_url_path(url.path()).map_err(|e| TableError::Version {
@@ -181,10 +194,19 @@ pub async fn pinned(
             let opened = crate::stores::open_store(location, true, storage_options)?;
             (opened.store, opened.prefix)
         }
-    };
+    })
+}
+
+/// [`pinned`], in `store` where the table lies at `prefix`.
+async fn pinned_in(
+    store: &dyn ObjectStore,
+    prefix: &Path,
+    location: &str,
+    job: &str,
+) -> Result<Option<Marker>, TableError> {
     let path = marker_path(job);
     let path = Path::from_iter(prefix.parts().chain(path.parts()));
-    read(store.as_ref(), &path)
+    read(store, &path)
         .await
         .map_err(|reason| TableError::Version {
             location: voxlake_io::redact(location),
@@ -214,10 +236,21 @@ async fn read(store: &dyn ObjectStore, path: &Path) -> Result<Option<Marker>, St
         .map_err(|e| format!("the marker is not one voxlake wrote: {e}"))
 }
 
+/// What a rank knows of the table before it opens it, found while it looked for its job's
+/// marker.
+#[derive(Default)]
+pub(crate) struct Prior {
+    /// A marker named the version, so the table has a log.
+    pub(crate) known_delta: bool,
+    /// The log's first answers (`_last_checkpoint`, the listing under way), asked beside the
+    /// marker: the open starts a round trip later than it would.
+    pub(crate) ahead: Option<LogAhead>,
+}
+
 /// Opens `location` at job `job`'s version: the version its marker pins, else this rank's
 /// latest, published as the job's (a rank that lost the race reopens the published one); the
-/// file set is checked against the marker's. `open(as_of, known)` opens the table (`known`:
-/// a marker named the version, so the table has a log).
+/// file set is checked against the marker's. `open(as_of, prior)` opens the table. The marker
+/// and the log's first answers are asked at once (either way the open needs the log).
 pub(crate) async fn open_for_job<F, Fut>(
     location: &str,
     storage_options: &std::collections::HashMap<String, String>,
@@ -226,15 +259,27 @@ pub(crate) async fn open_for_job<F, Fut>(
     open: &F,
 ) -> Result<crate::Snapshot, TableError>
 where
-    F: Fn(crate::AsOf, bool) -> Fut,
+    F: Fn(crate::AsOf, Prior) -> Fut,
     Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
 {
     use crate::AsOf;
-    let marker = pinned(location, storage_options, root_store, job).await?;
-    match marker {
-        Some(marker) => open_pinned(open, job, marker.version, &marker.files).await,
+    let (store, prefix) = marker_store(location, storage_options, root_store, job)?;
+    let url = voxlake_io::location::to_url(location, true)?;
+    let (marker, ahead) = futures::join!(
+        pinned_in(store.as_ref(), &prefix, location, job),
+        LogAhead::read(&store, &url)
+    );
+    match marker? {
+        Some(marker) => open_pinned(open, job, marker.version, &marker.files, ahead).await,
         None => {
-            let snapshot = open(AsOf::Latest, false).await?;
+            let snapshot = open(
+                AsOf::Latest,
+                Prior {
+                    known_delta: false,
+                    ahead,
+                },
+            )
+            .await?;
             let agreed = agree(
                 snapshot.store().as_ref(),
                 snapshot.location(),
@@ -246,25 +291,32 @@ where
             match agreed {
                 Agreed::Keep => Ok(snapshot),
                 // Another rank published first, between the look and the put.
-                Agreed::Reopen { version, files } => open_pinned(open, job, version, &files).await,
+                Agreed::Reopen { version, files } => {
+                    open_pinned(open, job, version, &files, None).await
+                }
             }
         }
     }
 }
 
 /// Opens version `version`, which job `job` pinned with the file-set hash `files`, and checks
-/// that its files are those (see [`check_files`]).
+/// that its files are those (see [`check_files`]); `ahead`: the log's first answers, if asked.
 pub(crate) async fn open_pinned<F, Fut>(
     open: &F,
     job: &str,
     version: u64,
     files: &str,
+    ahead: Option<LogAhead>,
 ) -> Result<crate::Snapshot, TableError>
 where
-    F: Fn(crate::AsOf, bool) -> Fut,
+    F: Fn(crate::AsOf, Prior) -> Fut,
     Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
 {
-    let snapshot = open(crate::AsOf::Version(version), true).await?;
+    let prior = Prior {
+        known_delta: true,
+        ahead,
+    };
+    let snapshot = open(crate::AsOf::Version(version), prior).await?;
     check_files(
         snapshot.location(),
         job,

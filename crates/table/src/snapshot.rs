@@ -22,6 +22,7 @@ use voxlake_io::ObjectFileReader;
 use crate::error::TableError;
 use voxlake_io::location;
 
+pub(crate) mod asked;
 mod columns;
 mod commits;
 mod deletes;

@@ -29,7 +29,7 @@ pub(crate) async fn open_for_job<F, Fut>(
     open: &F,
 ) -> Result<Snapshot, TableError>
 where
-    F: Fn(AsOf, bool) -> Fut,
+    F: Fn(AsOf, super::Prior) -> Fut,
     Fut: std::future::Future<Output = Result<Snapshot, TableError>>,
 {
     let url = location::to_url(location, true)?;
@@ -85,7 +85,7 @@ where
     match super::pinned(location, storage_options, None, job).await? {
         Some(marker) if marker.version == version && marker.files == files => {
             tracing::debug!(location = %shown, job, version, "the job's version from the node's cache");
-            super::open_pinned(open, job, version, &files).await
+            super::open_pinned(open, job, version, &files, None).await
         }
         marker => {
             tracing::warn!(

@@ -13,8 +13,9 @@
 //! kernel ([`replay`] answers `None`), whose reading and errors are the reference; what was
 //! read here is handed to it through the [`LogMemo`] (the commits kept, `_last_checkpoint`
 //! and the listing primed), so leaving costs no round trip. `_last_checkpoint` and the
-//! listing are asked at once ([`Asked`]): where there is a checkpoint, the listing is handed
-//! on if its first page held it all, else dropped (the kernel lists from the checkpoint).
+//! listing are asked at once ([`Asked`], or before the open: [`LogAhead`]): where there is a
+//! checkpoint, the listing is handed on if its first page held it all, else dropped (the
+//! kernel lists from the checkpoint).
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -23,9 +24,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use deltalake::DeltaTableError;
 use deltalake::kernel::{DeletionVectorDescriptor, Metadata, Protocol as DeltaProtocol};
-use futures::future::BoxFuture;
-use futures::stream::BoxStream;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use percent_encoding::percent_decode_str;
@@ -34,6 +33,7 @@ use url::Url;
 #[cfg(unix)]
 use voxlake_io::log_memo::LogMemo;
 
+use super::asked::{Asked, LogAhead, log_paths};
 use super::file_list::{Entry, FileListBuilder};
 use super::mapping::ColumnMapping;
 use super::replay::Replayed;
@@ -128,90 +128,6 @@ fn commits_to_read(listing: &[ObjectMeta], version: Option<u64>) -> Option<Vec<O
         .map(|(i, (v, meta))| (i as u64 == v).then(|| meta.clone()))
         .collect::<Option<_>>()?;
     (wanted.len() as u64 == target + 1).then_some(wanted)
-}
-
-/// A listing's objects handed to the kernel beside a checkpoint hint when the listing ended
-/// within them: one page of S3's and GCS's (1,000 objects). A longer log's listing is not paged
-/// through: the kernel lists from its checkpoint.
-const HINTED_LISTING: usize = 1000;
-
-/// `_last_checkpoint`'s bytes and metadata, or `None` where there is none.
-type Hint = Option<(Bytes, ObjectMeta)>;
-
-/// `_last_checkpoint` and the listing of `_delta_log`, asked at once.
-struct Asked {
-    hint: Option<BoxFuture<'static, object_store::Result<Hint>>>,
-    listing: BoxStream<'static, object_store::Result<ObjectMeta>>,
-    listed: Vec<ObjectMeta>,
-    /// The listing ended (or failed: the error).
-    ended: Option<Option<object_store::Error>>,
-}
-
-impl Asked {
-    fn new(store: &Arc<dyn ObjectStore>, hint: &Path, prefix: &Path) -> Asked {
-        let (store, hint) = (store.clone(), hint.clone());
-        let listing = store.list(Some(prefix));
-        let hint = async move {
-            match store.get(&hint).await {
-                Ok(got) => {
-                    let meta = got.meta.clone();
-                    Ok(Some((got.bytes().await?, meta)))
-                }
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        };
-        Asked {
-            hint: Some(hint.boxed()),
-            listing,
-            listed: Vec::new(),
-            ended: None,
-        }
-    }
-
-    /// The hint's answer, the listing taken in meanwhile (up to [`HINTED_LISTING`] objects).
-    async fn hint(&mut self) -> object_store::Result<Hint> {
-        let Some(mut hint) = self.hint.take() else {
-            return Ok(None);
-        };
-        loop {
-            let listing = self.ended.is_none() && self.listed.len() < HINTED_LISTING;
-            tokio::select! {
-                found = &mut hint => return found,
-                item = self.listing.next(), if listing => self.take(item),
-            }
-        }
-    }
-
-    fn take(&mut self, item: Option<object_store::Result<ObjectMeta>>) {
-        match item {
-            Some(Ok(meta)) => self.listed.push(meta),
-            Some(Err(e)) => self.ended = Some(Some(e)),
-            None => self.ended = Some(None),
-        }
-    }
-
-    /// The listing, if it ends without an error within [`HINTED_LISTING`] objects: the first
-    /// page, asked with the hint, awaited (its answer is near); no further page is asked.
-    async fn whole_listing(mut self) -> Option<Vec<ObjectMeta>> {
-        while self.ended.is_none() && self.listed.len() < HINTED_LISTING {
-            let item = self.listing.next().await;
-            self.take(item);
-        }
-        matches!(self.ended, Some(None)).then_some(self.listed)
-    }
-
-    /// The whole listing.
-    async fn listing(mut self) -> object_store::Result<Vec<ObjectMeta>> {
-        while self.ended.is_none() {
-            let item = self.listing.next().await;
-            self.take(item);
-        }
-        match self.ended {
-            Some(Some(e)) => Err(e),
-            _ => Ok(self.listed),
-        }
-    }
 }
 
 /// A commit's bytes.
@@ -311,26 +227,18 @@ impl Reconciled {
     }
 }
 
-/// The store's path of `url` as the Delta kernel's engine reads it (`read_files`), so that what
-/// is read here is keyed as the kernel asks for it.
-fn engine_path(url: &Url) -> Option<Path> {
-    match url.scheme() {
-        "file" => Path::from_absolute_path(url.to_file_path().ok()?).ok(),
-        _ => Some(Path::from(url.path())),
-    }
-}
-
 /// The replay at `version` (`None`: the latest) of the log at `log_root` (`_delta_log/`'s URL)
 /// in `store` (the table's store at its root, as the kernel's engine reads it), where it is a
 /// log of commits only; `None` for any other log (left to the kernel, see the
 /// [module](self)). `stats` keeps the files' statistics; `location` names the table in
-/// messages.
+/// messages; `ahead`: the log's first answers where they were asked before the open.
 pub(crate) async fn replay(
     store: &Arc<dyn ObjectStore>,
     log_root: &Url,
     version: Option<u64>,
     location: &str,
     stats: bool,
+    ahead: Option<LogAhead>,
     #[cfg(unix)] memo: Option<&LogMemo>,
 ) -> Result<Option<Replayed>, TableError> {
     let store_error = |source: object_store::Error| TableError::Delta {
@@ -338,17 +246,16 @@ pub(crate) async fn replay(
         source: Box::new(DeltaTableError::ObjectStore { source }),
     };
     // A `_last_checkpoint` says there is a checkpoint: the kernel's log (handed what was read).
-    let (Some(hint), Ok(prefix)) = (
-        log_root
-            .join("_last_checkpoint")
-            .ok()
-            .and_then(|u| engine_path(&u)),
-        Path::from_url_path(log_root.path()),
-    ) else {
+    let Some(paths) = log_paths(log_root) else {
         return Ok(None);
     };
-    // The hint and the listing asked at once: one round trip, not two, before the commits.
-    let mut asked = Asked::new(store, &hint, &prefix);
+    // The hint and the listing asked at once: one round trip, not two, before the commits
+    // (none where they were asked ahead, beside a job's marker).
+    let mut asked = match ahead.and_then(|ahead| ahead.take(&paths)) {
+        Some(asked) => asked,
+        None => Asked::new(store, paths.clone()),
+    };
+    let (hint, prefix) = paths;
     let found = asked.hint().await.map_err(store_error)?;
     if found.is_some() {
         // The kernel's log: the hint handed on, and the listing where it is whole already.
@@ -583,6 +490,7 @@ mod tests {
             version,
             "t",
             true,
+            None,
             #[cfg(unix)]
             None,
         )

@@ -4,6 +4,7 @@
 use deltalake::DeltaTable;
 use deltalake::kernel::Snapshot;
 
+use super::asked::{LogAhead, log_root};
 use super::load::load_at;
 use super::replay::Replayed;
 use super::travel::AsOf;
@@ -29,14 +30,15 @@ impl Loaded {
 
 /// The log of `table` (built, not loaded) as of `as_of`: read by voxlake where it is commits
 /// only (`commits::replay`, `stats`: with the files' statistics), else by `load_at`. `memo`:
-/// the table's store's memo, to hand what was read to the kernel. `None` where the location
-/// has no log (see `load_at`).
+/// the table's store's memo, to hand what was read to the kernel; `ahead`: the log's first
+/// answers, asked before the open. `None` where the location has no log (see `load_at`).
 pub(crate) async fn load(
     table: &DeltaTable,
     as_of: AsOf,
     known_delta: bool,
     display: &str,
     stats: bool,
+    ahead: Option<LogAhead>,
     #[cfg(unix)] memo: Option<&voxlake_io::log_memo::LogMemo>,
 ) -> Result<Option<Loaded>, TableError> {
     let version = match as_of {
@@ -45,13 +47,14 @@ pub(crate) async fn load(
         AsOf::Timestamp(_) => None,
     };
     if let Some(version) = version
-        && let Some(log_root) = log_root(table)
+        && let Some(log_root) = log_root(table.log_store().root_url())
         && let Some(replayed) = super::commits::replay(
             &table.log_store().root_object_store(None),
             &log_root,
             version,
             display,
             stats,
+            ahead,
             #[cfg(unix)]
             memo,
         )
@@ -62,13 +65,4 @@ pub(crate) async fn load(
     Ok(load_at(table, as_of, known_delta, display)
         .await?
         .map(|snapshot| Loaded::Kernel(Box::new(snapshot))))
-}
-
-/// `_delta_log/`'s URL, as deltalake gives the kernel (the table's root with a slash, joined).
-fn log_root(table: &DeltaTable) -> Option<url::Url> {
-    let mut root = table.log_store().root_url().clone();
-    if !root.path().ends_with('/') {
-        root.set_path(&format!("{}/", root.path()));
-    }
-    root.join("_delta_log/").ok()
 }

@@ -44,6 +44,8 @@ pub(crate) struct OpenHow {
     pub known_delta: bool,
     /// The files' statistics are kept (a filter reads them; ~150 bytes a file).
     pub stats: bool,
+    /// The log's first answers, asked before the open (beside a job's marker).
+    pub ahead: Option<super::asked::LogAhead>,
 }
 
 impl Default for OpenHow {
@@ -52,6 +54,7 @@ impl Default for OpenHow {
             log_cache: None,
             known_delta: false,
             stats: true,
+            ahead: None,
         }
     }
 }
@@ -129,6 +132,7 @@ impl Snapshot {
             log_cache,
             known_delta,
             stats,
+            mut ahead,
         } = how;
         crate::stores::register_handlers();
         let url = location::to_url(location, true)?;
@@ -203,9 +207,10 @@ impl Snapshot {
                 let root = table.log_store().root_url().clone();
                 // Replayed with the statistics, for whichever rank filters.
                 let mut no_log = false;
+                let ahead = ahead.take();
                 let make = async {
                     let memo = memo.get().map(|m| m.as_ref());
-                    match load(&table, as_of, known_delta, &display, true, memo).await? {
+                    match load(&table, as_of, known_delta, &display, true, ahead, memo).await? {
                         Some(Loaded::Replayed(replayed)) => Ok(Some(*replayed)),
                         Some(Loaded::Kernel(state)) => Ok(Some(
                             super::replay::replay(&table, state.as_ref(), &display, true).await?,
@@ -239,6 +244,7 @@ impl Snapshot {
                     known_delta,
                     &display,
                     with_stats,
+                    ahead,
                     #[cfg(unix)]
                     memo,
                 )
