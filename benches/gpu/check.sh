@@ -14,7 +14,8 @@
 #    path, the DEVICE path with OMP_NUM_THREADS=1 (libtorch's CPU threads must not matter);
 #    and, where the Python package imports (or its wheel lies in .gpu/: `maturin build --release
 #    --strip -o .gpu` here), python_feed.py: the Python loader into DEVICE through
-#    voxlake.torch.to_device, then through pin_memory() in the loop (issue 31);
+#    voxlake.torch.to_device, then through pin_memory() in the loop (issue 31), and the
+#    device path and to_device again over 6 epochs;
 # 5. 1, 4 and 8 ranks at once (ndarray path), aggregate samples/s.
 set -euo pipefail
 count=${1:-24000}
@@ -57,7 +58,7 @@ python3 -c 'import voxlake, torch' 2>/dev/null && python_feed=1
 bench() { # step, then voxlake bench arguments
   local step=$1
   shift
-  voxlake bench "$data/table" --shuffle --epochs 2 --json "$@" 2>>"$out/stderr.log" |
+  voxlake bench "$data/table" --shuffle --epochs "${EPOCHS:-2}" --json "$@" 2>>"$out/stderr.log" |
     sed "s/^{/{\"step\":\"$step\",/" >>"$runs"
 }
 for r in $(seq 1 "$rounds"); do
@@ -69,6 +70,11 @@ for r in $(seq 1 "$rounds"); do
       python3 "$here/python_feed.py" "$data/table" --seed "$r" --device "$device" --feed "$feed" \
         2>>"$out/stderr.log" >>"$runs"
     done
+    # The Rust and the Python feed over 6 epochs: a process's start (CUDA, pinned buffers,
+    # threads) weighs less than in a run of 2 (~1.5 s).
+    EPOCHS=6 bench device_long --seed "$r" --device "$device"
+    python3 "$here/python_feed.py" "$data/table" --seed "$r" --device "$device" --feed staged \
+      --epochs 6 --step python_staged_long 2>>"$out/stderr.log" >>"$runs"
   fi
 done
 

@@ -7,7 +7,7 @@ Prints one JSON line with the keys of `voxlake bench --json` that benches/gpu/su
 for the same run (`--shuffle --epochs 2`, batches of 32).
 
 usage: python_feed.py TABLE --seed S [--device cuda|cpu] [--feed staged|pin_memory]
-                      [--epochs 2] [--batch-size 32]
+                      [--epochs 2] [--batch-size 32] [--step NAME]
 """
 
 import argparse
@@ -28,6 +28,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--feed", choices=["staged", "pin_memory"], default="staged")
+    p.add_argument("--step", help="the step's name in the JSON (default python_FEED_DEVICE)")
     a = p.parse_args()
     device = torch.device(a.device)
     cuda = device.type == "cuda"
@@ -55,7 +56,7 @@ def main() -> None:
     checksum = total.item()  # waits for the device
     seconds = time.perf_counter() - start
     print(json.dumps({
-        "step": f"python_{a.feed}_" + ("device" if cuda else "cpu"), "samples": samples, "batches": batches,
+        "step": a.step or f"python_{a.feed}_" + ("device" if cuda else "cpu"), "samples": samples, "batches": batches,
         "seconds": seconds, "samples_per_s": samples / seconds,
         "mb_per_s": tensor_bytes / 1e6 / seconds, "first_batch_s": first_batch_s or 0.0,
         "checksum": checksum, "device": str(device),

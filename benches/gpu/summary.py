@@ -52,6 +52,14 @@ def main() -> None:
                 print(f"{i:5}  {p['samples_per_s']:8.0f}  {d['samples_per_s']:8.0f}  "
                       f"{p['samples_per_s'] / d['samples_per_s']:13.2f}")
 
+    long = steps.get("python_staged_long") or []
+    if long and steps.get("device_long"):
+        print("\nround  python/s  device/s  python/device  (6 epochs a run: to_device and the device "
+              "path, each a fresh process)")
+        for i, (p, d) in enumerate(zip(long, steps["device_long"]), 1):
+            print(f"{i:5}  {p['samples_per_s']:8.0f}  {d['samples_per_s']:8.0f}  "
+                  f"{p['samples_per_s'] / d['samples_per_s']:13.2f}")
+
     best = max(steps["device"], key=lambda r: r["samples_per_s"])
     gbs = best["mb_per_s"] / 1e3
     print(f"\none process on the device: {gbs:.2f} GB/s of tensors = "
