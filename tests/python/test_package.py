@@ -440,3 +440,29 @@ def test_copy_into_refuses_what_it_cannot_copy():
         _copy_into(src.ctypes.data + 4, src.nbytes, src)
     with pytest.raises(ValueError, match="null"):
         _copy_into(0, src.nbytes, src)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_copy_into_works_in_a_process_forked_after_its_threads_started():
+    """A DataLoader worker forked after the parent copied has none of the copy threads: its
+    copies run on its own thread instead of waiting for threads that do not exist."""
+    from voxlake._voxlake import _copy_into
+
+    src = np.arange(3 << 20, dtype=np.float32)
+    dst = np.zeros_like(src)
+    _copy_into(dst.ctypes.data, dst.nbytes, src, 8)  # the pool starts here
+    pid = os.fork()
+    if pid == 0:  # the child: a hang here fails the test by its timeout below
+        out = np.zeros_like(src)
+        _copy_into(out.ctypes.data, out.nbytes, src, 8)
+        os._exit(0 if np.array_equal(out, src) else 1)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked process's copy hung")

@@ -22,17 +22,22 @@ fn default_threads() -> usize {
     (cores / 2).clamp(1, MAX_THREADS)
 }
 
-/// The copying threads, started once (a thread started for each copy costs ~0.1 ms a batch).
+/// The copying threads, started once (a thread started for each copy costs ~0.1 ms a batch);
+/// `None` in a process forked after they started (a `DataLoader` worker): the fork has none of
+/// its parent's threads, and a copy waiting for them would never end.
 fn pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(MAX_THREADS - 1)
-            .thread_name(|i| format!("voxlake-copy-{i}"))
-            .build()
-            .ok()
-    })
-    .as_ref()
+    static POOL: std::sync::OnceLock<Option<(u32, rayon::ThreadPool)>> = std::sync::OnceLock::new();
+    let (pid, pool) = POOL
+        .get_or_init(|| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(MAX_THREADS - 1)
+                .thread_name(|i| format!("voxlake-copy-{i}"))
+                .build()
+                .ok()?;
+            Some((std::process::id(), pool))
+        })
+        .as_ref()?;
+    (*pid == std::process::id()).then_some(pool)
 }
 
 /// Copies the C-contiguous numpy array `src` into the `dst_bytes` bytes at address `dst`.
@@ -106,7 +111,7 @@ fn copy_parallel(from: usize, to: usize, bytes: usize, threads: usize) {
             }
             copy(0);
         }),
-        // No pool (threads could not start): this thread copies it all.
+        // No pool (threads could not start, or a fork's): this thread copies it all.
         _ => (0..bytes).step_by(chunk).for_each(copy),
     }
 }
