@@ -23,9 +23,11 @@ impl LoaderBuilder {
     ) -> Result<(), LoaderError> {
         let files = stream.first_files(epoch);
         let first = files.first().copied().unwrap_or(0);
-        let (groups, ()) = runtime.block_on(async {
-            let others = files.iter().skip(1).copied();
-            futures::join!(stream.group_budgets(first), stream.prefetch_footers(others))
+        let (groups, _) = runtime.block_on(async {
+            // A footer among the others that fails is the epoch's to report: it reads again
+            // what was not kept.
+            let others: Vec<usize> = files.iter().skip(1).copied().collect();
+            futures::join!(stream.group_budgets(first), stream.footers(others))
         });
         let groups = groups?;
         // The largest of each: rows, bytes per row held, peak.

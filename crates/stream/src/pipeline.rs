@@ -175,9 +175,8 @@ impl TableStream {
 
     /// The files whose footers `epoch` reads first on this shard, in that order, as many as
     /// it reads ahead (none: the shard has no rows). A check that needs a footer before the
-    /// epoch starts reads the first of them and the others at once
-    /// ([`prefetch_footers`](Self::prefetch_footers)), so the epoch's first footers cost one
-    /// round trip, not two.
+    /// epoch starts reads the first of them and the others at once ([`footers`](Self::footers):
+    /// kept for the epoch), so the epoch's first footers cost one round trip, not two.
     pub fn first_files(&self, epoch: u64) -> Vec<usize> {
         let mut files = Vec::with_capacity(FOOTERS_AHEAD);
         for piece in self.dealt(epoch) {
@@ -189,22 +188,6 @@ impl TableStream {
             }
         }
         files
-    }
-
-    /// Reads the footers of `files` at once into the snapshot's footer cache, for an epoch
-    /// about to read them. Ahead of the epoch only: a footer that fails (an error, a panic
-    /// caught) is left to the epoch, which reads again what was not kept and reports it from
-    /// its stage; the fault hooks see the epoch's reads, not these.
-    pub async fn prefetch_footers(&self, files: impl IntoIterator<Item = usize>) {
-        let inner = &self.inner;
-        futures::stream::iter(files)
-            .for_each_concurrent(crate::READ_CONCURRENCY, |file| async move {
-                let read = inner.snapshot.reader_metadata(file);
-                if let Err(e) = inner.caught(Stage::Footer, file, read).await {
-                    tracing::debug!(file, error = %e, "a footer read ahead failed: the epoch reads it again");
-                }
-            })
-            .await;
     }
 
     /// This shard's pieces of `epoch`, in reading order.
