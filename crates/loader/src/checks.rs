@@ -9,27 +9,16 @@ use crate::state::{LoaderState, Position};
 use crate::{LoaderError, budget};
 
 impl LoaderBuilder {
-    /// Refuses a budget that cannot stream row groups like those of the file this rank reads
-    /// first in `epoch`, naming the smallest budget that can. Its footer is read with the
-    /// others the epoch reads first, at once, and kept for the epoch (one round trip where the
-    /// check and then the epoch's first footers were two).
+    /// Refuses a budget that cannot stream row groups like the first file's (one footer read,
+    /// which the stream caches), naming the smallest budget that can.
     pub(crate) fn check_budget(
         &self,
         runtime: &tokio::runtime::Runtime,
         stream: &TableStream,
         settings: &OrderSettings,
         sample_bytes: u64,
-        epoch: u64,
     ) -> Result<(), LoaderError> {
-        let files = stream.first_files(epoch);
-        let first = files.first().copied().unwrap_or(0);
-        let (groups, _) = runtime.block_on(async {
-            // A footer among the others that fails is the epoch's to report: it reads again
-            // what was not kept.
-            let others: Vec<usize> = files.iter().skip(1).copied().collect();
-            futures::join!(stream.group_budgets(first), stream.footers(others))
-        });
-        let groups = groups?;
+        let groups = runtime.block_on(stream.group_budgets(0))?;
         // The largest of each: rows, bytes per row held, peak.
         let Some(rows) = groups.iter().map(|g| g.rows.max(1)).max() else {
             return Ok(());

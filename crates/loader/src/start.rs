@@ -185,7 +185,7 @@ impl LoaderBuilder {
             },
         };
         if !stream.snapshot().files().is_empty() {
-            self.check_budget(&runtime, &stream, &settings, sample_bytes, start.epoch)?;
+            self.check_budget(&runtime, &stream, &settings, sample_bytes)?;
         } else if outside + batch_bytes > self.memory_budget {
             return Err(LoaderError::Config(format!(
                 "a memory budget of {} bytes cannot hold the {} batches of {} samples of {sample_bytes} bytes the loader keeps ({} queued ahead, the one being assembled, yours, {RECYCLED_SPARES} spares); the smallest budget that works is {} bytes",

@@ -170,38 +170,17 @@ impl TableStream {
     /// epoch's rows (see [`crate::order`]); each unit says which rows of its row group are
     /// the shard's.
     pub fn epoch(&self, epoch: u64) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
-        self.pieces(epoch, self.dealt(epoch), 0)
-    }
-
-    /// The files whose footers `epoch` reads first on this shard, in that order, as many as
-    /// it reads ahead (none: the shard has no rows). A check that needs a footer before the
-    /// epoch starts reads the first of them and the others at once ([`footers`](Self::footers):
-    /// kept for the epoch), so the epoch's first footers cost one round trip, not two.
-    pub fn first_files(&self, epoch: u64) -> Vec<usize> {
-        let mut files = Vec::with_capacity(FOOTERS_AHEAD);
-        for piece in self.dealt(epoch) {
-            if files.len() == FOOTERS_AHEAD {
-                break;
-            }
-            if !files.contains(&piece.file) {
-                files.push(piece.file);
-            }
-        }
-        files
-    }
-
-    /// This shard's pieces of `epoch`, in reading order.
-    fn dealt(&self, epoch: u64) -> Vec<Piece> {
         let order = self.order(epoch);
         let all = RowSet::full(order.total());
         let shard = self.inner.shard;
-        deal(
+        let pieces = deal(
             &order,
             &all,
             shard.world_size(),
             shard.rank(),
             self.inner.uneven,
-        )
+        );
+        self.pieces(epoch, pieces, 0)
     }
 
     /// The units of `pieces` (a span from [`crate::order::deal`]) in reading order, from the
