@@ -9,15 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 old=$1
 rounds=${2:-3}
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
-cargo build --release --quiet -p voxlake --bin voxlake -p voxlake-testkit --bin latency_proxy
-bin="$CARGO_TARGET_DIR/release"
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt \
-  -r benches/remote/requirements.txt
-source scripts/services.sh
-store=$(mktemp -d "${TMPDIR:-/tmp}/voxlake-alternate-store.XXXXXX")
-track_dir "$store"
-start_seaweedfs "$store" alternate
+source benches/scale/store.sh alternate
 .venv/bin/python benches/scale/alternate.py --old "$old" --new "$bin/voxlake" --proxy "$bin/latency_proxy" \
   --s3 "http://127.0.0.1:$seaweedfs_s3_port" --rounds "$rounds" --out-json "${OUT_JSON:-/tmp/voxlake-alternate.json}"

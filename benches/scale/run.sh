@@ -13,17 +13,7 @@ cd "$(dirname "$0")/../.."
 files=${1:-100000}
 commits=${2:-100}
 long_commits=${3:-10000}
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
-cargo build --release --quiet -p voxlake --bin voxlake -p voxlake-testkit --bin latency_proxy
-bin="$CARGO_TARGET_DIR/release"
-[ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt \
-  -r benches/remote/requirements.txt
-source scripts/services.sh
-
-store=$(mktemp -d "${TMPDIR:-/tmp}/voxlake-scale-store.XXXXXX")
-track_dir "$store"
-start_seaweedfs "$store" scale
+source benches/scale/store.sh scale
 s3_port=$seaweedfs_s3_port
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 .venv/bin/python benches/scale/scale.py --voxlake "$bin/voxlake" --proxy "$bin/latency_proxy" \

@@ -1087,16 +1087,16 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
         let requests = proxy.requests();
         let hint = requests
             .iter()
-            .find(|r| r.target.contains("_last_checkpoint"));
+            .find(|r| r.target.contains("_last_checkpoint"))
+            .expect("_last_checkpoint asked");
         let listing = requests
             .iter()
-            .find(|r| r.target.contains("prefix=") && r.target.contains("_delta_log"));
-        if let (Some(hint), Some(listing)) = (hint, listing) {
-            assert!(
-                listing.at < hint.answered.unwrap(),
-                "the listing waited for _last_checkpoint: {listing:?} {hint:?}"
-            );
-        }
+            .find(|r| r.target.contains("prefix=") && r.target.contains("_delta_log"))
+            .expect("_delta_log listed");
+        assert!(
+            listing.at < hint.answered.unwrap(),
+            "the listing waited for _last_checkpoint: {listing:?} {hint:?}"
+        );
         assert_eq!(asked.get("_last_checkpoint"), Some(&1), "{asked:#?}");
         assert_eq!(asked.get("listing"), Some(&1), "{asked:#?}");
         assert!(asked.values().all(|&n| n == 1), "{asked:#?}");
@@ -1104,7 +1104,8 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
         let commits = asked.keys().filter(|k| k.contains(".json")).count();
         match checkpoint {
             false => assert_eq!(commits, count + 1, "{asked:#?}"),
-            // Read whole in one request (`log_memo::WHOLE_BYTES`), listed beforehand.
+            // Its reads in one request: listed first, its size known, so the memo's window
+            // (this small checkpoint falls within the last MiB) answers them all.
             true => assert_eq!(
                 asked
                     .keys()

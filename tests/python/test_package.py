@@ -440,6 +440,10 @@ def test_copy_into_refuses_what_it_cannot_copy():
         _copy_into(src.ctypes.data + 4, src.nbytes, src)
     with pytest.raises(ValueError, match="null"):
         _copy_into(0, src.nbytes, src)
+    with pytest.raises(ValueError, match="end of memory"):
+        _copy_into(2**64 - 8, 16, np.zeros(4, dtype=np.float32))
+    with pytest.raises(ValueError, match="threads"):
+        _copy_into(dst.ctypes.data, dst.nbytes, src, 9)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")

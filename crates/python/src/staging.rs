@@ -12,8 +12,9 @@ use pyo3::prelude::*;
 /// Bytes a copying thread takes at least: below it, another thread costs more than it saves.
 const BYTES_PER_THREAD: usize = 1 << 20;
 /// Threads a copy uses at most (and by default, on a host of twice as many cores): measured on
-/// an H100 host (16 cores), 4 copied at 0.81–0.84 of the Rust feed's rate, 8 at 0.97–1.01,
-/// 1 at 0.42–0.45; half the cores leave the others to the loader's threads.
+/// two H100 hosts (16 cores), `to_device` fed 0.41–0.45 of the Rust feed's rate with 1
+/// copying thread, 0.78–0.90 with 4, 0.92–1.06 with 8; half the cores leave the others to the
+/// loader's threads.
 pub(crate) const MAX_THREADS: usize = 8;
 
 /// Threads a copy uses unless told: half the cores, at most [`MAX_THREADS`].
@@ -82,7 +83,13 @@ pub(crate) fn copy_into(
     // Safety: a numpy array object's `data` field; the array lives through this call (the
     // caller's reference), and a C-contiguous array's `bytes` bytes start there.
     let from = unsafe { (*src.as_array_ptr()).fields.data } as usize;
-    if dst == 0 || from < dst + dst_bytes && dst < from + bytes {
+    let (Some(dst_end), Some(from_end)) = (dst.checked_add(dst_bytes), from.checked_add(bytes))
+    else {
+        return Err(PyValueError::new_err(
+            "_copy_into: the destination's range passes the end of memory",
+        ));
+    };
+    if dst == 0 || from < dst_end && dst < from_end {
         return Err(PyValueError::new_err(
             "_copy_into: the destination is null or overlaps the source",
         ));
@@ -104,14 +111,16 @@ fn copy_parallel(from: usize, to: usize, bytes: usize, threads: usize) {
             std::ptr::copy_nonoverlapping((from + start) as *const u8, (to + start) as *mut u8, len)
         };
     };
-    match pool() {
-        Some(pool) if threads > 1 => pool.in_place_scope(|scope| {
+    // The pool is started by the first copy that needs more than this thread.
+    match (threads > 1).then(pool).flatten() {
+        Some(pool) => pool.in_place_scope(|scope| {
             for start in (chunk..bytes).step_by(chunk) {
                 scope.spawn(move |_| copy(start));
             }
             copy(0);
         }),
-        // No pool (threads could not start, or a fork's): this thread copies it all.
-        _ => (0..bytes).step_by(chunk).for_each(copy),
+        // One thread asked, or no pool (its threads could not start, or a fork's): this
+        // thread copies it all.
+        None => (0..bytes).step_by(chunk).for_each(copy),
     }
 }
