@@ -46,5 +46,5 @@ cargo test --workspace --all-features "$@"
 # .venv, then its tests (they run the binaries built above and the S3 server started above).
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements-package.txt
 .venv/bin/maturin develop --quiet
-.venv/bin/python -m pytest -q tests/python/test_package.py
+.venv/bin/python -m pytest -q tests/python/test_package.py tests/python/test_torch.py
 .venv/bin/python -m mypy --strict examples/train_torch.py python/voxlake

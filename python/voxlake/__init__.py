@@ -5,18 +5,25 @@ copy (the arrays look at the loader's buffers, given back to it when freed), plu
 ``id`` where the table has them. ``voxlake.torch.Dataset`` wraps it for ``torch.utils.data``.
 ``convert(src, table, ...)`` and ``inspect(table)`` are ``compact convert`` and ``compact inspect``.
 The options are those of the Rust ``LoaderBuilder`` (``loader_options()`` lists them with their
-defaults); errors are ``VoxlakeError``s carrying the Rust error's message.
+defaults); errors are ``VoxlakeError``s carrying the Rust error's message, which pickle (an
+error in a ``DataLoader`` worker is raised in the main process) and subclass the builtins a
+Python user catches (``ConfigError`` a ``ValueError``, ``NotFoundError`` a
+``FileNotFoundError``, ``StoreError`` an ``OSError``, ``OptionError`` a ``TypeError``).
 """
 
 # numpy's C API is loaded here, not by the first batch (~0.1 s).
 import numpy as _numpy  # noqa: F401
 
-from ._voxlake import (
+from ._errors import (
     ConfigError,
-    Loader,
+    NotFoundError,
+    OptionError,
     StoreError,
     TableError,
     VoxlakeError,
+)
+from ._voxlake import (
+    Loader,
     __version__,
     convert,
     default_job,
@@ -28,6 +35,8 @@ from ._voxlake import (
 __all__ = [
     "ConfigError",
     "Loader",
+    "NotFoundError",
+    "OptionError",
     "StoreError",
     "TableError",
     "VoxlakeError",

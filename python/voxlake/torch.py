@@ -1,168 +1,269 @@
-"""``voxlake.torch.Dataset``: the loader as a ``torch.utils.data.IterableDataset``; and
-``to_device``: its batches on a CUDA device.
+"""voxlake for PyTorch: ``Dataset`` (a ``torch.utils.data.IterableDataset``), ``DataLoader``
+(a ``torch.utils.data.DataLoader`` that checkpoints), and ``to_device`` (batches into CUDA).
 
-Use the dataset with ``DataLoader(ds, batch_size=None)`` (the loader makes the batches). With
-``num_workers > 0`` each worker reads its own disjoint share: rank ``r`` of ``w`` with ``n``
-workers reads as rank ``r * n + worker_id`` of ``w * n``, so every worker gets as many batches
-and the workers of all ranks together read every row once an epoch.
+Each pass over a ``Dataset`` reads the next epoch, in the main process and in ``DataLoader``
+workers alike (persistent or not): the copies agree on each pass's epoch through a few words
+of shared memory, so no call from the training loop is needed (``set_epoch`` still sets it).
+With ``num_workers > 0`` each worker reads its own disjoint share: worker slot ``s`` of ``n``
+on rank ``r`` of ``w`` reads as rank ``s * w + r`` of ``w * n``, so every worker gets as many
+batches and the workers of all ranks together read every row once an epoch.
 
-``to_device(batches, "cuda")`` moves each batch as the Rust loader's ``tch`` feed does: its
-arrays copied (by a few threads, without the GIL) into page-locked buffers allocated once, a
-ring of them, then to the device with ``non_blocking=True`` on a stream of its own; a buffer is
-written again only once its last copy has finished (a CUDA event). ``tensor.pin_memory()`` in
-the training loop instead costs an allocation and a single-threaded copy on the loop's thread
-for every batch: measured on an H100 host, that fed 0.16-0.23 of the Rust feed's rate, this
-0.92-1.06 (docs/benchmarks.md).
+``DataLoader(table_or_dataset, batch_size=..., num_workers=..., ...)`` resolves the rank, the
+world size and the table version once in the main process before its workers start, has a
+``len()``, and ``state_dict()`` / ``load_state_dict()`` composed from the batches its workers
+handed out: a checkpoint mid-epoch resumes exactly, with as many workers or another number of
+them, on as many ranks or another number. torchdata's ``StatefulDataLoader`` works with the
+plain ``Dataset`` too.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
+import json
+import os
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.utils.data
 
-from . import ConfigError, Loader, default_job, default_rank
-from ._voxlake import _copy_into
+from . import ConfigError, Loader, loader_options
+from ._device import STAGING_BUFFERS, to_device
+from ._passes import Passes, pass_token, random_token
+from ._placement import Placement, at_boundary, compose, fit, resolve, worker_rank
 
-__all__ = ["Dataset", "to_device"]
+__all__ = ["DataLoader", "Dataset", "STAGING_BUFFERS", "to_device"]
 
-#: Staging buffers in ``to_device``'s ring (as the Rust feed's ``STAGING_BUFFERS``): a batch's
-#: copy finishes long before the ring comes round, so the next batches are staged meanwhile.
-STAGING_BUFFERS = 3
+#: The key under which a worker of ``voxlake.torch.DataLoader`` sends the states around each
+#: batch (taken out before the batch reaches the training loop).
+_STATE_KEY = "_voxlake_states"
+_OPTION_NAMES = frozenset(name for name, _, _ in loader_options())
+
+# Loaders a forked worker inherited from its parent: never dropped there (their threads are
+# the parent's and do not exist in the fork).
+_inherited: List[Loader] = []
 
 
 class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     """Batches of ``table`` as dicts of torch tensors (``torch.from_numpy``: no copy).
 
-    Takes the options of ``voxlake.Loader``. ``set_epoch(e)`` before iterating gives epoch
-    ``e`` (one epoch a pass unless ``epochs`` says otherwise); ``state_dict()`` /
-    ``load_state_dict()`` resume exactly where the loader iterated in this process stopped
-    (with ``num_workers=0``: a worker's state stays in its process).
+    Takes the options of ``voxlake.Loader``; opens nothing until iterated. Each pass reads
+    the next epoch (``epochs`` of them where given) unless ``set_epoch(e)`` says which.
+    ``state_dict()`` / ``load_state_dict()`` resume exactly where a pass stood: the pass run
+    in this process, a worker's own (torchdata's ``StatefulDataLoader`` asks each worker), or
+    the next pass anywhere for a state loaded in the main process.
     """
 
     def __init__(self, table: str, **options: Any) -> None:
         super().__init__()
         self._table = table
         self._options = dict(options)
-        self._epoch = int(self._options.pop("start_epoch", 0))
-        self._state: Optional[Dict[str, Any]] = None
+        start = int(self._options.pop("start_epoch", 0))
+        Loader(table, **self._options)  # a bad option fails here (this opens nothing)
+        epochs = self._options.get("epochs", 1)
+        self._per_pass = 1 if epochs is None else int(epochs)
+        self._passes = Passes(start)
+        self._placement: Optional[Placement] = None
         self._loader: Optional[Loader] = None
-        # The rank of this process, resolved here: a worker started by `spawn` does not see
-        # torch.distributed's state.
-        if "rank" not in self._options and "world_size" not in self._options:
-            self._options["rank"], self._options["world_size"] = default_rank()
-            # Its ranks (and their workers) agree on one version through the launcher's job.
-            job = default_job()
-            if job is not None and "job" not in self._options:
-                self._options["job"] = job
-        Loader(table, **self._options)  # a bad option fails here, not in a worker
+        self._loader_pid = 0
+        self._pass_epoch = start
+        self._worker_state: Optional[Dict[str, Any]] = None
+        self._finished_state: Optional[Dict[str, Any]] = None
+        self._worker_passes = 0
+        self._report_states = False
+
+    def __repr__(self) -> str:
+        return f"voxlake.torch.Dataset({self._table!r})"
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next pass reads (as ``DistributedSampler.set_epoch``)."""
-        self._epoch = int(epoch)
+        """The epoch the next pass reads (as ``DistributedSampler.set_epoch``), in every
+        worker too."""
+        self._passes.set(int(epoch))
+
+    def placement(self) -> Placement:
+        """This process's rank, world size and job: resolved once, at the first pass (or
+        when a ``DataLoader`` starts its workers), from the options, ``torch.distributed``
+        or the launcher's variables."""
+        if self._placement is None:
+            self._placement = resolve(self._options)
+        return self._placement
 
     def state_dict(self) -> Dict[str, Any]:
-        """Where the pass iterated in this process stands (see ``Loader.state_dict``).
+        """Where this process's pass stands (the state of ``voxlake.Loader`` and the epoch of
+        the pass it is in, ``pass_epoch``); a state loaded and not yet read from, as it is.
 
-        Raises ``ConfigError`` where no pass was iterated here: with ``num_workers > 0`` the
-        workers' loaders, and their states, live in the worker processes, and a state of this
-        process would start the epoch over (rows read twice)."""
-        if self._loader is not None:
-            return self._loader.state_dict()
-        if self._state is not None:
-            return self._state
+        Raises ``ConfigError`` where no pass ran in this process: with plain ``DataLoader``
+        workers each worker's state stays in its process (``voxlake.torch.DataLoader`` and
+        ``StatefulDataLoader`` gather them)."""
+        pending = self._passes.pending()
+        if pending is not None:
+            return pending
+        if self._loader_pid == os.getpid():
+            if self._finished_state is not None:
+                return dict(self._finished_state, pass_epoch=self._pass_epoch)
+            if self._loader is not None:
+                return dict(self._loader.state_dict(), pass_epoch=self._pass_epoch)
         raise ConfigError(
-            "state_dict(): no pass of this dataset was iterated in this process (with "
-            "num_workers > 0 each worker's loader and state stay in its own process)"
+            "state_dict(): no pass of this dataset ran in this process (with num_workers > 0 "
+            "use voxlake.torch.DataLoader or torchdata's StatefulDataLoader, which gather "
+            "the workers' states)"
         )
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Resume the next pass from ``state``."""
-        self._state = state
+        """Resume from ``state``: in the main process the next pass (in whichever process it
+        runs), in a worker that worker's next pass."""
+        state = dict(state)
+        pass_epoch = int(state.pop("pass_epoch", state["epoch"]))
+        if torch.utils.data.get_worker_info() is not None:
+            self._worker_state = dict(state, pass_epoch=pass_epoch)
+            return
+        if at_boundary(state):
+            pass_epoch = int(state["epoch"])  # a finished pass: the next one is the state's
+        self._passes.set(pass_epoch, state)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        options = dict(self._options)
         info = torch.utils.data.get_worker_info()
-        if info is not None and info.num_workers > 1:
-            options["rank"] = options["rank"] * info.num_workers + info.id
-            options["world_size"] = options["world_size"] * info.num_workers
-        loader = Loader(self._table, **options, start_epoch=self._epoch)
-        if self._state is not None:
-            loader.load_state_dict(self._state)
-            self._state = None
-        self._loader = loader
-        for batch in loader:
-            yield {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
-
-
-def to_device(
-    batches: Iterable[Dict[str, Any]],
-    device: Union[str, torch.device],
-    buffers: int = STAGING_BUFFERS,
-) -> Iterator[Dict[str, Any]]:
-    """Each batch of ``batches`` (dicts of numpy arrays or CPU tensors: a ``Loader``, a
-    ``Dataset``) with its arrays on ``device``; other values (``id``) as they are.
-
-    On CUDA each array goes through a ring of ``buffers`` page-locked staging buffers and
-    arrives with ``non_blocking=True`` on a copy stream the current stream then waits for (see
-    the module). On another device (``cpu``) the same staging runs in pageable buffers and each
-    array is copied out of them."""
-    device = torch.device(device)
-    if buffers < 1:
-        raise ConfigError(f"to_device: buffers must be at least 1, not {buffers}")
-    stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # type: ignore[no-untyped-call]
-    # One dict of staging buffers per slot of the ring, by field, grown when a batch needs more.
-    ring: List[Dict[str, torch.Tensor]] = [{} for _ in range(buffers)]
-    fences: List[Optional[torch.cuda.Event]] = [None] * buffers
-    slot = 0
-    for batch in batches:
-        fence = fences[slot]
-        if fence is not None:
-            fence.synchronize()  # the slot's last copy has finished: its buffers may be written
-        out = _stage(batch, ring[slot], device, stream)
-        # The host batch goes back to the loader now, to be filled again while the caller
-        # works, not when the next batch is asked for.
-        del batch
-        if stream is not None:
-            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            event.record(stream)
-            fences[slot] = event
-            current = torch.cuda.current_stream(device)
-            current.wait_stream(stream)
-            for tensor in out.values():
-                if isinstance(tensor, torch.Tensor):
-                    tensor.record_stream(current)  # allocated on the copy stream, used on this
-        slot = (slot + 1) % buffers
-        yield out
-
-
-def _stage(
-    batch: Dict[str, Any],
-    staged: Dict[str, torch.Tensor],
-    device: torch.device,
-    stream: Optional[torch.cuda.Stream],
-) -> Dict[str, Any]:
-    """``batch``'s arrays copied into ``staged`` (a ring slot's buffers, by field, grown where
-    too small) and from there to ``device``: on ``stream`` without blocking where it is CUDA."""
-    out: Dict[str, Any] = {}
-    for name, value in batch.items():
-        if isinstance(value, torch.Tensor) and value.device.type == "cpu":
-            value = value.numpy()
-        if not isinstance(value, np.ndarray):
-            out[name] = value
-            continue
-        array = np.ascontiguousarray(value)
-        host = staged.get(name)
-        if host is None or host.numel() < array.nbytes:
-            host = torch.empty(max(array.nbytes, 1), dtype=torch.uint8, pin_memory=stream is not None)
-            staged[name] = host
-        _copy_into(host.data_ptr(), host.numel(), array)
-        view = host[: array.nbytes].view(torch.from_numpy(array).dtype).view(array.shape)
-        if stream is None:
-            out[name] = view.to(device, copy=True)
+        place = self.placement()
+        workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        self._worker_passes += 1
+        own, self._worker_state = self._worker_state, None
+        if info is None:
+            token = random_token()
         else:
-            with torch.cuda.stream(stream):
-                out[name] = view.to(device, non_blocking=True)
-    return out
+            token = pass_token(info.seed - info.id, self._worker_passes)
+        epoch, state = self._passes.claim(token, self._per_pass, None if own is None else own["pass_epoch"])
+        shift = 0
+        if own is not None:
+            state = {k: v for k, v in own.items() if k != "pass_epoch"}
+        elif state is not None:
+            state, shift = fit(state, place, workers)
+        rank, world = worker_rank(place, (worker + shift) % workers, workers)
+        options = dict(self._options, rank=rank, world_size=world, start_epoch=epoch)
+        if place.job is not None and "version" not in options and "timestamp" not in options:
+            options["job"] = place.job
+        self._pass_epoch = epoch
+        if self._loader is not None and self._loader_pid != os.getpid():
+            _inherited.append(self._loader)
+        self._loader, self._loader_pid, self._finished_state = None, os.getpid(), None
+        if state is not None and self._per_pass > 0 and int(state["epoch"]) >= epoch + self._per_pass:
+            # This worker had finished the pass when the state was taken.
+            self._finished_state = state
+            return iter(())
+        loader = Loader(self._table, **options)
+        if state is not None:
+            loader.load_state_dict(state)
+        before = loader.state_dict()  # opens the table: the state is valid from iter() on
+        self._loader = loader
+        return _Batches(loader, before if self._report_states else None)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        from multiprocessing import context
+
+        if context.get_spawning_popen() is not None:
+            self.placement()  # a spawned worker does not see torch.distributed: resolved here
+        state = self.__dict__.copy()
+        state["_loader"] = None  # a pickled dataset starts its own passes
+        return state
+
+
+class _Batches:
+    """A pass's batches as torch tensors; with ``before``, each carries the states around it
+    for ``voxlake.torch.DataLoader``."""
+
+    def __init__(self, loader: Loader, before: Optional[Dict[str, Any]]) -> None:
+        self._loader = iter(loader)
+        self._before = None if before is None else json.dumps(before)
+
+    def __iter__(self) -> "_Batches":
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        batch = next(self._loader)
+        out: Dict[str, Any] = {
+            k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()
+        }
+        if self._before is not None:
+            after = json.dumps(self._loader.state_dict())
+            out[_STATE_KEY] = (self._before, after)
+            self._before = after
+        return out
+
+
+class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
+    """A ``torch.utils.data.DataLoader`` over a voxlake ``Dataset``: ``DataLoader(table,
+    batch_size=32, shuffle=True, num_workers=4, ...)`` takes the ``Dataset``'s options and the
+    ``DataLoader``'s (``batch_size`` is voxlake's: the loader makes the batches), or a
+    ``Dataset`` and the ``DataLoader``'s options. See the module for what it adds."""
+
+    def __init__(self, data: Any, **kwargs: Any) -> None:
+        if isinstance(data, Dataset):
+            dataset = data
+            given = sorted(k for k in kwargs if k in _OPTION_NAMES)
+            if given:
+                raise ConfigError(f"options {', '.join(given)} belong to the Dataset given")
+        else:
+            options = {k: kwargs.pop(k) for k in list(kwargs) if k in _OPTION_NAMES}
+            dataset = Dataset(str(data), **options)
+        if kwargs.pop("batch_size", None) is not None:
+            raise ConfigError("batch_size is the Dataset's option")
+        if kwargs.get("in_order") is False:
+            raise ConfigError("in_order=False: the batches' order, and so the state, would depend on timing")
+        super().__init__(dataset, batch_size=None, **kwargs)
+        self._voxlake_dataset = dataset
+        self._states: Optional[Tuple[str, str]] = None
+        self._batches_per_pass: Optional[int] = None
+
+    def _workers(self) -> int:
+        return max(int(self.num_workers), 1)
+
+    def _prepare(self) -> None:
+        """Before the workers start: the rank and the table version, once for all of them."""
+        ds = self._voxlake_dataset
+        place = ds.placement()
+        if self._batches_per_pass is not None:
+            return
+        rank, world = worker_rank(place, 0, self._workers())
+        options = dict(ds._options, rank=rank, world_size=world)
+        pinned = "version" in options or "timestamp" in options
+        if place.job is not None and not pinned:
+            options["job"] = place.job
+        with Loader(ds._table, **options) as probe:
+            if not pinned:
+                ds._options["version"] = probe.version
+            per_epoch = probe.batches_per_epoch()
+        self._batches_per_pass = per_epoch * self._workers() * max(ds._per_pass, 1)
+
+    def __len__(self) -> int:
+        """Batches a pass yields on this rank (every worker's)."""
+        self._prepare()
+        assert self._batches_per_pass is not None
+        return self._batches_per_pass
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:  # type: ignore[override]
+        self._prepare()
+        ds = self._voxlake_dataset
+        ds._report_states = self.num_workers > 0
+        batches = super().__iter__()
+        return self._strip(batches)
+
+    def _strip(self, batches: Iterator[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+        for batch in batches:
+            states = batch.pop(_STATE_KEY, None)
+            if states is not None:
+                self._states = states
+            yield batch
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the run stands after the last batch handed out: load it into a new
+        ``DataLoader`` (any number of workers, any world size) to go on from there."""
+        ds = self._voxlake_dataset
+        if self.num_workers == 0 or self._states is None:
+            return ds.state_dict()
+        before, after = (json.loads(s) for s in self._states)
+        state = compose(before, after, ds.placement(), self._workers())
+        pass_epoch = ds._passes.last_epoch()
+        return dict(state, pass_epoch=int(state["epoch"]) if pass_epoch is None else pass_epoch)
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Resume the next pass from ``state`` (from ``state_dict``)."""
+        self._states = None
+        self._voxlake_dataset.load_state_dict(state)

@@ -400,6 +400,56 @@ async fn another_world_size_continues_the_epoch_with_every_row_once() {
     assert!(third.iter().all(|(_, s)| s.epoch == 1 && s.batches == 0));
 }
 
+/// Ranks asked in turn and stopped between two turns (as a DataLoader's workers are): the
+/// first of them one batch ahead. A state saying so resumes each rank exactly where it stood
+/// with the same world size, and every row once with another.
+#[tokio::test]
+async fn ranks_stopped_between_turns_resume_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 41;
+    let table = uneven_table(dir.path(), n, 6).await;
+    let builder = Loader::builder(table.to_str().unwrap())
+        .with_batch_size(3)
+        .with_shuffle(8, 9);
+    let whole = ranks(&builder, 3, None, None);
+    // Ranks 0 and 1 gave 3 batches, rank 2 gave 2.
+    let head: Vec<(Vec<Batch>, LoaderState)> = (0..3)
+        .map(|rank| {
+            take(
+                builder.clone().with_rank(rank, 3),
+                if rank < 2 { 3 } else { 2 },
+            )
+        })
+        .collect();
+    let state = LoaderState {
+        ahead: 2,
+        ..head[2].1.clone()
+    };
+    assert_eq!((state.epoch, state.batches), (0, 2));
+    let rest = ranks(&builder, 3, Some(&state), None);
+    for rank in 0..3 {
+        let resumed: Vec<Batch> = head[rank].0.iter().chain(&rest[rank].0).cloned().collect();
+        assert_same(&whole[rank].0, &resumed, &format!("rank {rank} resumed"));
+        // A state taken after the resume keeps the segment's count and who is ahead.
+        let (_, after_one) = take(
+            builder.clone().with_rank(rank, 3).with_state(state.clone()),
+            1,
+        );
+        assert_eq!((after_one.batches, after_one.ahead), (3, 2), "rank {rank}");
+    }
+    // Two ranks take the rest of the epoch: every row once.
+    let two = ranks(&builder, 2, Some(&state), None);
+    let all: Vec<&Batch> = head
+        .iter()
+        .flat_map(|(b, _)| b)
+        .chain(two.iter().flat_map(|(b, _)| b))
+        .collect();
+    assert_eq!(once(real_ids(all.iter().copied())).len(), n);
+    // A state no run could write: as many ranks ahead as there are ranks.
+    let bad = LoaderState::from_json(&LoaderState { ahead: 3, ..state }.to_json());
+    assert!(bad.unwrap_err().to_string().contains("3 ranks ahead"));
+}
+
 #[tokio::test]
 async fn a_fault_in_any_stage_reaches_the_caller() {
     let dir = tempfile::tempdir().unwrap();

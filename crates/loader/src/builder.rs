@@ -223,7 +223,10 @@ impl LoaderBuilder {
     /// the uninterrupted run would have given. The table is read at the state's version. The
     /// rank and world size are this builder's: with another world size, the rows of the
     /// epoch no rank has delivered yet are dealt over the new ranks. The order settings
-    /// (batch size, shuffle, `drop_last`, uneven policy) must be the state's.
+    /// (batch size, shuffle, `drop_last`, uneven policy) must be the state's. The state's
+    /// epoch and position win over [`with_start_epoch`](Self::with_start_epoch): the run
+    /// ends where `start + epochs` says, but not before the state's epoch is done (a state
+    /// taken at that end, between two epochs, leaves nothing to run).
     pub fn with_state(mut self, state: LoaderState) -> Self {
         self.state = Some(state);
         self

@@ -156,20 +156,22 @@ impl LoaderBuilder {
         }
         *settings = theirs;
         let mut closed = state.segments();
-        let mut batches = state.batches;
-        if state.world_size != self.world_size && batches > 0 {
+        let (mut batches, mut ahead) = (state.batches, state.ahead);
+        if state.world_size != self.world_size && (batches > 0 || ahead > 0) {
             // Another world: the current segment ends here; the rest is dealt anew.
             closed.push(Segment {
                 world_size: state.world_size,
                 batches,
+                ahead,
             });
-            batches = 0;
+            (batches, ahead) = (0, 0);
         }
         Ok(Position {
             epoch: state.epoch,
             closed,
             world_size: self.world_size,
             batches,
+            ahead,
         })
     }
 }

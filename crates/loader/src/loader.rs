@@ -106,6 +106,19 @@ impl Loader {
         &self.spec
     }
 
+    /// The table's label column, if it has one, and whether its schema lets it be null
+    /// (`Batch::labels` is all `None` where the table has no label; where it has, `None`
+    /// marks a null label).
+    pub fn label_column(&self) -> Option<(&str, bool)> {
+        let snapshot = self.stream.snapshot();
+        let name = snapshot.columns().label.as_deref()?;
+        let nullable = snapshot
+            .schema()
+            .field_with_name(name)
+            .map_or(true, |f| f.is_nullable());
+        Some((name, nullable))
+    }
+
     /// This process's rank (from 0) and the number of ranks.
     pub fn rank(&self) -> (usize, usize) {
         (self.state_template.rank, self.state_template.world_size)
@@ -155,9 +168,11 @@ impl Loader {
                 .map(|s| SegmentState {
                     world_size: s.world_size,
                     batches: s.batches,
+                    ahead: s.ahead,
                 })
                 .collect(),
             batches: p.batches,
+            ahead: p.ahead,
             samples_in_epoch: p.samples(self.settings.batch_size),
             ..self.state_template.clone()
         }

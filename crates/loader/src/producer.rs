@@ -93,12 +93,7 @@ impl Producer {
             if !self.run_epoch(&at).await? {
                 return Ok(false);
             }
-            at = Position {
-                epoch: at.epoch + 1,
-                closed: Vec::new(),
-                world_size: self.world_size,
-                batches: 0,
-            };
+            at = Position::start(at.epoch + 1, self.world_size);
         }
     }
 
@@ -106,7 +101,8 @@ impl Producer {
     async fn run_epoch(&self, at: &Position) -> Result<bool, LoaderError> {
         let epoch = at.epoch;
         let order = self.stream.order(epoch);
-        let (left, pieces, mut mixer, from) = if at.closed.is_empty() && at.batches == 0 {
+        let fresh = at.closed.is_empty() && at.batches_of(self.rank) == 0;
+        let (left, pieces, mut mixer, from) = if fresh {
             let left = RowSet::full(order.total());
             let pieces = deal(
                 &order,
@@ -120,8 +116,10 @@ impl Producer {
             self.resume(at, &order).await?
         };
         let total = self.settings.batches(left.len(), self.world_size);
-        let before = at.batches_before();
-        let mut delivered = at.batches;
+        let before = at.batches_before(self.rank);
+        // This rank's batches in the segment; the position keeps the segment's count.
+        let ahead = u64::from(self.rank < at.ahead);
+        let mut delivered = at.batches_of(self.rank);
         let mut stream = self.stream.pieces(epoch, pieces, from);
         let mut stall_check = tokio::time::interval(STALL_CHECK);
         stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -186,18 +184,14 @@ impl Producer {
             delivered += 1;
             let position = if delivered >= total {
                 // The epoch is over: a state taken now starts the next one.
-                Position {
-                    epoch: epoch + 1,
-                    closed: Vec::new(),
-                    world_size: self.world_size,
-                    batches: 0,
-                }
+                Position::start(epoch + 1, self.world_size)
             } else {
                 Position {
                     epoch,
                     closed: at.closed.clone(),
                     world_size: self.world_size,
-                    batches: delivered,
+                    batches: delivered - ahead,
+                    ahead: at.ahead,
                 }
             };
             if self.tx.send(Msg::Batch(Box::new(batch), position)).is_err() {
@@ -258,13 +252,15 @@ impl Producer {
             &left,
             self.world_size,
             self.rank,
-            at.batches,
+            at.batches_of(self.rank),
             footer,
         )?;
-        if replayed.batches < at.batches {
+        if replayed.batches < at.batches_of(self.rank) {
             return Err(LoaderError::State(format!(
                 "the state is {} batches into epoch {epoch}, whose segment has only {} on rank {}",
-                at.batches, replayed.batches, self.rank
+                at.batches_of(self.rank),
+                replayed.batches,
+                self.rank
             )));
         }
         // Only the row groups still in the buffer are read again; a loose one is trimmed to its

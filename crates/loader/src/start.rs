@@ -177,12 +177,7 @@ impl LoaderBuilder {
                 sample_bytes,
                 stream.rows_per_file().iter().sum(),
             )?,
-            None => Position {
-                epoch: self.start_epoch,
-                closed: Vec::new(),
-                world_size: self.world_size,
-                batches: 0,
-            },
+            None => Position::start(self.start_epoch, self.world_size),
         };
         if !stream.snapshot().files().is_empty() {
             self.check_budget(&runtime, &stream, &settings, sample_bytes)?;
@@ -234,8 +229,20 @@ impl LoaderBuilder {
             }
             None => None,
         };
+        // A state decides where the run is; the run still ends where it would have, but
+        // never before the state's epoch is done, unless the state is that end itself.
         let end_epoch = match self.epochs {
-            Epochs::Count(n) => Some(self.start_epoch.saturating_add(n)),
+            Epochs::Count(n) => {
+                let end = self.start_epoch.saturating_add(n);
+                let at_end = start.epoch == end
+                    && start.batches == 0
+                    && start.ahead == 0
+                    && start.closed.is_empty();
+                Some(match self.state.is_some() && !at_end {
+                    true => end.max(start.epoch.saturating_add(1)),
+                    false => end,
+                })
+            }
             Epochs::Infinite => None,
         };
         let counters = Arc::new(Counters::default());
@@ -311,6 +318,7 @@ impl LoaderBuilder {
             epoch: start.epoch,
             closed: Vec::new(),
             batches: 0,
+            ahead: 0,
             samples_in_epoch: 0,
         };
         Ok(Loader {

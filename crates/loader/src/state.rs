@@ -2,8 +2,10 @@
 //!
 //! A state names the table version and a hash of the pinned file set (paths and sizes in plan
 //! order), every setting the order depends on, and the position: the epoch, the segments of
-//! it closed by a change of world size, and the batches each rank delivered since. Ranks step
-//! in lockstep, so any rank's state describes the global position. JSON, well under 1 KiB.
+//! it closed by a change of world size, and the batches each rank delivered since (`batches`,
+//! and one more for each of the first `ahead` ranks: a DataLoader's workers, asked in turn,
+//! stand so). Ranks step in lockstep, so any rank's state describes the global position.
+//! JSON, well under 1 KiB.
 //!
 //! ```
 //! use voxlake_loader::LoaderState;
@@ -71,6 +73,10 @@ pub struct LoaderState {
     pub closed: Vec<SegmentState>,
     /// Batches each rank delivered in the current segment.
     pub batches: u64,
+    /// Ranks (the first ones) that delivered one batch more in the current segment (states
+    /// of earlier versions have none).
+    #[serde(default)]
+    pub ahead: usize,
     /// Samples delivered in this epoch over all ranks (informative).
     pub samples_in_epoch: u64,
 }
@@ -86,6 +92,9 @@ pub struct SegmentState {
     pub world_size: usize,
     /// Batches each rank delivered in it.
     pub batches: u64,
+    /// Ranks (the first ones) that delivered one batch more in it.
+    #[serde(default)]
+    pub ahead: usize,
 }
 
 impl LoaderState {
@@ -132,6 +141,15 @@ impl LoaderState {
         if let Some(s) = self.closed.iter().find(|s| s.world_size == 0) {
             return bad(format!("a closed segment of {} ranks", s.world_size));
         }
+        let segments = self.closed.iter().map(|s| (s.world_size, s.ahead));
+        if let Some((world, ahead)) = segments
+            .chain([(self.world_size, self.ahead)])
+            .find(|&(world, ahead)| ahead >= world)
+        {
+            return bad(format!(
+                "{ahead} ranks ahead of the others in a segment of {world} ranks"
+            ));
+        }
         if self.delivered().is_none() {
             return bad("its counts of batches overflow".into());
         }
@@ -142,14 +160,18 @@ impl LoaderState {
     /// the counts overflow).
     pub(crate) fn delivered(&self) -> Option<u64> {
         let b = self.batch_size as u64;
-        let segment =
-            |world: usize, batches: u64| (world as u64).checked_mul(batches)?.checked_mul(b);
+        let segment = |world: usize, batches: u64, ahead: usize| {
+            (world as u64)
+                .checked_mul(batches)?
+                .checked_add(ahead as u64)?
+                .checked_mul(b)
+        };
         self.closed
             .iter()
             .try_fold(0u64, |sum, s| {
-                sum.checked_add(segment(s.world_size, s.batches)?)
+                sum.checked_add(segment(s.world_size, s.batches, s.ahead)?)
             })?
-            .checked_add(segment(self.world_size, self.batches)?)
+            .checked_add(segment(self.world_size, self.batches, self.ahead)?)
     }
 
     /// The policy for uneven ranks.
@@ -164,6 +186,7 @@ impl LoaderState {
             .map(|s| Segment {
                 world_size: s.world_size,
                 batches: s.batches,
+                ahead: s.ahead,
             })
             .collect()
     }
@@ -190,29 +213,49 @@ impl LoaderState {
     }
 }
 
-/// Where a run starts or stands: the epoch, its closed segments, batches in the current one.
+/// Where a run starts or stands: the epoch, its closed segments, batches in the current one
+/// (one more for each of the first `ahead` ranks).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Position {
     pub epoch: u64,
     pub closed: Vec<Segment>,
     pub world_size: usize,
     pub batches: u64,
+    pub ahead: usize,
 }
 
 impl Position {
-    /// Batches of the epoch before this segment (the same on every rank).
-    pub fn batches_before(&self) -> u64 {
-        self.closed.iter().map(|s| s.batches).sum()
+    /// The start of `epoch` over `world_size` ranks.
+    pub fn start(epoch: u64, world_size: usize) -> Position {
+        Position {
+            epoch,
+            closed: Vec::new(),
+            world_size,
+            batches: 0,
+            ahead: 0,
+        }
+    }
+
+    /// Batches `rank` delivered in the current segment.
+    pub fn batches_of(&self, rank: usize) -> u64 {
+        self.batches + u64::from(rank < self.ahead)
+    }
+
+    /// Batches of the epoch `rank` delivered before this segment.
+    pub fn batches_before(&self, rank: usize) -> u64 {
+        self.closed.iter().map(|s| s.batches_of(rank)).sum()
     }
 
     /// Samples of the epoch delivered over all ranks (every batch before the end is full).
     pub fn samples(&self, batch_size: usize) -> u64 {
         let b = batch_size as u64;
+        let segment =
+            |world: usize, batches: u64, ahead: usize| (world as u64 * batches + ahead as u64) * b;
         self.closed
             .iter()
-            .map(|s| s.world_size as u64 * s.batches * b)
+            .map(|s| segment(s.world_size, s.batches, s.ahead))
             .sum::<u64>()
-            + self.world_size as u64 * self.batches * b
+            + segment(self.world_size, self.batches, self.ahead)
     }
 }
 
@@ -243,6 +286,12 @@ mod tests {
                 "closed",
                 serde_json::json!([{"world_size": 0, "batches": 1}]),
                 "closed segment of 0 ranks",
+            ),
+            ("ahead", serde_json::json!(2), "2 ranks ahead"),
+            (
+                "closed",
+                serde_json::json!([{"world_size": 3, "batches": 1, "ahead": 3}]),
+                "3 ranks ahead of the others in a segment of 3 ranks",
             ),
             (
                 "closed",

@@ -2,8 +2,9 @@
 //! and for changing the world size mid-epoch. Pure, given the footers' row-group row counts.
 //!
 //! An epoch is a run of segments. A segment is dealt over one world size; ranks step in
-//! lockstep (as in DDP), so one number says where every rank is: the batches each has
-//! delivered. When the world size changes, the current segment is closed, and the rows no rank
+//! lockstep (as in DDP), so two numbers say where every rank is: the batches each has
+//! delivered, and how many ranks, the first ones, delivered one more (as a DataLoader's
+//! workers, asked round-robin, stand when it is stopped). When the world size changes, the current segment is closed, and the rows no rank
 //! has delivered yet are dealt over the new ranks ([`remaining`]). To resume inside a segment,
 //! the rank's mixer is replayed over unit numbers ([`replay`]): the rows still buffered and
 //! the next unit to read come out, so only the row groups still in the buffer are read again.
@@ -17,7 +18,7 @@
 //! let footer = |_file: usize| Ok::<_, ()>(vec![4, 4, 4]); // three row groups of 4 rows
 //! let order = settings.order(&rows_per_file, 0);
 //! // Two ranks delivered 2 batches each (16 rows): 20 rows are left for the new world.
-//! let closed = [Segment { world_size: 2, batches: 2 }];
+//! let closed = [Segment { world_size: 2, batches: 2, ahead: 0 }];
 //! let left = remaining(&settings, &order, 0, &closed, footer).unwrap();
 //! assert_eq!(left.len(), 36 - 16);
 //! // Rank 1 of 3 resumed after one batch of the new segment.
@@ -32,13 +33,23 @@ use crate::order::{
 };
 use crate::plan::{Planner, SeededRng};
 
-/// A closed segment of an epoch: `batches` delivered by each of `world_size` ranks.
+/// A closed segment of an epoch: `batches` delivered by each of `world_size` ranks, and one
+/// more by each of the first `ahead` of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Segment {
     /// Ranks in the segment.
     pub world_size: usize,
     /// Batches each rank delivered in it.
     pub batches: u64,
+    /// Ranks (the first ones, fewer than `world_size`) that delivered one batch more.
+    pub ahead: usize,
+}
+
+impl Segment {
+    /// The batches `rank` delivered in the segment.
+    pub fn batches_of(&self, rank: usize) -> u64 {
+        self.batches + u64::from(rank < self.ahead)
+    }
 }
 
 /// Every setting the order depends on (besides the file set, the epoch and the world size).
@@ -220,7 +231,7 @@ pub fn remaining<E>(
                 &left,
                 segment.world_size,
                 rank,
-                segment.batches,
+                segment.batches_of(rank),
                 &mut footer,
             )?;
             for &(unit, row) in &r.rows {
@@ -444,15 +455,17 @@ mod tests {
             prop_assert_eq!(full.rows, resumed);
         }
 
-        /// W1 ranks for k batches, then W2 ranks for the rest of the epoch: every row once over
-        /// both segments (pad and drop aside), equal counts in each.
+        /// W1 ranks for k batches (the first `ahead` of them one more), then W2 ranks for the
+        /// rest of the epoch: every row once over both segments (pad and drop aside), equal
+        /// counts in each.
         #[test]
-        fn elastic_every_row_once(groups in table(), settings in settings(), w1 in 1usize..10, w2 in 1usize..10, cut in 0u64..6) {
+        fn elastic_every_row_once(groups in table(), settings in settings(), w1 in 1usize..10, w2 in 1usize..10, cut in 0u64..6, ahead in 0usize..10) {
             let case = Case { groups, settings };
             let n: u64 = case.rows_per_file().iter().sum();
             let first = case.run_segment(1, &[], &RowSet::full(n), w1);
             let k = cut.min(first[0].len() as u64);
-            let closed = [Segment { world_size: w1, batches: k }];
+            let ahead = if k < first[0].len() as u64 { ahead % w1 } else { 0 };
+            let closed = [Segment { world_size: w1, batches: k, ahead }];
             let order = settings.order(&case.rows_per_file(), 1);
             let left = remaining(&settings, &order, 1, &closed, case.footer()).unwrap();
             let second = case.run_segment(1, &closed, &left, w2);
@@ -460,7 +473,8 @@ mod tests {
             prop_assert!(counts.windows(2).all(|w| w[0] == w[1]), "{counts:?}");
             let mut real: Vec<u64> = first
                 .iter()
-                .flat_map(|r| r.iter().take(k as usize).flatten())
+                .enumerate()
+                .flat_map(|(rank, r)| r.iter().take(closed[0].batches_of(rank) as usize).flatten())
                 .chain(second.iter().flatten().flatten())
                 .filter(|r| !r.1)
                 .map(|r| r.0)

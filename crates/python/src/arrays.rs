@@ -66,10 +66,10 @@ fn first_array<'py>(
         },
     )?;
     let held = owner.get().tensors.lock().map_err(|_| {
-        crate::errors::VoxlakeError::new_err("internal error: a tensor buffer's lock was poisoned")
+        crate::errors::internal("internal error: a tensor buffer's lock was poisoned")
     })?;
     let Some(held) = held.as_ref() else {
-        return Err(crate::errors::VoxlakeError::new_err(
+        return Err(crate::errors::internal(
             "internal error: a tensor buffer was given back twice",
         ));
     };
@@ -88,20 +88,30 @@ fn not_numpy() -> PyErr {
     crate::errors::config("a batch of libtorch tensors cannot be handed to numpy")
 }
 
-/// `batch` as a dict: each field by name, then `label` (an int64 array where every sample
-/// has one; a list with `None`s where some have none; left out where none has) and `id` (a
-/// list of str).
+/// The table's labels as every batch of it holds them: whether it has a label column, and
+/// whether that column may hold nulls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LabelColumn {
+    pub present: bool,
+    pub nullable: bool,
+}
+
+/// `batch` as a dict, the same keys and types in every batch of a table: each field by name,
+/// then `label` where the table has a label column (an int64 array, a null as 0) with
+/// `label_valid` beside it where the column may hold nulls (a bool array), and `id` (a list of
+/// str).
 pub(crate) fn batch_dict<'py>(
     py: Python<'py>,
     mut batch: Batch,
     recycler: Recycler,
+    label_column: LabelColumn,
 ) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     let more = batch.take_more_fields();
     let first = batch.first_name().to_string();
     // `label` and `id` are the dict's own keys: a field of either name would be lost.
     for name in std::iter::once(first.as_str()).chain(more.iter().map(|(n, _)| &**n)) {
-        if name == "label" || name == "id" {
+        if name == "label" || name == "label_valid" || name == "id" {
             return Err(crate::errors::config(format!(
                 "a field named {name:?} would hide the batch's own {name:?} key: read that column under another field name"
             )));
@@ -122,11 +132,20 @@ pub(crate) fn batch_dict<'py>(
             }
         }
     }
-    if labels.iter().all(Option::is_some) && !labels.is_empty() {
-        let labels: Vec<i64> = labels.into_iter().flatten().collect();
-        out.set_item("label", PyArray::from_vec(py, labels))?;
-    } else if labels.iter().any(Option::is_some) {
-        out.set_item("label", PyList::new(py, labels)?)?;
+    if label_column.present {
+        let valid: Vec<bool> = labels.iter().map(Option::is_some).collect();
+        if !label_column.nullable && valid.contains(&false) {
+            return Err(crate::errors::raise(
+                crate::errors::Kind::Table,
+                "a null label in a label column whose schema says it is never null",
+                false,
+            ));
+        }
+        let values: Vec<i64> = labels.into_iter().map(|l| l.unwrap_or(0)).collect();
+        out.set_item("label", PyArray::from_vec(py, values))?;
+        if label_column.nullable {
+            out.set_item("label_valid", PyArray::from_vec(py, valid))?;
+        }
     }
     out.set_item("id", PyList::new(py, ids)?)?;
     Ok(out)

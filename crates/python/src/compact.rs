@@ -10,22 +10,18 @@ use pyo3::prelude::*;
 use voxlake_compact::{CompactError, Compactor, cli};
 use voxlake_format::DType;
 
-use crate::errors::{ConfigError, StoreError, TableError, VoxlakeError, config};
+use crate::errors::{Kind, config, internal, raise, table_kind};
 use crate::options::SIGNAL_CHECK;
 
 /// A `compact` error as the exception of its kind.
 fn compact_error(e: CompactError) -> PyErr {
-    let message = e.to_string();
-    match e {
-        CompactError::Read(voxlake_stream::StreamError::Table(voxlake_stream::TableError::Io(
-            _,
-        ))) => StoreError::new_err(message),
-        CompactError::Labels { .. } | CompactError::EmptySource { .. } => {
-            ConfigError::new_err(message)
-        }
-        CompactError::Internal(_) => VoxlakeError::new_err(message),
-        _ => TableError::new_err(message),
-    }
+    let kind = match &e {
+        CompactError::Read(voxlake_stream::StreamError::Table(t)) => table_kind(t),
+        CompactError::Labels { .. } | CompactError::EmptySource { .. } => Kind::Config,
+        CompactError::Internal(_) => Kind::Voxlake,
+        _ => Kind::Table,
+    };
+    raise(kind, e.to_string(), e.is_transient())
 }
 
 /// `work` on a runtime of its own thread, awaited with the GIL released; Ctrl-C ends the wait
@@ -52,7 +48,7 @@ fn run<T: Send + 'static>(
                 }
             }
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                break Err(VoxlakeError::new_err(
+                break Err(internal(
                     "the conversion's task ended without an answer (a panic)",
                 ));
             }

@@ -6,8 +6,9 @@
 //! (the one list of them), [`loader`] is the `Loader` class (iteration with the GIL released,
 //! state, epochs), [`arrays`] hands a batch's buffers to numpy without a copy, [`compact`]
 //! runs `convert` and `inspect`, [`cli`] the console scripts, [`staging`] copies a batch into
-//! `voxlake.torch.to_device`'s page-locked buffers, [`errors`] turns the crates' errors into
-//! the `VoxlakeError` exceptions.
+//! `voxlake.torch.to_device`'s page-locked buffers, [`shared`] the compare-and-swap
+//! `voxlake.torch.Dataset`'s passes agree on, [`errors`] turns the crates' errors into
+//! the exceptions of `python/voxlake/_errors.py`.
 
 #![warn(missing_docs)]
 // Errors are exceptions: a panic here would reach Python as pyo3's `PanicException`.
@@ -19,6 +20,7 @@ mod compact;
 mod errors;
 mod loader;
 mod options;
+mod shared;
 mod staging;
 
 use pyo3::prelude::*;
@@ -35,7 +37,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compact::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(cli::run_command, m)?)?;
     m.add_function(wrap_pyfunction!(staging::copy_into, m)?)?;
-    errors::register(m)?;
+    m.add_function(wrap_pyfunction!(shared::compare_exchange, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

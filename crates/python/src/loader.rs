@@ -1,7 +1,8 @@
 //! `voxlake.Loader`: the Rust [`Loader`](voxlake_loader::Loader) as a Python iterator of
 //! batches (dicts of numpy arrays). The table is opened when iteration starts (so that
 //! `load_state_dict` and `set_epoch` come first); the GIL is released while the table opens
-//! and while a batch is awaited, and a wait looks for Ctrl-C every 50 ms.
+//! and while a batch is awaited, and a wait looks for Ctrl-C every 50 ms. A pass that ends
+//! moves the next one on to the epoch after it, as a sampler's `set_epoch` would.
 
 use std::sync::{Mutex, MutexGuard};
 use std::task::Poll;
@@ -10,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use voxlake_loader::{LoaderState, Recycler};
 
+use crate::arrays::LabelColumn;
 use crate::errors::{config, loader_error, no_panic};
 use crate::options::{self, SIGNAL_CHECK};
 
@@ -27,6 +29,7 @@ struct Inner {
 struct Running {
     loader: voxlake_loader::Loader,
     recycler: Recycler,
+    labels: LabelColumn,
     started: bool,
     ended: bool,
 }
@@ -89,9 +92,20 @@ impl Loader {
         }
         let loader = build_interruptibly(py, builder)?;
         let recycler = loader.recycler();
+        let labels = match loader.label_column() {
+            Some((_, nullable)) => LabelColumn {
+                present: true,
+                nullable,
+            },
+            None => LabelColumn {
+                present: false,
+                nullable: false,
+            },
+        };
         inner.running = Some(Running {
             loader,
             recycler,
+            labels,
             started: false,
             ended: false,
         });
@@ -150,6 +164,8 @@ impl Loader {
                 Poll::Pending => py.check_signals()?,
                 Poll::Ready(None) => {
                     running.ended = true;
+                    // The next pass reads the epoch after the last one read.
+                    inner.start_epoch = running.loader.state().epoch;
                     return Ok(None);
                 }
                 Poll::Ready(Some(Err(e))) => {
@@ -158,11 +174,34 @@ impl Loader {
                 }
                 Poll::Ready(Some(Ok(batch))) => {
                     running.started = true;
-                    let recycler = running.recycler.clone();
-                    return crate::arrays::batch_dict(py, batch, recycler).map(Some);
+                    let (recycler, labels) = (running.recycler.clone(), running.labels);
+                    let dict = no_panic("handing a batch to numpy", || {
+                        crate::arrays::batch_dict(py, batch, recycler, labels)
+                    });
+                    return dict.and_then(|d| d).map(Some);
                 }
             }
         }
+    }
+
+    /// Stops the pass under way, if any: its threads end and its memory is freed. The next
+    /// `iter()` starts a pass again (at the epoch the stopped one was in).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let mut inner = self.lock(py)?;
+        let running = inner.running.take();
+        // The loader's threads are joined with the GIL released (they may be waiting for it).
+        py.detach(move || drop(running));
+        Ok(())
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 
     /// Where the run stands, as a dict to save with a checkpoint: `load_state_dict` on a

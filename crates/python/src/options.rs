@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use voxlake_loader::{AsOf, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
 
-use crate::errors::config;
+use crate::errors::{config, option};
 
 /// Options gathered before they reach the builder: the shuffle's three and the rank's two
 /// make one setter call each.
@@ -46,7 +46,7 @@ fn value<'py, T: FromPyObjectOwned<'py>>(
 ) -> PyResult<T> {
     v.extract::<T>().map_err(|e| {
         let e: PyErr = e.into();
-        config(format!(
+        option(format!(
             "option {name}: expected {kind}, got {}: {e}",
             type_name(v)
         ))
@@ -248,7 +248,7 @@ pub(crate) fn apply(
             let name: String = k.extract()?;
             let Some(option) = OPTIONS.iter().find(|o| o.name == name) else {
                 let known: Vec<&str> = OPTIONS.iter().map(|o| o.name).collect();
-                return Err(config(format!(
+                return Err(option(format!(
                     "unknown option {name}: the options are {}",
                     known.join(", ")
                 )));

@@ -39,6 +39,14 @@ pub enum TableError {
         /// Which version was asked for and what the log has.
         reason: String,
     },
+    /// Nothing at the location: no Delta log and no Parquet files.
+    #[error("table {location}: {reason}")]
+    NotFound {
+        /// The table location.
+        location: String,
+        /// What the listing found.
+        reason: String,
+    },
     /// The table is not a voxlake table, or lacks a requested column.
     #[error("table {location}: {reason}")]
     Incompatible {
@@ -145,6 +153,21 @@ impl TableError {
                 .downcast_ref::<object_store::Error>()
                 .is_some_and(store_error_is_transient),
             TableError::DeletionVector { transient, .. } => *transient,
+            _ => false,
+        }
+    }
+
+    /// Whether the table, or a data file its log lists, is not in the store.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            TableError::NotFound { .. } | TableError::MissingFile { .. } => true,
+            TableError::Delta { source, .. } => matches!(
+                source.as_ref(),
+                DeltaTableError::NotATable(_)
+                    | DeltaTableError::ObjectStore {
+                        source: object_store::Error::NotFound { .. }
+                    }
+            ),
             _ => false,
         }
     }

@@ -407,16 +407,18 @@ impl Snapshot {
         drop(objects);
         let (files, _) = builder.finish(&[]);
         if files.is_empty() {
-            let reason = match listed {
-                0 => {
-                    "nothing at this location: no Delta table (no _delta_log) and no .parquet files"
-                        .to_string()
-                }
-                n => format!(
-                    "neither a Delta table (no _delta_log) nor a folder of .parquet files ({n} other objects)"
-                ),
-            };
-            return Err(TableError::Incompatible { location, reason });
+            return Err(match listed {
+                0 => TableError::NotFound {
+                    location,
+                    reason: "nothing at this location: no Delta table (no _delta_log) and no .parquet files".to_string(),
+                },
+                n => TableError::Incompatible {
+                    location,
+                    reason: format!(
+                        "neither a Delta table (no _delta_log) nor a folder of .parquet files ({n} other objects)"
+                    ),
+                },
+            });
         }
         Snapshot::new(location, 0, files, store, identity)
             .resolve_columns(&HashMap::new(), hints)
