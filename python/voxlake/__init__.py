@@ -21,6 +21,7 @@ from ._errors import (
     StoreError,
     TableError,
     VoxlakeError,
+    VoxlakeWarning,
 )
 from ._voxlake import (
     Loader,
@@ -40,6 +41,7 @@ __all__ = [
     "StoreError",
     "TableError",
     "VoxlakeError",
+    "VoxlakeWarning",
     "__version__",
     "convert",
     "default_job",

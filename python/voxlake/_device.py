@@ -74,18 +74,23 @@ def _stage(
     too small) and from there to ``device``: on ``stream`` without blocking where it is CUDA."""
     out: Dict[str, Any] = {}
     for name, value in batch.items():
+        dtype = None
         if isinstance(value, torch.Tensor) and value.device.type == "cpu":
-            value = value.numpy()
+            dtype = value.dtype
+            # numpy has no bfloat16: its bits go as uint16.
+            value = (value.view(torch.uint16) if dtype == torch.bfloat16 else value).numpy()
         if not isinstance(value, np.ndarray):
             out[name] = value
             continue
         array = np.ascontiguousarray(value)
+        if dtype is None:
+            dtype = torch.from_numpy(array).dtype
         host = staged.get(name)
         if host is None or host.numel() < array.nbytes:
             host = torch.empty(max(array.nbytes, 1), dtype=torch.uint8, pin_memory=stream is not None)
             staged[name] = host
         _copy_into(host.data_ptr(), host.numel(), array)
-        view = host[: array.nbytes].view(torch.from_numpy(array).dtype).view(array.shape)
+        view = host[: array.nbytes].view(dtype).view(array.shape)
         if stream is None:
             out[name] = view.to(device, copy=True)
         else:

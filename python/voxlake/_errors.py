@@ -36,6 +36,11 @@ class OptionError(ConfigError, TypeError):
     """An unknown or ill-typed keyword argument."""
 
 
-for _class in (VoxlakeError, TableError, NotFoundError, StoreError, ConfigError, OptionError):
+class VoxlakeWarning(UserWarning):
+    """A warning about what a run reads (ranks that may read different versions of the table,
+    a shuffle buffer cut to fit the memory budget); it is also logged under ``voxlake``."""
+
+
+for _class in (VoxlakeError, TableError, NotFoundError, StoreError, ConfigError, OptionError, VoxlakeWarning):
     _class.__module__ = "voxlake"
 del _class

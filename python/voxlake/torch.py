@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.utils.data
 
 from . import ConfigError, Loader, loader_options
+from ._voxlake import DEFAULT_MEMORY_BUDGET
 from ._device import STAGING_BUFFERS, to_device
 from ._passes import Passes, pass_token, random_token
 from ._placement import Placement, at_boundary, compose, fit, resolve, worker_rank
@@ -138,6 +139,9 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
             state, shift = fit(state, place, workers)
         rank, world = worker_rank(place, (worker + shift) % workers, workers)
         options = dict(self._options, rank=rank, world_size=world, start_epoch=epoch)
+        if "memory_budget" not in options and workers > 1:
+            # A rank's workers share the budget one loader would have.
+            options["memory_budget"] = DEFAULT_MEMORY_BUDGET // workers
         if place.job is not None and "version" not in options and "timestamp" not in options:
             options["job"] = place.job
         self._pass_epoch = epoch
@@ -153,7 +157,8 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
             loader.load_state_dict(state)
         before = loader.state_dict()  # opens the table: the state is valid from iter() on
         self._loader = loader
-        return _Batches(loader, before if self._report_states else None)
+        bf16 = frozenset(name for name, dtype in loader.fields() if dtype == "bf16")
+        return _Batches(loader, bf16, before if self._report_states else None)
 
     def __getstate__(self) -> Dict[str, Any]:
         from multiprocessing import context
@@ -169,8 +174,9 @@ class _Batches:
     """A pass's batches as torch tensors; with ``before``, each carries the states around it
     for ``voxlake.torch.DataLoader``."""
 
-    def __init__(self, loader: Loader, before: Optional[Dict[str, Any]]) -> None:
+    def __init__(self, loader: Loader, bf16: FrozenSet[str], before: Optional[Dict[str, Any]]) -> None:
         self._loader = iter(loader)
+        self._bf16 = bf16
         self._before = None if before is None else json.dumps(before)
 
     def __iter__(self) -> "_Batches":
@@ -181,6 +187,8 @@ class _Batches:
         out: Dict[str, Any] = {
             k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()
         }
+        for name in self._bf16:  # the bits numpy holds as uint16
+            out[name] = out[name].view(torch.bfloat16)
         if self._before is not None:
             after = json.dumps(self._loader.state_dict())
             out[_STATE_KEY] = (self._before, after)
@@ -221,15 +229,15 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         place = ds.placement()
         if self._batches_per_pass is not None:
             return
-        rank, world = worker_rank(place, 0, self._workers())
-        options = dict(ds._options, rank=rank, world_size=world)
+        # Opened as this rank: its version is the rank's (the workers' too).
+        options = dict(ds._options, rank=place.rank, world_size=place.world_size)
         pinned = "version" in options or "timestamp" in options
         if place.job is not None and not pinned:
             options["job"] = place.job
         with Loader(ds._table, **options) as probe:
             if not pinned:
                 ds._options["version"] = probe.version
-            per_epoch = probe.batches_per_epoch()
+            per_epoch = probe.batches_per_epoch(worker_rank(place, 0, self._workers())[1])
         self._batches_per_pass = per_epoch * self._workers() * max(ds._per_pass, 1)
 
     def __len__(self) -> int:

@@ -267,3 +267,134 @@ def test_labels_are_one_type_in_every_batch_of_a_table_with_null_labels(tmp_path
             assert bool(valid) == (n % 3 == 0) and int(label) == (n % 2 if n % 3 == 0 else 0)
     ds_batch = next(iter(Dataset(out, batch_size=12, rank=0, world_size=1)))
     assert ds_batch["label"].dtype == torch.int64 and ds_batch["label_valid"].dtype == torch.bool
+
+
+def test_rust_warnings_reach_logging_and_warnings(table, caplog):
+    caplog.set_level("WARNING", logger="voxlake")
+    with pytest.warns(voxlake.VoxlakeWarning, match="ranks may read different versions"):
+        loader = voxlake.Loader(table, batch_size=8, rank=0, world_size=2)
+        next(iter(loader))
+    skew = [r for r in caplog.records if "ranks may read different versions" in r.getMessage()]
+    assert skew and skew[0].name == "voxlake.loader.start" and skew[0].levelname == "WARNING"
+    assert "world_size=2" in skew[0].getMessage()
+    # Debug events arrive once the logger asks for them.
+    caplog.clear()
+    caplog.set_level("DEBUG", logger="voxlake")
+    voxlake.Loader(table, batch_size=8).version  # the level is read when a pass opens
+    list(voxlake.Loader(table, batch_size=8))
+    assert any(r.levelname == "DEBUG" and r.name.startswith("voxlake.") for r in caplog.records)
+
+
+def test_bf16_fields_are_bfloat16_tensors(tmp_path):
+    src = tmp_path / "npy"
+    src.mkdir()
+    for i in range(10):
+        np.save(src / f"s{i:04}.npy", (cube(i) / 1000).astype(np.float32))
+    out = str(tmp_path / "bf16")
+    voxlake.convert(str(src), out, dtype="bf16", progress=False)
+    loader = voxlake.Loader(out, batch_size=4)
+    assert loader.fields() == [("tensor", "bf16")]
+    raw = next(iter(loader))["tensor"]
+    assert raw.dtype == np.uint16  # numpy has no bfloat16: the same bits
+    seen = 0
+    for b in Dataset(out, batch_size=4, rank=0, world_size=1):
+        assert b["tensor"].dtype == torch.bfloat16
+        for row, sample_id in zip(b["tensor"], b["id"]):
+            expected = torch.from_numpy((cube(number(sample_id)) / 1000).astype(np.float32)).to(torch.bfloat16)
+            assert torch.equal(row, expected)
+            seen += 1
+    assert seen == 10
+    staged = next(voxlake.torch.to_device(Dataset(out, batch_size=4, rank=0, world_size=1), "cpu"))
+    assert staged["tensor"].dtype == torch.bfloat16
+
+
+LIGHTNING = """
+import json, sys
+import torch
+import pytorch_lightning as pl
+from voxlake.torch import DataLoader
+
+table, out, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+
+class Model(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(24, 1)
+        self.seen = []
+
+    def training_step(self, batch, index):
+        self.seen.append([self.current_epoch, list(batch["id"])])
+        return self.layer(batch["tensor"].reshape(len(batch["id"]), -1)).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    def train_dataloader(self):
+        return DataLoader(table, batch_size=8, shuffle=True, seed=3, num_workers=workers)
+
+    def on_train_end(self):
+        with open(f"{out}.{self.global_rank}", "w") as f:
+            json.dump(self.seen, f)
+
+
+pl.Trainer(max_epochs=2, accelerator="cpu", devices=2, strategy="ddp", logger=False,
+           enable_checkpointing=False, enable_progress_bar=False,
+           enable_model_summary=False).fit(Model())
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_lightning_ddp_reads_every_row_once_an_epoch_in_a_new_order(table, tmp_path, workers):
+    pytest.importorskip("pytorch_lightning")
+    script = tmp_path / "fit.py"
+    script.write_text(LIGHTNING)
+    out = tmp_path / "seen"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    done = subprocess.run([sys.executable, str(script), table, str(out), str(workers)], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    seen = [json.loads((tmp_path / f"seen.{rank}").read_text()) for rank in range(2)]
+    assert len(seen[0]) == len(seen[1]) > 0  # the ranks step together
+    orders = []
+    for epoch in range(2):
+        ids = [i for rank in seen for e, batch in rank if e == epoch for i in batch]
+        every_row_once(ids, 2 * max(workers, 1) - 1)
+        orders.append([i for e, batch in seen[0] if e == epoch for i in batch])
+    assert orders[0] != orders[1]
+
+
+LIGHTNING_RESUME = LIGHTNING.replace(
+    "pl.Trainer(max_epochs=2,",
+    """
+class Stop(pl.Callback):
+    def on_train_batch_end(self, trainer, module, outputs, batch, index):
+        if stop_at and trainer.global_step == stop_at:
+            trainer.should_stop = True
+
+
+stop_at, ckpt = int(sys.argv[4]), sys.argv[5]
+pl.Trainer(max_epochs=2, callbacks=[Stop(), pl.callbacks.ModelCheckpoint(
+               dirpath=out + ".ckpt", every_n_train_steps=3, save_top_k=-1)],""",
+).replace("enable_checkpointing=False, ", "").replace(".fit(Model())", ".fit(Model(), ckpt_path=ckpt or None)")
+
+
+def test_lightning_resumes_a_mid_epoch_checkpoint_exactly(table, tmp_path):
+    pytest.importorskip("pytorch_lightning")
+    script = tmp_path / "fit.py"
+    script.write_text(LIGHTNING_RESUME)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+
+    def fit(name, stop_at, ckpt=""):
+        done = subprocess.run([sys.executable, str(script), table, str(tmp_path / name), "2", str(stop_at), ckpt],
+                              capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return [json.loads((tmp_path / f"{name}.{rank}").read_text()) for rank in range(2)]
+
+    whole = fit("whole", 0)
+    head = fit("head", 4)
+    ckpt = [f for f in os.listdir(tmp_path / "head.ckpt") if "step=3" in f]
+    assert ckpt, os.listdir(tmp_path / "head.ckpt")
+    rest = fit("rest", 0, str(tmp_path / "head.ckpt" / ckpt[0]))
+    for rank in range(2):
+        assert head[rank][:3] + rest[rank] == whole[rank], rank

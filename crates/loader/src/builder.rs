@@ -50,6 +50,9 @@ fn default_assembly_threads() -> usize {
 /// without being told a size ([`LoaderBuilder::with_shuffle`]).
 pub const DEFAULT_SHUFFLE_BUFFER: usize = 1024;
 
+/// Bytes a loader holds at most unless [`LoaderBuilder::with_memory_budget`] says otherwise.
+pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
+
 /// Files whose row groups are read round-robin when shuffling.
 pub(crate) const INTERLEAVE: usize = 4;
 
@@ -114,7 +117,7 @@ impl LoaderBuilder {
             rank_from_env: false,
             node_affinity: crate::launch::NodeAffinity::Off,
             channels_first: false,
-            memory_budget: 1 << 30,
+            memory_budget: DEFAULT_MEMORY_BUDGET,
             prefetch: 2,
             row_group_prefetch: None,
             runtime_threads: 2,

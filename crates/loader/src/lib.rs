@@ -73,7 +73,7 @@ pub mod torch;
 pub mod transform;
 
 pub use batch::{Batch, FieldBatch, FieldRef, RowOrigin, Tensors};
-pub use builder::{DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
+pub use builder::{DEFAULT_MEMORY_BUDGET, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
 pub use loader::{Loader, LoaderStats, Recycler};
 pub use state::LoaderState;
 #[cfg(feature = "tch")]

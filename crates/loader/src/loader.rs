@@ -137,8 +137,14 @@ impl Loader {
     /// Batches per epoch: the same on every rank and in every epoch (an epoch resumed with
     /// another world size has its own count for the rest of it).
     pub fn iterations_per_epoch(&self) -> u64 {
+        self.iterations_per_epoch_over(self.world_size)
+    }
+
+    /// Batches per epoch each rank would get over `world_size` ranks (a front end that splits
+    /// a rank into workers counts theirs from the rank's loader).
+    pub fn iterations_per_epoch_over(&self, world_size: usize) -> u64 {
         self.settings
-            .batches(self.stream.rows_per_file().iter().sum(), self.world_size)
+            .batches(self.stream.rows_per_file().iter().sum(), world_size.max(1))
     }
 
     /// Where the run stands after the last batch handed out (before the first: where it

@@ -87,6 +87,7 @@ impl LoaderBuilder {
         };
         if self.world_size > 1 && self.options.job.is_none() && version == AsOf::Latest {
             tracing::warn!(
+                caution = true,
                 rank = self.rank,
                 world_size = self.world_size,
                 "each rank resolves the latest version by itself: while the table takes commits, ranks may read different versions. Name the job (with_job, VOXLAKE_JOB_ID) or pin a version"
@@ -160,6 +161,7 @@ impl LoaderBuilder {
                 budget::buffer_rows(stream_budget, sample_bytes, rows, self.batch_size);
             if settings.buffer_rows < rows {
                 tracing::warn!(
+                    caution = true,
                     requested = rows,
                     fits = settings.buffer_rows,
                     "shuffle buffer reduced to fit the memory budget"

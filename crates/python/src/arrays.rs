@@ -73,11 +73,37 @@ fn first_array<'py>(
             "internal error: a tensor buffer was given back twice",
         ));
     };
+    if let Tensors::BF16(a) = held {
+        // numpy has no bfloat16: the same bits as uint16 (`voxlake.torch` views them as
+        // `torch.bfloat16`).
+        return match a.as_slice() {
+            Some(values) => {
+                let bits: &[u16] = bf16_bits(values);
+                let view = ndarray::ArrayViewD::from_shape(a.shape(), bits)
+                    .map_err(|e| crate::errors::internal(format!("a bf16 field's shape: {e}")))?;
+                // Safety: as `borrowed`: the view's memory is the owner's tensor.
+                Ok(
+                    unsafe { PyArray::borrow_from_array(&view, owner.clone().into_any()) }
+                        .into_any(),
+                )
+            }
+            None => Ok(PyArray::from_owned_array(py, a.mapv(half::bf16::to_bits)).into_any()),
+        };
+    }
     Ok(each_tensor!(held, a => borrowed(a, &owner), _ => return Err(not_numpy())))
+}
+
+/// bf16 values as their bits.
+fn bf16_bits(values: &[half::bf16]) -> &[u16] {
+    // Safety: `bf16` is a `repr(transparent)` `u16`: same size, alignment and validity.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u16>(), values.len()) }
 }
 
 /// A tensor field as a numpy array owning its buffer.
 fn owned_array(py: Python<'_>, tensors: Tensors) -> PyResult<Bound<'_, PyAny>> {
+    if let Tensors::BF16(a) = tensors {
+        return Ok(PyArray::from_owned_array(py, a.mapv(half::bf16::to_bits)).into_any());
+    }
     Ok(
         each_tensor!(tensors, a => PyArray::from_owned_array(py, a).into_any(), _ => return Err(not_numpy())),
     )

@@ -30,6 +30,7 @@ fn run<T: Send + 'static>(
     py: Python<'_>,
     work: impl Future<Output = Result<T, CompactError>> + Send + 'static,
 ) -> PyResult<T> {
+    crate::logs::install();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -55,6 +56,7 @@ fn run<T: Send + 'static>(
         }
     };
     runtime.shutdown_background();
+    crate::logs::drain(py)?;
     outcome
 }
 

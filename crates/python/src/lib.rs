@@ -6,7 +6,8 @@
 //! (the one list of them), [`loader`] is the `Loader` class (iteration with the GIL released,
 //! state, epochs), [`arrays`] hands a batch's buffers to numpy without a copy, [`compact`]
 //! runs `convert` and `inspect`, [`cli`] the console scripts, [`staging`] copies a batch into
-//! `voxlake.torch.to_device`'s page-locked buffers, [`shared`] the compare-and-swap
+//! `voxlake.torch.to_device`'s page-locked buffers, [`logs`] hands the crates' `tracing` events to Python's `logging`, [`shared`] the
+//! compare-and-swap
 //! `voxlake.torch.Dataset`'s passes agree on, [`errors`] turns the crates' errors into
 //! the exceptions of `python/voxlake/_errors.py`.
 
@@ -19,6 +20,7 @@ mod cli;
 mod compact;
 mod errors;
 mod loader;
+mod logs;
 mod options;
 mod shared;
 mod staging;
@@ -39,5 +41,9 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(staging::copy_into, m)?)?;
     m.add_function(wrap_pyfunction!(shared::compare_exchange, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add(
+        "DEFAULT_MEMORY_BUDGET",
+        voxlake_loader::DEFAULT_MEMORY_BUDGET,
+    )?;
     Ok(())
 }

@@ -90,7 +90,10 @@ impl Loader {
         if let Some(state) = inner.state.take() {
             builder = builder.with_state(state);
         }
-        let loader = build_interruptibly(py, builder)?;
+        crate::logs::install();
+        let built = build_interruptibly(py, builder);
+        crate::logs::drain(py)?;
+        let loader = built?;
         let recycler = loader.recycler();
         let labels = match loader.label_column() {
             Some((_, nullable)) => LabelColumn {
@@ -146,42 +149,9 @@ impl Loader {
 
     /// The next batch; `StopIteration` at the end of the last epoch.
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let mut inner = self.lock(py)?;
-        if inner.running.is_none() {
-            self.build(py, &mut inner)?;
-        }
-        let Some(running) = inner.running.as_mut() else {
-            return Err(config("the loader was not built"));
-        };
-        if running.ended {
-            return Ok(None);
-        }
-        loop {
-            let loader = &mut running.loader;
-            let polled = py.detach(|| no_panic("the loader", || loader.poll_next(SIGNAL_CHECK)));
-            let polled = polled.inspect_err(|_| running.ended = true)?;
-            match polled {
-                Poll::Pending => py.check_signals()?,
-                Poll::Ready(None) => {
-                    running.ended = true;
-                    // The next pass reads the epoch after the last one read.
-                    inner.start_epoch = running.loader.state().epoch;
-                    return Ok(None);
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    running.ended = true;
-                    return Err(loader_error(e));
-                }
-                Poll::Ready(Some(Ok(batch))) => {
-                    running.started = true;
-                    let (recycler, labels) = (running.recycler.clone(), running.labels);
-                    let dict = no_panic("handing a batch to numpy", || {
-                        crate::arrays::batch_dict(py, batch, recycler, labels)
-                    });
-                    return dict.and_then(|d| d).map(Some);
-                }
-            }
-        }
+        let next = self.next_batch(py);
+        crate::logs::drain(py)?;
+        next
     }
 
     /// Stops the pass under way, if any: its threads end and its memory is freed. The next
@@ -263,15 +233,32 @@ impl Loader {
         self.with_running(py, |r| r.loader.rank())
     }
 
+    /// The batch's tensor fields as `(name, dtype)` (`bf16` fields come as `uint16` arrays of
+    /// the same bits; opening the table if no pass is under way).
+    fn fields(&self, py: Python<'_>) -> PyResult<Vec<(String, &'static str)>> {
+        self.with_running(py, |r| {
+            r.loader
+                .sample()
+                .tensors()
+                .map(|(name, spec)| (name.to_string(), spec.dtype().name()))
+                .collect()
+        })
+    }
+
     /// The table's version read (opening the table if no pass is under way).
     #[getter]
     fn version(&self, py: Python<'_>) -> PyResult<u64> {
         self.with_running(py, |r| r.loader.version())
     }
 
-    /// Batches a rank gets each epoch (opening the table if no pass is under way).
-    fn batches_per_epoch(&self, py: Python<'_>) -> PyResult<u64> {
-        self.with_running(py, |r| r.loader.iterations_per_epoch())
+    /// Batches a rank gets each epoch (opening the table if no pass is under way); over
+    /// `world_size` ranks where given.
+    #[pyo3(signature = (world_size=None))]
+    fn batches_per_epoch(&self, py: Python<'_>, world_size: Option<usize>) -> PyResult<u64> {
+        self.with_running(py, |r| match world_size {
+            Some(world) => r.loader.iterations_per_epoch_over(world),
+            None => r.loader.iterations_per_epoch(),
+        })
     }
 
     /// What the pass under way has done so far: samples and batches handed out, batches
@@ -294,6 +281,46 @@ impl Loader {
 }
 
 impl Loader {
+    /// The next batch of the pass under way (a pass opened if none is).
+    fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut inner = self.lock(py)?;
+        if inner.running.is_none() {
+            self.build(py, &mut inner)?;
+        }
+        let Some(running) = inner.running.as_mut() else {
+            return Err(config("the loader was not built"));
+        };
+        if running.ended {
+            return Ok(None);
+        }
+        loop {
+            let loader = &mut running.loader;
+            let polled = py.detach(|| no_panic("the loader", || loader.poll_next(SIGNAL_CHECK)));
+            let polled = polled.inspect_err(|_| running.ended = true)?;
+            match polled {
+                Poll::Pending => py.check_signals()?,
+                Poll::Ready(None) => {
+                    running.ended = true;
+                    // The next pass reads the epoch after the last one read.
+                    inner.start_epoch = running.loader.state().epoch;
+                    return Ok(None);
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    running.ended = true;
+                    return Err(loader_error(e));
+                }
+                Poll::Ready(Some(Ok(batch))) => {
+                    running.started = true;
+                    let (recycler, labels) = (running.recycler.clone(), running.labels);
+                    let dict = no_panic("handing a batch to numpy", || {
+                        crate::arrays::batch_dict(py, batch, recycler, labels)
+                    });
+                    return dict.and_then(|d| d).map(Some);
+                }
+            }
+        }
+    }
+
     fn with_running<T>(&self, py: Python<'_>, f: impl FnOnce(&Running) -> T) -> PyResult<T> {
         let mut inner = self.lock(py)?;
         if inner.running.is_none() {
