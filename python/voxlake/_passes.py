@@ -90,12 +90,14 @@ class Passes:
         # Last: a claim that sees the new generation sees the setting whole.
         self._words[_SET_GEN] = self._words[_SET_GEN] + 1
 
-    def pending(self) -> Optional[Dict[str, Any]]:
-        """The state the next pass will take, if a setting with one is not taken yet."""
+    def pending(self) -> Optional[Tuple[int, Dict[str, Any]]]:
+        """The epoch and state the next pass will take, if a setting with a state is not
+        taken yet."""
         _, _, gen, _ = _unpack(self._words[_CLAIM])
-        if gen == self._words[_SET_GEN] % (1 << _GEN_BITS):
+        state = self._state()
+        if gen == self._words[_SET_GEN] % (1 << _GEN_BITS) or state is None:
             return None
-        return self._state()
+        return int(self._words[_SET_EPOCH]), state
 
     def _state(self) -> Optional[Dict[str, Any]]:
         n = self._words[_SET_STATE_LEN]

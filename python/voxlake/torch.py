@@ -97,7 +97,7 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         ``StatefulDataLoader`` gather them)."""
         pending = self._passes.pending()
         if pending is not None:
-            return pending
+            return dict(pending[1], pass_epoch=pending[0])
         if self._loader_pid == os.getpid():
             if self._finished_state is not None:
                 return dict(self._finished_state, pass_epoch=self._pass_epoch)

@@ -398,3 +398,32 @@ def test_lightning_resumes_a_mid_epoch_checkpoint_exactly(table, tmp_path):
     rest = fit("rest", 0, str(tmp_path / "head.ckpt" / ckpt[0]))
     for rank in range(2):
         assert head[rank][:3] + rest[rank] == whole[rank], rank
+
+
+def test_a_state_loaded_into_a_dataset_is_read_once_by_workers(table):
+    whole = ids_of(DataLoader(table, num_workers=2, **KW))
+    head, state = take_then_state(DataLoader(table, num_workers=2, **KW), 5)
+    ds = Dataset(table, **KW)
+    ds.load_state_dict(state)
+    assert ds.state_dict() == state  # not read yet
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    assert head + ids_of(dl) == whole
+    second = ids_of(dl)  # the next epoch, whole: the state was read once
+    every_row_once(second, 1)
+    assert second != whole
+    with pytest.raises(voxlake.ConfigError, match="StatefulDataLoader"):
+        ds.state_dict()  # read by the workers: its state is theirs
+
+
+def test_voxlake_dataloader_resumes_over_another_world_size(table):
+    """Two ranks of 2 workers each stop after 5 batches; one rank of 3 workers takes the rest
+    of the epoch: every row once over both."""
+    head, states = [], []
+    for rank in range(2):
+        dl = DataLoader(table, num_workers=2, **dict(KW, rank=rank, world_size=2))
+        ids, state = take_then_state(dl, 5)
+        head += ids
+        states.append(state)
+    assert {k: v for k, v in states[0].items() if k != "rank"} == {k: v for k, v in states[1].items() if k != "rank"}
+    rest, _ = resume_elsewhere(table, "voxlake", 3, states[1])
+    every_row_once(head + rest, 2 * 2 + 3)

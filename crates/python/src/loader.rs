@@ -25,8 +25,29 @@ struct Inner {
     start_epoch: u64,
 }
 
+impl Inner {
+    /// Drops the pass under way, if any; in a process forked since it was built (a
+    /// `DataLoader` worker that inherited it), its threads are the parent's: it is forgotten
+    /// there, never stopped or freed.
+    fn discard(&mut self) {
+        if let Some(running) = self.running.take()
+            && running.pid != std::process::id()
+        {
+            std::mem::forget(running);
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.discard();
+    }
+}
+
 /// A built loader, whether it has handed out a batch, whether it has ended.
 struct Running {
+    /// The process that built it: a process forked since has none of its threads.
+    pid: u32,
     loader: voxlake_loader::Loader,
     recycler: Recycler,
     labels: LabelColumn,
@@ -105,7 +126,9 @@ impl Loader {
                 nullable: false,
             },
         };
+        inner.discard();
         inner.running = Some(Running {
+            pid: std::process::id(),
             loader,
             recycler,
             labels,
@@ -158,9 +181,7 @@ impl Loader {
     /// `iter()` starts a pass again (at the epoch the stopped one was in).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let mut inner = self.lock(py)?;
-        let running = inner.running.take();
-        // The loader's threads are joined with the GIL released (they may be waiting for it).
-        py.detach(move || drop(running));
+        inner.discard();
         Ok(())
     }
 
@@ -214,7 +235,7 @@ impl Loader {
                 "load_state_dict() comes before iterating: this loader has handed out batches of a pass under way",
             ));
         }
-        inner.running = None;
+        inner.discard();
         inner.state = Some(state);
         Ok(())
     }
@@ -223,7 +244,7 @@ impl Loader {
     /// is dropped, the next `iter()` opens the table at this epoch.
     fn set_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
         let mut inner = self.lock(py)?;
-        inner.running = None;
+        inner.discard();
         inner.start_epoch = epoch;
         Ok(())
     }
