@@ -78,6 +78,13 @@ for r in $(seq 1 "$rounds"); do
   fi
 done
 
+# The Python feeds compared (docs/python.md): the loader in the training process with
+# to_device against 2 and 4 DataLoader workers with pin_memory.
+if [ "$python_feed" = 1 ]; then
+  python3 "$here/../compare/workers.py" "$data/table" --device "$device" --rounds 1 \
+    2>>"$out/stderr.log" | tee "$out/workers.jsonl"
+fi
+
 # The ranks of each run are one job (one version for all; the marker goes beside the table).
 job="check-$$-$(date +%s)"
 for n in 1 4 8; do
