@@ -229,8 +229,9 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         place = ds.placement()
         if self._batches_per_pass is not None:
             return
-        # Opened as this rank: its version is the rank's (the workers' too).
-        options = dict(ds._options, rank=place.rank, world_size=place.world_size)
+        # Opened as this rank: its version is the rank's (the workers' too). No epoch: the log
+        # and the first footers are read, no data.
+        options = dict(ds._options, rank=place.rank, world_size=place.world_size, epochs=0)
         pinned = "version" in options or "timestamp" in options
         if place.job is not None and not pinned:
             options["job"] = place.job

@@ -357,14 +357,19 @@ fn ranks(
         .collect()
 }
 
+/// A shuffled loader of batches of 3 over a table of `n` rows in uneven files under `dir`.
+async fn shuffled_by_threes(dir: &Path, n: usize) -> LoaderBuilder {
+    let table = uneven_table(dir, n, 6).await;
+    Loader::builder(table.to_str().unwrap())
+        .with_batch_size(3)
+        .with_shuffle(8, 9)
+}
+
 #[tokio::test]
 async fn another_world_size_continues_the_epoch_with_every_row_once() {
     let dir = tempfile::tempdir().unwrap();
     let n = 41;
-    let table = uneven_table(dir.path(), n, 6).await;
-    let builder = Loader::builder(table.to_str().unwrap())
-        .with_batch_size(3)
-        .with_shuffle(8, 9);
+    let builder = shuffled_by_threes(dir.path(), n).await;
     // 3 ranks for 2 batches, then 2 ranks for 1, then 4 ranks to the end of the epoch.
     let first = ranks(&builder, 3, None, Some(2));
     let state = &first[0].1;
@@ -407,10 +412,7 @@ async fn another_world_size_continues_the_epoch_with_every_row_once() {
 async fn ranks_stopped_between_turns_resume_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let n = 41;
-    let table = uneven_table(dir.path(), n, 6).await;
-    let builder = Loader::builder(table.to_str().unwrap())
-        .with_batch_size(3)
-        .with_shuffle(8, 9);
+    let builder = shuffled_by_threes(dir.path(), n).await;
     let whole = ranks(&builder, 3, None, None);
     // Ranks 0 and 1 gave 3 batches, rank 2 gave 2.
     let head: Vec<(Vec<Batch>, LoaderState)> = (0..3)
