@@ -71,6 +71,9 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         self._finished_state: Optional[Dict[str, Any]] = None
         self._worker_passes = 0
         self._report_states = False
+        # The version this job reads, where it was resolved for it (a DataLoader's probe, a
+        # broadcast from rank 0); a state pins its own.
+        self._job_version: Optional[int] = None
 
     def __repr__(self) -> str:
         return f"voxlake.torch.Dataset({self._table!r})"
@@ -142,7 +145,12 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         if "memory_budget" not in options and workers > 1:
             # A rank's workers share the budget one loader would have.
             options["memory_budget"] = DEFAULT_MEMORY_BUDGET // workers
-        if place.job is not None and "version" not in options and "timestamp" not in options:
+        pinned = "version" in options or "timestamp" in options
+        if info is None and state is None and not pinned and self._job_version is None:
+            self._job_version = _agree_version(self._table, options, place)
+        if self._job_version is not None and state is None and not pinned:
+            options["version"] = self._job_version
+        elif place.job is not None and not pinned and _process_group(place) is None:
             options["job"] = place.job
         self._pass_epoch = epoch
         if self._loader is not None and self._loader_pid != os.getpid():
@@ -219,6 +227,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         self._voxlake_dataset = dataset
         self._states: Optional[Tuple[str, str]] = None
         self._batches_per_pass: Optional[int] = None
+        self._agreed = False
 
     def _workers(self) -> int:
         return max(int(self.num_workers), 1)
@@ -232,14 +241,37 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         # Opened as this rank: its version is the rank's (the workers' too). No epoch: the log
         # and the first footers are read, no data.
         options = dict(ds._options, rank=place.rank, world_size=place.world_size, epochs=0)
+        if _process_group(place) is not None:
+            options.update(rank=0, world_size=1)  # rank 0's version is broadcast at the first pass
+        pending = ds._passes.pending()
         pinned = "version" in options or "timestamp" in options
-        if place.job is not None and not pinned:
-            options["job"] = place.job
+        if pending is not None and not pinned:
+            options["version"] = pending[1]["version"]  # a state pins its version
+        elif ds._job_version is not None and not pinned:
+            options["version"] = ds._job_version
+        elif place.job is not None and not pinned and _process_group(place) is None:
+            options["job"] = place.job  # torch.distributed agrees without writing anything
         with Loader(ds._table, **options) as probe:
-            if not pinned:
-                ds._options["version"] = probe.version
+            if not pinned and pending is None:
+                ds._job_version = probe.version
             per_epoch = probe.batches_per_epoch(worker_rank(place, 0, self._workers())[1])
         self._batches_per_pass = per_epoch * self._workers() * max(ds._per_pass, 1)
+
+    def _agree(self) -> None:
+        """Every rank reads rank 0's version, broadcast by torch.distributed where it is
+        initialized (at the first pass, which every rank of a DDP job starts together; never in
+        ``len()``, which one rank may call alone)."""
+        self._agreed = True
+        ds = self._voxlake_dataset
+        dist = _process_group(ds.placement())
+        if dist is None or "version" in ds._options or "timestamp" in ds._options:
+            return
+        box = [ds._job_version]
+        dist.broadcast_object_list(box, src=0)
+        if box[0] is not None and box[0] != ds._job_version:
+            ds._job_version = int(box[0])
+            self._batches_per_pass = None  # rank 0's version may have other rows
+            self._prepare()
 
     def __len__(self) -> int:
         """Batches a pass yields on this rank (every worker's)."""
@@ -249,6 +281,8 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:  # type: ignore[override]
         self._prepare()
+        if not self._agreed:
+            self._agree()
         ds = self._voxlake_dataset
         ds._report_states = self.num_workers > 0
         batches = super().__iter__()
@@ -276,3 +310,27 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         """Resume the next pass from ``state`` (from ``state_dict``)."""
         self._states = None
         self._voxlake_dataset.load_state_dict(state)
+
+
+def _agree_version(table: str, options: Dict[str, Any], place: Placement) -> Optional[int]:
+    """Rank 0's latest version, broadcast to every rank where torch.distributed is initialized
+    over them (the first pass in the main process, which the ranks start together); else None."""
+    dist = _process_group(place)
+    if dist is None:
+        return None
+    box: List[Optional[int]] = [None]
+    if place.rank == 0:
+        # As one rank: the log and a footer, no data, no job.
+        with Loader(table, **dict(options, rank=0, world_size=1, epochs=0)) as probe:
+            box[0] = probe.version
+    dist.broadcast_object_list(box, src=0)
+    return None if box[0] is None else int(box[0])
+
+
+def _process_group(place: Placement) -> Any:
+    """``torch.distributed`` where it is initialized over this placement's ranks, else None."""
+    import torch.distributed as dist
+
+    if place.world_size > 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() == place.world_size:
+        return dist
+    return None

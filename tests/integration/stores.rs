@@ -780,7 +780,8 @@ async fn a_jobs_version_is_pinned_in_the_store(backend: Backend) {
     let version = |job: Option<&str>| {
         let mut builder = Loader::builder(table.clone()).with_storage_options(backend.options());
         if let Some(job) = job {
-            builder = builder.with_job(job);
+            // A rank of two: a job of one rank has nothing to agree on and writes nothing.
+            builder = builder.with_job(job).with_rank(0, 2);
         }
         std::thread::spawn(move || builder.build().unwrap().version())
             .join()
@@ -810,7 +811,8 @@ async fn a_jobs_version_is_pinned_in_the_store(backend: Backend) {
         let builder = Loader::builder(table.clone())
             .with_storage_options(backend.options())
             .with_cache(cache.path(), 1 << 30)
-            .with_job(job);
+            .with_job(job)
+            .with_rank(1, 2);
         std::thread::spawn(move || builder.build().unwrap().version())
             .join()
             .unwrap()
@@ -1593,26 +1595,71 @@ fn azurite_sas() -> String {
     voxlake_testkit::python_script::<&str>("azurite_sas.py", &[])
 }
 
+/// Azurite's storage options with `token` as the credential.
+fn sas_options(token: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (
+            "azure_storage_account_name".to_string(),
+            "devstoreaccount1".to_string(),
+        ),
+        ("azure_storage_sas_key".to_string(), token.to_string()),
+        (
+            "azure_storage_endpoint".to_string(),
+            format!("http://{}/devstoreaccount1", Backend::Azurite.addr()),
+        ),
+        ("allow_http".to_string(), "true".to_string()),
+    ])
+}
+
+/// Ranks of a job reading with read-only credentials (a SAS of read and list rights, as a
+/// cluster user's for a shared dataset): the job's version cannot be written beside the table,
+/// so each rank reads the version it opened, with a warning, and the job trains; a job of one
+/// rank writes nothing at all. Every row once over the ranks, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_on_read_only_credentials_trains() {
+    let Uploaded { prefix, src, table } = uploaded(Backend::Azurite, "read-only", 12, 59).await;
+    Compactor::new(&table)
+        .with_storage_options(sas_options(&azurite_sas()))
+        .with_layout(small_layout())
+        .convert(&src)
+        .await
+        .unwrap();
+    let read_only = sas_options(&voxlake_testkit::python_script("azurite_sas.py", &["rl"]));
+    let rank = |rank: usize, world: usize| {
+        let builder = Loader::builder(table.clone())
+            .with_storage_options(read_only.clone())
+            .with_batch_size(4)
+            .with_shuffle(3, 8)
+            .with_rank(rank, world)
+            .with_job("read-only-job");
+        std::thread::spawn(move || {
+            let loader = builder.build().expect("a read-only job opens");
+            loader.map(|b| b.unwrap().ids).collect::<Vec<_>>().concat()
+        })
+    };
+    for world in [1, 2] {
+        let ranks: Vec<_> = (0..world).map(|r| rank(r, world)).collect();
+        let ids: Vec<String> = ranks.into_iter().flat_map(|r| r.join().unwrap()).collect();
+        let unique: std::collections::HashSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), 12, "world {world}: every row");
+        assert!(ids.len() - 12 < world, "world {world}: {} ids", ids.len());
+    }
+    let written = Backend::Azurite
+        .store()
+        .list(Some(&StorePath::from(format!("{prefix}/table/_voxlake"))))
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap();
+    assert!(written.is_empty(), "{written:?}");
+}
+
 /// A SAS token as the credential: conversion and streaming work with it; a tampered one ends
 /// in one permanent error that names the location and never shows the token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn azurite_sas_tokens_read_and_write_and_never_leak() {
     let backend = Backend::Azurite;
     let sas = azurite_sas();
-    let with_sas = move |token: &str| {
-        HashMap::from([
-            (
-                "azure_storage_account_name".to_string(),
-                "devstoreaccount1".to_string(),
-            ),
-            ("azure_storage_sas_key".to_string(), token.to_string()),
-            (
-                "azure_storage_endpoint".to_string(),
-                format!("http://{}/devstoreaccount1", backend.addr()),
-            ),
-            ("allow_http".to_string(), "true".to_string()),
-        ])
-    };
+    let with_sas = sas_options;
     let Uploaded { prefix, src, table } = uploaded(backend, "sas", 8, 53).await;
     let s = Compactor::new(&table)
         .with_storage_options(with_sas(&sas))

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -427,3 +428,62 @@ def test_voxlake_dataloader_resumes_over_another_world_size(table):
     assert {k: v for k, v in states[0].items() if k != "rank"} == {k: v for k, v in states[1].items() if k != "rank"}
     rest, _ = resume_elsewhere(table, "voxlake", 3, states[1])
     every_row_once(head + rest, 2 * 2 + 3)
+
+
+AGREE = """
+import json, os, sys, time
+import torch.distributed as dist
+from voxlake.torch import DataLoader
+
+table, out, flags, rank = sys.argv[1], sys.argv[2], sys.argv[3], int(os.environ["RANK"])
+dist.init_process_group("gloo")
+dl = DataLoader(table, batch_size=8, shuffle=True, seed=2, num_workers=2)
+if rank == 1:  # opens only once a commit landed after rank 0 opened
+    while not os.path.exists(os.path.join(flags, "committed")):
+        time.sleep(0.05)
+print(len(dl), file=sys.stderr)
+if rank == 0:
+    open(os.path.join(flags, "opened"), "w").close()
+ids = [i for b in dl for i in b["id"]]
+json.dump(ids, open(f"{out}.{rank}", "w"))
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_agree_on_a_version_through_torch_distributed(tmp_path):
+    """Rank 1 opens the table after a commit landed that rank 0 did not see: both read rank 0's
+    version (broadcast over gloo), every row of it once, and nothing is written beside the
+    table."""
+    src = tmp_path / "npy"
+    src.mkdir()
+    for i in range(40):
+        np.save(src / f"s{i:04}.npy", cube(i))
+    table = str(tmp_path / "t")
+    voxlake.convert(str(src), table, progress=False)
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE)
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    procs = [subprocess.Popen([sys.executable, str(script), table, str(tmp_path / "ids"), str(flags)],
+                              env=dict(env, RANK=str(r)), stderr=subprocess.PIPE, text=True) for r in range(2)]
+    deadline = time.monotonic() + 120
+    while not (flags / "opened").exists():
+        assert time.monotonic() < deadline and procs[0].poll() is None, procs[0].stderr.read()
+        time.sleep(0.05)
+    for i in range(40, 60):  # a commit of 20 more rows
+        np.save(src / f"s{i:04}.npy", cube(i))
+    voxlake.convert(str(src), table, progress=False)
+    (flags / "committed").touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    ids = [i for r in range(2) for i in json.loads((tmp_path / f"ids.{r}").read_text())]
+    assert {number(i) for i in ids} == set(range(40)), sorted({number(i) for i in ids})
+    assert len(ids) - 40 <= 3
+    assert not os.path.exists(os.path.join(table, "_voxlake"))

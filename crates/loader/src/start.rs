@@ -44,6 +44,10 @@ impl LoaderBuilder {
                 }
             };
         }
+        if self.world_size == 1 && self.options.job.take().is_some() {
+            // One rank: nothing to agree on, nothing written beside the table.
+            tracing::debug!("a job of one rank: its version is not published");
+        }
         if self.batch_size == 0 {
             return Err(LoaderError::Config("batch size must be at least 1".into()));
         }

@@ -182,8 +182,9 @@ macro_rules! table_options_setters {
         /// first rank to open writes it to `_voxlake/jobs/<job>.json` beside the table, the
         /// others read that version — so ranks never mix versions while a writer commits.
         /// `voxlake_loader::LoaderBuilder` takes it from `VOXLAKE_JOB_ID`, `TORCHELASTIC_RUN_ID` or
-        /// `SLURM_JOB_ID` when its rank comes from the launcher. Needs write access to the
-        /// table's location; a pinned version (`with_version`) needs none.
+        /// `SLURM_JOB_ID` when its rank comes from the launcher. A loader of one rank writes
+        /// nothing; where the marker cannot be written (read-only data), each rank reads the
+        /// version it opened, with a warning; a pinned version (`with_version`) needs no marker.
         pub fn with_job(mut self, job: impl Into<String>) -> Self {
             self.$field.job = Some(job.into());
             self

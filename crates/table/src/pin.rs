@@ -7,7 +7,9 @@
 //! version instead of its own. The marker holds the version's file-set hash too: a rank whose
 //! files at that version differ (the table replaced under the same path) fails naming both.
 //! A job restarted under the same id (an elastic restart) reads the version it began with.
-//! Delta readers and `VACUUM` leave `_`-prefixed folders alone.
+//! Delta readers and `VACUUM` leave `_`-prefixed folders alone. Where the marker cannot be
+//! written (read-only data, the normal case on a cluster), the rank reads the version it
+//! opened and warns (`caution`): a failure there would stop every read-only job.
 //!
 //! A rank looks for the marker before it opens anything ([`pinned`]), so the ranks after the
 //! first replay the log once, at the job's version. The marker's name and contents are pure
@@ -132,10 +134,18 @@ pub async fn agree(
             .await
             .map_err(&error)?
             .ok_or_else(|| error("the marker vanished after another rank wrote it".into()))?,
+        // Read-only data (a shared dataset folder, read-only credentials) is the normal case
+        // on a cluster: the rank reads what it opened, and says what the job risks.
         Err(e) => {
-            return Err(error(format!(
-                "the version could not be published for the job's other ranks ({e}); give every rank the same version (with_version, --version) instead"
-            )));
+            tracing::warn!(
+                caution = true,
+                job,
+                marker = %path,
+                version = opened,
+                error = %e,
+                "the job's version could not be written beside the table: this rank reads the version it opened, and ranks opening while the table takes commits may read different versions. Pin a version (with_version, --version) or give the ranks torch.distributed (the Python package agrees through it)"
+            );
+            return Ok(Agreed::Keep);
         }
     };
     if marker.job != job || marker.format != FORMAT {
