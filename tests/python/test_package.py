@@ -84,6 +84,7 @@ def test_batches_are_numpy_views_of_the_rust_buffer(table):
     assert freed_and_checked == ROWS - 10
     # Freed batches were filled again (zero copy does not cost a new buffer a batch).
     assert loader.stats()["recycled"] > 0, loader.stats()
+    assert loader.stats()["version"] == loader.version
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])

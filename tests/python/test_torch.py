@@ -436,7 +436,9 @@ import torch.distributed as dist
 from voxlake.torch import DataLoader
 
 table, out, flags, rank = sys.argv[1], sys.argv[2], sys.argv[3], int(os.environ["RANK"])
-dist.init_process_group("gloo")
+# A file store: no port to race for.
+dist.init_process_group("gloo", init_method="file://" + os.path.join(flags, "store"), rank=rank,
+                        world_size=2)
 dl = DataLoader(table, batch_size=8, shuffle=True, seed=2, num_workers=2)
 if rank == 1:  # opens only once a commit landed after rank 0 opened
     while not os.path.exists(os.path.join(flags, "committed")):
@@ -464,12 +466,8 @@ def test_ranks_agree_on_a_version_through_torch_distributed(tmp_path):
     flags.mkdir()
     script = tmp_path / "agree.py"
     script.write_text(AGREE)
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    env.update(WORLD_SIZE="2")
     procs = [subprocess.Popen([sys.executable, str(script), table, str(tmp_path / "ids"), str(flags)],
                               env=dict(env, RANK=str(r)), stderr=subprocess.PIPE, text=True) for r in range(2)]
     deadline = time.monotonic() + 120
@@ -480,10 +478,12 @@ def test_ranks_agree_on_a_version_through_torch_distributed(tmp_path):
         np.save(src / f"s{i:04}.npy", cube(i))
     voxlake.convert(str(src), table, progress=False)
     (flags / "committed").touch()
+    errs = []
     for p in procs:
         _, err = p.communicate(timeout=120)
+        errs.append(err)
         assert p.returncode == 0, err
     ids = [i for r in range(2) for i in json.loads((tmp_path / f"ids.{r}").read_text())]
-    assert {number(i) for i in ids} == set(range(40)), sorted({number(i) for i in ids})
+    assert {number(i) for i in ids} == set(range(40)), (sorted({number(i) for i in ids}), errs)
     assert len(ids) - 40 <= 3
     assert not os.path.exists(os.path.join(table, "_voxlake"))

@@ -282,12 +282,14 @@ impl Loader {
         })
     }
 
-    /// What the pass under way has done so far: samples and batches handed out, batches
+    /// What the pass under way has done so far: the table version it reads, samples and
+    /// batches handed out, batches
     /// whose buffers were given back and filled again (`recycled`), the first batch's time and
     /// the time spent waiting for batches (seconds).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let stats = self.with_running(py, |r| r.loader.stats())?;
+        let (stats, version) = self.with_running(py, |r| (r.loader.stats(), r.loader.version()))?;
         let out = PyDict::new(py);
+        out.set_item("version", version)?;
         out.set_item("samples", stats.samples)?;
         out.set_item("batches", stats.batches)?;
         out.set_item("recycled", stats.recycled)?;
