@@ -7,7 +7,8 @@
 //! version instead of its own. The marker holds the version's file-set hash too: a rank whose
 //! files at that version differ (the table replaced under the same path) fails naming both.
 //! A job restarted under the same id (an elastic restart) reads the version it began with.
-//! Delta readers and `VACUUM` leave `_`-prefixed folders alone. Where the marker cannot be
+//! Delta readers and `VACUUM` leave `_`-prefixed folders alone. A marker says when it was
+//! written; the first rank of a later job removes those older than [`RETENTION`] (7 days). Where the marker cannot be
 //! written (read-only data, the normal case on a cluster), the rank reads the version it
 //! opened and warns (`caution`): a failure there would stop every read-only job.
 //!
@@ -15,8 +16,11 @@
 //! first replay the log once, at the job's version. The marker's name and contents are pure
 //! ([`marker_path`], [`Marker`]); the reads and the put are in [`pinned`] and [`agree`].
 
+mod expire;
 #[cfg(unix)]
 pub(crate) mod node;
+
+pub use expire::RETENTION;
 
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
@@ -44,6 +48,10 @@ pub struct Marker {
     /// [`Snapshot::file_set_hash`](crate::Snapshot::file_set_hash) of that version, before any
     /// filter.
     pub files: String,
+    /// When it was written, in seconds since the Unix epoch (0 in markers of earlier versions):
+    /// markers are removed after [`RETENTION`].
+    #[serde(default)]
+    pub written: u64,
 }
 
 /// The marker's path for `job`: the id kept where it is a safe file name (letters, digits,
@@ -116,17 +124,22 @@ pub async fn agree(
     };
     // Published at once (a conditional create): the caller looked before it opened the table
     // and found none, so reading again first would only cost a round trip.
+    let now = std::time::SystemTime::now();
     let ours = Marker {
         format: FORMAT,
         job: job.to_string(),
         version: opened,
         files: files.to_string(),
+        written: now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
     };
     let body = serde_json::to_vec(&ours).map_err(|e| error(e.to_string()))?;
     let create = PutOptions::from(PutMode::Create);
     let marker = match store.put_opts(&path, body.into(), create).await {
         Ok(_) => {
             tracing::info!(job, version = opened, "this rank pinned the job's version");
+            expire::expire(store, &path, now).await;
             return Ok(Agreed::Keep);
         }
         // Another rank was first.
