@@ -122,6 +122,8 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
             return
         if at_boundary(state):
             pass_epoch = int(state["epoch"])  # a finished pass: the next one is the state's
+        if "version" not in self._options and "timestamp" not in self._options:
+            self._job_version = int(state["version"])  # the run goes on at the state's version
         self._passes.set(pass_epoch, state)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
@@ -164,6 +166,8 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         if state is not None:
             loader.load_state_dict(state)
         before = loader.state_dict()  # opens the table: the state is valid from iter() on
+        if info is None and not pinned and self._job_version is None:
+            self._job_version = loader.version  # the run's later passes read it too
         self._loader = loader
         bf16 = frozenset(name for name, dtype in loader.fields() if dtype == "bf16")
         return _Batches(loader, bf16, before if self._report_states else None)
@@ -243,16 +247,13 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         options = dict(ds._options, rank=place.rank, world_size=place.world_size, epochs=0)
         if _process_group(place) is not None:
             options.update(rank=0, world_size=1)  # rank 0's version is broadcast at the first pass
-        pending = ds._passes.pending()
         pinned = "version" in options or "timestamp" in options
-        if pending is not None and not pinned:
-            options["version"] = pending[1]["version"]  # a state pins its version
-        elif ds._job_version is not None and not pinned:
-            options["version"] = ds._job_version
+        if ds._job_version is not None and not pinned:
+            options["version"] = ds._job_version  # a loaded state's, or resolved before
         elif place.job is not None and not pinned and _process_group(place) is None:
             options["job"] = place.job  # torch.distributed agrees without writing anything
         with Loader(ds._table, **options) as probe:
-            if not pinned and pending is None:
+            if not pinned:
                 ds._job_version = probe.version
             per_epoch = probe.batches_per_epoch(worker_rank(place, 0, self._workers())[1])
         self._batches_per_pass = per_epoch * self._workers() * max(ds._per_pass, 1)
@@ -309,6 +310,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resume the next pass from ``state`` (from ``state_dict``)."""
         self._states = None
+        self._batches_per_pass = None  # counted again at the state's version
         self._voxlake_dataset.load_state_dict(state)
 
 

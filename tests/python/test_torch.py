@@ -487,3 +487,21 @@ def test_ranks_agree_on_a_version_through_torch_distributed(tmp_path):
     assert {number(i) for i in ids} == set(range(40)), (sorted({number(i) for i in ids}), errs)
     assert len(ids) - 40 <= 3
     assert not os.path.exists(os.path.join(table, "_voxlake"))
+
+
+def test_a_resumed_run_reads_its_state_s_version_after_commits(tmp_path):
+    """A checkpoint taken at version v, then a commit: the resumed DataLoader reads the rest of
+    the epoch and the next one at v, as the Rust loader reads a state's version."""
+    src = tmp_path / "npy"
+    src.mkdir()
+    for i in range(30):
+        np.save(src / f"s{i:04}.npy", cube(i))
+    table = str(tmp_path / "t")
+    voxlake.convert(str(src), table, progress=False)
+    head, state = take_then_state(DataLoader(table, num_workers=2, **KW), 2)
+    for i in range(30, 45):
+        np.save(src / f"s{i:04}.npy", cube(i))
+    voxlake.convert(str(src), table, progress=False)
+    rest, following = resume_elsewhere(table, "voxlake", 2, state)
+    assert {number(i) for i in head + rest} == set(range(30))
+    assert {number(i) for i in following} == set(range(30))

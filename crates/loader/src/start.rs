@@ -18,6 +18,22 @@ use crate::state::{LoaderState, Position, STATE_FORMAT};
 use crate::{Epochs, Loader, LoaderError, budget, stall};
 
 impl LoaderBuilder {
+    /// The epoch the run ends before (`None`: never) when it starts at `start`. A state
+    /// decides where the run is; the run still ends where it would have, but never before the
+    /// state's epoch is done, unless the state is that end itself.
+    fn end_epoch(&self, start: &Position) -> Option<u64> {
+        let Epochs::Count(n) = self.epochs else {
+            return None;
+        };
+        let end = self.start_epoch.saturating_add(n);
+        let at_end =
+            start.epoch == end && start.batches == 0 && start.ahead == 0 && start.closed.is_empty();
+        Some(match self.state.is_some() && !at_end {
+            true => end.max(start.epoch.saturating_add(1)),
+            false => end,
+        })
+    }
+
     /// Opens the table (its log only) and starts the background work.
     pub fn build(mut self) -> Result<Loader, LoaderError> {
         let from_env =
@@ -235,22 +251,7 @@ impl LoaderBuilder {
             }
             None => None,
         };
-        // A state decides where the run is; the run still ends where it would have, but
-        // never before the state's epoch is done, unless the state is that end itself.
-        let end_epoch = match self.epochs {
-            Epochs::Count(n) => {
-                let end = self.start_epoch.saturating_add(n);
-                let at_end = start.epoch == end
-                    && start.batches == 0
-                    && start.ahead == 0
-                    && start.closed.is_empty();
-                Some(match self.state.is_some() && !at_end {
-                    true => end.max(start.epoch.saturating_add(1)),
-                    false => end,
-                })
-            }
-            Epochs::Infinite => None,
-        };
+        let end_epoch = self.end_epoch(&start);
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
         let shutdown = Arc::new(tokio::sync::Notify::new());
