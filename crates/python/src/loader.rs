@@ -113,8 +113,9 @@ impl Loader {
         }
         crate::logs::install();
         let built = build_interruptibly(py, builder);
-        crate::logs::drain(py)?;
+        let drained = crate::logs::drain(py);
         let loader = built?;
+        drained?;
         let recycler = loader.recycler();
         let labels = match loader.label_column() {
             Some((_, nullable)) => LabelColumn {
@@ -172,8 +173,17 @@ impl Loader {
 
     /// The next batch; `StopIteration` at the end of the last epoch.
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let next = self.next_batch(py);
+        // The log first, before a batch is taken: a warning raised as an error (a `warnings`
+        // filter) must not cost a batch. What this call logs comes out at the next one, or at
+        // once where it hands out no batch.
         crate::logs::drain(py)?;
+        let next = self.next_batch(py);
+        if !matches!(next, Ok(Some(_))) {
+            let drained = crate::logs::drain(py);
+            if next.is_ok() {
+                drained?;
+            }
+        }
         next
     }
 
