@@ -11,11 +11,9 @@ in the order they would have come.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
-from . import ConfigError, default_job, default_rank
+from . import default_job, default_rank
 
 
 class Placement(NamedTuple):
@@ -30,29 +28,9 @@ def resolve(options: Dict[str, Any]) -> Placement:
     """The placement ``options`` give, else torch.distributed's, else the launcher's."""
     if "rank" in options or "world_size" in options:
         return Placement(int(options.get("rank", -1)), int(options.get("world_size", -1)), options.get("job"))
-    rank, world = _launcher_rank()
+    rank, world = default_rank()  # torch.distributed's, else the launcher's (Lightning's too)
     job = options.get("job") or default_job()
     return Placement(rank, world, job)
-
-
-def _launcher_rank() -> Tuple[int, int]:
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank()), int(dist.get_world_size())
-    env = os.environ
-    if "WORLD_SIZE" in env and "RANK" not in env and "LOCAL_RANK" in env:
-        # Lightning's launcher sets WORLD_SIZE, NODE_RANK and LOCAL_RANK, not RANK.
-        world, local, node = int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]), int(env.get("NODE_RANK", "0"))
-        per_node = int(env.get("LOCAL_WORLD_SIZE", "0"))
-        if node == 0:
-            return local, world
-        if per_node > 0:
-            return node * per_node + local, world
-        raise ConfigError(
-            f"WORLD_SIZE={world}, NODE_RANK={node} and LOCAL_RANK={local} are set but RANK and "
-            "LOCAL_WORLD_SIZE are not: give rank= and world_size="
-        )
-    return default_rank()
 
 
 def worker_rank(place: Placement, slot: int, workers: int) -> Tuple[int, int]:

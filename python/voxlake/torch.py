@@ -39,10 +39,6 @@ __all__ = ["DataLoader", "Dataset", "STAGING_BUFFERS", "to_device"]
 _STATE_KEY = "_voxlake_states"
 _OPTION_NAMES = frozenset(name for name, _, _ in loader_options())
 
-# Loaders a forked worker inherited from its parent: never dropped there (their threads are
-# the parent's and do not exist in the fork).
-_inherited: List[Loader] = []
-
 
 class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     """Batches of ``table`` as dicts of torch tensors (``torch.from_numpy``: no copy).
@@ -155,8 +151,8 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         elif place.job is not None and not pinned and _process_group(place) is None:
             options["job"] = place.job
         self._pass_epoch = epoch
-        if self._loader is not None and self._loader_pid != os.getpid():
-            _inherited.append(self._loader)
+        # A loader inherited from the parent (a forked worker) is forgotten by the extension,
+        # never stopped here: its threads are the parent's.
         self._loader, self._loader_pid, self._finished_state = None, os.getpid(), None
         if state is not None and self._per_pass > 0 and int(state["epoch"]) >= epoch + self._per_pass:
             # This worker had finished the pass when the state was taken.

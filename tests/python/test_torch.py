@@ -430,6 +430,14 @@ def test_voxlake_dataloader_resumes_over_another_world_size(table):
     every_row_once(head + rest, 2 * 2 + 3)
 
 
+def add_cubes(src, table: str, numbers) -> None:
+    """Cubes `numbers` saved under `src` and converted into `table` (a commit of them)."""
+    os.makedirs(src, exist_ok=True)
+    for i in numbers:
+        np.save(os.path.join(src, f"s{i:04}.npy"), cube(i))
+    voxlake.convert(str(src), table, progress=False)
+
+
 AGREE = """
 import json, os, sys, time
 import torch.distributed as dist
@@ -456,12 +464,8 @@ def test_ranks_agree_on_a_version_through_torch_distributed(tmp_path):
     """Rank 1 opens the table after a commit landed that rank 0 did not see: both read rank 0's
     version (broadcast over gloo), every row of it once, and nothing is written beside the
     table."""
-    src = tmp_path / "npy"
-    src.mkdir()
-    for i in range(40):
-        np.save(src / f"s{i:04}.npy", cube(i))
-    table = str(tmp_path / "t")
-    voxlake.convert(str(src), table, progress=False)
+    src, table = tmp_path / "npy", str(tmp_path / "t")
+    add_cubes(src, table, range(40))
     flags = tmp_path / "flags"
     flags.mkdir()
     script = tmp_path / "agree.py"
@@ -474,9 +478,7 @@ def test_ranks_agree_on_a_version_through_torch_distributed(tmp_path):
     while not (flags / "opened").exists():
         assert time.monotonic() < deadline and procs[0].poll() is None, procs[0].stderr.read()
         time.sleep(0.05)
-    for i in range(40, 60):  # a commit of 20 more rows
-        np.save(src / f"s{i:04}.npy", cube(i))
-    voxlake.convert(str(src), table, progress=False)
+    add_cubes(src, table, range(40, 60))  # a commit of 20 more rows
     (flags / "committed").touch()
     errs = []
     for p in procs:
@@ -492,16 +494,10 @@ def test_ranks_agree_on_a_version_through_torch_distributed(tmp_path):
 def test_a_resumed_run_reads_its_state_s_version_after_commits(tmp_path):
     """A checkpoint taken at version v, then a commit: the resumed DataLoader reads the rest of
     the epoch and the next one at v, as the Rust loader reads a state's version."""
-    src = tmp_path / "npy"
-    src.mkdir()
-    for i in range(30):
-        np.save(src / f"s{i:04}.npy", cube(i))
-    table = str(tmp_path / "t")
-    voxlake.convert(str(src), table, progress=False)
+    src, table = tmp_path / "npy", str(tmp_path / "t")
+    add_cubes(src, table, range(30))
     head, state = take_then_state(DataLoader(table, num_workers=2, **KW), 2)
-    for i in range(30, 45):
-        np.save(src / f"s{i:04}.npy", cube(i))
-    voxlake.convert(str(src), table, progress=False)
+    add_cubes(src, table, range(30, 45))
     rest, following = resume_elsewhere(table, "voxlake", 2, state)
     assert {number(i) for i in head + rest} == set(range(30))
     assert {number(i) for i in following} == set(range(30))

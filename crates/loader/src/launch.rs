@@ -106,6 +106,32 @@ pub struct Launch {
     pub source: String,
 }
 
+/// The global rank PyTorch Lightning's launcher implies: it sets `WORLD_SIZE`, `NODE_RANK` and
+/// `LOCAL_RANK` but not `RANK`; ranks are numbered node after node, `LOCAL_WORLD_SIZE` of them
+/// on each (needed beyond node 0).
+fn lightning_rank(var: &impl Fn(&str) -> Option<String>, size: &str) -> Result<String, String> {
+    let number = |name: &str| -> Result<Option<usize>, String> {
+        var(name)
+            .map(|v| {
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("{name}={v:?} is not a rank or a count"))
+            })
+            .transpose()
+    };
+    let local = number("LOCAL_RANK")?.unwrap_or(0);
+    match (
+        number("NODE_RANK")?.unwrap_or(0),
+        number("LOCAL_WORLD_SIZE")?,
+    ) {
+        (0, _) => Ok(local.to_string()),
+        (node, Some(per_node)) => Ok((node * per_node + local).to_string()),
+        (node, None) => Err(format!(
+            "WORLD_SIZE={size}, NODE_RANK={node} and LOCAL_RANK={local} are set but RANK and LOCAL_WORLD_SIZE are not: the global rank is unknown"
+        )),
+    }
+}
+
 /// The first launcher of [`LAUNCHERS`] whose two variables `var` returns; `None` when no
 /// launcher's are set (a process started on its own). An error names the variables where
 /// only one of a pair is set (except a rank alone where [`Launcher::rank_alone`]: Slurm's in an
@@ -118,6 +144,9 @@ pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>,
             (None, None) => continue,
             (Some(_), None) if launcher.rank_alone => continue,
             (Some(rank), Some(size)) => (rank, size),
+            (None, Some(size)) if rank_var == "RANK" && var(local_var).is_some() => {
+                (lightning_rank(&var, &size)?, size)
+            }
             (rank, size) => {
                 let (set, unset) = match rank {
                     Some(_) => (rank_var, size_var),
@@ -414,6 +443,18 @@ mod tests {
         }
         // Whitespace around a number is the launcher's formatting, not an error.
         assert_eq!(ranks(&[("RANK", " 1\n"), ("WORLD_SIZE", "2 ")]), (1, 2));
+        // PyTorch Lightning's launcher: no RANK, the node's and the local one.
+        let lightning = |vars: &[(&str, &str)]| {
+            let mut all = vec![("WORLD_SIZE", "4"), ("LOCAL_RANK", "1")];
+            all.extend_from_slice(vars);
+            with(&all)
+        };
+        assert_eq!(lightning(&[]).unwrap().unwrap().rank, 1);
+        assert_eq!(lightning(&[("NODE_RANK", "0")]).unwrap().unwrap().rank, 1);
+        let second = [("NODE_RANK", "1"), ("LOCAL_WORLD_SIZE", "2")];
+        assert_eq!(lightning(&second).unwrap().unwrap().rank, 3);
+        let e = lightning(&[("NODE_RANK", "1")]).unwrap_err();
+        assert!(e.contains("LOCAL_WORLD_SIZE are not"), "{e}");
     }
 
     #[test]

@@ -34,8 +34,9 @@ impl LoaderBuilder {
         })
     }
 
-    /// Opens the table (its log only) and starts the background work.
-    pub fn build(mut self) -> Result<Loader, LoaderError> {
+    /// The rank, world size and job from the launcher where asked for (the launcher's
+    /// variables, also where node affinity comes from them); a job of one rank dropped.
+    fn place(&mut self) -> Result<Option<crate::launch::Launch>, LoaderError> {
         let from_env =
             self.rank_from_env || self.node_affinity == crate::launch::NodeAffinity::FromEnv;
         let launch = match from_env {
@@ -64,6 +65,12 @@ impl LoaderBuilder {
             // One rank: nothing to agree on, nothing written beside the table.
             tracing::debug!("a job of one rank: its version is not published");
         }
+        Ok(launch)
+    }
+
+    /// Opens the table (its log only) and starts the background work.
+    pub fn build(mut self) -> Result<Loader, LoaderError> {
+        let launch = self.place()?;
         if self.batch_size == 0 {
             return Err(LoaderError::Config("batch size must be at least 1".into()));
         }
