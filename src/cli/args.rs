@@ -41,11 +41,17 @@ pub(super) struct BenchArgs {
     /// cache holds what its next epoch reads (with --shuffle).
     #[arg(long, value_name = "K/N|env")]
     pub(super) node: Option<String>,
-    /// The job this process is a rank of: the latest version is resolved once for the job, in
-    /// `_voxlake/jobs/JOB.json` beside the table (default with --rank-from-env: VOXLAKE_JOB_ID,
-    /// TORCHELASTIC_RUN_ID or SLURM_JOB_ID).
+    /// The job this process is a rank of: the latest version is resolved once for the job
+    /// (default with --rank-from-env: VOXLAKE_JOB_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID).
+    /// Its ranks agree in --job-dir, else in this user's folder on the node when every rank
+    /// runs on it, else in `_voxlake/jobs/` beside the table; read-only, they read the latest
+    /// version before the job's start (Slurm), else each its latest, with a warning.
     #[arg(long)]
     pub(super) job: Option<String>,
+    /// A folder (local path or store URL) every rank of the job may write, where they agree on
+    /// its version (default: VOXLAKE_JOB_DIR).
+    #[arg(long, value_name = "DIR|URL")]
+    pub(super) job_dir: Option<String>,
     /// Memory budget in MiB.
     #[arg(long, default_value_t = 1024)]
     pub(super) memory_budget_mb: u64,

@@ -75,7 +75,10 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
         builder = builder.with_rank_from_env();
     }
     if let Some(job) = &args.job {
-        builder = builder.with_job(job);
+        builder = builder.with_job(job.as_str());
+    }
+    if let Some(dir) = &args.job_dir {
+        builder = builder.with_job_dir(dir);
     }
     match args.node.as_deref() {
         None => {}

@@ -8,6 +8,7 @@ mod distributed;
 mod fields;
 mod filter;
 mod foreign;
+mod jobs;
 mod loader;
 mod stores;
 mod transform;

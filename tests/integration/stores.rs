@@ -1122,7 +1122,7 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
         let proxy = FaultProxy::start(backend.addr(), held).await.unwrap();
         let options = voxlake::table::TableOptions {
             storage_options: backend.through(&proxy),
-            job: Some(format!("log-questions-{checkpoint}")),
+            job: Some(format!("log-questions-{checkpoint}").into()),
             ..Default::default()
         };
         let snapshot = voxlake::table::Snapshot::open_with_options(&uploaded.table, &options)

@@ -46,9 +46,10 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
+use crate::private::private_dir;
 pub use choice::{CACHE_DIR_ENV, CACHE_MAX_MB_ENV, CacheChoice};
 pub(crate) use entry::EntryKey;
-use private::{create_private, open_private, ours, owned_regular, private_dir};
+use private::{create_private, open_private, ours, owned_regular};
 
 use crate::error::IoError;
 use crate::local::pool::BufferPool;

@@ -22,6 +22,14 @@ pub enum IoError {
         /// What is wrong.
         reason: String,
     },
+    /// A folder of this user's on the node that cannot be used (see [`crate::private`]).
+    #[error("folder {dir}: {reason}")]
+    Folder {
+        /// The folder.
+        dir: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The store's endpoint did not answer at all (refused, reset, timed out, no such host)
     /// when the location was first used: a configuration error, reported after a few quick
     /// attempts instead of object_store's full retry budget (minutes).

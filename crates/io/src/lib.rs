@@ -43,6 +43,8 @@ pub mod log_cache;
 #[cfg(unix)]
 pub mod log_memo;
 mod passthrough;
+#[cfg(unix)]
+pub mod private;
 pub mod reader;
 #[cfg(unix)]
 pub mod remote;

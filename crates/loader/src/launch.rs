@@ -21,6 +21,7 @@
 //! ```
 
 use voxlake_stream::affinity::Affinity;
+use voxlake_table::pin::Job;
 
 /// One launcher's variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,7 +296,14 @@ pub fn resolve_affinity(
 /// id (not its default `none`: unnamed runs share it), then Slurm's job id.
 pub const JOB_VARS: [&str; 3] = ["VOXLAKE_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
 
-/// The job's id as its launcher set it (see [`JOB_VARS`]), if one is.
+/// Slurm's variable with the job's start, in seconds since the Unix epoch: the same for every
+/// rank of the job. (torchrun exports no start time.)
+pub const START_VAR: &str = "SLURM_JOB_START_TIME";
+
+/// The job a rank of this launch is one of: `given` (a job the caller named), else the one
+/// [`JOB_VARS`] name; with what the launcher says of it: every rank on one node (its node
+/// count, see [`NodeVars`], or Slurm's `SLURM_JOB_NUM_NODES`, is 1) and when it started
+/// ([`START_VAR`]). `None` where neither names one.
 ///
 /// ```
 /// use voxlake_loader::launch::job_from_vars;
@@ -303,23 +311,43 @@ pub const JOB_VARS: [&str; 3] = ["VOXLAKE_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM
 /// let env = |name: &str| match name {
 ///     "TORCHELASTIC_RUN_ID" => Some("none".to_string()),
 ///     "SLURM_JOB_ID" => Some("4242".to_string()),
+///     "SLURM_JOB_NUM_NODES" => Some("1".to_string()),
 ///     _ => None,
 /// };
-/// assert_eq!(job_from_vars(env), Some("4242".to_string()));
-/// assert_eq!(job_from_vars(|_| None), None);
+/// let job = job_from_vars(None, env).unwrap();
+/// assert_eq!((job.id.as_str(), job.one_node), ("4242", true));
+/// assert_eq!(job_from_vars(None, |_| None), None);
 /// ```
-pub fn job_from_vars(var: impl Fn(&str) -> Option<String>) -> Option<String> {
-    JOB_VARS.iter().find_map(|name| {
-        var(name)
-            .map(|v| v.trim().to_string())
-            // torchrun's default run id is shared by every unnamed run.
-            .filter(|v| !(v.is_empty() || (*name == "TORCHELASTIC_RUN_ID" && v == "none")))
-    })
+pub fn job_from_vars(given: Option<Job>, var: impl Fn(&str) -> Option<String>) -> Option<Job> {
+    let mut job = given.or_else(|| {
+        JOB_VARS.iter().find_map(|name| {
+            var(name)
+                .map(|v| v.trim().to_string())
+                // torchrun's default run id is shared by every unnamed run.
+                .filter(|v| !(v.is_empty() || (*name == "TORCHELASTIC_RUN_ID" && v == "none")))
+                .map(Job::new)
+        })
+    })?;
+    let nodes = match from_vars(&var) {
+        Ok(Some(Launch {
+            node: Some((_, nodes)),
+            ..
+        })) => Some(nodes),
+        _ => var("SLURM_JOB_NUM_NODES").and_then(|n| n.trim().parse::<usize>().ok()),
+    };
+    job.one_node |= nodes == Some(1);
+    let started = var(START_VAR).and_then(|t| t.trim().parse::<u64>().ok());
+    if job.started.is_none()
+        && let Some(secs) = started
+    {
+        job.started = Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+    }
+    Some(job)
 }
 
 /// [`job_from_vars`] over the process's environment.
-pub fn job_from_env() -> Option<String> {
-    job_from_vars(|name| std::env::var(name).ok())
+pub fn job_from_env(given: Option<Job>) -> Option<Job> {
+    job_from_vars(given, |name| std::env::var(name).ok())
 }
 
 #[cfg(test)]
@@ -505,5 +533,56 @@ mod tests {
         );
         let e = resolve_affinity(NodeAffinity::Given(2, 2), 0, 4, None).unwrap_err();
         assert!(e.contains("below"), "{e}");
+    }
+
+    fn job(given: Option<Job>, vars: &[(&str, &str)]) -> Option<Job> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        job_from_vars(given, |name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn a_job_is_told_where_and_when_it_runs() {
+        use std::time::{Duration, UNIX_EPOCH};
+        // torchrun --standalone, 2 workers: one node, no start time.
+        let standalone = [
+            ("TORCHELASTIC_RUN_ID", "3f2c"),
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "1"),
+            ("GROUP_RANK", "0"),
+            ("LOCAL_WORLD_SIZE", "2"),
+        ];
+        let j = job(None, &standalone).unwrap();
+        assert_eq!((j.id.as_str(), j.one_node, j.started), ("3f2c", true, None));
+        // Two nodes of two.
+        let mut two_nodes = standalone;
+        two_nodes[2] = ("WORLD_SIZE", "4");
+        assert!(!job(None, &two_nodes).unwrap().one_node);
+        // A Slurm step over 2 nodes, its job's start.
+        let slurm = [
+            ("SLURM_JOB_ID", "4242"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_STEP_NUM_TASKS", "4"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_STEP_NUM_NODES", "2"),
+            ("SLURM_JOB_START_TIME", "1790000000"),
+        ];
+        let j = job(None, &slurm).unwrap();
+        assert!(!j.one_node);
+        assert_eq!(
+            j.started,
+            Some(UNIX_EPOCH + Duration::from_secs(1_790_000_000))
+        );
+        // A one-node allocation says so even without a step's variables.
+        let j = job(None, &[("SLURM_JOB_ID", "7"), ("SLURM_JOB_NUM_NODES", "1")]).unwrap();
+        assert!(j.one_node);
+        // A job the caller named keeps its id, and learns the rest.
+        let j = job(Some(Job::new("mine")), &slurm).unwrap();
+        assert_eq!((j.id.as_str(), j.started.is_some()), ("mine", true));
+        assert_eq!(job(None, &[("SLURM_JOB_START_TIME", "1")]), None);
+        assert_eq!(job(None, &[("TORCHELASTIC_RUN_ID", "none")]), None);
     }
 }

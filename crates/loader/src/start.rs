@@ -44,10 +44,12 @@ impl LoaderBuilder {
                 .map_err(|e| LoaderError::Config(format!("the rank from the environment: {e}")))?,
             false => None,
         };
+        // The launcher says where and when the job runs, which decides how its ranks agree.
+        self.options.job = match (self.options.job.take(), self.rank_from_env) {
+            (None, false) => None,
+            (given, _) => crate::launch::job_from_env(given),
+        };
         if self.rank_from_env {
-            if self.options.job.is_none() {
-                self.options.job = crate::launch::job_from_env();
-            }
             (self.rank, self.world_size) = match &launch {
                 Some(l) => {
                     tracing::info!(rank = l.rank, world_size = l.world_size, source = %l.source, "rank from the launcher");

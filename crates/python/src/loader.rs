@@ -104,7 +104,7 @@ impl Loader {
         // Rust builder's `with_rank_from_env` does.
         if from_env
             && !gathered.job
-            && let Some(job) = voxlake_loader::launch::job_from_env()
+            && let Some(job) = voxlake_loader::launch::job_from_env(None)
         {
             builder = builder.with_job(job);
         }
@@ -399,7 +399,7 @@ fn build_interruptibly(
 /// joins.
 #[pyfunction]
 pub(crate) fn default_job() -> Option<String> {
-    voxlake_loader::launch::job_from_env()
+    voxlake_loader::launch::job_from_env(None).map(|job| job.id)
 }
 
 /// This process's `(rank, world_size)` where none is given: torch.distributed's where it is

@@ -178,6 +178,12 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
         },
     },
     LoaderOption {
+        name: "job_dir",
+        kind: "str",
+        doc: "A folder (local path or store URL) every rank of the job may write, where they agree on its version without torch.distributed (default: VOXLAKE_JOB_DIR; else the node's folder when every rank runs on it, else beside the table).",
+        apply: |b, _, v| Ok(b.with_job_dir(value::<String>("job_dir", v, "a str")?)),
+    },
+    LoaderOption {
         name: "cache_dir",
         kind: "str",
         doc: "A node-local folder caching a remote table's reads, shared by the node's ranks.",

@@ -46,7 +46,11 @@ pub struct TableOptions {
     pub cache: CacheChoice,
     /// The job this process is a rank of: with one, "the latest version" is resolved once for
     /// the whole job (see [`crate::pin`]).
-    pub job: Option<String>,
+    pub job: Option<crate::pin::Job>,
+    /// Where the job's ranks agree on its version: a local folder or a store URL they may all
+    /// write (default: [`crate::pin::JOB_DIR_ENV`]'s, else the node's or the table's; see
+    /// [`crate::pin`]).
+    pub job_dir: Option<String>,
 }
 
 impl std::fmt::Debug for TableOptions {
@@ -61,7 +65,8 @@ impl std::fmt::Debug for TableOptions {
         .field("custom_store", &self.root_store.is_some())
         .field("sample_columns", &self.hints)
         .field("filter", &self.filter)
-        .field("job", &self.job);
+        .field("job", &self.job)
+        .field("job_dir", &self.job_dir.as_deref().map(voxlake_io::redact));
         #[cfg(unix)]
         d.field("cache", &self.cache);
         d.finish()
@@ -102,18 +107,23 @@ impl Snapshot {
         // "Latest" is the job's, not this rank's, where a job is named: the version a rank of
         // the job pinned, else this rank's latest, published for the others; resolved once a
         // node where the node has a cache (`pin::node`).
+        let (storage, root) = (&options.storage_options, options.root_store.as_ref());
+        let place = |job| {
+            crate::pin::Place::resolve(location, storage, root, job, options.job_dir.as_deref())
+        };
         let snapshot = match (&options.job, options.as_of) {
             #[cfg(unix)]
             (Some(job), AsOf::Latest)
                 if let Some(cache) = cache.as_ref()
-                    && options.root_store.is_none() =>
+                    && root.is_none() =>
             {
-                let storage = &options.storage_options;
-                crate::pin::node::open_for_job(cache, location, storage, job, &open).await?
+                let place = place(job)?;
+                crate::pin::node::open_for_job(cache, location, storage, &place, job, &open).await?
             }
             (Some(job), AsOf::Latest) => {
-                let (storage, root) = (&options.storage_options, options.root_store.as_ref());
-                crate::pin::open_for_job(location, storage, root, job, &open).await?
+                crate::pin::open_for_job(location, &place(job)?, job, &open)
+                    .await?
+                    .snapshot
             }
             (_, as_of) => open(as_of, crate::pin::Prior::default()).await?,
         };
@@ -178,15 +188,29 @@ macro_rules! table_options_setters {
         }
 
         /// The job this process is a rank of (any id its ranks share: a Slurm job id,
-        /// torchrun's run id): the latest version is then resolved once for the whole job — the
-        /// first rank to open writes it to `_voxlake/jobs/<job>.json` beside the table, the
-        /// others read that version — so ranks never mix versions while a writer commits.
-        /// `voxlake_loader::LoaderBuilder` takes it from `VOXLAKE_JOB_ID`, `TORCHELASTIC_RUN_ID` or
-        /// `SLURM_JOB_ID` when its rank comes from the launcher. A loader of one rank writes
-        /// nothing; where the marker cannot be written (read-only data), each rank reads the
-        /// version it opened, with a warning; a pinned version (`with_version`) needs no marker.
-        pub fn with_job(mut self, job: impl Into<String>) -> Self {
+        /// torchrun's run id; or a `voxlake_table::pin::Job` saying more): the latest version
+        /// is then resolved once for the whole job — the first rank to open writes it to the
+        /// job's marker, the others read that version — so ranks never mix versions while a
+        /// writer commits. The marker goes to the job folder (`with_job_dir`), else this user's
+        /// folder on the node where every rank runs on it, else `_voxlake/jobs/` beside the
+        /// table; where none can be written (read-only data, ranks on several nodes), the ranks
+        /// read the latest version committed before the job started where the launcher says
+        /// when, else each its latest, with a warning (see `voxlake_table::pin`).
+        /// `voxlake_loader::LoaderBuilder` takes the job from `VOXLAKE_JOB_ID`,
+        /// `TORCHELASTIC_RUN_ID` or `SLURM_JOB_ID` when its rank comes from the launcher. A
+        /// loader of one rank writes nothing; a pinned version (`with_version`) needs no marker.
+        pub fn with_job(mut self, job: impl Into<$crate::pin::Job>) -> Self {
             self.$field.job = Some(job.into());
+            self
+        }
+
+        /// Where the ranks of the job (`with_job`) agree on its version: a local folder or a
+        /// store URL every rank may write (a shared scratch folder, a bucket of the job's),
+        /// instead of the node's folder or the table's; its markers are kept apart by table.
+        /// Default: `VOXLAKE_JOB_DIR`, if set. A marker that cannot be written there is an
+        /// error.
+        pub fn with_job_dir(mut self, dir: impl Into<String>) -> Self {
+            self.$field.job_dir = Some(dir.into());
             self
         }
 

@@ -1,26 +1,38 @@
 //! One version per job. Ranks that each resolve "the latest version" while a writer commits
 //! open different versions and deal rows from different file lists: rows missed or delivered
-//! twice, silently. So where a job id is known ([`TableOptions::job`](crate::TableOptions)),
+//! twice, silently. So where a job is known ([`TableOptions::job`](crate::TableOptions)),
 //! "latest" is resolved once per job: the first rank to open writes the version it opened to
-//! a marker next to the table, `_voxlake/jobs/<job>.json`, with a create-if-absent put (one
-//! writer wins, on every store object_store writes to); every other rank opens the marker's
-//! version instead of its own. The marker holds the version's file-set hash too: a rank whose
-//! files at that version differ (the table replaced under the same path) fails naming both.
-//! A job restarted under the same id (an elastic restart) reads the version it began with.
-//! Delta readers and `VACUUM` leave `_`-prefixed folders alone. A marker says when it was
-//! written; the first rank of a later job removes those older than [`RETENTION`] (7 days). Where the marker cannot be
-//! written (read-only data, the normal case on a cluster), the rank reads the version it
-//! opened and warns (`caution`): a failure there would stop every read-only job.
+//! the job's marker with a create-if-absent put (one writer wins, on every store object_store
+//! writes to); every other rank opens the marker's version instead of its own. The marker
+//! holds the version's file-set hash too: a rank whose files at that version differ (the table
+//! replaced under the same path) fails naming both. A job restarted under the same id (an
+//! elastic restart) reads the version it began with.
 //!
-//! A rank looks for the marker before it opens anything ([`pinned`]), so the ranks after the
-//! first replay the log once, at the job's version. The marker's name and contents are pure
-//! ([`marker_path`], [`Marker`]); the reads and the put are in [`pinned`] and [`agree`].
+//! The marker lies in the first place the job has ([`place`]): a folder the user names
+//! (`with_job_dir`, [`JOB_DIR_ENV`]), this user's folder on the node when every rank runs on
+//! it, else `_voxlake/jobs/<job>.json` beside the table (Delta readers and `VACUUM` leave
+//! `_`-prefixed folders alone). A marker says when it was written; the first rank of a later
+//! job removes those of its folder older than [`RETENTION`] (7 days). Where no marker can be
+//! written (read-only data beside the table, the normal case on a cluster) the ranks read the
+//! latest version committed before the job started, where the launcher says when
+//! ([`Job::started`]), else the version each opened, with a warning (`caution`) naming the ways
+//! out: never a failure for lack of write access.
+//!
+//! A rank looks for the marker before it opens anything ([`open_for_job`]), so the ranks after
+//! the first replay the log once, at the job's version. The marker's name and contents are
+//! pure ([`marker_name`], [`Marker`]); the reads and the put are in [`agree`] and
+//! `pinned_in`.
 
 mod expire;
+mod job;
 #[cfg(unix)]
 pub(crate) mod node;
+mod place;
 
 pub use expire::RETENTION;
+pub use job::Job;
+pub use place::JOB_DIR_ENV;
+pub(crate) use place::{Channel, Place};
 
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
@@ -29,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::TableError;
 use crate::snapshot::asked::LogAhead;
 
-/// Where the markers live, under the table root.
+/// Where the markers live beside a table, under its root.
 pub const JOBS_FOLDER: &str = "_voxlake/jobs";
 /// The marker's format.
 const FORMAT: u32 = 1;
@@ -52,28 +64,37 @@ pub struct Marker {
     /// markers are removed after [`RETENTION`].
     #[serde(default)]
     pub written: u64,
+    /// The table, for whoever reads a job folder shared by tables (no secret; empty in
+    /// markers of earlier versions).
+    #[serde(default)]
+    pub table: String,
 }
 
-/// The marker's path for `job`: the id kept where it is a safe file name (letters, digits,
-/// `.`, `_`, `-`, at most 100 of them), else replaced by its FNV-1a hash.
-pub fn marker_path(job: &str) -> Path {
+/// The marker's file name for `job`: the id kept where it is a safe file name (letters,
+/// digits, `.`, `_`, `-`, at most 100 of them), else replaced by its FNV-1a hash.
+///
+/// ```
+/// use voxlake_table::pin::marker_name;
+///
+/// assert_eq!(marker_name("slurm-42.1"), "slurm-42.1.json");
+/// assert!(marker_name("../x").starts_with('h'));
+/// ```
+pub fn marker_name(job: &str) -> String {
     let safe = !job.is_empty()
         && job.len() <= 100
         && !job.starts_with('.')
         && job
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    let name = if safe {
-        job.to_string()
-    } else {
-        format!("h{:016x}", voxlake_io::location::stable_hash(job))
-    };
-    Path::from(format!("{JOBS_FOLDER}/{name}.json"))
+    match safe {
+        true => format!("{job}.json"),
+        false => format!("h{:016x}.json", voxlake_io::location::stable_hash(job)),
+    }
 }
 
 /// What this rank should do with the version it opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Agreed {
+pub(crate) enum Agreed {
     /// Read the version it opened (it published it, or the marker names it).
     Keep,
     /// Open the marker's version instead; its files must then hash to `files`
@@ -84,13 +105,16 @@ pub enum Agreed {
         /// Its file-set hash, as the rank that pinned it saw it.
         files: String,
     },
+    /// No marker could be written there (read-only data): the job has no place to agree.
+    Unwritable(String),
 }
 
 /// Refuses a rank whose files at the job's version (`files`) are not those the job pinned
-/// (`pinned`): the table was replaced under its path.
-pub fn check_files(
+/// (`pinned`, in the marker `marker`): the table was replaced under its path.
+fn check_files(
     location: &str,
     job: &str,
+    marker: &str,
     version: u64,
     pinned: &str,
     files: &str,
@@ -101,26 +125,25 @@ pub fn check_files(
     Err(TableError::Version {
         location: location.to_string(),
         reason: format!(
-            "job {job} ({}): the job pinned version {version} with files {pinned}, this rank opened it with files {files}: the table changed under its path",
-            marker_path(job)
+            "job {job} ({marker}): the job pinned version {version} with files {pinned}, this rank opened it with files {files}: the table changed under its path"
         ),
     })
 }
 
-/// Agrees on the job's version through its marker in `store` (rooted at the table): this
-/// rank's `opened` version and `files`, published if no rank's is (a conditional create),
-/// else the marker's.
-pub async fn agree(
-    store: &dyn ObjectStore,
+/// Agrees on the job's version through its marker in `place`: this rank's `opened` version
+/// and `files`, published if no rank's is (a conditional create), else the marker's.
+pub(crate) async fn agree(
+    place: &Place,
     location: &str,
     job: &str,
     opened: u64,
     files: &str,
 ) -> Result<Agreed, TableError> {
-    let path = marker_path(job);
+    let path = place.marker(job);
+    let shown = place.shown_marker(job);
     let error = |reason: String| TableError::Version {
         location: location.to_string(),
-        reason: format!("job {job} ({path}): {reason}"),
+        reason: format!("job {job} ({shown}): {reason}"),
     };
     // Published at once (a conditional create): the caller looked before it opened the table
     // and found none, so reading again first would only cost a round trip.
@@ -133,33 +156,28 @@ pub async fn agree(
         written: now
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        table: voxlake_io::redact(location),
     };
     let body = serde_json::to_vec(&ours).map_err(|e| error(e.to_string()))?;
     let create = PutOptions::from(PutMode::Create);
-    let marker = match store.put_opts(&path, body.into(), create).await {
+    let marker = match place.store.put_opts(&path, body.into(), create).await {
         Ok(_) => {
-            tracing::info!(job, version = opened, "this rank pinned the job's version");
-            expire::expire(store, &path, now).await;
+            tracing::info!(job, version = opened, marker = %shown, "this rank pinned the job's version");
+            expire::expire(place.store.as_ref(), &place.folder, &path, now).await;
             return Ok(Agreed::Keep);
         }
         // Another rank was first.
-        Err(object_store::Error::AlreadyExists { .. }) => read(store, &path)
+        Err(object_store::Error::AlreadyExists { .. }) => read(place.store.as_ref(), &path)
             .await
             .map_err(&error)?
             .ok_or_else(|| error("the marker vanished after another rank wrote it".into()))?,
-        // Read-only data (a shared dataset folder, read-only credentials) is the normal case
-        // on a cluster: the rank reads what it opened, and says what the job risks.
-        Err(e) => {
-            tracing::warn!(
-                caution = true,
-                job,
-                marker = %path,
-                version = opened,
-                error = %e,
-                "the job's version could not be written beside the table: this rank reads the version it opened, and ranks opening while the table takes commits may read different versions. Pin a version (with_version, --version) or give the ranks torch.distributed (the Python package agrees through it)"
-            );
-            return Ok(Agreed::Keep);
+        // The folder the user named is one they meant to be written.
+        Err(e) if place.channel == Channel::JobDir => {
+            return Err(error(format!("the marker cannot be written: {e}")));
         }
+        // Read-only data (a shared dataset folder, read-only credentials) is the normal case
+        // on a cluster.
+        Err(e) => return Ok(Agreed::Unwritable(format!("{shown}: {e}"))),
     };
     if marker.job != job || marker.format != FORMAT {
         return Err(error(format!(
@@ -168,7 +186,7 @@ pub async fn agree(
         )));
     }
     if marker.version == opened {
-        check_files(location, job, opened, &marker.files, files)?;
+        check_files(location, job, &shown, opened, &marker.files, files)?;
         return Ok(Agreed::Keep);
     }
     tracing::info!(
@@ -183,22 +201,9 @@ pub async fn agree(
     })
 }
 
-/// The job's marker for the table at `location`, if a rank wrote one: read before the table is
-/// opened, through `root_store` (rooted at the store, as `TableOptions::root_store`) or the store
-/// `storage_options` name.
-pub async fn pinned(
-    location: &str,
-    storage_options: &std::collections::HashMap<String, String>,
-    root_store: Option<&std::sync::Arc<dyn ObjectStore>>,
-    job: &str,
-) -> Result<Option<Marker>, TableError> {
-    let (store, prefix) = marker_store(location, storage_options, root_store, job)?;
-    pinned_in(store.as_ref(), &prefix, location, job).await
-}
-
-/// The store a job's marker is read from, at its root (as the table's open builds it), and the
-/// table's prefix in it.
-fn marker_store(
+/// The table's store at its root (as the table's open builds it), and the table's prefix in
+/// it.
+pub(crate) fn table_store(
     location: &str,
     storage_options: &std::collections::HashMap<String, String>,
     root_store: Option<&std::sync::Arc<dyn ObjectStore>>,
@@ -220,20 +225,17 @@ fn marker_store(
     })
 }
 
-/// [`pinned`], in `store` where the table lies at `prefix`.
-async fn pinned_in(
-    store: &dyn ObjectStore,
-    prefix: &Path,
+/// Job `job`'s marker in `place`, if a rank wrote one.
+pub(crate) async fn pinned_in(
+    place: &Place,
     location: &str,
     job: &str,
 ) -> Result<Option<Marker>, TableError> {
-    let path = marker_path(job);
-    let path = Path::from_iter(prefix.parts().chain(path.parts()));
-    read(store, &path)
+    read(place.store.as_ref(), &place.marker(job))
         .await
         .map_err(|reason| TableError::Version {
             location: voxlake_io::redact(location),
-            reason: format!("job {job} ({path}): {reason}"),
+            reason: format!("job {job} ({}): {reason}", place.shown_marker(job)),
         })
 }
 
@@ -270,63 +272,132 @@ pub(crate) struct Prior {
     pub(crate) ahead: Option<LogAhead>,
 }
 
-/// Opens `location` at job `job`'s version: the version its marker pins, else this rank's
-/// latest, published as the job's (a rank that lost the race reopens the published one); the
-/// file set is checked against the marker's. `open(as_of, prior)` opens the table. The marker
-/// and the log's first answers are asked at once (either way the open needs the log).
+/// A job's version as a rank resolved it.
+pub(crate) struct Resolved {
+    /// The table at the job's version.
+    pub(crate) snapshot: crate::Snapshot,
+    /// Whether a marker names it (else the job had no place to agree: see `without_a_place`).
+    pub(crate) marked: bool,
+}
+
+/// Opens `location` at job `job`'s version: the version its marker in `place` pins, else this
+/// rank's latest, published as the job's (a rank that lost the race reopens the published
+/// one); the file set is checked against the marker's. `open(as_of, prior)` opens the table.
+/// The marker and the log's first answers are asked at once (either way the open needs the
+/// log).
 pub(crate) async fn open_for_job<F, Fut>(
     location: &str,
-    storage_options: &std::collections::HashMap<String, String>,
-    root_store: Option<&std::sync::Arc<dyn ObjectStore>>,
-    job: &str,
+    place: &Place,
+    job: &Job,
+    open: &F,
+) -> Result<Resolved, TableError>
+where
+    F: Fn(crate::AsOf, Prior) -> Fut,
+    Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
+{
+    use crate::AsOf;
+    let marked = |snapshot| Resolved {
+        snapshot,
+        marked: true,
+    };
+    let id = job.id.as_str();
+    let url = voxlake_io::location::to_url(location, true)?;
+    let (marker, ahead) = futures::join!(
+        pinned_in(place, location, id),
+        LogAhead::read(&place.table_store, &url)
+    );
+    if let Some(marker) = marker? {
+        let shown = place.shown_marker(id);
+        return open_pinned(open, id, &shown, marker.version, &marker.files, ahead)
+            .await
+            .map(marked);
+    }
+    let prior = Prior {
+        known_delta: false,
+        ahead,
+    };
+    let snapshot = open(AsOf::Latest, prior).await?;
+    let (opened, files) = (snapshot.version(), snapshot.file_set_hash());
+    match agree(place, snapshot.location(), id, opened, &files).await? {
+        Agreed::Keep => Ok(marked(snapshot)),
+        // Another rank published first, between the look and the put.
+        Agreed::Reopen { version, files } => {
+            let shown = place.shown_marker(id);
+            open_pinned(open, id, &shown, version, &files, None)
+                .await
+                .map(marked)
+        }
+        Agreed::Unwritable(reason) => Ok(Resolved {
+            snapshot: without_a_place(snapshot, job, &reason, open).await?,
+            marked: false,
+        }),
+    }
+}
+
+/// The version for a job whose ranks have no place to agree (`reason`: why the marker could
+/// not be written), having opened `latest`: the latest committed before the job started where
+/// the launcher says when, else `latest`, with a warning.
+async fn without_a_place<F, Fut>(
+    latest: crate::Snapshot,
+    job: &Job,
+    reason: &str,
     open: &F,
 ) -> Result<crate::Snapshot, TableError>
 where
     F: Fn(crate::AsOf, Prior) -> Fut,
     Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
 {
-    use crate::AsOf;
-    let (store, prefix) = marker_store(location, storage_options, root_store, job)?;
-    let url = voxlake_io::location::to_url(location, true)?;
-    let (marker, ahead) = futures::join!(
-        pinned_in(store.as_ref(), &prefix, location, job),
-        LogAhead::read(&store, &url)
-    );
-    match marker? {
-        Some(marker) => open_pinned(open, job, marker.version, &marker.files, ahead).await,
-        None => {
-            let snapshot = open(
-                AsOf::Latest,
-                Prior {
-                    known_delta: false,
-                    ahead,
-                },
-            )
-            .await?;
-            let agreed = agree(
-                snapshot.store().as_ref(),
-                snapshot.location(),
-                job,
-                snapshot.version(),
-                &snapshot.file_set_hash(),
-            )
-            .await?;
-            match agreed {
-                Agreed::Keep => Ok(snapshot),
-                // Another rank published first, between the look and the put.
-                Agreed::Reopen { version, files } => {
-                    open_pinned(open, job, version, &files, None).await
+    let id = job.id.as_str();
+    if let Some(started) = job.started {
+        let known = Prior {
+            known_delta: true,
+            ahead: None,
+        };
+        match open(crate::AsOf::Timestamp(started), known).await {
+            Ok(at_start) => {
+                let (version, latest_version) = (at_start.version(), latest.version());
+                if version != latest_version {
+                    tracing::warn!(
+                        caution = true,
+                        job = id,
+                        version,
+                        latest = latest_version,
+                        "the table took commits since the job started: every rank reads the latest version committed before the start, not the latest"
+                    );
+                } else {
+                    tracing::info!(
+                        job = id,
+                        version,
+                        "no marker can be written ({reason}): the job reads the latest version committed before it started"
+                    );
                 }
+                return Ok(at_start);
             }
+            // A table younger than the job (made by an earlier step of it): nothing before
+            // the start to agree on.
+            Err(TableError::Version { reason: why, .. }) => {
+                tracing::debug!(job = id, why, "no version before the job's start")
+            }
+            Err(e) => return Err(e),
         }
     }
+    tracing::warn!(
+        caution = true,
+        job = id,
+        version = latest.version(),
+        reason,
+        "the job's ranks have no place to agree on a version (the table is read-only here, no job folder is named, the ranks span nodes): this rank reads the latest version it opened, and ranks opening while the table takes commits may read different versions. Name a folder the ranks may write (with_job_dir, --job-dir, VOXLAKE_JOB_DIR), pin a version (with_version, --version) or give the ranks torch.distributed (the Python package agrees through it)"
+    );
+    Ok(latest)
 }
 
-/// Opens version `version`, which job `job` pinned with the file-set hash `files`, and checks
-/// that its files are those (see [`check_files`]); `ahead`: the log's first answers, if asked.
+/// Opens version `version`, which job `job` pinned with the file-set hash `files` in marker
+/// `marker`, and checks that its files are those (see [`check_files`]); `ahead`: the log's
+/// first answers, if asked.
 pub(crate) async fn open_pinned<F, Fut>(
     open: &F,
     job: &str,
+    marker: &str,
     version: u64,
     files: &str,
     ahead: Option<LogAhead>,
@@ -343,6 +414,7 @@ where
     check_files(
         snapshot.location(),
         job,
+        marker,
         version,
         files,
         &snapshot.file_set_hash(),
@@ -354,27 +426,30 @@ where
 mod tests {
     use super::*;
     use object_store::memory::InMemory;
+    use std::sync::Arc;
 
     #[test]
     fn job_ids_become_safe_names() {
-        assert_eq!(
-            marker_path("slurm-42.1").as_ref(),
-            "_voxlake/jobs/slurm-42.1.json"
-        );
+        assert_eq!(marker_name("slurm-42.1"), "slurm-42.1.json");
         for unsafe_id in ["", "../x", "a/b", ".hidden", "ünïcode", &"x".repeat(101)] {
-            let p = marker_path(unsafe_id);
-            assert!(p.as_ref().starts_with("_voxlake/jobs/h"), "{p}");
-            assert_eq!(p.parts().count(), 3, "{p}");
+            let name = marker_name(unsafe_id);
+            assert!(name.starts_with('h') && name.len() == 22, "{name}");
+            assert_eq!(Path::from(name.as_str()).parts().count(), 1, "{name}");
         }
-        assert_ne!(marker_path("a/b"), marker_path("a:b"));
+        assert_ne!(marker_name("a/b"), marker_name("a:b"));
+    }
+
+    fn place(store: &Arc<InMemory>, channel: Channel) -> Place {
+        Place::new(store.clone(), JOBS_FOLDER, channel)
     }
 
     #[tokio::test]
     async fn the_first_rank_pins_the_version_and_the_others_read_it() {
-        let store = InMemory::new();
+        let store = Arc::new(InMemory::new());
+        let beside = place(&store, Channel::Table);
         let agree = |opened, files: &'static str| {
-            let store = &store;
-            async move { agree(store, "mem://t", "job-1", opened, files).await }
+            let beside = &beside;
+            async move { agree(beside, "mem://t", "job-1", opened, files).await }
         };
         assert_eq!(agree(11, "fnv1a64:a").await.unwrap(), Agreed::Keep);
         // A later rank that saw a later version reads the pinned one.
@@ -393,25 +468,104 @@ mod tests {
             "{e}"
         );
         // Another job pins its own.
-        assert_eq!(
-            agree_other(&store, 12).await.unwrap(),
-            Agreed::Keep,
-            "jobs are independent"
-        );
+        let other = super::agree(&beside, "mem://t", "job-other", 12, "fnv1a64:x").await;
+        assert_eq!(other.unwrap(), Agreed::Keep, "jobs are independent");
         // Something else at the marker's path is refused, not trusted.
-        store
-            .put(&marker_path("job-2"), "not json".into())
-            .await
-            .unwrap();
-        let e = agree_job(&store, "job-2", 3).await.unwrap_err().to_string();
+        let planted = beside.marker("job-2");
+        store.put(&planted, "not json".into()).await.unwrap();
+        let e = super::agree(&beside, "mem://t", "job-2", 3, "fnv1a64:x").await;
+        let e = e.unwrap_err().to_string();
         assert!(e.contains("not one voxlake wrote"), "{e}");
+        // The marker names its table.
+        let marker = read(store.as_ref(), &beside.marker("job-1")).await.unwrap();
+        assert_eq!(marker.unwrap().table, "mem://t");
     }
 
-    async fn agree_other(store: &InMemory, opened: u64) -> Result<Agreed, TableError> {
-        agree_job(store, "job-other", opened).await
+    /// A store that takes no write, as read-only credentials.
+    #[derive(Debug)]
+    struct ReadOnly(InMemory);
+
+    impl std::fmt::Display for ReadOnly {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("ReadOnly")
+        }
     }
 
-    async fn agree_job(store: &InMemory, job: &str, opened: u64) -> Result<Agreed, TableError> {
-        agree(store, "mem://t", job, opened, "fnv1a64:x").await
+    #[async_trait::async_trait]
+    impl ObjectStore for ReadOnly {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            _: object_store::PutPayload,
+            _: PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            Err(object_store::Error::PermissionDenied {
+                path: location.to_string(),
+                source: "read-only".into(),
+            })
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.0.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+            self.0.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.0.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.0.copy_opts(from, to, options).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_place_that_takes_no_marker_is_told_apart_by_channel() {
+        let store: Arc<dyn ObjectStore> = Arc::new(ReadOnly(InMemory::new()));
+        // Beside the table or on the node: no place to agree, for the caller to decide.
+        for channel in [Channel::Table, Channel::Node] {
+            let place = Place::new(store.clone(), JOBS_FOLDER, channel);
+            let agreed = agree(&place, "mem://t", "job-ro", 4, "fnv1a64:a").await;
+            match agreed.unwrap() {
+                Agreed::Unwritable(reason) => assert!(reason.contains("read-only"), "{reason}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // A folder the user named must take it.
+        let place = Place::new(store, "scratch/t1", Channel::JobDir);
+        let e = agree(&place, "mem://t", "job-ro", 4, "fnv1a64:a").await;
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.contains("scratch/t1/job-ro.json") && e.contains("cannot be written"),
+            "{e}"
+        );
     }
 }

@@ -144,6 +144,20 @@ fn workspace_bins() -> PathBuf {
     .clone()
 }
 
+/// A command that runs `program` as user `nobody` (`setpriv`, uid and gid 65534, no groups),
+/// or the reason it cannot run here: only root can act as another user.
+pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Result<Command, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root: cannot act as another user".into());
+    }
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(program);
+    Ok(command)
+}
+
 /// The project's Python with deltalake and pyarrow (scripts/test.sh installs it).
 pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("VOXLAKE_PYTHON") {

@@ -325,13 +325,8 @@ on_every_backend!(a_rewritten_file_is_never_read_from_the_cache);
 /// `command` as user `nobody` (`setpriv`), or `None` with the reason it cannot run here: only
 /// root can act as another user.
 fn as_nobody(args: &[&str]) -> Result<std::process::Output, String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("not root: cannot act as another user".into());
-    }
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .args(args)
+    voxlake_testkit::as_nobody(args[0])?
+        .args(&args[1..])
         .output()
         .map_err(|e| format!("setpriv: {e}"))
 }

@@ -5,6 +5,8 @@
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 
+use crate::private::euid;
+
 /// Whether `name` in the cache's folder `sub` is one this cache makes: an entry (16 hex
 /// digits), its lock (`<entry>.lock`), a temporary entry (`<entry>.<pid>.<nanos>`) or the
 /// open's probe (`probe.<pid>`).
@@ -21,48 +23,6 @@ pub(super) fn ours(sub: &str, name: &str) -> bool {
         },
         _ => false,
     }
-}
-
-/// The user this process runs as.
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Folder `path`, created 0700 if it is not there, and checked: a folder (not a link) this user
-/// owns that no one else may write to (one only others may read is made 0700).
-pub(super) fn private_dir(path: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let shown = path.display();
-    match std::fs::DirBuilder::new().mode(0o700).create(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {shown}: {e}")),
-    }
-    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{shown}: {e}"))?;
-    if !meta.file_type().is_dir() {
-        return Err(format!(
-            "{shown} is not a folder (a symbolic link or a file): refused"
-        ));
-    }
-    if meta.uid() != euid() {
-        return Err(format!(
-            "{shown} is owned by user {}, not by this process's user {}: another user's cache is never used",
-            meta.uid(),
-            euid()
-        ));
-    }
-    let mode = meta.mode() & 0o777;
-    if mode & 0o022 != 0 {
-        return Err(format!(
-            "{shown} may be written by others (mode {mode:o}): refused (make it 0700)"
-        ));
-    }
-    if mode & 0o077 != 0 {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("{shown}: cannot make it 0700: {e}"))?;
-    }
-    Ok(())
 }
 
 /// Opens `path` without following a symbolic link and without blocking (a FIFO answers at

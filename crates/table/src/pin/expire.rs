@@ -1,5 +1,6 @@
 //! Old job markers removed: the first rank of a job, having written its own marker, deletes
-//! those under `_voxlake/jobs/` last modified more than [`RETENTION`] ago. Best effort: a
+//! those of its folder (`_voxlake/jobs/` beside the table, or the table's folder in a job
+//! folder or the node's) last modified more than [`RETENTION`] ago. Best effort: a
 //! listing or a delete that fails (a store that allows creating but not deleting, another
 //! job's rank deleting the same one) leaves the marker for a later job.
 
@@ -9,23 +10,24 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use super::{JOBS_FOLDER, MAX_MARKER_BYTES};
+use super::MAX_MARKER_BYTES;
 
 /// How long a job's marker is kept: longer than any job runs (a job restarted under its id
 /// within it reads the version it began with; after it, the latest).
 pub const RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Deletes the markers in `store` (rooted at the table) older than [`RETENTION`] at `now`,
-/// except `ours`; returns how many it deleted.
-pub(crate) async fn expire(store: &dyn ObjectStore, ours: &Path, now: SystemTime) -> usize {
+/// Deletes the markers in `folder` of `store` older than [`RETENTION`] at `now`, except
+/// `ours`; returns how many it deleted.
+pub(crate) async fn expire(
+    store: &dyn ObjectStore,
+    folder: &Path,
+    ours: &Path,
+    now: SystemTime,
+) -> usize {
     let Some(cutoff) = now.checked_sub(RETENTION) else {
         return 0;
     };
-    let listed: Vec<_> = match store
-        .list(Some(&Path::from(JOBS_FOLDER)))
-        .try_collect()
-        .await
-    {
+    let listed: Vec<_> = match store.list(Some(folder)).try_collect().await {
         Ok(listed) => listed,
         Err(e) => {
             tracing::debug!(error = %e, "old job markers not listed");
@@ -55,7 +57,9 @@ pub(crate) async fn expire(store: &dyn ObjectStore, ours: &Path, now: SystemTime
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pin::{Channel, JOBS_FOLDER, Place};
     use object_store::local::LocalFileSystem;
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn markers_past_the_retention_are_removed_and_the_others_kept() {
@@ -75,7 +79,8 @@ mod tests {
         aged("notes.txt", RETENTION * 3);
         let store = LocalFileSystem::new_with_prefix(dir.path()).unwrap();
         let ours = Path::from(format!("{JOBS_FOLDER}/ours.json"));
-        assert_eq!(expire(&store, &ours, now).await, 1);
+        let folder = Path::from(JOBS_FOLDER);
+        assert_eq!(expire(&store, &folder, &ours, now).await, 1);
         let mut left: Vec<String> = std::fs::read_dir(&jobs)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -84,7 +89,8 @@ mod tests {
         assert_eq!(left, ["notes.txt", "ours.json", "recent.json"]);
         // The first rank of a new job removes them as it pins its version; a later rank, no.
         aged("old.json", RETENTION * 2);
-        let agreed = super::super::agree(&store, "file:///t", "job-new", 3, "fnv1a64:a").await;
+        let place = Place::new(Arc::new(store), JOBS_FOLDER, Channel::Table);
+        let agreed = super::super::agree(&place, "file:///t", "job-new", 3, "fnv1a64:a").await;
         assert_eq!(agreed.unwrap(), super::super::Agreed::Keep);
         assert!(!jobs.join("old.json").exists());
         let marker: super::super::Marker =
@@ -97,6 +103,6 @@ mod tests {
         // Nothing to list: nothing deleted, no error.
         let empty = tempfile::tempdir().unwrap();
         let store = LocalFileSystem::new_with_prefix(empty.path()).unwrap();
-        assert_eq!(expire(&store, &ours, now).await, 0);
+        assert_eq!(expire(&store, &folder, &ours, now).await, 0);
     }
 }

@@ -18,14 +18,16 @@ use crate::error::TableError;
 use crate::{AsOf, Snapshot};
 
 /// Names the entries of this format.
-const FORMAT: &str = "voxlake-job-version-1";
+const FORMAT: &str = "voxlake-job-version-2";
 
-/// [`super::open_for_job`], once a node through `cache` (see the [module](self)).
+/// [`super::open_for_job`], once a node through `cache` (see the [module](self)), the job's
+/// marker in `place`.
 pub(crate) async fn open_for_job<F, Fut>(
     cache: &Arc<DiskCache>,
     location: &str,
     storage_options: &HashMap<String, String>,
-    job: &str,
+    place: &super::Place,
+    job: &super::Job,
     open: &F,
 ) -> Result<Snapshot, TableError>
 where
@@ -36,27 +38,22 @@ where
     let storage = location::storage_options(storage_options);
     let identity = location::store_identity(&url, &storage);
     let shown = redact(url.as_str());
-    let name = format!("{FORMAT}\n{shown}\n{job}");
+    let id = job.id.as_str();
+    // The place is in the name: ranks told of another place agree there, not here.
+    let name = format!("{FORMAT}\n{shown}\n{id}\n{}", place.shown);
     // Boxed: an open's future is large (see `options`).
-    let resolve = || {
-        Box::pin(super::open_for_job(
-            location,
-            storage_options,
-            None,
-            job,
-            open,
-        ))
-    };
+    let resolve = || Box::pin(super::open_for_job(location, place, job, open));
     // The snapshot this rank opened making the entry, handed out as it is.
-    let mine: Mutex<Option<Result<Snapshot, TableError>>> = Mutex::new(None);
+    let mine: Mutex<Option<Result<super::Resolved, TableError>>> = Mutex::new(None);
     let got = cache
         .get_or_make(&identity, &name, async {
             let opened = resolve().await;
             let answer = match &opened {
-                Ok(s) => Ok(Bytes::from(format!(
-                    "{}\n{}",
-                    s.version(),
-                    s.file_set_hash()
+                Ok(r) => Ok(Bytes::from(format!(
+                    "{}\n{}\n{}",
+                    r.snapshot.version(),
+                    r.snapshot.file_set_hash(),
+                    if r.marked { MARKED } else { UNMARKED }
                 ))),
                 Err(_) => Err(object_store::Error::Generic {
                     store: "voxlake job version",
@@ -68,43 +65,60 @@ where
         })
         .await;
     if let Some(opened) = mine.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return opened;
+        return opened.map(|r| r.snapshot);
     }
     let answer = got.ok().and_then(|bytes| parse(&bytes));
-    let Some((version, files)) = answer else {
+    let Some((version, files, marked)) = answer else {
         tracing::warn!(
             location = %shown,
-            job,
+            job = id,
             "the node's answer for the job's version is unreadable: resolved here"
         );
-        return resolve().await;
+        return resolve().await.map(|r| r.snapshot);
     };
+    let kept = format!("the node's answer in {}", cache.dir().display());
+    // No place took a marker: the node's ranks agree through the node's answer.
+    if !marked {
+        tracing::debug!(location = %shown, job = id, version, "the job's version from the node's cache (no marker)");
+        return super::open_pinned(open, id, &kept, version, &files, None).await;
+    }
     // Checked against the job's marker (one GET, no request of the log): a marker removed or
     // rewritten since the node kept its answer (a job restarted under its id) is the job's
     // truth across nodes, never overruled by what one node kept.
-    match super::pinned(location, storage_options, None, job).await? {
+    match super::pinned_in(place, location, id).await? {
         Some(marker) if marker.version == version && marker.files == files => {
-            tracing::debug!(location = %shown, job, version, "the job's version from the node's cache");
-            super::open_pinned(open, job, version, &files, None).await
+            tracing::debug!(location = %shown, job = id, version, "the job's version from the node's cache");
+            let marker = place.shown_marker(id);
+            super::open_pinned(open, id, &marker, version, &files, None).await
         }
         marker => {
             tracing::warn!(
                 location = %shown,
-                job,
+                job = id,
                 kept = version,
                 marker = ?marker.map(|m| m.version),
                 "the node's answer for the job's version is not its marker's: resolved here"
             );
-            resolve().await
+            resolve().await.map(|r| r.snapshot)
         }
     }
 }
 
-/// The version and file-set hash an entry holds.
-fn parse(bytes: &[u8]) -> Option<(u64, String)> {
+/// How an entry says whether a marker names its version.
+const MARKED: &str = "marked";
+const UNMARKED: &str = "unmarked";
+
+/// The version, file-set hash and whether a marker names it, as an entry holds them.
+fn parse(bytes: &[u8]) -> Option<(u64, String, bool)> {
     let text = std::str::from_utf8(bytes).ok()?;
-    let (version, files) = text.split_once('\n')?;
-    Some((version.parse().ok()?, files.to_string()))
+    let mut lines = text.split('\n');
+    let (version, files) = (lines.next()?.parse().ok()?, lines.next()?.to_string());
+    let marked = match lines.next()? {
+        MARKED => true,
+        UNMARKED => false,
+        _ => return None,
+    };
+    lines.next().is_none().then_some((version, files, marked))
 }
 
 #[cfg(test)]
@@ -112,10 +126,16 @@ mod tests {
     #[test]
     fn an_answer_reads_back_or_not_at_all() {
         assert_eq!(
-            super::parse(b"12\nfnv1a64:00ff"),
-            Some((12, "fnv1a64:00ff".to_string()))
+            super::parse(b"12\nfnv1a64:00ff\nmarked"),
+            Some((12, "fnv1a64:00ff".to_string(), true))
         );
-        assert_eq!(super::parse(b"x\nfnv"), None);
+        assert_eq!(
+            super::parse(b"12\nfnv1a64:00ff\nunmarked"),
+            Some((12, "fnv1a64:00ff".to_string(), false))
+        );
+        assert_eq!(super::parse(b"12\nfnv1a64:00ff"), None);
+        assert_eq!(super::parse(b"12\nfnv1a64:00ff\nmarked\n"), None);
+        assert_eq!(super::parse(b"x\nfnv\nmarked"), None);
         assert_eq!(super::parse(b"12"), None);
         assert_eq!(super::parse(&[0xff, b'\n']), None);
     }
