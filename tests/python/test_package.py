@@ -400,6 +400,25 @@ def test_ranks_left_to_the_launcher_join_its_job(table, monkeypatch):
     assert not os.path.exists(marker)
 
 
+def test_a_job_folder_takes_the_marker_instead_of_the_table(table, tmp_path, monkeypatch):
+    job = f"pytest-dir-{os.getpid()}"
+    beside = os.path.join(table, "_voxlake", "jobs", f"{job}.json")
+    loader = voxlake.Loader(table, batch_size=8, rank=1, world_size=2, job=job, job_dir=str(tmp_path / "jobs"))
+    version = loader.version  # the table opened
+    markers = list((tmp_path / "jobs").glob(f"t*/{job}.json"))
+    assert len(markers) == 1, list(tmp_path.rglob("*"))
+    assert json.load(open(markers[0]))["version"] == version
+    assert not os.path.exists(beside)
+    # From the environment too; a folder that cannot be made is an error naming it.
+    monkeypatch.setenv("VOXLAKE_JOB_DIR", str(tmp_path / "env-jobs"))
+    voxlake.Loader(table, batch_size=8, rank=0, world_size=2, job=job).rank()
+    assert len(list((tmp_path / "env-jobs").glob(f"t*/{job}.json"))) == 1
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(voxlake.VoxlakeError, match="a-file"):
+        voxlake.Loader(table, batch_size=8, rank=0, world_size=2, job=job, job_dir=str(tmp_path / "a-file" / "x")).rank()
+    assert not os.path.exists(beside)
+
+
 def test_to_device_stages_every_batch_through_its_ring(table):
     """On the CPU (no GPU in CI) the staging runs as on CUDA, into pageable buffers: each
     batch arrives whole and equal, a ring slot's buffer reused without touching a batch

@@ -4,8 +4,10 @@
 //! (`pin::open_for_job`: the marker's, else its latest, published) and keeps the answer, the
 //! version and its file-set hash, as an entry named by the table and the job; the others wait
 //! for it (the entry's lock, `DiskCache::get_or_make`), check it against the job's marker (one
-//! GET: the marker is the truth across nodes), open that version — whose replay the first rank
-//! kept (`snapshot::list_cache`) — and check their file set against it.
+//! GET: the marker is the truth across nodes) unless the entry says none was written (the job
+//! had no place to agree: the node's ranks still agree through the entry), open that version —
+//! whose replay the first rank kept (`snapshot::list_cache`) — and check their file set
+//! against it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
