@@ -251,6 +251,9 @@ fn listing(folder: &Path) -> Vec<PathBuf> {
     all
 }
 
+/// One rank's launcher variables.
+type Vars = Vec<(&'static str, String)>;
+
 /// What the ranks of one launch did: each one's JSON summary, the ids they delivered, their
 /// stderr.
 struct Launched {
@@ -267,7 +270,7 @@ fn launch_as_nobody(
     table: &Path,
     scratch: &Path,
     name: &str,
-    ranks: &[Vec<(&str, String)>],
+    ranks: &[Vars],
 ) -> Option<Launched> {
     let mut running = Vec::new();
     for (r, vars) in ranks.iter().enumerate() {
@@ -356,11 +359,11 @@ async fn read_only_data_trains_under_slurm_and_torchrun_as_another_user() {
         .as_secs()
         + 1;
     let started = started.to_string();
-    let with_start = |mut vars: Vec<(&'static str, String)>| {
+    let with_start = |mut vars: Vars| {
         vars.push(("SLURM_JOB_START_TIME", started.clone()));
         vars
     };
-    let launches: Vec<(&str, Vec<Vec<(&str, String)>>)> = vec![
+    let launches: Vec<(&str, Vec<Vars>)> = vec![
         ("slurm-1-of-1", vec![slurm("4242", 0, 1, 0, 1)]),
         (
             "slurm-2-on-1-node",
@@ -434,7 +437,7 @@ async fn ranks_without_a_place_read_the_version_before_the_jobs_start() {
     convert(&table, 16, 89, Some((1, 2))).await;
     open_to_all(root.path(), false);
     let (bin, scratch) = for_nobody(root.path());
-    let ranks: Vec<Vec<(&str, String)>> = (0..2)
+    let ranks: Vec<Vars> = (0..2)
         .map(|r| {
             vec![
                 ("SLURM_JOB_ID", "5151".to_string()),
