@@ -33,7 +33,7 @@ class Loader:
         rank: int = ...,
         world_size: int = ...,
         job: str = ...,
-        job_dir: str = ...
+        job_dir: str = ...,
         cache_dir: str = ...,
         cache_max_bytes: int = ...,
         memory_budget: int = ...,
