@@ -102,7 +102,13 @@ async fn shards_fill_one_table_concurrently() {
 }
 
 /// Writes `name` with the given dtype and options, values `0..n` (C order), reference-free.
-fn write_npy(dir: &Path, name: &str, dtype: DType, shape: &[usize], opts: EncodeOptions) {
+pub(crate) fn write_npy(
+    dir: &Path,
+    name: &str,
+    dtype: DType,
+    shape: &[usize],
+    opts: EncodeOptions,
+) {
     let n: usize = shape.iter().product();
     let mut values = Vec::new();
     for i in 0..n {

@@ -547,6 +547,34 @@ fn build_err(builder: voxlake::LoaderBuilder) -> LoaderError {
         .unwrap()
 }
 
+/// Samples of 16 bytes, a shuffle buffer of 1500 rows asked for and a budget of 1 MiB: the
+/// buffer is cut to what the budget streams, with a warning, and every row comes once (the
+/// buffer was sized by the samples alone, and the build refused its own choice).
+#[tokio::test]
+async fn small_samples_get_a_shuffle_buffer_their_budget_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..2000 {
+        let name = format!("s{i:05}.npy");
+        let opts = voxlake::format::npy::EncodeOptions::default();
+        crate::compact::write_npy(&src, &name, voxlake::format::DType::F32, &[4], opts);
+    }
+    let table = dir.path().join("table");
+    Compactor::new(table.to_str().unwrap())
+        .convert(src.to_str().unwrap())
+        .await
+        .unwrap();
+    let all = collect(
+        Loader::builder(table.to_str().unwrap())
+            .with_batch_size(32)
+            .with_shuffle(3, 1500)
+            .with_memory_budget(1 << 20),
+    );
+    let unique: HashSet<String> = ids(&all).into_iter().collect();
+    assert_eq!(unique.len(), 2000);
+}
+
 /// A budget too small to stream is refused at build with the smallest one that works, and that
 /// one streams; a later file whose row groups outgrow it ends in an error, never a hang.
 #[tokio::test]

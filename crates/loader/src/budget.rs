@@ -24,19 +24,29 @@ pub fn held_rows_when_asking(rows: u64, batch_size: usize, buffer_rows: Option<u
     }
 }
 
+/// What the stream counts for each group held beyond its bytes: its share is counted in whole
+/// KiB, rounded up, and a buffer may hold a group per row.
+pub const ROW_SHARE: u64 = 1024;
+
 /// Bytes the budget needs for row groups of `group`'s size: the rows held when the buffer
-/// asks for another group, and that group's peak. The stream counts each share in whole KiB,
-/// rounded up: a KiB more for each group held (at most one per row) and for the next one.
+/// asks for another group, and that group's peak, each with its [`ROW_SHARE`] (the next one's
+/// too).
 pub fn needed(group: GroupBudget, batch_size: usize, buffer_rows: Option<usize>) -> u64 {
     let per_row = group.held.div_ceil(group.rows.max(1));
     let rows = held_rows_when_asking(group.rows, batch_size, buffer_rows);
-    rows * per_row + group.peak + (rows + 1) * 1024
+    rows * per_row + group.peak + (rows + 1) * ROW_SHARE
 }
 
-/// The shuffle buffer a budget allows: half of it in samples, at least one batch.
+/// The shuffle buffer a budget allows: half of it in buffered rows (each its sample and its
+/// [`ROW_SHARE`], as [`needed`] counts them), at least one batch.
 pub fn buffer_rows(budget: u64, sample_bytes: u64, requested: usize, batch_size: usize) -> usize {
-    let fits = (budget / 2 / sample_bytes.max(1)) as usize;
+    let fits = (budget / 2 / (sample_bytes + ROW_SHARE)) as usize;
     requested.min(fits).max(batch_size)
+}
+
+/// The budget [`buffer_rows`] lets hold a buffer of `rows` rows of `sample_bytes`.
+pub fn budget_for_buffer(rows: usize, sample_bytes: u64) -> u64 {
+    2 * rows as u64 * (sample_bytes + ROW_SHARE)
 }
 
 /// The smallest budget that streams row groups of `group`'s size with batches of `batch_size`
@@ -80,11 +90,31 @@ mod tests {
         // Unshuffled batches of 48: less than a batch buffered and up to 31 rows drawn from
         // the front group (less than three groups), plus the next one's peak.
         let need = needed(CUBES, 48, None);
-        assert_eq!(need, (47 + 31) * 360_000 + CUBES.peak + (78 + 1) * 1024);
+        assert_eq!(
+            need,
+            (47 + 31) * 360_000 + CUBES.peak + (78 + 1) * ROW_SHARE
+        );
         assert!(need > 21 << 20, "21 MiB stalls");
         assert_eq!(smallest(CUBES, 48, 360_000, None), need);
         // A large shuffle buffer: its rows.
         assert_eq!(held_rows_when_asking(32, 32, Some(1024)), 1023);
+    }
+
+    /// Small samples: the buffer a budget allows is one the budget streams (its rows' shares
+    /// counted), where counting samples alone let it grow past what `needed` accepts.
+    #[test]
+    fn small_samples_get_a_buffer_their_budget_streams() {
+        let tiny = GroupBudget {
+            rows: 2000,
+            held: 2000 * 48,
+            peak: 2 * 2000 * 48,
+        };
+        let budget = 1 << 20;
+        let buffer = buffer_rows(budget, 16, 1500, 32);
+        assert!(buffer < 1500, "{buffer}");
+        assert!(needed(tiny, 32, Some(buffer)) <= budget);
+        assert!(budget_for_buffer(buffer, 16) <= budget);
+        assert!(budget_for_buffer(buffer + 1, 16) > budget - 2 * (16 + ROW_SHARE));
     }
 
     #[test]

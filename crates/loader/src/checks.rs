@@ -132,7 +132,7 @@ impl LoaderBuilder {
                 "the state's shuffle buffer of {} rows is larger than this budget allows ({} rows): give at least {} bytes, the budget it was taken with or more",
                 theirs.buffer_rows,
                 settings.buffer_rows,
-                outside + 2 * theirs.buffer_rows as u64 * sample_bytes
+                outside + budget::budget_for_buffer(theirs.buffer_rows, sample_bytes)
             )));
         }
         if theirs.interleave != settings.interleave {
