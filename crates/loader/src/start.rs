@@ -10,6 +10,8 @@ use voxlake_stream::{
     AsOf, ReadOptions, Shard, Snapshot, StreamError, TableOptions, TableStream, default_columns,
 };
 
+use voxlake_format::SampleSpec;
+
 use crate::assemble::Assembler;
 use crate::builder::{INTERLEAVE, LoaderBuilder, RECYCLED_SPARES, batches_outside};
 use crate::counters::Counters;
@@ -73,20 +75,7 @@ impl LoaderBuilder {
     /// Opens the table (its log only) and starts the background work.
     pub fn build(mut self) -> Result<Loader, LoaderError> {
         let launch = self.place()?;
-        if self.batch_size == 0 {
-            return Err(LoaderError::Config("batch size must be at least 1".into()));
-        }
-        if self.assembly_threads == 0 {
-            return Err(LoaderError::Config(
-                "assembly threads must be at least 1".into(),
-            ));
-        }
-        let shard = Shard::new(self.rank, self.world_size).ok_or_else(|| {
-            LoaderError::Config(format!(
-                "rank {} must be below the world size {} (ranks count from 0)",
-                self.rank, self.world_size
-            ))
-        })?;
+        let shard = self.check_sizes()?;
         // CUDA's context is made while the table opens (`feed::Setup`).
         #[cfg(feature = "tch")]
         let warming = match self.device {
@@ -103,6 +92,136 @@ impl LoaderBuilder {
             launch.as_ref(),
         )
         .map_err(LoaderError::Config)?;
+        let version = self.version_to_read()?;
+        let started = Instant::now();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(self.runtime_threads)
+            .thread_name("voxlake-io")
+            .enable_all()
+            .build()
+            .map_err(|e| LoaderError::Internal(format!("tokio runtime: {e}")))?;
+        let mut settings = OrderSettings {
+            seed: self.shuffle.map_or(0, |s| s.0),
+            shuffle: self.shuffle.is_some(),
+            buffer_rows: self.batch_size,
+            batch_size: self.batch_size,
+            drop_last: self.drop_last,
+            uneven: self.read.uneven,
+            interleave: INTERLEAVE,
+            // Node affinity only changes a shuffled order.
+            affinity: affinity.filter(|_| self.shuffle.is_some()),
+        };
+        let opened = self.open_stream(&runtime, version, shard, &mut settings)?;
+        let start = self.check_run(&runtime, &opened, &mut settings)?;
+        let channels = self.channels(&opened.spec)?;
+        // The staging ring set up beside the stream's first reads, after the context.
+        #[cfg(feature = "tch")]
+        let feed = match self.device {
+            Some(device) => {
+                for (_, field) in opened.spec.tensors() {
+                    crate::torch::kind_of(field.dtype())?;
+                }
+                let fields: Vec<usize> = opened.spec.tensors().map(|(_, s)| s.nbytes()).collect();
+                crate::feed::Setup::start(device, self.batch_size, fields, warming)?.map(Mutex::new)
+            }
+            None => None,
+        };
+        let counters = Arc::new(Counters::default());
+        let recycled = Arc::new(Mutex::new(Vec::new()));
+        let pool = match self.assembly_threads {
+            1 => None,
+            n => Some(Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("voxlake-assemble-{i}"))
+                    .build()
+                    .map_err(|e| LoaderError::Internal(format!("the assembly threads: {e}")))?,
+            )),
+        };
+        let assembler = Assembler {
+            snapshot: opened.stream.snapshot().clone(),
+            spec: opened.spec.clone(),
+            input_spec: opened.input_spec,
+            transforms: self.transforms.clone(),
+            seed: settings.seed,
+            channels,
+            counters: counters.clone(),
+            hooks: self.read.hooks.clone(),
+            #[cfg(feature = "tch")]
+            device: self.device,
+            #[cfg(feature = "tch")]
+            feed,
+            recycled: recycled.clone(),
+            pool,
+        };
+        let state_template = self.state_template(&opened.stream, &settings, &start);
+        let (tx, rx) = crossbeam_channel::bounded(self.prefetch);
+        let producer = Producer {
+            stream: opened.stream.clone(),
+            assembler,
+            settings,
+            rank: self.rank,
+            world_size: self.world_size,
+            end_epoch: self.end_epoch(&start),
+            start: start.clone(),
+            counters: counters.clone(),
+            stop: Arc::new(AtomicBool::new(false)),
+            shutdown: Arc::new(tokio::sync::Notify::new()),
+            tx,
+            received: Default::default(),
+        };
+        let (stop, shutdown) = (producer.stop.clone(), producer.shutdown.clone());
+        let thread = std::thread::Builder::new()
+            .name("voxlake-loader".into())
+            .spawn(move || {
+                runtime.block_on(producer.run());
+                // Blocking decodes still running are not waited for.
+                runtime.shutdown_background();
+            })
+            .map_err(|e| LoaderError::Internal(format!("spawning the loader thread: {e}")))?;
+        Ok(Loader {
+            rx,
+            stop,
+            shutdown,
+            _thread: thread,
+            counters,
+            stream: opened.stream,
+            spec: opened.spec,
+            started,
+            settings,
+            world_size: self.world_size,
+            position: start,
+            state_template,
+            finished: false,
+            meter: stall::StallMeter::default(),
+            last_return: None,
+            recycled,
+            recycle_max: RECYCLED_SPARES,
+            waiting_since: None,
+        })
+    }
+
+    /// The batch size and thread count checked, and this rank's shard.
+    fn check_sizes(&self) -> Result<Shard, LoaderError> {
+        if self.batch_size == 0 {
+            return Err(LoaderError::Config("batch size must be at least 1".into()));
+        }
+        if self.assembly_threads == 0 {
+            return Err(LoaderError::Config(
+                "assembly threads must be at least 1".into(),
+            ));
+        }
+        Shard::new(self.rank, self.world_size).ok_or_else(|| {
+            LoaderError::Config(format!(
+                "rank {} must be below the world size {} (ranks count from 0)",
+                self.rank, self.world_size
+            ))
+        })
+    }
+
+    /// The version to open: a state's (it must be the one pinned, if any), else the one asked
+    /// for; ranks of no job each resolving "latest" are warned of.
+    fn version_to_read(&self) -> Result<AsOf, LoaderError> {
         let version = match (&self.state, self.options.as_of) {
             (Some(s), AsOf::Version(v)) if s.version != v => {
                 return Err(LoaderError::State(format!(
@@ -122,24 +241,18 @@ impl LoaderBuilder {
                 "each rank resolves the latest version by itself: while the table takes commits, ranks may read different versions. Name the job (with_job, VOXLAKE_JOB_ID) or pin a version"
             );
         }
-        let started = Instant::now();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(self.runtime_threads)
-            .thread_name("voxlake-io")
-            .enable_all()
-            .build()
-            .map_err(|e| LoaderError::Internal(format!("tokio runtime: {e}")))?;
-        let mut settings = OrderSettings {
-            seed: self.shuffle.map_or(0, |s| s.0),
-            shuffle: self.shuffle.is_some(),
-            buffer_rows: self.batch_size,
-            batch_size: self.batch_size,
-            drop_last: self.drop_last,
-            uneven: self.read.uneven,
-            interleave: INTERLEAVE,
-            // Node affinity only changes a shuffled order.
-            affinity: affinity.filter(|_| self.shuffle.is_some()),
-        };
+        Ok(version)
+    }
+
+    /// Opens the table at `version` and builds the stream of this rank's `shard` in what the
+    /// budget leaves it; the shuffle buffer in `settings` cut to the budget.
+    fn open_stream(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        version: AsOf,
+        shard: Shard,
+        settings: &mut OrderSettings,
+    ) -> Result<Opened, LoaderError> {
         let options = TableOptions {
             as_of: version,
             ..self.options.clone()
@@ -154,23 +267,18 @@ impl LoaderBuilder {
             None => input_spec.clone(),
         };
         let sample_bytes = spec.tensor_bytes().max(input_spec.tensor_bytes()).max(1) as u64;
-        let batch_bytes = self.batch_size as u64 * sample_bytes;
         // The budget covers the batches outside the stream too: those queued for the caller,
         // the one being assembled, the caller's, and the spares kept for recycling; and the
         // table's file list (~80 bytes a file: 8 MB at 10⁵ files).
         let outside = self.outside_bytes(self.batch_size, sample_bytes)
             + snapshot.files().memory_size() as u64;
-        // (Too little left for the stream is refused below, with the smallest budget that works.)
+        // (Too little left for the stream is refused later, with the smallest budget that works.)
         let stream_budget = self.memory_budget.saturating_sub(outside).max(1024);
+        let columns = self.read.columns.clone();
         let stream = TableStream::builder(self.table.clone())
             .with_shard(shard)
             .with_read_options(ReadOptions {
-                columns: Some(
-                    self.read
-                        .columns
-                        .clone()
-                        .unwrap_or_else(|| default_columns(&snapshot)),
-                ),
+                columns: Some(columns.unwrap_or_else(|| default_columns(&snapshot))),
                 ..self.read.clone()
             })
             .with_shuffle(settings.shuffle)
@@ -197,21 +305,43 @@ impl LoaderBuilder {
                 );
             }
         }
-        let files = stream.snapshot().file_set_hash();
+        Ok(Opened {
+            stream,
+            spec,
+            input_spec,
+            sample_bytes,
+            outside,
+        })
+    }
+
+    /// Where the run starts (a state's position, checked against the table and `settings`,
+    /// which take its order), once the budget and the epochs are known to work.
+    fn check_run(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        opened: &Opened,
+        settings: &mut OrderSettings,
+    ) -> Result<Position, LoaderError> {
+        let Opened {
+            stream,
+            sample_bytes,
+            outside,
+            ..
+        } = opened;
+        let sample_bytes = *sample_bytes;
+        let total: u64 = stream.rows_per_file().iter().sum();
         // A state brings its own order settings: check them before the budget, which depends
         // on them.
         let start = match &self.state {
-            Some(state) => self.check_state(
-                state,
-                &mut settings,
-                &files,
-                sample_bytes,
-                stream.rows_per_file().iter().sum(),
-            )?,
+            Some(state) => {
+                let files = stream.snapshot().file_set_hash();
+                self.check_state(state, settings, &files, sample_bytes, total)?
+            }
             None => Position::start(self.start_epoch, self.world_size),
         };
+        let batch_bytes = self.batch_size as u64 * sample_bytes;
         if !stream.snapshot().files().is_empty() {
-            self.check_budget(&runtime, &stream, &settings, sample_bytes)?;
+            self.check_budget(runtime, stream, settings, sample_bytes)?;
         } else if outside + batch_bytes > self.memory_budget {
             return Err(LoaderError::Config(format!(
                 "a memory budget of {} bytes cannot hold the {} batches of {} samples of {sample_bytes} bytes the loader keeps ({} queued ahead, the one being assembled, yours, {RECYCLED_SPARES} spares); the smallest budget that works is {} bytes",
@@ -222,7 +352,6 @@ impl LoaderBuilder {
                 outside + batch_bytes
             )));
         }
-        let total: u64 = stream.rows_per_file().iter().sum();
         if self.epochs == Epochs::Infinite && settings.batches(total, self.world_size) == 0 {
             return Err(LoaderError::Config(format!(
                 "endless epochs of no batch: the table has {total} rows, {} per rank of {}, batches of {}{}",
@@ -236,89 +365,35 @@ impl LoaderBuilder {
                 }
             )));
         }
-        // Channels first applies to the first field (the volume; a mask has no channel axis).
+        Ok(start)
+    }
+
+    /// The channel axis to move first, where asked: the first field's last (the volume; a
+    /// mask has no channel axis).
+    fn channels(&self, spec: &SampleSpec) -> Result<Option<usize>, LoaderError> {
         let first = spec.first();
-        let channels = match (self.channels_first, first.shape().last()) {
-            (true, Some(&c)) if first.shape().len() >= 2 => Some(c),
-            (true, _) => {
-                return Err(LoaderError::Config(format!(
-                    "channels first needs at least two axes, the tensors are {:?}",
-                    first.shape()
-                )));
-            }
-            (false, _) => None,
-        };
-        // The staging ring set up beside the stream's first reads, after the context.
-        #[cfg(feature = "tch")]
-        let feed = match self.device {
-            Some(device) => {
-                for (_, field) in spec.tensors() {
-                    crate::torch::kind_of(field.dtype())?;
-                }
-                let fields: Vec<usize> = spec.tensors().map(|(_, s)| s.nbytes()).collect();
-                crate::feed::Setup::start(device, self.batch_size, fields, warming)?.map(Mutex::new)
-            }
-            None => None,
-        };
-        let end_epoch = self.end_epoch(&start);
-        let counters = Arc::new(Counters::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let shutdown = Arc::new(tokio::sync::Notify::new());
-        let (tx, rx) = crossbeam_channel::bounded(self.prefetch);
-        let recycled = Arc::new(Mutex::new(Vec::new()));
-        let pool = match self.assembly_threads {
-            1 => None,
-            n => Some(Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .thread_name(|i| format!("voxlake-assemble-{i}"))
-                    .build()
-                    .map_err(|e| LoaderError::Internal(format!("the assembly threads: {e}")))?,
-            )),
-        };
-        let assembler = Assembler {
-            snapshot: stream.snapshot().clone(),
-            spec: spec.clone(),
-            input_spec,
-            transforms: self.transforms.clone(),
-            seed: settings.seed,
-            channels,
-            counters: counters.clone(),
-            hooks: self.read.hooks.clone(),
-            #[cfg(feature = "tch")]
-            device: self.device,
-            #[cfg(feature = "tch")]
-            feed,
-            recycled: recycled.clone(),
-            pool,
-        };
-        let producer = Producer {
-            stream: stream.clone(),
-            assembler,
-            settings,
-            rank: self.rank,
-            world_size: self.world_size,
-            end_epoch,
-            start: start.clone(),
-            counters: counters.clone(),
-            stop: stop.clone(),
-            shutdown: shutdown.clone(),
-            tx,
-            received: Default::default(),
-        };
-        let thread = std::thread::Builder::new()
-            .name("voxlake-loader".into())
-            .spawn(move || {
-                runtime.block_on(producer.run());
-                // Blocking decodes still running are not waited for.
-                runtime.shutdown_background();
-            })
-            .map_err(|e| LoaderError::Internal(format!("spawning the loader thread: {e}")))?;
-        let state_template = LoaderState {
+        match (self.channels_first, first.shape().last()) {
+            (true, Some(&c)) if first.shape().len() >= 2 => Ok(Some(c)),
+            (true, _) => Err(LoaderError::Config(format!(
+                "channels first needs at least two axes, the tensors are {:?}",
+                first.shape()
+            ))),
+            (false, _) => Ok(None),
+        }
+    }
+
+    /// The state at `start` before any batch: what every state of the run shares.
+    fn state_template(
+        &self,
+        stream: &TableStream,
+        settings: &OrderSettings,
+        start: &Position,
+    ) -> LoaderState {
+        LoaderState {
             format: STATE_FORMAT,
             table: voxlake_stream::redact(&self.table),
             version: stream.snapshot().version(),
-            files,
+            files: stream.snapshot().file_set_hash(),
             file_count: stream.snapshot().files().len(),
             seed: settings.seed,
             shuffle: settings.shuffle,
@@ -336,26 +411,19 @@ impl LoaderBuilder {
             batches: 0,
             ahead: 0,
             samples_in_epoch: 0,
-        };
-        Ok(Loader {
-            rx,
-            stop,
-            shutdown,
-            _thread: thread,
-            counters,
-            stream,
-            spec,
-            started,
-            settings,
-            world_size: self.world_size,
-            position: start,
-            state_template,
-            finished: false,
-            meter: stall::StallMeter::default(),
-            last_return: None,
-            recycled,
-            recycle_max: RECYCLED_SPARES,
-            waiting_since: None,
-        })
+        }
     }
+}
+
+/// The table opened and its stream built, with what the budget counts.
+struct Opened {
+    stream: TableStream,
+    /// What the loader hands out (after transforms).
+    spec: SampleSpec,
+    /// The table's samples.
+    input_spec: SampleSpec,
+    /// The larger sample of the two.
+    sample_bytes: u64,
+    /// The budget's bytes outside the stream: the batches the loader keeps, the file list.
+    outside: u64,
 }
