@@ -38,6 +38,11 @@ forbid voxlake-table voxlake-stream voxlake-loader voxlake-compact voxlake-plan
 forbid voxlake-stream voxlake-loader voxlake-compact
 forbid voxlake-loader voxlake-compact
 
+# The loader names plan where it uses it, not through stream's re-exports.
+if grep -rnE 'voxlake_stream::(replay|order|affinity|mixer|plan|Shard)\b' crates/loader/src; then
+  fail "the loader reaches plan through voxlake_stream: use voxlake_plan"
+fi
+
 # No file of crates/*/src imports a file that imports it; none has over 500 lines before its tests.
 python3 scripts/check_layers.py
 python3 scripts/file_sizes.py --over 500 || fail "files over 500 lines of non-test code (one job per file: split them)"

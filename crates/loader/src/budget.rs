@@ -4,7 +4,7 @@
 //! A row group takes its share of the budget before it is fetched (its projected chunks as
 //! fetched plus as decoded: `peak`) and keeps the decoded share (`held`) while any of its rows
 //! is in the shuffle buffer, or a share in proportion to its rows once the buffer copied its
-//! last few rows out ([`Mixer::loosen`](voxlake_stream::mixer::Mixer::loosen)). When the
+//! last few rows out ([`Mixer::loosen`](voxlake_plan::mixer::Mixer::loosen)). When the
 //! buffer asks for another group it holds fewer than [`held_rows_when_asking`] rows' worth (a
 //! bound the mixer's own tests check), so the budget must fit that many rows and the next
 //! group's peak.
@@ -12,7 +12,7 @@
 use voxlake_stream::GroupBudget;
 
 /// Rows' worth of row groups (whole groups by their rows, loose ones by the rows they kept)
-/// that the [`Mixer`](voxlake_stream::mixer::Mixer) holds at most when it asks for another
+/// that the [`Mixer`](voxlake_plan::mixer::Mixer) holds at most when it asks for another
 /// group of at most `rows` rows. Unshuffled: less than a batch buffered, plus the rows already
 /// drawn from the one group partly drawn. Shuffled: less than its buffer (or a batch, if
 /// larger); stragglers beyond that are loosened.
@@ -76,7 +76,7 @@ pub fn smallest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use voxlake_stream::mixer::Mixer;
+    use voxlake_plan::mixer::Mixer;
 
     /// The reference cubes: 360,000 bytes each, row groups of 32.
     const CUBES: GroupBudget = GroupBudget {

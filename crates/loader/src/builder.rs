@@ -204,7 +204,7 @@ impl LoaderBuilder {
     /// node `node` of `nodes`, the ranks numbered in blocks node after node (ranks
     /// `k·L … (k+1)·L − 1` on node `k`, as torchrun numbers them). Every row is still read once
     /// an epoch and every rank gets as many batches, but a node's ranks see only their node's
-    /// share of the table, reshuffled each epoch ([`affinity`](voxlake_stream::affinity);
+    /// share of the table, reshuffled each epoch ([`affinity`](voxlake_plan::affinity);
     /// the trade is measured in `docs/scale-out.md`). Only when shuffling; `build()` fails
     /// where `nodes` does not divide the world size or the rank is not in its node's block.
     pub fn with_node_affinity(mut self, node: usize, nodes: usize) -> Self {

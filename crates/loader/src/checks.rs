@@ -1,7 +1,7 @@
 //! What `build()` checks before it starts any work: that the budget can stream the table, and
 //! that a state to resume from fits the table and the settings.
 
-use voxlake_stream::replay::{OrderSettings, Segment};
+use voxlake_plan::replay::{OrderSettings, Segment};
 use voxlake_stream::{GroupBudget, TableStream};
 
 use crate::builder::LoaderBuilder;
@@ -143,7 +143,7 @@ impl LoaderBuilder {
             );
         }
         if theirs.affinity != settings.affinity {
-            let nodes = |a: Option<voxlake_stream::affinity::Affinity>| {
+            let nodes = |a: Option<voxlake_plan::affinity::Affinity>| {
                 a.map_or("none".to_string(), |a| {
                     format!("{} nodes of {} ranks", a.nodes(), a.ranks_per_node())
                 })

@@ -20,7 +20,7 @@
 //! assert_eq!(from_vars(|_| None), Ok(None));
 //! ```
 
-use voxlake_stream::affinity::Affinity;
+use voxlake_plan::affinity::Affinity;
 use voxlake_table::pin::Job;
 
 /// One launcher's variables.

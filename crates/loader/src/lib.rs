@@ -78,7 +78,7 @@ pub use loader::{Loader, LoaderStats, Recycler};
 pub use state::LoaderState;
 #[cfg(feature = "tch")]
 pub use tch;
-pub use voxlake_stream::order::Uneven;
+pub use voxlake_plan::order::Uneven;
 pub use voxlake_stream::{AsOf, StreamError};
 
 /// Errors of the loader.

@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use voxlake_stream::mixer::Mixer;
-use voxlake_stream::order::{RowSet, deal};
-use voxlake_stream::replay::{OrderSettings, remaining, replay};
+use voxlake_plan::mixer::Mixer;
+use voxlake_plan::order::{RowSet, deal};
+use voxlake_plan::replay::{OrderSettings, remaining, replay};
 use voxlake_stream::{TableStream, panic_message};
 
 use crate::LoaderError;
@@ -214,11 +214,11 @@ impl Producer {
     async fn resume(
         &self,
         at: &Position,
-        order: &voxlake_stream::order::EpochOrder,
+        order: &voxlake_plan::order::EpochOrder,
     ) -> Result<
         (
             RowSet,
-            Vec<voxlake_stream::order::Piece>,
+            Vec<voxlake_plan::order::Piece>,
             Mixer<Arc<Group>>,
             u64,
         ),

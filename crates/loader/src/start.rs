@@ -5,9 +5,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use voxlake_stream::replay::OrderSettings;
+use voxlake_plan::plan::Shard;
+use voxlake_plan::replay::OrderSettings;
 use voxlake_stream::{
-    AsOf, ReadOptions, Shard, Snapshot, StreamError, TableOptions, TableStream, default_columns,
+    AsOf, ReadOptions, Snapshot, StreamError, TableOptions, TableStream, default_columns,
 };
 
 use voxlake_format::SampleSpec;
@@ -355,7 +356,7 @@ impl LoaderBuilder {
         if self.epochs == Epochs::Infinite && settings.batches(total, self.world_size) == 0 {
             return Err(LoaderError::Config(format!(
                 "endless epochs of no batch: the table has {total} rows, {} per rank of {}, batches of {}{}",
-                voxlake_stream::order::rows_per_rank(total, self.world_size, self.read.uneven),
+                voxlake_plan::order::rows_per_rank(total, self.world_size, self.read.uneven),
                 self.world_size,
                 self.batch_size,
                 if self.drop_last {

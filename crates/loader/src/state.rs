@@ -21,9 +21,9 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use voxlake_stream::affinity::Affinity;
-use voxlake_stream::order::Uneven;
-use voxlake_stream::replay::{OrderSettings, Segment};
+use voxlake_plan::affinity::Affinity;
+use voxlake_plan::order::Uneven;
+use voxlake_plan::replay::{OrderSettings, Segment};
 
 use crate::LoaderError;
 

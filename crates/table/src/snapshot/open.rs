@@ -343,20 +343,10 @@ impl Snapshot {
         .await
     }
 
-    /// The snapshot of a folder of Parquet files without a Delta log: every `.parquet` object
-    /// under the store's root, listed once and sorted by path, skipping folders and files
-    /// whose names start with `_` or `.` (`_delta_log`, `_SUCCESS`, `.crc` files). Version 0;
-    /// the file set hash tells one listing from another.
-    pub async fn from_listing(
-        store: Arc<dyn ObjectStore>,
-        location: String,
-        hints: &ColumnHints,
-    ) -> Result<Snapshot, TableError> {
-        let identity = location.clone();
-        Snapshot::from_listing_in(store, location, hints, &identity).await
-    }
-
-    /// [`from_listing`](Self::from_listing), its store told apart by `identity`.
+    /// The snapshot of a folder of Parquet files without a Delta log, its store told apart by
+    /// `identity`: every `.parquet` object under the store's root, listed once and sorted by
+    /// path, skipping folders and files whose names start with `_` or `.` (`_delta_log`,
+    /// `_SUCCESS`, `.crc` files). Version 0; the file set hash tells one listing from another.
     async fn from_listing_in(
         store: Arc<dyn ObjectStore>,
         location: String,
