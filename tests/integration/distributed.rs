@@ -452,6 +452,52 @@ async fn ranks_stopped_between_turns_resume_exactly() {
     assert!(bad.unwrap_err().to_string().contains("3 ranks ahead"));
 }
 
+/// A crafted state whose segments claim more ranks than any run has (10¹⁵, or a million more
+/// than the table's rows) is refused at build, naming the field, instead of replaying them
+/// (it spun for minutes).
+#[tokio::test]
+async fn a_state_claiming_absurd_world_sizes_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = uneven_table(dir.path(), 20, 11).await;
+    let builder = Loader::builder(table.to_str().unwrap())
+        .with_batch_size(2)
+        .with_shuffle(3, 4);
+    let (_, state) = take(builder.clone().with_rank(0, 2), 2);
+    use voxlake::loader::state::SegmentState;
+    let crafted = [
+        SegmentState {
+            world_size: 1_000_000_000_000_000,
+            batches: 0,
+            ahead: 0,
+        },
+        SegmentState {
+            world_size: 1 << 21,
+            batches: 0,
+            ahead: 0,
+        },
+    ];
+    for segment in crafted {
+        let world = segment.world_size;
+        let bad = LoaderState {
+            closed: vec![segment],
+            ..state.clone()
+        };
+        let b = builder.clone().with_rank(0, 2).with_state(bad);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(b.build().map(|_| ())));
+        // A guard against a hang, not a timing: a refusal takes milliseconds.
+        let got = rx.recv_timeout(std::time::Duration::from_secs(60));
+        let e = got
+            .expect("the build did not return")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("closed segment") && e.contains(&world.to_string()),
+            "{e}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_fault_in_any_stage_reaches_the_caller() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@ use voxlake_plan::replay::{OrderSettings, Segment};
 use voxlake_stream::{GroupBudget, TableStream};
 
 use crate::builder::LoaderBuilder;
-use crate::state::{LoaderState, Position};
+use crate::state::{LoaderState, MAX_RANKS, Position};
 use crate::{LoaderError, budget};
 
 impl LoaderBuilder {
@@ -92,6 +92,21 @@ impl LoaderBuilder {
                     state.epoch
                 )));
             }
+        }
+        // Resuming replays each segment rank by rank: a count of ranks no run of this table
+        // could have had is refused before it is used.
+        let most = rows.max(MAX_RANKS as u64);
+        let absurd = |world: usize| world as u64 > most;
+        let refuse = |what: String| {
+            Err(LoaderError::State(format!(
+                "the state has {what}, more than the table's {rows} rows and than {MAX_RANKS} ranks: not a state of this table's run"
+            )))
+        };
+        if let Some(s) = state.closed.iter().find(|s| absurd(s.world_size)) {
+            return refuse(format!("a closed segment of {} ranks", s.world_size));
+        }
+        if absurd(state.world_size) {
+            return refuse(format!("a world size of {}", state.world_size));
         }
         let theirs = state.order_settings()?;
         let mismatch = |what: &str, a: String, b: String| {

@@ -85,6 +85,10 @@ fn one_node() -> usize {
     1
 }
 
+/// The most ranks a state's segment may have where the table has fewer rows: more than any
+/// job runs (a resume replays each segment rank by rank).
+pub const MAX_RANKS: usize = 1 << 20;
+
 /// A closed segment: `batches` per rank over `world_size` ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentState {
