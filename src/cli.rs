@@ -39,8 +39,9 @@ enum Command {
 
 /// Runs `voxlake` with these arguments and returns the exit status: 0; 1 on an error (printed
 /// to stderr as `error: …`); 2 on bad arguments (clap's message); 128 + the signal when
-/// SIGINT or SIGTERM stopped `bench`, which still writes its state and ids. `bench` handles
-/// those two signals itself from its start.
+/// SIGINT or SIGTERM stopped `bench`, which still writes its state and ids (or, stopped while
+/// the table opened, says so). `bench` handles those two signals itself from its start, and
+/// looks for them every 50 ms while it waits.
 pub fn voxlake<I, T>(args: I) -> u8
 where
     I: IntoIterator<Item = T>,
@@ -67,7 +68,12 @@ where
             ));
             u8::try_from(128 + signal).unwrap_or(1)
         }
-        (Err(e), _) => {
+        // Stopped before there was anything to write (the table still opening).
+        (Err(e), Some(signal)) => {
+            voxlake_compact::cli::say(format_args!("error: {e}"));
+            u8::try_from(128 + signal).unwrap_or(1)
+        }
+        (Err(e), None) => {
             voxlake_compact::cli::say(format_args!("error: {e}"));
             1
         }

@@ -38,6 +38,37 @@ pub(super) fn stopped_by() -> Option<i32> {
     }
 }
 
+/// How often a wait (the table's open, a batch) looks for a stop signal.
+const STOP_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// `builder` built on a thread of its own, so that a stop signal ends the wait at once: an
+/// open against a store that never answers would otherwise hold it for the store's timeouts
+/// (the thread is left behind; the process is ending).
+fn build_unless_stopped(builder: voxlake_loader::LoaderBuilder) -> Result<Loader, Error> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("voxlake-open".into())
+        .spawn(move || {
+            let _sent = tx.send(builder.build());
+        })?;
+    loop {
+        match rx.recv_timeout(STOP_CHECK) {
+            Ok(built) => return Ok(built?),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(signal) = stopped_by() {
+                    return Err(format!(
+                        "stopped by signal {signal} while the table opened: no batch was delivered"
+                    )
+                    .into());
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("the thread that opened the table stopped without an answer".into());
+            }
+        }
+    }
+}
+
 /// Runs the loader as `args` say until it ends, `--stop-after` or a stop signal; writes the ids
 /// and state asked for, then the report to `out`.
 pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
@@ -124,7 +155,7 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
         };
         builder = builder.with_device(device);
     }
-    let loader = builder.build()?;
+    let loader = build_unless_stopped(builder)?;
     let mut ids_out = match &args.ids_out {
         Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
         None => None,
@@ -136,8 +167,13 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
     let mut loader = loader;
     let mut delivered = 0u64;
     while args.stop_after.is_none_or(|n| delivered < n) && stopped_by().is_none() {
-        let Some(batch) = loader.next() else { break };
-        let batch = batch?;
+        // A batch that does not come (a store that stops answering) does not keep a stop
+        // waiting: the run ends with what was delivered.
+        let batch = match loader.poll_next(STOP_CHECK) {
+            std::task::Poll::Pending => continue,
+            std::task::Poll::Ready(None) => break,
+            std::task::Poll::Ready(Some(batch)) => batch?,
+        };
         delivered += 1;
         first_batch_s.get_or_insert_with(|| start.elapsed().as_secs_f64());
         for (i, (name, field)) in batch.fields().into_iter().enumerate() {

@@ -246,3 +246,45 @@ fn a_stopped_bench_writes_its_state_and_ids() {
     let state = voxlake::LoaderState::from_json(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert!(state.epoch > 0 || state.batches > 0, "{state:?}");
 }
+
+/// A store that accepts connections and never answers: `voxlake bench` on a table there, sent
+/// SIGTERM while the table opens, ends at once (it waited out the store's timeouts) with the
+/// shell's 143 and a message saying where it stopped.
+#[test]
+fn a_bench_stopped_while_the_table_opens_ends_at_once() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    // Accepts and holds every connection, answering nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in silent.incoming() {
+            held.push(conn);
+        }
+    });
+    let endpoint = format!("aws_endpoint=http://127.0.0.1:{port}");
+    let child = Command::new(voxlake_testkit::voxlake_bin())
+        .args(["bench", "s3://silent/table", "--json"])
+        .args(["--storage-option", &endpoint])
+        .args(["--storage-option", "allow_http=true"])
+        .args(["--storage-option", "aws_region=us-east-1"])
+        .env("AWS_ACCESS_KEY_ID", "voxlake")
+        .env("AWS_SECRET_ACCESS_KEY", "voxlake-secret")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let sent = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let waited = sent.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("while the table opened"), "{stderr}");
+    // A guard, not a timing: without the fix the open waited for the store's timeouts (minutes).
+    assert!(waited < Duration::from_secs(10), "{waited:?}: {stderr}");
+}
