@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use voxlake_format::npy::NpyArray;
 use voxlake_format::{Casting, FieldKind, SampleSpec};
@@ -13,8 +13,8 @@ use voxlake_format::{Casting, FieldKind, SampleSpec};
 use crate::error::CompactError;
 use crate::infer;
 use crate::labels::Labels;
-use crate::sink::{ConvertSummary, ConvertTimings, Skipped, read_ids};
-use crate::source::{self, SourceLayout, SourceObject, SourceSample};
+use crate::sink::{ConvertSummary, ConvertTimings, RowSink, Skipped, read_ids};
+use crate::source::{self, Row, SourceLayout, SourceObject, SourceSample};
 use crate::table::Table;
 use crate::{Compactor, OnError};
 use voxlake_io::depth::Depth;
@@ -28,6 +28,8 @@ const START_READS: usize = 16;
 const MAX_READS: usize = 256;
 /// Decoded rows waiting for the writer at most.
 const MAX_AHEAD: usize = 64;
+
+mod read;
 
 impl Compactor {
     pub(crate) async fn run_convert(&self, source: &str) -> Result<ConvertSummary, CompactError> {
@@ -43,34 +45,7 @@ impl Compactor {
             None => None,
         };
 
-        // The listing.
-        let objects: Vec<SourceObject> = src
-            .store
-            .list(Some(&src.prefix))
-            .map_ok(|meta| {
-                let key = meta
-                    .location
-                    .prefix_match(&src.prefix)
-                    .map(|parts| {
-                        parts
-                            .map(|p| p.as_ref().to_string())
-                            .collect::<Vec<_>>()
-                            .join("/")
-                    })
-                    .unwrap_or_else(|| meta.location.to_string());
-                SourceObject {
-                    key,
-                    location: meta.location,
-                    size: meta.size,
-                    fetched: None,
-                }
-            })
-            .try_collect()
-            .await
-            .map_err(|e| CompactError::Source {
-                location: src.display.clone(),
-                source: e,
-            })?;
+        let objects = read::list(&src).await?;
         let has = |suffix: &str| objects.iter().any(|o| o.key.ends_with(suffix));
         // No `.npy` or `.npz` objects but Parquet files (or a Delta log): a table to rewrite.
         let is_table =
@@ -92,41 +67,10 @@ impl Compactor {
             });
         }
         let (mut samples, incomplete) = source::group(objects, &layout);
-        let mut skipped = Vec::new();
-        for (key, field, expected) in incomplete {
-            let e = CompactError::MissingField {
-                key,
-                field,
-                expected,
-            };
-            if self.on_error != OnError::Skip {
-                return Err(e);
-            }
-            let CompactError::MissingField { key, .. } = &e else {
-                continue;
-            };
-            tracing::warn!(%key, error = %e, "skipping");
-            skipped.push(Skipped {
-                key: key.clone(),
-                reason: e.to_string(),
-            });
-        }
-        // Labels for samples the source does not hold: a wrong prefix or a stale file.
-        let labels_unmatched = match &labels {
-            Some(labels) => {
-                let unmatched = labels.unmatched(&source::keys(&samples));
-                if !unmatched.is_empty() {
-                    tracing::warn!(
-                        count = unmatched.len(),
-                        labels = labels.location(),
-                        examples = ?&unmatched[..unmatched.len().min(5)],
-                        "labels name samples the source does not hold"
-                    );
-                }
-                unmatched.len()
-            }
-            None => 0,
-        };
+        let skipped = self.skip_incomplete(incomplete)?;
+        let labels_unmatched = labels
+            .as_ref()
+            .map_or(0, |labels| unmatched_labels(labels, &samples));
         if let Some((index, count)) = self.shard {
             samples.retain(|s| stable_hash(&s.key) % u64::from(count) == u64::from(index));
         }
@@ -160,6 +104,7 @@ impl Compactor {
             "listed source"
         );
 
+        let mut skipped = skipped;
         let (table, sample, layout) = match existing {
             Some(table) => {
                 let sample = table.sample()?;
@@ -201,10 +146,6 @@ impl Compactor {
         } else {
             Casting::Safe
         };
-        let shared = Arc::new(sample.clone());
-        let layout = Arc::new(layout);
-        let store = src.store.clone();
-        let src_display: Arc<str> = src.display.trim_end_matches('/').into();
         // Reading and decoding run in their own task, so they go on while the writer waits
         // on the store.
         // Reads in flight sized to the store: Little's law over the measured GET time and the
@@ -213,79 +154,22 @@ impl Compactor {
             Some(n) => (Depth::fixed(n), n),
             None => (Depth::new(START_READS, MAX_READS), MAX_READS),
         };
-        let slots = Slots::new(depth);
-        let paced = slots.clone();
-        let (read_ns, decode_ns) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let (read_sum, decode_sum) = (read_ns.clone(), decode_ns.clone());
+        let reader = Arc::new(read::Reader {
+            slots: Slots::new(depth),
+            store: src.store.clone(),
+            spec: Arc::new(sample.clone()),
+            layout: Arc::new(layout),
+            labels,
+            src_display: src.display.trim_end_matches('/').into(),
+            casting,
+            read_ns: Arc::new(AtomicU64::new(0)),
+            decode_ns: Arc::new(AtomicU64::new(0)),
+        });
+        let paced = reader.slots.clone();
         let reads = futures::stream::iter(samples)
-            .map(move |sample| {
-                let (read_ns, decode_ns) = (read_ns.clone(), decode_ns.clone());
-                let slots = slots.clone();
-                let store = store.clone();
-                let spec = shared.clone();
-                let layout = layout.clone();
-                let labels = labels.clone();
-                let src_display = src_display.clone();
-                async move {
-                    let key = sample.key.clone();
-                    let size = sample.size();
-                    let slot = match slots.acquire().await {
-                        Ok(slot) => slot,
-                        Err(e) => return (key, Err(CompactError::Internal(e.to_string()))),
-                    };
-                    let reading = Instant::now();
-                    let mut parts = Vec::with_capacity(sample.parts.len());
-                    for mut object in sample.parts {
-                        let bytes = match object.fetched.take() {
-                            Some(bytes) => Ok(bytes),
-                            None => match store.get(&object.location).await {
-                                Ok(r) => r.bytes().await,
-                                Err(e) => Err(e),
-                            },
-                        }
-                        .map_err(|e| CompactError::Source {
-                            location: format!("{src_display}/{}", object.key),
-                            source: e,
-                        });
-                        match bytes {
-                            Ok(b) => parts.push((object.key, b)),
-                            Err(e) => return (key, Err(e)),
-                        }
-                    }
-                    slot.done();
-                    read_ns.fetch_add(reading.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    // Nothing to convert: slices of the downloads, decoded here.
-                    let ready = !matches!(*layout, SourceLayout::Npz(_))
-                        && parts
-                            .iter()
-                            .zip(spec.tensors())
-                            .all(|((_, b), (_, s))| source::ready(b, s));
-                    let named = key.clone();
-                    let run = move || {
-                        let decoding = Instant::now();
-                        // An archive holds the sample's arrays (and perhaps a few others): it
-                        // inflates to twice their size at most, never to what a bomb claims.
-                        let cap = (spec.tensor_bytes() as u64)
-                            .saturating_mul(2)
-                            .saturating_add(voxlake_format::npy::NPY_HEADER_ROOM * 16);
-                        let arrays = source::arrays(&key, &parts, &layout, cap)?;
-                        let row =
-                            source::decode(key, arrays, size, &spec, casting, labels.as_deref());
-                        decode_ns
-                            .fetch_add(decoding.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                        row
-                    };
-                    let decoded = if ready {
-                        run()
-                    } else {
-                        // Conversion (and inflating archives) is CPU work: keep it off the
-                        // I/O threads.
-                        tokio::task::spawn_blocking(run)
-                            .await
-                            .unwrap_or_else(|e| Err(CompactError::Internal(e.to_string())))
-                    };
-                    (named, decoded)
-                }
+            .map({
+                let reader = reader.clone();
+                move |sample| reader.clone().read(sample)
             })
             .buffered(most);
         let rows = voxlake_io::spawn_ahead(
@@ -296,37 +180,73 @@ impl Compactor {
         let mut rows = Metered::new(rows, paced);
 
         let mut sink = self.row_sink(&table, &sample)?;
-        let result: Result<(), CompactError> = async {
-            loop {
-                let waiting = Instant::now();
-                let Some(read) = rows.next().await else { break };
-                summary.timings.wait_s += waiting.elapsed().as_secs_f64();
-                let (key, decoded) = read?;
-                match decoded {
-                    Ok(row) => {
-                        self.sink_row(&mut sink, row, &mut table, &mut summary)
-                            .await?
-                    }
-                    Err(e) if self.on_error == OnError::Skip => {
-                        tracing::warn!(%key, error = %e, "skipping");
-                        summary.skipped.push(Skipped {
-                            key,
-                            reason: e.to_string(),
-                        });
-                    }
-                    Err(e) => return Err(e),
-                }
-                self.report_progress(&summary, &sink.window, total);
-            }
-            Ok(())
-        }
-        .await;
+        let written = self.write_rows(&mut rows, &mut sink, &mut table, &mut summary, total);
+        let result = written.await;
         drop(rows);
         self.finish_sink(sink, result, &mut table, &mut summary)
             .await?;
-        summary.timings.read_s = read_sum.load(Ordering::Relaxed) as f64 / 1e9;
-        summary.timings.decode_s = decode_sum.load(Ordering::Relaxed) as f64 / 1e9;
+        summary.timings.read_s = reader.read_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        summary.timings.decode_s = reader.decode_ns.load(Ordering::Relaxed) as f64 / 1e9;
         Ok(self.summarized(summary, &table, start, total))
+    }
+
+    /// The samples missing a field: an error, or skipped with `--on-error skip`.
+    fn skip_incomplete(
+        &self,
+        incomplete: Vec<(String, String, String)>,
+    ) -> Result<Vec<Skipped>, CompactError> {
+        let mut skipped = Vec::new();
+        for (key, field, expected) in incomplete {
+            let e = CompactError::MissingField {
+                key: key.clone(),
+                field,
+                expected,
+            };
+            if self.on_error != OnError::Skip {
+                return Err(e);
+            }
+            tracing::warn!(%key, error = %e, "skipping");
+            skipped.push(Skipped {
+                key,
+                reason: e.to_string(),
+            });
+        }
+        Ok(skipped)
+    }
+
+    /// Each decoded row into the sink (committed in windows), `rows` until they end; a row
+    /// that failed is skipped with `--on-error skip`, else the error.
+    async fn write_rows(
+        &self,
+        rows: &mut (
+                 impl futures::Stream<Item = Result<(String, Result<Row, CompactError>), CompactError>>
+                 + Unpin
+             ),
+        sink: &mut RowSink,
+        table: &mut Table,
+        summary: &mut ConvertSummary,
+        total: usize,
+    ) -> Result<(), CompactError> {
+        loop {
+            let waiting = Instant::now();
+            let Some(read) = rows.next().await else {
+                return Ok(());
+            };
+            summary.timings.wait_s += waiting.elapsed().as_secs_f64();
+            let (key, decoded) = read?;
+            match decoded {
+                Ok(row) => self.sink_row(sink, row, table, summary).await?,
+                Err(e) if self.on_error == OnError::Skip => {
+                    tracing::warn!(%key, error = %e, "skipping");
+                    summary.skipped.push(Skipped {
+                        key,
+                        reason: e.to_string(),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+            self.report_progress(summary, &sink.window, total);
+        }
     }
 
     /// The source's layout for an existing table of `sample`: its fields must be the table's.
@@ -489,4 +409,19 @@ impl Compactor {
         })?;
         Ok((sample, layout))
     }
+}
+
+/// Labels for samples the source does not hold (a wrong prefix or a stale file): how many,
+/// with a warning naming a few.
+fn unmatched_labels(labels: &Labels, samples: &[SourceSample]) -> usize {
+    let unmatched = labels.unmatched(&source::keys(samples));
+    if !unmatched.is_empty() {
+        tracing::warn!(
+            count = unmatched.len(),
+            labels = labels.location(),
+            examples = ?&unmatched[..unmatched.len().min(5)],
+            "labels name samples the source does not hold"
+        );
+    }
+    unmatched.len()
 }
