@@ -288,7 +288,7 @@ impl LoaderBuilder {
             .with_affinity(settings.affinity)
             .with_memory_budget(stream_budget);
         let stream = match self.row_group_prefetch {
-            Some(n) => stream.with_prefetch(n),
+            Some(n) => stream.with_row_group_prefetch(n),
             None => stream,
         };
         let stream = stream.build_on(Arc::new(snapshot));

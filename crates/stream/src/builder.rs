@@ -85,7 +85,8 @@ impl StreamBuilder {
         self
     }
 
-    /// Bytes that fetched and decoded row groups not yet released may hold (default 512 MiB).
+    /// Bytes that fetched and decoded row groups not yet released may hold (default 1 GiB, as
+    /// the loader's budget).
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = bytes.max(1);
         self
@@ -96,7 +97,7 @@ impl StreamBuilder {
     /// consumer's pace, no more than the store's bandwidth-delay product, from 4 up to 64 for a
     /// remote table, 16 for a local one). Either way the
     /// memory budget bounds them (each read holds its budget share).
-    pub fn with_prefetch(mut self, row_groups: usize) -> Self {
+    pub fn with_row_group_prefetch(mut self, row_groups: usize) -> Self {
         self.prefetch = Some(row_groups.max(1));
         self
     }
@@ -193,7 +194,7 @@ impl TableStream {
             seed: 0,
             shuffle: false,
             interleave: 4,
-            memory_budget: 512 << 20,
+            memory_budget: 1 << 30,
             prefetch: None,
         }
     }
