@@ -48,7 +48,7 @@ impl Compactor {
         }
         let snapshot = Snapshot::open_with(source, &self.storage_options, None, None, &hints)
             .await?
-            .with_row_counts()
+            .load_row_counts()
             .await?;
         let source_display = snapshot.location().to_string();
         let spec = snapshot.sample().clone();

@@ -132,9 +132,9 @@ impl Snapshot {
             Some(cache) => snapshot.with_cache(cache),
             None => snapshot,
         };
-        let snapshot = snapshot.with_row_counts().await?;
+        let snapshot = snapshot.load_row_counts().await?;
         match &options.filter {
-            Some(filter) => snapshot.with_filter(filter).await,
+            Some(filter) => snapshot.select_rows(filter).await,
             None => Ok(snapshot),
         }
     }

@@ -284,7 +284,7 @@ impl Snapshot {
 
     /// The snapshot with every file's row count: files whose add action recorded none get it
     /// from their footer (read concurrently; the footers kept as `FOOTER_CACHE_BYTES` allows).
-    pub async fn with_row_counts(mut self) -> Result<Snapshot, TableError> {
+    pub async fn load_row_counts(mut self) -> Result<Snapshot, TableError> {
         let missing: Vec<usize> = (0..self.files.len())
             .filter(|&i| self.files.at(i).rows().is_none())
             .collect();

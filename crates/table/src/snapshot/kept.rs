@@ -15,8 +15,8 @@ impl Snapshot {
     /// statistics, which are bounds of every row, deleted or not), the filter's columns of the
     /// rest read and decided row by row, deleted rows left out. Files without a selected row
     /// leave the snapshot; each file's row count is then its selected rows, and row groups read
-    /// keep only those. Call it after [`with_row_counts`](Self::with_row_counts).
-    pub async fn with_filter(mut self, filter: &str) -> Result<Snapshot, TableError> {
+    /// keep only those. Call it after [`load_row_counts`](Self::load_row_counts).
+    pub async fn select_rows(mut self, filter: &str) -> Result<Snapshot, TableError> {
         let parsed =
             crate::filter::Filter::parse(filter).map_err(|reason| TableError::Incompatible {
                 location: self.location.clone(),
