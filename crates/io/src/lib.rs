@@ -28,25 +28,27 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+// The disk cache (`flock`, private folders), mapped reads and job folders are POSIX: voxlake
+// runs on Linux (and builds on other Unixes), and says so rather than carrying branches no
+// build compiles.
+#[cfg(not(unix))]
+compile_error!(
+    "voxlake runs on Unix (Linux): its disk cache, mapped reads and job folders use POSIX calls"
+);
+
 pub mod ahead;
 pub mod broken;
-#[cfg(unix)]
 pub mod cache;
 pub mod depth;
 mod error;
 pub mod inflight;
-#[cfg(unix)]
 pub mod local;
 pub mod location;
-#[cfg(unix)]
 pub mod log_cache;
-#[cfg(unix)]
 pub mod log_memo;
 mod passthrough;
-#[cfg(unix)]
 pub mod private;
 pub mod reader;
-#[cfg(unix)]
 pub mod remote;
 pub mod stall;
 

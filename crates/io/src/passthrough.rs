@@ -72,7 +72,6 @@ macro_rules! wrapper_store {
 
 /// [`wrapper_store`] for a store whose `get_ranges` is its own `read_ranges` (every data read
 /// of a table goes through it); `get_opts` and the listings go to `inner` unchanged.
-#[cfg(unix)]
 macro_rules! reads_ranges_itself {
     ($store:ident) => {
         crate::passthrough::wrapper_store!($store, {
@@ -123,6 +122,5 @@ macro_rules! reads_ranges_itself {
     };
 }
 
-#[cfg(unix)]
 pub(crate) use reads_ranges_itself;
 pub(crate) use wrapper_store;

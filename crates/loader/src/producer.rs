@@ -66,7 +66,6 @@ impl Producer {
             Ok(Ok(true)) => {
                 // The cache's last entries in place before the caller hears the run is over (a
                 // process that exits then would leave them unwritten).
-                #[cfg(unix)]
                 if let Some(cache) = self.stream.snapshot().cache() {
                     cache.flush().await;
                 }

@@ -29,7 +29,6 @@ pub use voxlake_io::{
     AbortOnDrop, IoError, ObjectFileReader, ahead, depth, inflight, panic_message, redact,
     spawn_ahead, store_error_is_transient,
 };
-#[cfg(unix)]
 pub use voxlake_io::{cache, local};
 pub use voxlake_plan::{affinity, mixer, order, plan, replay};
 pub use voxlake_table::{

@@ -130,7 +130,6 @@ impl TableStream {
             read_latency: self.inner.slots.read_latency().unwrap_or_default(),
             store_bytes: self.inner.snapshot.store_bytes_fetched(),
             reasked: self.inner.snapshot.store_reads_reasked(),
-            #[cfg(unix)]
             cache: self
                 .inner
                 .snapshot

@@ -68,6 +68,5 @@ pub struct StreamStats {
     /// Reads of the store asked again because they stalled (`voxlake_io::stall`).
     pub reasked: u64,
     /// The disk cache's counters (zero without one).
-    #[cfg(unix)]
     pub cache: crate::cache::CacheStats,
 }

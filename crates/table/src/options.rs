@@ -10,7 +10,6 @@ use std::sync::Arc;
 pub use object_store::ObjectStore;
 pub use voxlake_format::DType;
 pub use voxlake_format::sample::{ColumnHints, FieldHint};
-#[cfg(unix)]
 pub use voxlake_io::cache::CacheChoice;
 
 use crate::error::TableError;
@@ -42,7 +41,6 @@ pub struct TableOptions {
     /// The rows to read: an SQL boolean expression (see [`crate::filter`]).
     pub filter: Option<String>,
     /// The disk cache remote reads go through.
-    #[cfg(unix)]
     pub cache: CacheChoice,
     /// The job this process is a rank of: with one, "the latest version" is resolved once for
     /// the whole job (see [`crate::pin`]).
@@ -67,7 +65,6 @@ impl std::fmt::Debug for TableOptions {
         .field("filter", &self.filter)
         .field("job", &self.job)
         .field("job_dir", &self.job_dir.as_deref().map(voxlake_io::redact));
-        #[cfg(unix)]
         d.field("cache", &self.cache);
         d.finish()
     }
@@ -82,10 +79,7 @@ impl Snapshot {
         options: &TableOptions,
     ) -> Result<Snapshot, TableError> {
         // The cache is opened first: the log's immutable objects are read through it too.
-        #[cfg(unix)]
         let cache = options.cache.open()?;
-        #[cfg(not(unix))]
-        let cache: Option<crate::stores::LogCacheRef> = None;
         // `prior`: what a job's resolution found first (`pin::Prior`).
         // Boxed: an open's future is large, and a job's resolution holds several (a loader
         // builds on a thread of the default stack size).
@@ -112,7 +106,6 @@ impl Snapshot {
             crate::pin::Place::resolve(location, storage, root, job, options.job_dir.as_deref())
         };
         let snapshot = match (&options.job, options.as_of) {
-            #[cfg(unix)]
             (Some(job), AsOf::Latest)
                 if let Some(cache) = cache.as_ref()
                     && root.is_none() =>
@@ -127,7 +120,6 @@ impl Snapshot {
             }
             (_, as_of) => open(as_of, crate::pin::Prior::default()).await?,
         };
-        #[cfg(unix)]
         let snapshot = match cache {
             Some(cache) => snapshot.with_cache(cache),
             None => snapshot,
@@ -173,7 +165,6 @@ macro_rules! table_options_setters {
         /// without a daemon, evicted least recently used first; the memory budget does not
         /// change (see `voxlake_io::cache`). Default: the cache `VOXLAKE_CACHE_DIR` names
         /// (capped at `VOXLAKE_CACHE_MAX_MB`), if set. Local tables are never cached.
-        #[cfg(unix)]
         pub fn with_cache(mut self, dir: impl Into<::std::path::PathBuf>, max_bytes: u64) -> Self {
             self.$field.cache = $crate::options::CacheChoice::Folder(dir.into(), max_bytes);
             self
@@ -181,7 +172,6 @@ macro_rules! table_options_setters {
 
         /// Which disk cache to read through: one already open (shared by the loaders of a
         /// process), none whatever the environment says, or as `with_cache`.
-        #[cfg(unix)]
         pub fn with_cache_choice(mut self, cache: $crate::options::CacheChoice) -> Self {
             self.$field.cache = cache;
             self

@@ -25,7 +25,6 @@
 
 mod expire;
 mod job;
-#[cfg(unix)]
 pub(crate) mod node;
 mod place;
 

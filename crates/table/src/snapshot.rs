@@ -88,7 +88,6 @@ pub struct Snapshot {
     files: FileList,
     store: Arc<dyn ObjectStore>,
     /// A remote table's store (`store` is it): counts, parts, the disk cache.
-    #[cfg(unix)]
     remote: Option<Arc<voxlake_io::remote::RemoteStore>>,
     /// The footers read, the most recently used kept (`footer_cache`).
     footers: footer_cache::FooterCache,
@@ -217,7 +216,6 @@ impl Snapshot {
     /// fetching and writing what it lacks: a later epoch, or another process of the node using
     /// the same folder, reads them from local disk. A local table is never cached (returned as
     /// it is).
-    #[cfg(unix)]
     pub fn with_cache(self, cache: Arc<voxlake_io::cache::DiskCache>) -> Snapshot {
         match &self.remote {
             Some(remote) => remote.set_cache(cache),
@@ -230,7 +228,6 @@ impl Snapshot {
     }
 
     /// The disk cache serving this snapshot's reads, if any.
-    #[cfg(unix)]
     pub fn cache(&self) -> Option<&Arc<voxlake_io::cache::DiskCache>> {
         self.remote.as_ref().and_then(|r| r.cache())
     }
@@ -238,16 +235,12 @@ impl Snapshot {
     /// Whether the table is in a remote store (read through one store that counts, splits
     /// and caches; see [`with_cache`](Self::with_cache)), not on a local filesystem.
     pub fn is_remote(&self) -> bool {
-        #[cfg(unix)]
-        return self.remote.is_some();
-        #[cfg(not(unix))]
-        return !self.location.starts_with("file:");
+        self.remote.is_some()
     }
 
     /// Bytes of data files (and deletion vectors) fetched from a remote table's store so far,
     /// the cache's hits not included (0 for a local table).
     pub fn store_bytes_fetched(&self) -> u64 {
-        #[cfg(unix)]
         if let Some(remote) = &self.remote {
             return remote.fetched();
         }
@@ -257,7 +250,6 @@ impl Snapshot {
     /// Reads of a remote table's store asked again because they stalled (see
     /// `voxlake_io::stall`; 0 for a local table).
     pub fn store_reads_reasked(&self) -> u64 {
-        #[cfg(unix)]
         if let Some(remote) = &self.remote {
             return remote.reasked();
         }

@@ -116,11 +116,7 @@ pub async fn ensure_reachable(
 }
 
 /// The node's disk cache, where the log's immutable objects may be read through it.
-#[cfg(unix)]
 pub(crate) type LogCacheRef = Arc<voxlake_io::cache::DiskCache>;
-/// No disk cache off unix.
-#[cfg(not(unix))]
-pub(crate) type LogCacheRef = std::convert::Infallible;
 
 /// `store`, its immutable log objects read through `cache` where there is one.
 pub(crate) fn through_log_cache(
@@ -129,14 +125,11 @@ pub(crate) fn through_log_cache(
     identity: &str,
 ) -> Arc<dyn ObjectStore> {
     match cache {
-        #[cfg(unix)]
         Some(cache) => Arc::new(voxlake_io::log_cache::LogCache::new(
             store,
             cache.clone(),
             identity,
         )),
-        #[cfg(not(unix))]
-        Some(never) => match *never {},
         None => store,
     }
 }

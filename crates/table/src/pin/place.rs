@@ -60,7 +60,6 @@ impl Place {
         if let Some(dir) = job_dir.map(str::to_string).or(from_env) {
             return job_dir_place(location, storage_options, &dir, &job.id, table_store);
         }
-        #[cfg(unix)]
         if job.one_node {
             match voxlake_io::private::user_folder() {
                 Ok(folder) => {

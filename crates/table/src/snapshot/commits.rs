@@ -30,7 +30,6 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use percent_encoding::percent_decode_str;
 use serde::Deserialize;
 use url::Url;
-#[cfg(unix)]
 use voxlake_io::log_memo::LogMemo;
 
 use super::asked::{Asked, LogAhead, log_paths};
@@ -239,7 +238,7 @@ pub(crate) async fn replay(
     location: &str,
     stats: bool,
     ahead: Option<LogAhead>,
-    #[cfg(unix)] memo: Option<&LogMemo>,
+    memo: Option<&LogMemo>,
 ) -> Result<Option<Replayed>, TableError> {
     let store_error = |source: object_store::Error| TableError::Delta {
         location: location.to_string(),
@@ -259,7 +258,6 @@ pub(crate) async fn replay(
     let found = asked.hint().await.map_err(store_error)?;
     if found.is_some() {
         // The kernel's log: the hint handed on, and the listing where it is whole already.
-        #[cfg(unix)]
         if let Some(memo) = memo {
             memo.prime_get(hint, found);
             if let Some(listing) = asked.whole_listing().await {
@@ -268,13 +266,11 @@ pub(crate) async fn replay(
         }
         return Ok(None);
     }
-    #[cfg(unix)]
     if let Some(memo) = memo {
         memo.prime_get(hint, None);
     }
     let listing = asked.listing().await.map_err(store_error)?;
     let commits = commits_to_read(&listing, version);
-    #[cfg(unix)]
     if let Some(memo) = memo {
         memo.prime_listing(prefix, listing);
     }
@@ -484,18 +480,9 @@ mod tests {
     async fn ours(dir: &std::path::Path, version: Option<u64>) -> Option<Replayed> {
         let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new());
         let log_root = url::Url::from_directory_path(dir.join(LOG)).unwrap();
-        replay(
-            &store,
-            &log_root,
-            version,
-            "t",
-            true,
-            None,
-            #[cfg(unix)]
-            None,
-        )
-        .await
-        .unwrap()
+        replay(&store, &log_root, version, "t", true, None, None)
+            .await
+            .unwrap()
     }
 
     async fn kernels(dir: &std::path::Path, version: Option<u64>) -> Replayed {

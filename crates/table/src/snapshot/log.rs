@@ -39,7 +39,7 @@ pub(crate) async fn load(
     display: &str,
     stats: bool,
     ahead: Option<LogAhead>,
-    #[cfg(unix)] memo: Option<&voxlake_io::log_memo::LogMemo>,
+    memo: Option<&voxlake_io::log_memo::LogMemo>,
 ) -> Result<Option<Loaded>, TableError> {
     let version = match as_of {
         AsOf::Latest => Some(None),
@@ -55,7 +55,6 @@ pub(crate) async fn load(
             display,
             stats,
             ahead,
-            #[cfg(unix)]
             memo,
         )
         .await?

@@ -150,7 +150,6 @@ impl Snapshot {
             "opening table"
         );
         // Local tables read row groups into recycled buffers (see `local`).
-        #[cfg(unix)]
         let root_store = root_store.or_else(|| {
             (url.scheme() == "file").then(|| {
                 Arc::new(voxlake_io::local::MappedLocalStore::new()) as Arc<dyn ObjectStore>
@@ -164,7 +163,6 @@ impl Snapshot {
                 Some(_) => Ok::<(), TableError>(()),
             }
         };
-        #[cfg(unix)]
         let memo = std::sync::OnceLock::<Arc<voxlake_io::log_memo::LogMemo>>::new();
         let open = async {
             let mut builder = DeltaTableBuilder::from_url(url.clone())
@@ -186,7 +184,6 @@ impl Snapshot {
                 None => None,
             };
             // The log's answers kept while it opens: deltalake reads it twice (`LogMemo`).
-            #[cfg(unix)]
             let backend = backend.map(|store| {
                 let kept = Arc::new(voxlake_io::log_memo::LogMemo::new(store, LOG_MEMO_BYTES));
                 let _ = memo.set(kept.clone());
@@ -198,7 +195,6 @@ impl Snapshot {
             let table = builder.build().map_err(err)?;
             // A version asked of a remote table through the node's cache: its replayed file
             // list, made by the first rank of the node and read by the others (`list_cache`).
-            #[cfg(unix)]
             if let (Some(cache), AsOf::Version(v)) = (&log_cache, as_of)
                 && !matches!(url.scheme(), "file" | "memory")
                 && root_store.is_none()
@@ -233,7 +229,6 @@ impl Snapshot {
                     return Ok(Opened::Listing(store));
                 }
             }
-            #[cfg(unix)]
             let memo = memo.get().map(|m| m.as_ref());
             // Statistics kept where the node's cache may be offered the list (it keeps them).
             let with_stats = stats || log_cache.is_some();
@@ -245,7 +240,6 @@ impl Snapshot {
                     &display,
                     with_stats,
                     ahead,
-                    #[cfg(unix)]
                     memo,
                 )
                 .await?
@@ -259,7 +253,6 @@ impl Snapshot {
         // Once the log is replayed (or found missing) it is not read again: its answers go,
         // and the store reads the table's data from then on.
         let close_memo = || {
-            #[cfg(unix)]
             if let Some(memo) = memo.get() {
                 let shown: &str = &display;
                 tracing::debug!(location = shown, reused = memo.hits(), "log answers reused");
@@ -271,14 +264,11 @@ impl Snapshot {
                 let version = loaded.version();
                 // Through the node's cache, the version this rank resolved is kept for the
                 // ranks that open it next (a job's marker names it to them).
-                #[cfg(unix)]
                 let offer = log_cache.as_ref().filter(|cache| {
                     !matches!(url.scheme(), "file" | "memory")
                         && root_store.is_none()
                         && !super::list_cache::kept(cache, &identity, &display, version)
                 });
-                #[cfg(not(unix))]
-                let offer: Option<&crate::stores::LogCacheRef> = None;
                 let mut replayed = match *loaded {
                     Loaded::Kernel(state) => {
                         let replayed = super::replay::replay(
@@ -296,7 +286,6 @@ impl Snapshot {
                 };
                 let (store, root) = (table.object_store(), table.log_store().root_url().clone());
                 drop(table);
-                #[cfg(unix)]
                 if let Some(cache) = offer {
                     super::list_cache::offer(cache, &identity, &display, &replayed).await;
                 }
@@ -424,7 +413,6 @@ impl Snapshot {
     ) -> Snapshot {
         let files_have_deletes = files.iter().any(|f| f.has_deletion_vector());
         // Every read of a remote table's data files goes through one store (see `remote`).
-        #[cfg(unix)]
         let remote = (!location.starts_with("file:")).then(|| {
             // The remote store looks files up in the list it shares: no map of its own.
             let lookup: Arc<dyn voxlake_io::remote::FileIdentities> = Arc::new(files.identities());
@@ -434,10 +422,8 @@ impl Snapshot {
                 lookup,
             ))
         });
-        #[cfg(unix)]
         let store = remote.clone().map_or(store, |r| r as Arc<dyn ObjectStore>);
         Snapshot {
-            #[cfg(unix)]
             remote,
             location,
             version,
