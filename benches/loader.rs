@@ -14,7 +14,7 @@ use voxlake::compact::{Compactor, synth};
 use voxlake::format::npy::{EncodeOptions, NpyArray, encode};
 use voxlake::format::sample::ColumnHints;
 use voxlake::format::{Casting, DType};
-use voxlake::stream::Snapshot;
+use voxlake::table::Snapshot;
 
 struct Fixture {
     _dir: tempfile::TempDir,

@@ -15,9 +15,9 @@
 //! against the binomial spread of a truly random batch; and the share of a node's epoch-2 rows
 //! whose file it read in epoch 1 (what its cache can serve).
 
-use voxlake::stream::affinity::Affinity;
-use voxlake::stream::order::{EpochOrder, RowSet};
-use voxlake::stream::replay::{OrderSettings, replay};
+use voxlake::plan::affinity::Affinity;
+use voxlake::plan::order::{EpochOrder, RowSet};
+use voxlake::plan::replay::{OrderSettings, replay};
 
 const FILES: usize = 2_000;
 const ROWS: u64 = 32;

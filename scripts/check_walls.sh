@@ -43,6 +43,11 @@ if grep -rnE 'voxlake_stream::(replay|order|affinity|mixer|plan|Shard)\b' crates
   fail "the loader reaches plan through voxlake_stream: use voxlake_plan"
 fi
 
+# The stream re-exports nothing of the crates below it: one path to each item.
+if grep -nE '^pub use voxlake_(io|table|plan|format)' crates/stream/src/lib.rs; then
+  fail "voxlake-stream re-exports a crate below it: use the item's own path"
+fi
+
 # No file of crates/*/src imports a file that imports it; none has over 500 lines before its tests.
 python3 scripts/check_layers.py
 python3 scripts/file_sizes.py --over 500 || fail "files over 500 lines of non-test code (one job per file: split them)"

@@ -95,12 +95,12 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
     if let Some(dir) = &args.cache_dir {
         let max = match args.cache_max_mb {
             Some(mb) => mb << 20,
-            None => voxlake_stream::cache::DiskCache::default_max_bytes(dir)?,
+            None => voxlake_io::cache::DiskCache::default_max_bytes(dir)?,
         };
         builder = builder.with_cache(dir, max);
     }
     if args.no_cache {
-        builder = builder.with_cache_choice(voxlake_stream::cache::CacheChoice::Off);
+        builder = builder.with_cache_choice(voxlake_io::cache::CacheChoice::Off);
     }
     if args.rank_from_env {
         builder = builder.with_rank_from_env();

@@ -60,7 +60,7 @@ pub(super) fn write(
         .collect();
     let report = serde_json::json!({
         "stopped_by_signal": run.stopped_by,
-        "table": voxlake_stream::redact(&args.table),
+        "table": voxlake_io::redact(&args.table),
         "version": loader.version(),
         "samples": samples,
         "batches": stats.batches,

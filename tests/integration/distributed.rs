@@ -14,7 +14,7 @@ use voxlake::LoaderBuilder;
 use voxlake::compact::{Compactor, synth};
 use voxlake::format::Layout;
 use voxlake::loader::{Batch, Loader, LoaderError, LoaderState, Uneven};
-use voxlake::stream::hooks::Stage;
+use voxlake::table::hooks::Stage;
 
 use crate::loader::{collect, first_error};
 use voxlake_testkit::{cube_bytes, data_files, json_output, voxlake_bin};
@@ -506,7 +506,7 @@ async fn a_fault_in_any_stage_reaches_the_caller() {
         for panic in [false, true] {
             let calls = Arc::new(AtomicUsize::new(0));
             let hook_calls = calls.clone();
-            let hook: voxlake::stream::hooks::FaultHook = Arc::new(move |s, _object| {
+            let hook: voxlake::table::hooks::FaultHook = Arc::new(move |s, _object| {
                 // The third call of the stage fails: some batches come first.
                 if s == stage && hook_calls.fetch_add(1, Ordering::SeqCst) == 2 {
                     if panic {

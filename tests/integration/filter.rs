@@ -22,7 +22,7 @@ fn depth(n: usize) -> i64 {
     100 + 10 * n as i64
 }
 
-fn batches(builder: LoaderBuilder) -> (Vec<Batch>, voxlake::stream::FilterStats) {
+fn batches(builder: LoaderBuilder) -> (Vec<Batch>, voxlake::table::FilterStats) {
     std::thread::spawn(move || {
         let loader = builder.build().unwrap();
         let stats = loader.filter_stats().unwrap();

@@ -447,7 +447,7 @@ async fn reads_through_a_callers_store_with_latency() {
 async fn local_files_read_instead_of_mapped_give_the_same_batches() {
     // As on a FUSE or NFS mount: every range read, the tensor chunks (row groups of 4 cubes,
     // 1.4 MB) into recycled buffers. The same batches as through the page-cache mappings.
-    use voxlake::stream::local::MappedLocalStore;
+    use voxlake::io::local::MappedLocalStore;
     let dir = tempfile::tempdir().unwrap();
     let table = table_of(dir.path(), 20, 12, 4, 3_000_000).await;
     let builder = Loader::builder(table.to_str().unwrap())
@@ -747,7 +747,7 @@ async fn bad_calls_are_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();
     let table = table(dir.path(), 4, 13).await;
     let snapshot =
-        voxlake::stream::Snapshot::open(table.to_str().unwrap(), &Default::default(), None)
+        voxlake::table::Snapshot::open(table.to_str().unwrap(), &Default::default(), None)
             .await
             .unwrap();
     let e = snapshot.footer(99).await.unwrap_err().to_string();
@@ -779,7 +779,7 @@ async fn flipped_bits_are_caught_or_harmless_and_truncation_is_an_error() {
             .join()
             .unwrap()
     };
-    let mut rng = voxlake::stream::plan::SeededRng::new(15);
+    let mut rng = voxlake::plan::plan::SeededRng::new(15);
     let (mut caught, mut harmless) = (0, 0);
     for _ in 0..40 {
         let mut bytes = original.clone();

@@ -640,7 +640,7 @@ async fn a_small_file_is_read_in_one_request(backend: Backend) {
     let (ids, sums) = std::thread::spawn(move || {
         let loader = Loader::builder(table)
             .with_storage_options(options)
-            .with_cache_choice(voxlake::stream::cache::CacheChoice::Off)
+            .with_cache_choice(voxlake::io::cache::CacheChoice::Off)
             .with_batch_size(5)
             .build()
             .unwrap();
@@ -1000,13 +1000,13 @@ async fn counted(
 ) -> (
     FaultProxy,
     HashMap<String, String>,
-    voxlake::stream::Snapshot,
+    voxlake::table::Snapshot,
 ) {
     let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
         .await
         .unwrap();
     let opts = backend.through(&proxy);
-    let snapshot = voxlake::stream::Snapshot::open(table, &opts, None)
+    let snapshot = voxlake::table::Snapshot::open(table, &opts, None)
         .await
         .unwrap();
     (proxy, opts, snapshot)
@@ -1067,7 +1067,7 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
             .await
             .unwrap();
         let snapshot =
-            voxlake::stream::Snapshot::open(&uploaded.table, &backend.through(&proxy), None)
+            voxlake::table::Snapshot::open(&uploaded.table, &backend.through(&proxy), None)
                 .await
                 .unwrap();
         assert_eq!(snapshot.files().len(), count, "checkpoint {checkpoint}");
@@ -1555,7 +1555,7 @@ async fn killed_runs_resume_exactly_once(backend: Backend) {
     let store = backend.store();
     let log = StorePath::from(format!("{prefix}/table/_delta_log"));
     // Ten kill points: commit counts drawn from 0..8 (a seeded generator), in order.
-    let mut rng = voxlake::stream::plan::SeededRng::new(47);
+    let mut rng = voxlake::plan::plan::SeededRng::new(47);
     let mut targets: Vec<usize> = (0..10).map(|_| rng.below(8)).collect();
     targets.sort_unstable();
     for target_commits in targets {

@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use arrow_array::{Array, BinaryViewArray, Int64Array, StringArray};
 use voxlake_format::{FieldKind, ID_COLUMN, LABEL_COLUMN, SampleSpec, TensorSpec};
-use voxlake_stream::hooks::{Hooks, Stage};
-use voxlake_stream::{RowGroupBatch, Snapshot, StreamError, panic_message};
+use voxlake_io::panic_message;
+use voxlake_stream::{RowGroupBatch, StreamError};
+use voxlake_table::Snapshot;
+use voxlake_table::hooks::{Hooks, Stage};
 
 use crate::LoaderError;
 use crate::batch::{self, Batch, FieldBatch, RowOrigin, Tensors};

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use voxlake_format::SampleSpec;
-use voxlake_stream::{ReadOptions, TableOptions};
+use voxlake_stream::ReadOptions;
+use voxlake_table::TableOptions;
 
 use crate::Epochs;
 use crate::batch::Batch;
@@ -85,7 +86,7 @@ impl std::fmt::Debug for LoaderBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Storage options may hold secrets: their keys only.
         f.debug_struct("LoaderBuilder")
-            .field("table", &voxlake_stream::redact(&self.table))
+            .field("table", &voxlake_io::redact(&self.table))
             .field("options", &self.options)
             .field("batch_size", &self.batch_size)
             .field("epochs", &self.epochs)
@@ -268,7 +269,7 @@ impl LoaderBuilder {
 
     /// Row groups fetched and decoded at once, always `row_groups`. Default: sized to the
     /// store as the loader runs (Little's law over the measured read time and the loader's
-    /// pace, no more than the store's bandwidth-delay product; see `voxlake_stream::depth`),
+    /// pace, no more than the store's bandwidth-delay product; see `voxlake_io::depth`),
     /// within the memory budget.
     pub fn with_row_group_prefetch(mut self, row_groups: usize) -> Self {
         self.row_group_prefetch = Some(row_groups.max(1));

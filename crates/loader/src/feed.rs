@@ -326,7 +326,7 @@ impl Setup {
                     Some(Err(panic)) => {
                         return Err(LoaderError::Internal(format!(
                             "making the CUDA context panicked: {}",
-                            voxlake_stream::panic_message(panic.as_ref())
+                            voxlake_io::panic_message(panic.as_ref())
                         )));
                     }
                 }
@@ -347,7 +347,7 @@ impl Setup {
                 Ok(Err(e)) => Setup::Failed(e.to_string()),
                 Err(panic) => Setup::Failed(format!(
                     "setting up the device panicked: {}",
-                    voxlake_stream::panic_message(panic.as_ref())
+                    voxlake_io::panic_message(panic.as_ref())
                 )),
             };
         }

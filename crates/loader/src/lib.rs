@@ -79,7 +79,8 @@ pub use state::LoaderState;
 #[cfg(feature = "tch")]
 pub use tch;
 pub use voxlake_plan::order::Uneven;
-pub use voxlake_stream::{AsOf, StreamError};
+pub use voxlake_stream::StreamError;
+pub use voxlake_table::AsOf;
 
 /// Errors of the loader.
 #[derive(Debug, thiserror::Error)]

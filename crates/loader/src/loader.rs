@@ -91,7 +91,7 @@ impl Loader {
     }
 
     /// What the filter skipped and kept (`None` without `with_filter`).
-    pub fn filter_stats(&self) -> Option<voxlake_stream::FilterStats> {
+    pub fn filter_stats(&self) -> Option<voxlake_table::FilterStats> {
         self.stream.snapshot().filter_stats().cloned()
     }
 

@@ -11,10 +11,11 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use futures::{FutureExt, StreamExt, TryStreamExt};
+use voxlake_io::panic_message;
 use voxlake_plan::mixer::Mixer;
 use voxlake_plan::order::{RowSet, deal};
 use voxlake_plan::replay::{OrderSettings, remaining, replay};
-use voxlake_stream::{TableStream, panic_message};
+use voxlake_stream::TableStream;
 
 use crate::LoaderError;
 use crate::assemble::{Assembler, Group, Row};

@@ -7,9 +7,8 @@ use std::time::Instant;
 
 use voxlake_plan::plan::Shard;
 use voxlake_plan::replay::OrderSettings;
-use voxlake_stream::{
-    AsOf, ReadOptions, Snapshot, StreamError, TableOptions, TableStream, default_columns,
-};
+use voxlake_stream::{ReadOptions, StreamError, TableStream, default_columns};
+use voxlake_table::{AsOf, Snapshot, TableOptions};
 
 use voxlake_format::SampleSpec;
 
@@ -392,7 +391,7 @@ impl LoaderBuilder {
     ) -> LoaderState {
         LoaderState {
             format: STATE_FORMAT,
-            table: voxlake_stream::redact(&self.table),
+            table: voxlake_io::redact(&self.table),
             version: stream.snapshot().version(),
             files: stream.snapshot().file_set_hash(),
             file_count: stream.snapshot().files().len(),

@@ -76,10 +76,10 @@ pub(crate) fn loader_error(e: LoaderError) -> PyErr {
 }
 
 /// The exception kind of a table's error.
-pub(crate) fn table_kind(e: &voxlake_stream::TableError) -> Kind {
+pub(crate) fn table_kind(e: &voxlake::table::TableError) -> Kind {
     match e {
         t if t.is_not_found() => Kind::NotFound,
-        voxlake_stream::TableError::Io(_) => Kind::Store,
+        voxlake::table::TableError::Io(_) => Kind::Store,
         t if t.is_transient() => Kind::Store,
         _ => Kind::Table,
     }

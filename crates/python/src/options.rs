@@ -273,7 +273,7 @@ pub(crate) fn apply(
     if let Some(dir) = &g.cache_dir {
         let max = match g.cache_max_bytes {
             Some(max) => max,
-            None => voxlake_stream::cache::DiskCache::default_max_bytes(std::path::Path::new(dir))
+            None => voxlake::io::cache::DiskCache::default_max_bytes(std::path::Path::new(dir))
                 .map_err(|e| config(format!("option cache_dir: {e}")))?,
         };
         builder = builder.with_cache(dir, max);

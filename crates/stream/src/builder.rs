@@ -6,14 +6,14 @@ use tokio::sync::Semaphore;
 use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 use voxlake_table::{Snapshot, TableOptions};
 
-use crate::affinity::Affinity;
-use crate::depth::Depth;
 use crate::error::StreamError;
-use crate::inflight::Slots;
 use crate::pipeline::{Inner, TableStream};
-use crate::plan::{Planner, Shard};
 use crate::read_options::ReadOptions;
 use crate::stats::Counters;
+use voxlake_io::depth::Depth;
+use voxlake_io::inflight::Slots;
+use voxlake_plan::affinity::Affinity;
+use voxlake_plan::plan::{Planner, Shard};
 
 /// Row-group reads in flight at the start (the loader's shuffle buffer waits for about 4 row
 /// groups before its first batch).
@@ -60,7 +60,7 @@ impl StreamBuilder {
     }
 
     /// Keep each node's ranks on the same files every epoch, so that a node's cache holds
-    /// what its next epoch reads ([`crate::affinity`]; only when shuffling). The affinity's
+    /// what its next epoch reads ([`voxlake_plan::affinity`]; only when shuffling). The affinity's
     /// world must be the shard's (the loader checks both against the launcher's).
     pub fn with_affinity(mut self, affinity: Option<Affinity>) -> Self {
         self.affinity = affinity;
@@ -93,7 +93,7 @@ impl StreamBuilder {
     }
 
     /// Row groups fetched and decoded at once, always `row_groups`. Default: sized to the
-    /// store as it runs ([`crate::depth`]: Little's law over the measured read time and the
+    /// store as it runs ([`voxlake_io::depth`]: Little's law over the measured read time and the
     /// consumer's pace, no more than the store's bandwidth-delay product, from 4 up to 64 for a
     /// remote table, 16 for a local one). Either way the
     /// memory budget bounds them (each read holds its budget share).
@@ -169,7 +169,7 @@ impl std::fmt::Debug for StreamBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Storage options may hold secrets: their keys only.
         f.debug_struct("StreamBuilder")
-            .field("location", &crate::redact(&self.location))
+            .field("location", &voxlake_io::redact(&self.location))
             .field("table", &self.table)
             .field("shard", &self.shard)
             .field("affinity", &self.affinity)

@@ -7,7 +7,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use voxlake_table::rows::copy_rows;
 
 use crate::error::StreamError;
-use crate::order::Unit;
+use voxlake_plan::order::Unit;
 
 /// A decoded row group, with its share of the memory budget: the budget is given back when
 /// the last clone of this value is dropped.

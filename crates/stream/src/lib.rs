@@ -7,10 +7,9 @@
 //!   reads in flight, cache).
 //! - [`StreamStats`]: where the time went, the reads in flight, the cache's counts.
 //!
-//! The layers below are re-exported under their old paths, so a user of this crate sees one
-//! API: [`Snapshot`] and [`filter`] from `voxlake-table`; [`location`], [`local`], [`cache`],
-//! [`depth`], [`inflight`] from `voxlake-io`; [`plan`], [`order`], [`mixer`], [`replay`] from
-//! `voxlake-plan`.
+//! It re-exports nothing of the crates below it: a snapshot, a filter or the store settings are
+//! `voxlake_table`'s, locations, the cache and reads in flight `voxlake_io`'s, orders and
+//! shards `voxlake_plan`'s, each under its one path.
 #![warn(missing_docs)]
 // Library code returns errors: a panic would end a training run. Tests may unwrap.
 #![cfg_attr(
@@ -25,31 +24,16 @@ mod pipeline;
 mod read_options;
 mod stats;
 
-pub use voxlake_io::{
-    AbortOnDrop, IoError, ObjectFileReader, ahead, depth, inflight, panic_message, redact,
-    spawn_ahead, store_error_is_transient,
-};
-pub use voxlake_io::{cache, local};
-pub use voxlake_plan::{affinity, mixer, order, plan, replay};
-pub use voxlake_table::{
-    AsOf, DataFile, FileList, FilterStats, MappingMode, Protocol, READ_CONCURRENCY, ReadTimings,
-    SUPPORTED_READER_FEATURES, Snapshot, TableError, TableOptions, filter, hooks, options, rows,
-    stores,
-};
-
-/// Locations (`voxlake_io::location`) and the stores opened from them with deltalake's
-/// factories (`voxlake_table::stores`), under the one path they had before the split.
-pub mod location {
-    pub use voxlake_io::location::*;
-    pub use voxlake_table::stores::{ensure_reachable, open_store, register_handlers};
+/// What the setter macros (`read_options_setters!`) name, for the builders that use them.
+#[doc(hidden)]
+pub mod __macro {
+    pub use voxlake_plan::order::Uneven;
+    pub use voxlake_table::hooks;
 }
 
 pub use builder::{StreamBuilder, default_columns};
 pub use error::StreamError;
 pub use group::RowGroupBatch;
-pub use object_store::ObjectStore;
-pub use order::Uneven;
 pub use pipeline::TableStream;
-pub use plan::Shard;
 pub use read_options::ReadOptions;
 pub use stats::{BudgetProgress, GroupBudget, StreamStats};

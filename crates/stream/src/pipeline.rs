@@ -14,16 +14,16 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::RowGroupMetaData;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::affinity::Affinity;
-use crate::ahead::spawn_ahead;
 use crate::error::StreamError;
 use crate::group::RowGroupBatch;
-use crate::hooks::{Hooks, Stage};
-use crate::inflight::{Metered, Slots};
-use crate::order::{EpochOrder, Piece, RowSet, Uneven, Unit, deal, rows_per_rank, units_of};
-use crate::plan::{Planner, Shard};
 use crate::stats::{BudgetProgress, Counters, GroupBudget, StreamStats};
+use voxlake_io::ahead::spawn_ahead;
+use voxlake_io::inflight::{Metered, Slots};
 use voxlake_io::panic_message;
+use voxlake_plan::affinity::Affinity;
+use voxlake_plan::order::{EpochOrder, Piece, RowSet, Uneven, Unit, deal, rows_per_rank, units_of};
+use voxlake_plan::plan::{Planner, Shard};
+use voxlake_table::hooks::{Hooks, Stage};
 use voxlake_table::{Snapshot, TableError};
 
 /// Footers read ahead of the row groups that need them.
@@ -109,7 +109,7 @@ impl TableStream {
         }
     }
 
-    /// Rows this shard reads per epoch: the same on every rank (see [`crate::order`]).
+    /// Rows this shard reads per epoch: the same on every rank (see [`voxlake_plan::order`]).
     pub fn rows_per_epoch(&self) -> u64 {
         let total = self.inner.rows_per_file.iter().sum();
         rows_per_rank(total, self.inner.shard.world_size(), self.inner.uneven)
@@ -166,7 +166,7 @@ impl TableStream {
     }
 
     /// The row groups of this shard for `epoch`, in reading order: the shard's span of the
-    /// epoch's rows (see [`crate::order`]); each unit says which rows of its row group are
+    /// epoch's rows (see [`voxlake_plan::order`]); each unit says which rows of its row group are
     /// the shard's.
     pub fn epoch(&self, epoch: u64) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
         let order = self.order(epoch);
@@ -182,7 +182,7 @@ impl TableStream {
         self.pieces(epoch, pieces, 0)
     }
 
-    /// The units of `pieces` (a span from [`crate::order::deal`]) in reading order, from the
+    /// The units of `pieces` (a span from [`voxlake_plan::order::deal`]) in reading order, from the
     /// unit at `from` on: earlier units are skipped without being fetched (their files'
     /// footers are read: only footers tell a file's row groups).
     ///
@@ -235,7 +235,7 @@ impl TableStream {
                     .await?;
                 Ok((f, rows))
             })
-            .buffer_unordered(crate::READ_CONCURRENCY)
+            .buffer_unordered(voxlake_table::READ_CONCURRENCY)
             .try_collect()
             .await
     }

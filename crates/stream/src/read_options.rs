@@ -2,13 +2,14 @@
 //! every builder that makes a stream (`StreamBuilder`, `voxlake_loader::LoaderBuilder`), and
 //! [`read_options_setters`], their shared `with_*` setters.
 
-use crate::hooks::Hooks;
-use crate::order::Uneven;
+use voxlake_plan::order::Uneven;
+use voxlake_table::hooks::Hooks;
 
 /// What a stream reads of each row group, and how it deals rows that do not divide evenly.
 ///
 /// ```
-/// use voxlake_stream::{ReadOptions, Uneven};
+/// use voxlake_plan::order::Uneven;
+/// use voxlake_stream::ReadOptions;
 ///
 /// let read = ReadOptions::default();
 /// assert!(read.verify && read.columns.is_none() && read.uneven == Uneven::Pad);
@@ -62,7 +63,7 @@ macro_rules! read_options_setters {
 
         /// Pad or drop the rows that do not divide evenly over the ranks (default pad: every
         /// rank gets the same number of rows, the last ones wrapping onto the epoch's first).
-        pub fn with_uneven(mut self, uneven: $crate::Uneven) -> Self {
+        pub fn with_uneven(mut self, uneven: $crate::__macro::Uneven) -> Self {
             self.$field.uneven = uneven;
             self
         }
@@ -70,8 +71,8 @@ macro_rules! read_options_setters {
         /// Calls `hook` at every stage (footer, fetch, decode, and a loader's assemble) so
         /// tests can inject errors and panics (feature `fault-hooks`).
         #[cfg(feature = "fault-hooks")]
-        pub fn with_fault_hook(mut self, hook: $crate::hooks::FaultHook) -> Self {
-            self.$field.hooks = $crate::hooks::Hooks::new(hook);
+        pub fn with_fault_hook(mut self, hook: $crate::__macro::hooks::FaultHook) -> Self {
+            self.$field.hooks = $crate::__macro::hooks::Hooks::new(hook);
             self
         }
     };

@@ -57,7 +57,7 @@ pub struct StreamStats {
     pub decode: Duration,
     /// Time the pipeline waited for the memory budget.
     pub budget_wait: Duration,
-    /// Row-group reads kept in flight as measured now (see [`crate::depth`]; a probe's brief
+    /// Row-group reads kept in flight as measured now (see [`voxlake_io::depth`]; a probe's brief
     /// drop to the floor left out).
     pub in_flight: usize,
     /// A row-group read's time (request to decoded) as the depth counts it: the lower quartile
@@ -68,5 +68,5 @@ pub struct StreamStats {
     /// Reads of the store asked again because they stalled (`voxlake_io::stall`).
     pub reasked: u64,
     /// The disk cache's counters (zero without one).
-    pub cache: crate::cache::CacheStats,
+    pub cache: voxlake_io::cache::CacheStats,
 }

@@ -36,7 +36,7 @@ fn run_with(
         .with_shuffle(11, 8);
     builder = match cache {
         Some((dir, max)) => builder.with_cache(dir, max),
-        None => builder.with_cache_choice(voxlake::stream::cache::CacheChoice::Off),
+        None => builder.with_cache_choice(voxlake::io::cache::CacheChoice::Off),
     };
     std::thread::spawn(move || {
         let mut loader = builder.build().unwrap();
@@ -163,7 +163,7 @@ async fn eviction_corruption_and_a_killed_writer(backend: Backend) {
     let (ids, sum, stats) = run(&table, opts.clone(), Some((dir.path(), cap)), 3);
     assert_eq!(ids.len(), 96);
     assert_eq!(sum, 3 * plain_sum);
-    let cache = voxlake::stream::cache::DiskCache::open(dir.path(), cap).unwrap();
+    let cache = voxlake::io::cache::DiskCache::open(dir.path(), cap).unwrap();
     assert!(cache.used_bytes() <= cap, "{} > {cap}", cache.used_bytes());
     assert!(stats.cache.evicted > 0, "{:?}", stats.cache);
     // Every entry's bytes flipped: each is found corrupt, fetched again; the rows are right.
@@ -171,7 +171,7 @@ async fn eviction_corruption_and_a_killed_writer(backend: Backend) {
     run(&table, opts.clone(), Some((dir.path(), 1 << 30)), 1);
     let entries: Vec<_> = std::fs::read_dir(
         dir.path()
-            .join(voxlake::stream::cache::CACHE_SUBDIR)
+            .join(voxlake::io::cache::CACHE_SUBDIR)
             .join("entries"),
     )
     .unwrap()
@@ -223,7 +223,7 @@ async fn eviction_corruption_and_a_killed_writer(backend: Backend) {
         .unwrap();
     let entries = dir
         .path()
-        .join(voxlake::stream::cache::CACHE_SUBDIR)
+        .join(voxlake::io::cache::CACHE_SUBDIR)
         .join("entries");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     // Entries of data (not of the log, nor the version's file list kept with it).

@@ -59,7 +59,7 @@ pub struct RandomFaults {
 
 impl RandomFaults {
     pub(super) fn fault_for(&self, n: u64) -> Fault {
-        use voxlake_stream::plan::SeededRng;
+        use voxlake_plan::plan::SeededRng;
         let burst = self.burst.max(1);
         let draw = |salt: u64, k: u64| {
             let mut rng = SeededRng::for_stream(&[self.seed, salt, k]);
