@@ -50,7 +50,7 @@ impl Table {
     /// back, or a retry of it answered "already exists"): before any failure is reported or
     /// retried, the log after the version it was built on is searched for its `txn`, and where
     /// found that version is the commit's.
-    pub async fn commit(
+    pub(crate) async fn commit(
         &mut self,
         actions: Vec<Action>,
         operation: DeltaOperation,

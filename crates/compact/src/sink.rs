@@ -262,7 +262,7 @@ pub(crate) struct BatchBuilder {
 }
 
 impl BatchBuilder {
-    pub fn new(rows: usize, sample: &SampleSpec, checksums: bool) -> Self {
+    pub(crate) fn new(rows: usize, sample: &SampleSpec, checksums: bool) -> Self {
         let rows = rows.max(1);
         BatchBuilder {
             rows,
@@ -279,7 +279,7 @@ impl BatchBuilder {
             len: 0,
         }
     }
-    pub fn push(&mut self, row: Row) {
+    pub(crate) fn push(&mut self, row: Row) {
         self.ids.append_value(&row.key);
         self.labels.append_option(row.label);
         for ((builder, _), bytes) in self.fields.iter_mut().zip(&row.fields) {
@@ -290,13 +290,13 @@ impl BatchBuilder {
         }
         self.len += 1;
     }
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.len >= self.rows
     }
-    pub fn finish(&mut self, sample: &SampleSpec) -> Result<RecordBatch, CompactError> {
+    pub(crate) fn finish(&mut self, sample: &SampleSpec) -> Result<RecordBatch, CompactError> {
         let mut columns: Vec<ArrayRef> =
             vec![Arc::new(self.ids.finish()), Arc::new(self.labels.finish())];
         for (builder, bytes) in &mut self.fields {

@@ -27,7 +27,7 @@ pub(crate) enum SourceLayout {
 
 impl SourceLayout {
     /// The fields' names, where the layout has them.
-    pub fn fields(&self) -> Option<&[String]> {
+    pub(crate) fn fields(&self) -> Option<&[String]> {
         match self {
             SourceLayout::Npy => None,
             SourceLayout::Folders(f) | SourceLayout::Npz(f) => Some(f),
@@ -56,7 +56,7 @@ pub(crate) struct SourceSample {
 
 impl SourceSample {
     /// Bytes of its objects.
-    pub fn size(&self) -> u64 {
+    pub(crate) fn size(&self) -> u64 {
         self.parts.iter().map(|p| p.size).sum()
     }
 }

@@ -57,7 +57,7 @@ impl Table {
         }
     }
 
-    pub fn error(&self, source: DeltaTableError) -> CompactError {
+    pub(crate) fn error(&self, source: DeltaTableError) -> CompactError {
         CompactError::Table {
             location: self.display.clone(),
             source: Box::new(source),
@@ -65,7 +65,7 @@ impl Table {
     }
 
     /// Opens the table at `url`; `Ok(None)` if there is no Delta table there yet.
-    pub async fn open(
+    pub(crate) async fn open(
         url: &Url,
         display: &str,
         options: &HashMap<String, String>,
@@ -90,7 +90,7 @@ impl Table {
 
     /// Creates the table for samples of `spec` (version 0); if another writer created it
     /// first, opens theirs and checks it holds the same fields.
-    pub async fn create(
+    pub(crate) async fn create(
         url: &Url,
         display: &str,
         options: &HashMap<String, String>,
@@ -156,7 +156,7 @@ impl Table {
     }
 
     /// The sample's fields recorded in the table configuration.
-    pub fn sample(&self) -> Result<SampleSpec, CompactError> {
+    pub(crate) fn sample(&self) -> Result<SampleSpec, CompactError> {
         let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
         SampleSpec::from_table_configuration(snapshot.metadata().configuration()).map_err(|e| {
             CompactError::Incompatible {
@@ -167,7 +167,7 @@ impl Table {
     }
 
     /// Whether the table has the checksum column (tables written before it have none).
-    pub fn has_checksums(&self) -> Result<bool, CompactError> {
+    pub(crate) fn has_checksums(&self) -> Result<bool, CompactError> {
         let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
         Ok(snapshot
             .schema()
@@ -176,12 +176,12 @@ impl Table {
     }
 
     /// The newest version this handle committed or loaded.
-    pub fn version(&self) -> u64 {
+    pub(crate) fn version(&self) -> u64 {
         self.head
     }
 
     /// The handle's version as a read-only snapshot: files from the log, cached footers, reads.
-    pub async fn snapshot(&mut self) -> Result<Snapshot, CompactError> {
+    pub(crate) async fn snapshot(&mut self) -> Result<Snapshot, CompactError> {
         self.catch_up().await?;
         Ok(Snapshot::from_table(&self.table, self.display.clone()).await?)
     }

@@ -72,7 +72,11 @@ impl<C: Copier> DeviceFeed<C> {
     /// A feed for batches of up to `batch_size` samples whose tensor fields take
     /// `field_bytes` each: the ring's buffers are allocated now (pinned when the copier asks
     /// for it; pageable, with a warning, where libtorch cannot pin).
-    pub fn new(copier: C, batch_size: usize, field_bytes: &[usize]) -> Result<Self, LoaderError> {
+    pub(crate) fn new(
+        copier: C,
+        batch_size: usize,
+        field_bytes: &[usize],
+    ) -> Result<Self, LoaderError> {
         let capacity = batch_size * std::mem::size_of::<i64>()
             + field_bytes
                 .iter()
@@ -105,13 +109,13 @@ impl<C: Copier> DeviceFeed<C> {
     }
 
     /// Times a staging buffer was still being copied when its turn came.
-    pub fn waits(&self) -> u64 {
+    pub(crate) fn waits(&self) -> u64 {
         self.ring.waits()
     }
 
     /// Stages each field's samples (little-endian) and `labels` in the next buffer and copies
     /// them to the device in one transfer.
-    pub fn send(
+    pub(crate) fn send(
         &mut self,
         fields: &[Staged<'_>],
         labels: &[Option<i64>],

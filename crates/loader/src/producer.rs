@@ -62,7 +62,7 @@ const STALL_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 const STALL_CONFIRM: u32 = 20;
 
 impl Producer {
-    pub async fn run(self) {
+    pub(crate) async fn run(self) {
         let msg = match AssertUnwindSafe(self.run_epochs()).catch_unwind().await {
             Ok(Ok(true)) => {
                 // The cache's last entries in place before the caller hears the run is over (a

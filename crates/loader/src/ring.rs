@@ -32,7 +32,7 @@ pub(crate) struct Ring<B, F> {
 
 impl<B, F: Fence> Ring<B, F> {
     /// A ring over `buffers` (at least one).
-    pub fn new(buffers: Vec<B>) -> Result<Self, String> {
+    pub(crate) fn new(buffers: Vec<B>) -> Result<Self, String> {
         if buffers.is_empty() {
             return Err("a staging ring needs at least one buffer".into());
         }
@@ -45,13 +45,13 @@ impl<B, F: Fence> Ring<B, F> {
 
     /// How many times [`acquire`](Self::acquire) found the buffer's copy still running and
     /// waited for it (a ring too short for the device's pace, or a busy device).
-    pub fn waits(&self) -> u64 {
+    pub(crate) fn waits(&self) -> u64 {
         self.waits
     }
 
     /// The next buffer in turn, once the copy that last read it has finished (waiting for it
     /// if it has not). A fence that fails to answer is an error, and the buffer stays fenced.
-    pub fn acquire(&mut self) -> Result<Lease<'_, B, F>, String> {
+    pub(crate) fn acquire(&mut self) -> Result<Lease<'_, B, F>, String> {
         let slot = self.next;
         if let Some(fence) = &self.slots[slot].1
             && !fence.passed()?
@@ -74,12 +74,12 @@ pub(crate) struct Lease<'a, B, F> {
 
 impl<B, F> Lease<'_, B, F> {
     /// The buffer.
-    pub fn buffer(&mut self) -> &mut B {
+    pub(crate) fn buffer(&mut self) -> &mut B {
         &mut self.ring.slots[self.slot].0
     }
 
     /// Hands the buffer to a copy: it is not handed out again before `fence` has passed.
-    pub fn submit(self, fence: F) {
+    pub(crate) fn submit(self, fence: F) {
         self.ring.slots[self.slot].1 = Some(fence);
     }
 }

@@ -230,7 +230,7 @@ pub(crate) struct Position {
 
 impl Position {
     /// The start of `epoch` over `world_size` ranks.
-    pub fn start(epoch: u64, world_size: usize) -> Position {
+    pub(crate) fn start(epoch: u64, world_size: usize) -> Position {
         Position {
             epoch,
             closed: Vec::new(),
@@ -241,17 +241,17 @@ impl Position {
     }
 
     /// Batches `rank` delivered in the current segment.
-    pub fn batches_of(&self, rank: usize) -> u64 {
+    pub(crate) fn batches_of(&self, rank: usize) -> u64 {
         self.batches + u64::from(rank < self.ahead)
     }
 
     /// Batches of the epoch `rank` delivered before this segment.
-    pub fn batches_before(&self, rank: usize) -> u64 {
+    pub(crate) fn batches_before(&self, rank: usize) -> u64 {
         self.closed.iter().map(|s| s.batches_of(rank)).sum()
     }
 
     /// Samples of the epoch delivered over all ranks (every batch before the end is full).
-    pub fn samples(&self, batch_size: usize) -> u64 {
+    pub(crate) fn samples(&self, batch_size: usize) -> u64 {
         let b = batch_size as u64;
         let segment =
             |world: usize, batches: u64, ahead: usize| (world as u64 * batches + ahead as u64) * b;

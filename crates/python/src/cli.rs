@@ -15,7 +15,7 @@ const PANICKED: u8 = 101;
 /// first) with the GIL released, and returns its exit status. It prints as the binary does and
 /// handles signals as the binary does: the caller restores their default actions first.
 #[pyfunction]
-pub fn run_command(py: Python<'_>, name: &str, argv: Vec<OsString>) -> PyResult<u8> {
+pub(crate) fn run_command(py: Python<'_>, name: &str, argv: Vec<OsString>) -> PyResult<u8> {
     let command: fn(Vec<OsString>) -> u8 = match name {
         "compact" => voxlake::cli::compact,
         "voxlake" => voxlake::cli::voxlake,
