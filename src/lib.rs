@@ -32,3 +32,8 @@ pub use voxlake_loader::{AsOf, Batch, Loader, LoaderBuilder, LoaderState, Tensor
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// docs/usage.md's examples, compiled as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/usage.md")]
+pub struct UsageDoctests;
