@@ -26,7 +26,7 @@ class Loader:
         seed: int = ...,
         shuffle_buffer: int = ...,
         drop_last: bool = ...,
-        fields: List[str] = ...,
+        fields: Union[List[str], Dict[str, Optional[Tuple[List[int], str]]]] = ...,
         filter: str = ...,
         version: int = ...,
         timestamp: str = ...,
@@ -42,6 +42,17 @@ class Loader:
         channels_first: bool = ...,
         label_column: str = ...,
         id_column: str = ...,
+        tensor_column: str = ...,
+        tensor_shape: List[int] = ...,
+        tensor_dtype: str = ...,
+        nulls: Dict[str, str] = ...,
+        columns: List[str] = ...,
+        uneven: str = ...,
+        verify_checksums: bool = ...,
+        node_affinity: Union[Tuple[int, int], str] = ...,
+        row_group_prefetch: int = ...,
+        assembly_threads: int = ...,
+        runtime_threads: int = ...,
     ) -> None: ...
     def __iter__(self) -> Loader: ...
     def __next__(self) -> Batch: ...
@@ -59,6 +70,7 @@ class Loader:
     def __exit__(self, *exc: Any) -> bool: ...
 
 def loader_options() -> List[Tuple[str, str, str]]: ...
+def _setters() -> List[Tuple[str, str]]: ...
 def convert(
     src: str,
     table: str,

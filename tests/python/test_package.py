@@ -265,6 +265,57 @@ def test_the_options_are_listed_once_and_documented():
         assert re.search(rf"\b{name}:", init), f"{name} is missing from the stub"
 
 
+def test_every_rust_setter_is_an_option_or_says_why():
+    """The Rust builder's setters (its own, the table's and the stream's macros), walked in the
+    sources: each is reached by the options _setters() names (which must exist), or says how
+    else Python reaches it, or why not."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    sources = ["crates/loader/src/builder.rs", "crates/table/src/options.rs", "crates/stream/src/read_options.rs"]
+    setters = set()
+    for path in sources:
+        setters |= set(re.findall(r"pub fn (with_\w+)", open(os.path.join(root, path)).read()))
+    covered = dict(voxlake._voxlake._setters())
+    assert setters - set(covered) == set(), "setters Python neither reaches nor explains"
+    assert set(covered) - setters == set(), "explained setters the builder does not have"
+    options = {name for name, _, _ in voxlake.loader_options()}
+    for setter, how in covered.items():
+        if how.startswith("option "):
+            named = {n.strip() for n in how[len("option "):].split(",")}
+            assert named <= options, (setter, named - options)
+
+
+def test_a_spark_array_of_floats_table_reads_from_python():
+    """Spark's `array<float>` (a Delta table Spark wrote) needs the sample's shape: given as
+    options, every row comes with numpy's values (the fixture's expected.npy)."""
+    fixtures = os.path.join(os.path.dirname(__file__), "..", "fixtures", "foreign")
+    expected = np.load(os.path.join(fixtures, "expected.npy")).astype(np.float32)
+    table = os.path.join(fixtures, "spark_delta")
+    with pytest.raises(voxlake.VoxlakeError):
+        next(iter(voxlake.Loader(table, batch_size=1)))  # a LIST column says no shape
+    got = {}
+    for batch in voxlake.Loader(table, batch_size=1, tensor_shape=[3, 4, 2, 2], tensor_dtype="f32"):
+        got[batch["id"][0]] = batch["tensor"][0].copy()
+    assert len(got) == len(expected)
+    values = sorted(got.values(), key=lambda a: a.tobytes())
+    assert all(any(np.array_equal(v, e) for e in expected) for v in values)
+
+
+def test_the_options_for_other_writers_tables_and_the_deal(table, tmp_path):
+    # The tensor column, the columns read, the deal, the threads: the same rows.
+    plain = ids_of(voxlake.Loader(table, batch_size=8))
+    got = ids_of(voxlake.Loader(table, batch_size=8, tensor_column="tensor", verify_checksums=False,
+                                uneven="drop", row_group_prefetch=2, assembly_threads=2, runtime_threads=1))
+    assert got == plain
+    loader = voxlake.Loader(table, batch_size=8, fields={"tensor": None}, nulls={"tensor": "error"})
+    assert [name for name, _ in loader.fields()][0] == "tensor"
+    # A wrong value is an error naming the option.
+    for bad, match in [({"uneven": "sideways"}, "uneven"), ({"tensor_dtype": "f32"}, "tensor_shape"),
+                       ({"nulls": {"tensor": "ignore"}}, "nulls"), ({"node_affinity": "nodes"}, "node_affinity"),
+                       ({"fields": {"tensor": ((2, 2), "f99")}}, "fields")]:
+        with pytest.raises(voxlake.ConfigError, match=match):
+            voxlake.Loader(table, batch_size=8, **bad).rank()
+
+
 @pytest.fixture(scope="module")
 def slow_store(table):
     """The table in the S3 server scripts/test.sh starts, and a proxy holding each request

@@ -22,6 +22,7 @@ mod errors;
 mod loader;
 mod logs;
 mod options;
+mod setters;
 mod shared;
 mod staging;
 
@@ -33,6 +34,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::Loader>()?;
     m.add_class::<arrays::TensorOwner>()?;
     m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
+    m.add_function(wrap_pyfunction!(setters::_setters, m)?)?;
     m.add_function(wrap_pyfunction!(loader::default_rank, m)?)?;
     m.add_function(wrap_pyfunction!(loader::default_job, m)?)?;
     m.add_function(wrap_pyfunction!(compact::convert, m)?)?;

@@ -28,6 +28,8 @@ pub(crate) struct Gathered {
     pub(crate) start_epoch: Option<u64>,
     /// Whether `job` was given.
     pub(crate) job: bool,
+    tensor_shape: Option<Vec<usize>>,
+    tensor_dtype: Option<voxlake_format::DType>,
 }
 
 /// One keyword argument: its name, its Python type (for the stub), what it does, and how it
@@ -50,6 +52,29 @@ fn value<'py, T: FromPyObjectOwned<'py>>(
             "option {name}: expected {kind}, got {}: {e}",
             type_name(v)
         ))
+    })
+}
+
+/// The element type `name` says, or an error naming option `option`.
+fn dtype(option_name: &str, name: &str) -> PyResult<voxlake_format::DType> {
+    name.parse()
+        .map_err(|e| option(format!("option {option_name}: {e}")))
+}
+
+/// `fields`: names in order, or a dict of names to `(shape, dtype)` (or None).
+fn apply_fields(b: LoaderBuilder, v: &Bound<'_, PyAny>) -> PyResult<LoaderBuilder> {
+    let Ok(specs) = v.cast::<PyDict>() else {
+        let names: Vec<String> = value("fields", v, "a list of str or a dict")?;
+        return Ok(names.into_iter().fold(b, |b, n| b.with_field(n)));
+    };
+    specs.iter().try_fold(b, |b, (name, spec)| {
+        let name: String = value("fields", &name, "a dict with str keys")?;
+        if spec.is_none() {
+            return Ok(b.with_field(name));
+        }
+        let (shape, kind): (Vec<usize>, String) =
+            value("fields", &spec, "(shape, dtype) or None for each field")?;
+        Ok(b.with_field_spec(name, shape, dtype("fields", &kind)?))
     })
 }
 
@@ -120,12 +145,9 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
     },
     LoaderOption {
         name: "fields",
-        kind: "list[str]",
-        doc: "The sample's fields, in order (default: the table's tensor column).",
-        apply: |b, _, v| {
-            let names: Vec<String> = value("fields", v, "a list of str")?;
-            Ok(names.into_iter().fold(b, |b, n| b.with_field(n)))
-        },
+        kind: "list[str] | dict[str, tuple[list[int], str] | None]",
+        doc: "The sample's fields, in order (default: the table's tensor column); a dict gives a field's shape and element type where its bytes need them (raw BINARY, LIST): {\"mask\": ((64, 64, 64), \"u8\")}.",
+        apply: |b, _, v| apply_fields(b, v),
     },
     LoaderOption {
         name: "filter",
@@ -240,6 +262,110 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
         doc: "The id's column (default: `id` where the table has one).",
         apply: |b, _, v| Ok(b.with_id_column(value::<String>("id_column", v, "a str")?)),
     },
+    LoaderOption {
+        name: "tensor_column",
+        kind: "str",
+        doc: "The column holding the tensors, for tables other tools wrote (default: `tensor`, else the only BINARY, LIST or FIXED_SIZE_LIST column of numbers).",
+        apply: |b, _, v| Ok(b.with_tensor_column(value::<String>("tensor_column", v, "a str")?)),
+    },
+    LoaderOption {
+        name: "tensor_shape",
+        kind: "list[int]",
+        doc: "One sample's shape (C order): needed for LIST and raw BINARY columns, checked against the table otherwise.",
+        apply: |b, g, v| {
+            g.tensor_shape = Some(value("tensor_shape", v, "a list of int")?);
+            Ok(b)
+        },
+    },
+    LoaderOption {
+        name: "tensor_dtype",
+        kind: "str",
+        doc: "One sample's element type (\"f32\", \"float32\", \"<f4\"): needed for raw BINARY columns, with tensor_shape.",
+        apply: |b, g, v| {
+            let name: String = value("tensor_dtype", v, "a str")?;
+            g.tensor_dtype = Some(dtype("tensor_dtype", &name)?);
+            Ok(b)
+        },
+    },
+    LoaderOption {
+        name: "nulls",
+        kind: "dict[str, str]",
+        doc: "What nulls of a field become: \"error\" (default: an error naming the column, file and row), \"mask\" (zeros and a `<field>_valid` field) or \"fill:VALUE\".",
+        apply: |b, _, v| {
+            let policies: Vec<(String, String)> = match v.cast::<PyDict>() {
+                Ok(d) => d
+                    .iter()
+                    .map(|(k, p)| Ok((k.extract()?, p.extract()?)))
+                    .collect::<PyResult<_>>(),
+                Err(_) => Err(option("option nulls: expected a dict of str to str")),
+            }
+            .map_err(|e| option(format!("option nulls: expected a dict of str to str: {e}")))?;
+            policies.into_iter().try_fold(b, |b, (field, policy)| {
+                let policy = policy
+                    .parse()
+                    .map_err(|e| option(format!("option nulls, field {field}: {e}")))?;
+                Ok(b.with_null(field, policy))
+            })
+        },
+    },
+    LoaderOption {
+        name: "columns",
+        kind: "list[str]",
+        doc: "The columns read of each row group (default: id, label and every field of the sample).",
+        apply: |b, _, v| Ok(b.with_columns(value("columns", v, "a list of str")?)),
+    },
+    LoaderOption {
+        name: "uneven",
+        kind: "str",
+        doc: "Rows that do not divide evenly over the ranks: \"pad\" (default: every rank the same rows, repeating a few) or \"drop\".",
+        apply: |b, _, v| {
+            let name: String = value("uneven", v, "a str")?;
+            let uneven = name
+                .parse()
+                .map_err(|e| option(format!("option uneven: {e}")))?;
+            Ok(b.with_uneven(uneven))
+        },
+    },
+    LoaderOption {
+        name: "verify_checksums",
+        kind: "bool",
+        doc: "Check each row's CRC-32 where the table has them (default True).",
+        apply: |b, _, v| Ok(b.with_verify_checksums(value("verify_checksums", v, "a bool")?)),
+    },
+    LoaderOption {
+        name: "node_affinity",
+        kind: "tuple[int, int] | str",
+        doc: "Keep each node's ranks on the same files every epoch (a node's cache then holds its next epoch): (node, nodes), or \"env\" for the launcher's.",
+        apply: |b, _, v| match v.extract::<String>() {
+            Ok(env) if env == "env" => Ok(b.with_node_affinity_from_env()),
+            Ok(other) => Err(option(format!(
+                "option node_affinity: expected (node, nodes) or \"env\", got {other:?}"
+            ))),
+            Err(_) => {
+                let (node, nodes): (usize, usize) =
+                    value("node_affinity", v, "a (node, nodes) tuple or \"env\"")?;
+                Ok(b.with_node_affinity(node, nodes))
+            }
+        },
+    },
+    LoaderOption {
+        name: "row_group_prefetch",
+        kind: "int",
+        doc: "Row groups read ahead, fixed (default: sized to the store as it answers).",
+        apply: |b, _, v| Ok(b.with_row_group_prefetch(value("row_group_prefetch", v, "an int")?)),
+    },
+    LoaderOption {
+        name: "assembly_threads",
+        kind: "int",
+        doc: "Threads copying rows into batches (default a quarter of the cores, 1 to 4).",
+        apply: |b, _, v| Ok(b.with_assembly_threads(value("assembly_threads", v, "an int")?)),
+    },
+    LoaderOption {
+        name: "runtime_threads",
+        kind: "int",
+        doc: "Threads of the loader's I/O runtime (default 2).",
+        apply: |b, _, v| Ok(b.with_runtime_threads(value("runtime_threads", v, "an int")?)),
+    },
 ];
 
 /// `builder` with `options` applied (unknown names and bad values are errors naming them),
@@ -280,6 +406,12 @@ pub(crate) fn apply(
     } else if g.cache_max_bytes.is_some() {
         return Err(config("option cache_max_bytes needs cache_dir"));
     }
+    builder = match (g.tensor_shape.take(), g.tensor_dtype) {
+        (Some(shape), Some(dtype)) => builder.with_tensor_shape(shape, dtype),
+        (Some(shape), None) => builder.with_tensor_dims(shape),
+        (None, Some(_)) => return Err(config("option tensor_dtype needs tensor_shape")),
+        (None, None) => builder,
+    };
     if g.rank.is_some() != g.world_size.is_some() {
         return Err(config(
             "options rank and world_size go together: give both or neither",
