@@ -74,7 +74,10 @@ pub(crate) const SETTERS: &[(&str, &str)] = &[
         "with_batch_transform",
         "not yet: Rust closures (issue 45 asks for a batch_transform callable)",
     ),
-    ("with_fault_hook", "not reachable: the tests' fault hooks (feature fault-hooks)"),
+    (
+        "with_fault_hook",
+        "not reachable: the tests' fault hooks (feature fault-hooks)",
+    ),
 ];
 
 /// [`SETTERS`], for the Python tests.
