@@ -1,5 +1,6 @@
 """Types of the extension module (crates/python); the options' one list is loader_options()."""
 
+from datetime import datetime
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -29,14 +30,14 @@ class Loader:
         fields: Union[List[str], Dict[str, Optional[Tuple[List[int], str]]]] = ...,
         filter: str = ...,
         version: int = ...,
-        timestamp: str = ...,
+        timestamp: Union[datetime, str] = ...,
         rank: int = ...,
         world_size: int = ...,
         job: str = ...,
         job_dir: str = ...,
         cache_dir: str = ...,
-        cache_max_bytes: int = ...,
-        memory_budget: int = ...,
+        cache_max_bytes: Union[int, str] = ...,
+        memory_budget: Union[int, str] = ...,
         prefetch: int = ...,
         storage_options: Dict[str, str] = ...,
         channels_first: bool = ...,

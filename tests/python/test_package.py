@@ -284,6 +284,20 @@ def test_every_rust_setter_is_an_option_or_says_why():
             assert named <= options, (setter, named - options)
 
 
+def test_sizes_and_times_as_python_says_them(table):
+    import datetime as dt
+
+    assert ids_of(voxlake.Loader(table, batch_size=8, memory_budget="256MiB")) == ids_of(voxlake.Loader(table, batch_size=8))
+    with pytest.raises(voxlake.ConfigError, match="memory_budget"):
+        voxlake.Loader(table, batch_size=8, memory_budget="lots").rank()
+    # A time after every commit reads the latest; a naive datetime is refused (whose zone?).
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
+    latest = voxlake.Loader(table, batch_size=8).version
+    assert voxlake.Loader(table, batch_size=8, timestamp=later).version == latest
+    with pytest.raises(voxlake.ConfigError, match="naive"):
+        voxlake.Loader(table, batch_size=8, timestamp=dt.datetime.now()).rank()
+
+
 def test_a_spark_array_of_floats_table_reads_from_python():
     """Spark's `array<float>` (a Delta table Spark wrote) needs the sample's shape: given as
     options, every row comes with numpy's values (the fixture's expected.npy)."""

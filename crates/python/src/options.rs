@@ -55,6 +55,59 @@ fn value<'py, T: FromPyObjectOwned<'py>>(
     })
 }
 
+/// A size in bytes: an int, or text with a unit (`B`, `KB`/`MB`/`GB`/`TB` in powers of 1000,
+/// `KiB`/`MiB`/`GiB`/`TiB` in powers of 1024).
+fn size(name: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Ok(bytes) = v.extract::<u64>() {
+        return Ok(bytes);
+    }
+    let text: String = value(name, v, "an int or a size such as \"512MB\"")?;
+    parse_size(&text).ok_or_else(|| {
+        option(format!(
+            "option {name}: {text:?} is not a size (an int, or a number and B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)"
+        ))
+    })
+}
+
+/// `512MB`, `2 GiB`, `100B`: the bytes, `None` for anything else (or an overflow).
+fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let scale: u64 = match unit.trim() {
+        "B" => 1,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return None,
+    };
+    let bytes = number * scale as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+/// A timezone-aware `datetime` as RFC 3339 text; a naive one is refused (whose time zone?).
+fn datetime_text(v: &Bound<'_, PyAny>) -> PyResult<String> {
+    let datetime = v.py().import("datetime")?.getattr("datetime")?;
+    if !v.is_instance(&datetime)? {
+        return Err(option(format!(
+            "option timestamp: expected a datetime or RFC 3339 text, got {}",
+            type_name(v)
+        )));
+    }
+    if v.call_method0("utcoffset")?.is_none() {
+        return Err(config(
+            "option timestamp: a naive datetime has no time zone: give an aware one (datetime.now(timezone.utc))",
+        ));
+    }
+    v.call_method0("isoformat")?.extract()
+}
+
 /// The element type `name` says, or an error naming option `option`.
 fn dtype(option_name: &str, name: &str) -> PyResult<voxlake_format::DType> {
     name.parse()
@@ -163,10 +216,13 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
     },
     LoaderOption {
         name: "timestamp",
-        kind: "str",
-        doc: "Read the version current at this RFC 3339 time (e.g. \"2026-11-23T10:00:00Z\").",
+        kind: "datetime | str",
+        doc: "Read the version current at this time: a timezone-aware datetime, or RFC 3339 text (e.g. \"2026-11-23T10:00:00Z\").",
         apply: |b, _, v| {
-            let text: String = value("timestamp", v, "an RFC 3339 str")?;
+            let text: String = match v.extract::<String>() {
+                Ok(text) => text,
+                Err(_) => datetime_text(v)?,
+            };
             let as_of = AsOf::parse_timestamp(&text)
                 .map_err(|e| config(format!("option timestamp: {e}")))?;
             Ok(b.with_as_of(as_of))
@@ -216,18 +272,18 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
     },
     LoaderOption {
         name: "cache_max_bytes",
-        kind: "int",
-        doc: "The cache's cap in bytes (default: half the free space of its filesystem).",
+        kind: "int | str",
+        doc: "The cache's cap, in bytes or as \"300GB\", \"256GiB\" (default: half the free space of its filesystem).",
         apply: |b, g, v| {
-            g.cache_max_bytes = Some(value("cache_max_bytes", v, "an int")?);
+            g.cache_max_bytes = Some(size("cache_max_bytes", v)?);
             Ok(b)
         },
     },
     LoaderOption {
         name: "memory_budget",
-        kind: "int",
-        doc: "Bytes for everything the loader holds (default 1 GiB).",
-        apply: |b, _, v| Ok(b.with_memory_budget(value("memory_budget", v, "an int")?)),
+        kind: "int | str",
+        doc: "Bytes for everything the loader holds, or \"512MB\", \"2GiB\" (default 1 GiB).",
+        apply: |b, _, v| Ok(b.with_memory_budget(size("memory_budget", v)?)),
     },
     LoaderOption {
         name: "prefetch",
