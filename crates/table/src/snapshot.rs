@@ -40,6 +40,7 @@ mod log;
 mod logcheck;
 mod mapping;
 mod open;
+mod opening;
 mod pages;
 mod read;
 mod replay;

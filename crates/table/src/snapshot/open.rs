@@ -4,35 +4,20 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use deltalake::{DeltaTable, DeltaTableError};
 use futures::TryStreamExt;
 use object_store::ObjectStore;
 use voxlake_format::TensorSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 
 use super::file_list::{Entry, FileListBuilder};
-use super::log::{Loaded, load};
 use super::mapping::ColumnMapping;
+use super::opening::{Opened, Opening};
 use super::travel::AsOf;
 use super::{FileList, Snapshot};
 use crate::error::TableError;
 use voxlake_io::location;
 use voxlake_io::redact;
-
-/// Bytes of log answers kept while a table opens (`voxlake_io::log_memo`): a log of 100 commits
-/// of 10⁵ files is 32 MB, its checkpoint 17 MB; a larger log is read twice past it.
-const LOG_MEMO_BYTES: u64 = 64 << 20;
-
-/// What the log (or the node's cache of it) gave.
-enum Opened {
-    /// The table (its store) and its log at the version (the files not yet read where the
-    /// kernel loaded it).
-    Table(DeltaTable, Box<Loaded>),
-    /// The version's files as the node's cache kept them, the table's store and root.
-    Replayed(Box<super::replay::Replayed>, Arc<dyn ObjectStore>, url::Url),
-    /// No log: a folder of Parquet files.
-    Listing(Arc<dyn ObjectStore>),
-}
 
 /// How [`Snapshot::open_logged`] opens a table.
 pub(crate) struct OpenHow {
@@ -128,180 +113,60 @@ impl Snapshot {
         hints: &ColumnHints,
         how: OpenHow,
     ) -> Result<Snapshot, TableError> {
+        crate::stores::register_handlers();
         let OpenHow {
             log_cache,
             known_delta,
             stats,
-            mut ahead,
+            ahead,
         } = how;
-        crate::stores::register_handlers();
         let url = location::to_url(location, true)?;
-        let display = redact(url.as_str());
-        let err = |source| TableError::Delta {
-            location: display.clone(),
-            source: Box::new(source),
-        };
         let options = location::storage_options(options);
-        let identity = location::store_identity(&url, &options);
-        let shown: &str = &display;
+        let opening = Opening {
+            location,
+            display: redact(url.as_str()),
+            identity: location::store_identity(&url, &options),
+            // Local tables read row groups into recycled buffers (see `local`).
+            root_store: root_store.or_else(|| {
+                (url.scheme() == "file").then(|| {
+                    Arc::new(voxlake_io::local::MappedLocalStore::new()) as Arc<dyn ObjectStore>
+                })
+            }),
+            url,
+            options,
+            as_of,
+            log_cache,
+            known_delta,
+            stats,
+            memo: std::sync::OnceLock::new(),
+        };
+        let shown: &str = &opening.display;
         tracing::debug!(
             location = shown,
-            credentials = location::credential_method(&url, &options),
+            credentials = location::credential_method(&opening.url, &opening.options),
             "opening table"
         );
-        // Local tables read row groups into recycled buffers (see `local`).
-        let root_store = root_store.or_else(|| {
-            (url.scheme() == "file").then(|| {
-                Arc::new(voxlake_io::local::MappedLocalStore::new()) as Arc<dyn ObjectStore>
-            })
-        });
         // The reachability probe runs beside the open, not before it: it costs no round trip,
         // and when nothing answers its error comes first and ends the open.
         let probe = async {
-            match root_store {
-                None => Ok(crate::stores::ensure_reachable(location, &options).await?),
+            match opening.root_store {
+                None => Ok(crate::stores::ensure_reachable(location, &opening.options).await?),
                 Some(_) => Ok::<(), TableError>(()),
             }
         };
-        let memo = std::sync::OnceLock::<Arc<voxlake_io::log_memo::LogMemo>>::new();
-        let open = async {
-            let mut builder = DeltaTableBuilder::from_url(url.clone())
-                .map_err(err)?
-                .with_storage_options(location::with_retry_defaults(&options));
-            // A remote table's store is built here, as deltalake's factories build it, so
-            // that an answer of the log that breaks is asked again (`stores::open_store`
-            // wraps it in `RetryBroken`; object_store retries requests and gets' bodies).
-            let backend = match root_store.clone() {
-                Some(store) => Some(store),
-                None if !matches!(url.scheme(), "file" | "memory") => {
-                    let store = crate::stores::open_store(location, true, &options)?.store;
-                    Some(crate::stores::through_log_cache(
-                        store,
-                        log_cache.as_ref(),
-                        &identity,
-                    ))
-                }
-                None => None,
-            };
-            // The log's answers kept while it opens: deltalake reads it twice (`LogMemo`).
-            let backend = backend.map(|store| {
-                let kept = Arc::new(voxlake_io::log_memo::LogMemo::new(store, LOG_MEMO_BYTES));
-                let _ = memo.set(kept.clone());
-                kept as Arc<dyn ObjectStore>
-            });
-            if let Some(store) = backend {
-                builder = builder.with_storage_backend(store, url.clone());
-            }
-            let table = builder.build().map_err(err)?;
-            // A version asked of a remote table through the node's cache: its replayed file
-            // list, made by the first rank of the node and read by the others (`list_cache`).
-            if let (Some(cache), AsOf::Version(v)) = (&log_cache, as_of)
-                && !matches!(url.scheme(), "file" | "memory")
-                && root_store.is_none()
-            {
-                let store = table.object_store();
-                let root = table.log_store().root_url().clone();
-                // Replayed with the statistics, for whichever rank filters.
-                let mut no_log = false;
-                let ahead = ahead.take();
-                let make = async {
-                    let memo = memo.get().map(|m| m.as_ref());
-                    match load(&table, as_of, known_delta, &display, true, ahead, memo).await? {
-                        Some(Loaded::Replayed(replayed)) => Ok(Some(*replayed)),
-                        Some(Loaded::Kernel(state)) => Ok(Some(
-                            super::replay::replay(&table, state.as_ref(), &display, true).await?,
-                        )),
-                        None => {
-                            no_log = true;
-                            Ok(None)
-                        }
-                    }
-                };
-                let replayed = Box::pin(super::list_cache::through(
-                    cache, &identity, &display, v, stats, make,
-                ))
-                .await?;
-                if let Some(replayed) = replayed {
-                    return Ok(Opened::Replayed(Box::new(replayed), store, root));
-                }
-                // Found to have no log: not looked for again.
-                if no_log {
-                    return Ok(Opened::Listing(store));
-                }
-            }
-            let memo = memo.get().map(|m| m.as_ref());
-            // Statistics kept where the node's cache may be offered the list (it keeps them).
-            let with_stats = stats || log_cache.is_some();
-            Ok(
-                match load(
-                    &table,
-                    as_of,
-                    known_delta,
-                    &display,
-                    with_stats,
-                    ahead,
-                    memo,
-                )
-                .await?
-                {
-                    Some(loaded) => Opened::Table(table, Box::new(loaded)),
-                    None => Opened::Listing(table.object_store()),
-                },
-            )
-        };
-        let (opened, ()) = futures::try_join!(open, probe)?;
-        // Once the log is replayed (or found missing) it is not read again: its answers go,
-        // and the store reads the table's data from then on.
-        let close_memo = || {
-            if let Some(memo) = memo.get() {
-                let shown: &str = &display;
-                tracing::debug!(location = shown, reused = memo.hits(), "log answers reused");
-                memo.close();
-            }
-        };
+        let (opened, ()) = futures::try_join!(opening.open_log(ahead), probe)?;
         let (replayed, store, root) = match opened {
-            Opened::Table(table, loaded) => {
-                let version = loaded.version();
-                // Through the node's cache, the version this rank resolved is kept for the
-                // ranks that open it next (a job's marker names it to them).
-                let offer = log_cache.as_ref().filter(|cache| {
-                    !matches!(url.scheme(), "file" | "memory")
-                        && root_store.is_none()
-                        && !super::list_cache::kept(cache, &identity, &display, version)
-                });
-                let mut replayed = match *loaded {
-                    Loaded::Kernel(state) => {
-                        let replayed = super::replay::replay(
-                            &table,
-                            state.as_ref(),
-                            &display,
-                            stats || offer.is_some(),
-                        )
-                        .await?;
-                        // deltalake's state of the version goes before the list is encoded.
-                        drop(state);
-                        replayed
-                    }
-                    Loaded::Replayed(replayed) => *replayed,
-                };
-                let (store, root) = (table.object_store(), table.log_store().root_url().clone());
-                drop(table);
-                if let Some(cache) = offer {
-                    super::list_cache::offer(cache, &identity, &display, &replayed).await;
-                }
-                if !stats {
-                    replayed.files = replayed.files.without_stats();
-                }
-                (replayed, store, root)
-            }
+            Opened::Table(table, loaded) => opening.replay(table, *loaded).await?,
             Opened::Replayed(replayed, store, root) => (*replayed, store, root),
             Opened::Listing(store) => {
-                close_memo();
-                return Snapshot::from_listing_in(store, display, hints, &identity).await;
+                opening.close_memo();
+                let (display, identity) = (opening.display.clone(), &opening.identity);
+                return Snapshot::from_listing_in(store, display, hints, identity).await;
             }
         };
-        close_memo();
-        Snapshot::from_replayed(replayed, store, &root, display, hints, &identity).await
+        opening.close_memo();
+        let (display, identity) = (opening.display.clone(), &opening.identity);
+        Snapshot::from_replayed(replayed, store, &root, display, hints, identity).await
     }
 
     /// The snapshot of an already loaded table; `location` is used in messages.
