@@ -23,6 +23,11 @@ import os
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 import numpy as np
+# torch's DataLoader worker loop seeds numpy.random, which numpy imports lazily: imported here,
+# before any fork, so that a forked worker never imports it while the parent's import lock was
+# held by another of its threads at the fork (seen: the worker died of a KeyError in
+# importlib's module locks, and the error it was to report was lost).
+import numpy.random  # noqa: F401
 import torch
 import torch.utils.data
 
