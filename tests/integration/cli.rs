@@ -225,13 +225,7 @@ fn a_stopped_bench_writes_its_state_and_ids() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let out = child.wait_with_output().unwrap();
+    let (out, _) = terminated_after(child, Duration::from_secs(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(143), "{stderr}");
     let report: serde_json::Value =
@@ -273,7 +267,21 @@ fn a_bench_stopped_while_the_table_opens_ends_at_once() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    let (out, waited) = terminated_after(child, Duration::from_secs(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("while the table opened"), "{stderr}");
+    // A guard, not a timing: without the fix the open waited for the store's timeouts (minutes).
+    assert!(waited < Duration::from_secs(10), "{waited:?}: {stderr}");
+}
+
+/// `child` sent SIGTERM after `running`: its output, and how long it took to end after the
+/// signal.
+fn terminated_after(
+    child: std::process::Child,
+    running: Duration,
+) -> (std::process::Output, Duration) {
+    std::thread::sleep(running);
     let sent = Instant::now();
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -281,10 +289,5 @@ fn a_bench_stopped_while_the_table_opens_ends_at_once() {
         .unwrap();
     assert!(killed.success());
     let out = child.wait_with_output().unwrap();
-    let waited = sent.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(143), "{stderr}");
-    assert!(stderr.contains("while the table opened"), "{stderr}");
-    // A guard, not a timing: without the fix the open waited for the store's timeouts (minutes).
-    assert!(waited < Duration::from_secs(10), "{waited:?}: {stderr}");
+    (out, sent.elapsed())
 }
