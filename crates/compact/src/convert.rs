@@ -46,26 +46,10 @@ impl Compactor {
         };
 
         let objects = read::list(&src).await?;
-        let has = |suffix: &str| objects.iter().any(|o| o.key.ends_with(suffix));
         // No `.npy` or `.npz` objects but Parquet files (or a Delta log): a table to rewrite.
-        let is_table =
-            |o: &SourceObject| o.key.ends_with(".parquet") || o.key.starts_with("_delta_log/");
-        if !has(".npy") && !has(".npz") && objects.iter().any(is_table) {
+        let Some(layout) = self.layout_of(&objects, &src.display)? else {
             return self.run_convert_table(source).await;
-        }
-        let layout = match (&self.fields, !has(".npy") && has(".npz")) {
-            (Some(fields), true) => SourceLayout::Npz(fields.clone()),
-            (Some(fields), false) => SourceLayout::Folders(fields.clone()),
-            // The arrays of the first archive, once one is read.
-            (None, true) => SourceLayout::Npz(Vec::new()),
-            (None, false) => SourceLayout::Npy,
         };
-        if layout != SourceLayout::Npy && (self.shape.is_some() || self.dtype.is_some()) {
-            return Err(CompactError::Incompatible {
-                location: src.display.clone(),
-                reason: "--shape and --dtype are for a source of one field (.npy objects); each field's shape and type come from its arrays".into(),
-            });
-        }
         let (mut samples, incomplete) = source::group(objects, &layout);
         let skipped = self.skip_incomplete(incomplete)?;
         let labels_unmatched = labels
@@ -188,6 +172,35 @@ impl Compactor {
         summary.timings.read_s = reader.read_ns.load(Ordering::Relaxed) as f64 / 1e9;
         summary.timings.decode_s = reader.decode_ns.load(Ordering::Relaxed) as f64 / 1e9;
         Ok(self.summarized(summary, &table, start, total))
+    }
+
+    /// How the listed `objects` of source `display` hold samples; `None` for a table's files
+    /// (Parquet files or a Delta log, and no `.npy` or `.npz` object).
+    fn layout_of(
+        &self,
+        objects: &[SourceObject],
+        display: &str,
+    ) -> Result<Option<SourceLayout>, CompactError> {
+        let has = |suffix: &str| objects.iter().any(|o| o.key.ends_with(suffix));
+        let is_table =
+            |o: &SourceObject| o.key.ends_with(".parquet") || o.key.starts_with("_delta_log/");
+        if !has(".npy") && !has(".npz") && objects.iter().any(is_table) {
+            return Ok(None);
+        }
+        let layout = match (&self.fields, !has(".npy") && has(".npz")) {
+            (Some(fields), true) => SourceLayout::Npz(fields.clone()),
+            (Some(fields), false) => SourceLayout::Folders(fields.clone()),
+            // The arrays of the first archive, once one is read.
+            (None, true) => SourceLayout::Npz(Vec::new()),
+            (None, false) => SourceLayout::Npy,
+        };
+        if layout != SourceLayout::Npy && (self.shape.is_some() || self.dtype.is_some()) {
+            return Err(CompactError::Incompatible {
+                location: display.to_string(),
+                reason: "--shape and --dtype are for a source of one field (.npy objects); each field's shape and type come from its arrays".into(),
+            });
+        }
+        Ok(Some(layout))
     }
 
     /// The samples missing a field: an error, or skipped with `--on-error skip`.
