@@ -306,12 +306,16 @@ def test_a_spark_array_of_floats_table_reads_from_python():
     table = os.path.join(fixtures, "spark_delta")
     with pytest.raises(voxlake.VoxlakeError):
         next(iter(voxlake.Loader(table, batch_size=1)))  # a LIST column says no shape
-    got = {}
-    for batch in voxlake.Loader(table, batch_size=1, tensor_shape=[3, 4, 2, 2], tensor_dtype="f32"):
-        got[batch["id"][0]] = batch["tensor"][0].copy()
-    assert len(got) == len(expected)
-    values = sorted(got.values(), key=lambda a: a.tobytes())
-    assert all(any(np.array_equal(v, e) for e in expected) for v in values)
+    seen = 0
+    loader = voxlake.Loader(table, batch_size=5, tensor_shape=[3, 4, 2, 2], tensor_dtype="f32",
+                            id_column="sample", label_column="target")
+    for batch in loader:
+        for i, sample_id in enumerate(batch["id"]):
+            n = int(sample_id.removeprefix("cube-"))
+            assert batch["label"][i] == n % 2, sample_id
+            np.testing.assert_array_equal(batch["tensor"][i], expected[n], err_msg=sample_id)
+            seen += 1
+    assert seen == len(expected) == 24
 
 
 def test_the_options_for_other_writers_tables_and_the_deal(table, tmp_path):
