@@ -12,7 +12,8 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, Int64Array, StringArray};
 use bytes::Bytes;
 use futures::StreamExt;
-use voxlake_format::sample::FieldHint;
+use voxlake_format::SampleSpec;
+use voxlake_format::sample::{ColumnHints, FieldHint};
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN};
 use voxlake_io::location::{self, stable_hash};
 use voxlake_stream::TableStream;
@@ -30,22 +31,7 @@ impl Compactor {
         source: &str,
     ) -> Result<ConvertSummary, CompactError> {
         let start = Instant::now();
-        let mut hints = self.hints.clone();
-        hints.shape = hints.shape.or_else(|| self.shape.clone());
-        hints.dtype = hints.dtype.or(self.dtype);
-        // `with_fields` names a table source's columns too; shapes and types come with hints.
-        match (&self.fields, hints.fields.is_empty()) {
-            (Some(names), true) => {
-                hints.fields = names.iter().map(FieldHint::new).collect();
-            }
-            (Some(_), false) => {
-                return Err(CompactError::Incompatible {
-                    location: source.to_string(),
-                    reason: "give a table source's fields once: with_fields (--fields) or the sample columns' fields (--field)".into(),
-                });
-            }
-            (None, _) => {}
-        }
+        let hints = self.table_hints(source)?;
         let snapshot = Snapshot::open_with(source, &self.storage_options, None, None, &hints)
             .await?
             .load_row_counts()
@@ -66,24 +52,7 @@ impl Compactor {
                 reason: "a table's labels come from its label column (--label-column), not a labels file".into(),
             });
         }
-        let options = location::storage_options(&self.storage_options);
-        let table_url = location::table_url(&self.table)?;
-        let table_display = crate::table::redact_url(&table_url);
-        let existing = Table::open(&table_url, &table_display, &options).await?;
-        let mut present = HashSet::new();
-        let mut table = match existing {
-            Some(mut table) => {
-                if table.sample()? != spec {
-                    return Err(CompactError::Incompatible {
-                        location: table_display,
-                        reason: format!("holds {} tensors, the source {spec}", table.sample()?),
-                    });
-                }
-                present = read_ids(&mut table).await?;
-                table
-            }
-            None => Table::create(&table_url, &table_display, &options, &spec).await?,
-        };
+        let (mut table, present, table_display) = self.destination(&spec).await?;
         tracing::info!(
             source = %source_display,
             table = %table_display,
@@ -191,5 +160,54 @@ impl Compactor {
         self.finish_sink(sink, result, &mut table, &mut summary)
             .await?;
         Ok(self.summarized(summary, &table, start, total))
+    }
+
+    /// How the source table's samples are read: the sample columns given, with the shape,
+    /// type and fields `--shape`, `--dtype` and `--fields` name (given once).
+    fn table_hints(&self, source: &str) -> Result<ColumnHints, CompactError> {
+        let mut hints = self.hints.clone();
+        hints.shape = hints.shape.or_else(|| self.shape.clone());
+        hints.dtype = hints.dtype.or(self.dtype);
+        // `with_fields` names a table source's columns too; shapes and types come with hints.
+        match (&self.fields, hints.fields.is_empty()) {
+            (Some(names), true) => {
+                hints.fields = names.iter().map(FieldHint::new).collect();
+            }
+            (Some(_), false) => {
+                return Err(CompactError::Incompatible {
+                    location: source.to_string(),
+                    reason: "give a table source's fields once: with_fields (--fields) or the sample columns' fields (--field)".into(),
+                });
+            }
+            (None, _) => {}
+        }
+        Ok(hints)
+    }
+
+    /// The table written, created for samples of `spec` if missing (an existing one must
+    /// hold them), the ids it holds already, and its location for messages.
+    async fn destination(
+        &self,
+        spec: &SampleSpec,
+    ) -> Result<(Table, HashSet<String>, String), CompactError> {
+        let options = location::storage_options(&self.storage_options);
+        let table_url = location::table_url(&self.table)?;
+        let table_display = crate::table::redact_url(&table_url);
+        match Table::open(&table_url, &table_display, &options).await? {
+            Some(mut table) => {
+                if table.sample()? != *spec {
+                    return Err(CompactError::Incompatible {
+                        location: table_display,
+                        reason: format!("holds {} tensors, the source {spec}", table.sample()?),
+                    });
+                }
+                let present = read_ids(&mut table).await?;
+                Ok((table, present, table_display))
+            }
+            None => {
+                let table = Table::create(&table_url, &table_display, &options, spec).await?;
+                Ok((table, HashSet::new(), table_display))
+            }
+        }
     }
 }
