@@ -6,7 +6,9 @@
 //! - [`compact`]: `.npy` blobs → one Delta table laid out for streaming;
 //! - [`plan`]: the pure order of an epoch (files, row groups, ranks, shuffle buffer, resume);
 //! - [`io`]: locations, the local and remote stores, the disk cache, reads in flight;
-//! - [`table`]: the Delta table at a version (log, features, deletion vectors, filters);
+//! - [`delta`]: the Delta log at a version (readers, time travel, features, column mapping,
+//!   deletion vectors, the file list);
+//! - [`table`]: a table's data at a version (samples, filters, row-group reads);
 //! - [`stream`]: the budgeted prefetch pipeline over a table's row groups;
 //! - [`loader`]: the batching iterator a training loop calls;
 //! - [`cli`]: the `voxlake` and `compact` command lines.
@@ -19,6 +21,7 @@
 pub mod cli;
 
 pub use voxlake_compact as compact;
+pub use voxlake_delta as delta;
 pub use voxlake_format as format;
 pub use voxlake_io as io;
 pub use voxlake_loader as loader;

@@ -1,6 +1,6 @@
 """Writes a voxlake table's rows again in the encodings of other tools, file for file and row
 group for row group (same ids, labels and values; no compression, like voxlake's default), so
-`voxlake bench` can compare reading them (docs/benchmarks.md, "Foreign tables"):
+`voxlake bench` can compare reading them (docs/benchmarks.md, "What does each kind of table cost to read?"):
 
 - list/: `volume` as list<float32> (Spark's array<float>)
 - fsl/:  `volume` as pyarrow's arrow.fixed_shape_tensor (Ray Data)

@@ -1044,7 +1044,7 @@ on_every_backend!(reads_are_accounted);
 
 /// One open asks `_last_checkpoint` once, lists `_delta_log` once (both at once) and fetches
 /// each commit at most once, whether voxlake reads the log (commits only:
-/// `snapshot/commits.rs`) or leaves it to the kernel (a checkpoint): what the commit reader saw
+/// `delta/read/commits.rs`) or leaves it to the kernel (a checkpoint): what the commit reader saw
 /// is handed on, not asked again.
 async fn an_open_asks_each_log_question_once(backend: Backend) {
     let count = 6;

@@ -17,10 +17,10 @@ use crate::sink::{ConvertSummary, ConvertTimings, RowSink, Skipped, read_ids};
 use crate::source::{self, Row, SourceLayout, SourceObject, SourceSample};
 use crate::table::Table;
 use crate::{Compactor, OnError};
+use voxlake_delta::stores;
 use voxlake_io::depth::Depth;
 use voxlake_io::inflight::{Metered, Slots};
 use voxlake_io::location::{self, stable_hash};
-use voxlake_table::stores;
 
 /// Source reads in flight at the start of a conversion, and at most (objects of a few hundred
 /// KB: 256 hold ~100 MB).

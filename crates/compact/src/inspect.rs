@@ -52,7 +52,7 @@ pub struct TableInfo {
     /// The table version.
     pub version: u64,
     /// The Delta protocol: reader and writer versions and features (`None` without a log).
-    pub protocol: Option<voxlake_table::Protocol>,
+    pub protocol: Option<voxlake_delta::Protocol>,
     /// How files name the columns: `none`, `name` or `id` (Delta column mapping).
     pub column_mapping: String,
     /// Number of active data files.
@@ -195,8 +195,8 @@ impl Compactor {
             version: snapshot.version(),
             protocol: snapshot.protocol().cloned(),
             column_mapping: match snapshot.column_mapping() {
-                voxlake_table::MappingMode::Name => "name",
-                voxlake_table::MappingMode::Id => "id",
+                voxlake_delta::MappingMode::Name => "name",
+                voxlake_delta::MappingMode::Id => "id",
                 _ => "none",
             }
             .to_string(),

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use crate::error::CompactError;
 use object_store::ObjectStoreExt;
-use voxlake_table::stores;
+use voxlake_delta::stores;
 
 /// Labels by source key.
 #[derive(Debug, Clone, Default)]

@@ -102,7 +102,7 @@ pub struct Compactor {
     /// The fields of a source with several (a folder per field, `.npz` arrays).
     fields: Option<Vec<String>>,
     hints: voxlake_format::sample::ColumnHints,
-    as_of: voxlake_table::AsOf,
+    as_of: voxlake_delta::AsOf,
     shard: Option<(u32, u32)>,
     on_error: OnError,
     /// Source objects read at once (`None`: sized to the store as it runs).
@@ -146,7 +146,7 @@ impl Compactor {
             shape: None,
             fields: None,
             hints: Default::default(),
-            as_of: voxlake_table::AsOf::Latest,
+            as_of: voxlake_delta::AsOf::Latest,
             shard: None,
             on_error: OnError::Fail,
             concurrency: None,
@@ -216,7 +216,7 @@ impl Compactor {
 
     /// The version [`inspect`](Self::inspect) reads: a version, or the one a time names
     /// (default: the latest).
-    pub fn with_as_of(mut self, as_of: voxlake_table::AsOf) -> Self {
+    pub fn with_as_of(mut self, as_of: voxlake_delta::AsOf) -> Self {
         self.as_of = as_of;
         self
     }

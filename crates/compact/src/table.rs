@@ -7,9 +7,10 @@ use deltalake::kernel::{StructType, engine::arrow_conversion::TryIntoKernel};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
+use voxlake_delta::stores;
 use voxlake_format::{Layout, SampleSpec};
 use voxlake_io::redact;
-use voxlake_table::{Snapshot, stores};
+use voxlake_table::Snapshot;
 
 use crate::error::CompactError;
 

@@ -11,7 +11,7 @@
 //! answer broke is asked again, a few times with backoff; a definite answer (not found, denied)
 //! is returned at once. Uploads, copies and deletes pass through (object_store retries what of
 //! them is safe to repeat). Every remote store voxlake opens is wrapped in it
-//! (`voxlake_table::stores::open_store`): tables, sources, labels.
+//! (`voxlake_delta::stores::open_store`): tables, sources, labels.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Turning the locations users type (local paths, `az://`, `abfss://`, `s3://`, `gs://`,
 //! `file://` URLs) into URLs, and the store settings they are opened with. Opening the store
-//! itself is the table's (`voxlake_table::stores`): it uses deltalake's store factories.
+//! itself is the table's (`voxlake_delta::stores`): it uses deltalake's store factories.
 
 use std::collections::HashMap;
 use std::sync::Arc;

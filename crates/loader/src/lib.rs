@@ -78,9 +78,9 @@ pub use loader::{Loader, LoaderStats, Recycler};
 pub use state::LoaderState;
 #[cfg(feature = "tch")]
 pub use tch;
+pub use voxlake_delta::AsOf;
 pub use voxlake_plan::order::Uneven;
 pub use voxlake_stream::StreamError;
-pub use voxlake_table::AsOf;
 
 /// Errors of the loader.
 #[derive(Debug, thiserror::Error)]

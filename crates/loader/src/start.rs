@@ -5,10 +5,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use voxlake_delta::AsOf;
 use voxlake_plan::plan::Shard;
 use voxlake_plan::replay::OrderSettings;
 use voxlake_stream::{ReadOptions, StreamError, TableStream, default_columns};
-use voxlake_table::{AsOf, Snapshot, TableOptions};
+use voxlake_table::{Snapshot, TableOptions};
 
 use voxlake_format::SampleSpec;
 

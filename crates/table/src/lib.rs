@@ -1,15 +1,12 @@
-//! The Delta table at a version: its log read once (the latest version, a pinned one, or the
-//! one current at a time), its reader features and column mapping checked, its data files with
-//! their deletion vectors and statistics, a filter's selection, and reads of its row groups,
-//! files and columns through `voxlake-io`'s stores. It knows nothing of the pipeline that
-//! streams it.
+//! A Delta table's data at a version: the version's log as `voxlake-delta` reads it, its
+//! samples (the tensor column and its fields), a filter's selection, and reads of its row
+//! groups, files and columns through `voxlake-io`'s stores. It knows nothing of the pipeline
+//! that streams it.
 //!
 //! - [`Snapshot`]: the table at a version; `Snapshot::open` and its reads.
 //! - [`filter`]: the filter language and the statistics it skips by.
 //! - [`rows`]: which rows of a row group are read (deletion vectors, a selection), as pure
 //!   arithmetic.
-//! - [`stores`]: stores opened with deltalake's own factories, so sources and tables get the
-//!   same settings.
 //! - [`options`]: [`TableOptions`], how a table is opened, and the `with_*` setters every
 //!   builder that opens one shares.
 //! - [`hooks`]: fault injection at each stage of a read (feature `fault-hooks`, tests only).
@@ -37,12 +34,8 @@ pub mod pin;
 pub mod rows;
 mod select;
 mod snapshot;
-pub mod stores;
 
 pub use error::TableError;
 pub use filter::FilterStats;
 pub use options::TableOptions;
-pub use snapshot::{
-    AsOf, DataFile, FOOTER_CACHE_BYTES, FileList, MappingMode, Protocol, READ_CONCURRENCY,
-    ReadTimings, SUPPORTED_READER_FEATURES, Snapshot,
-};
+pub use snapshot::{FOOTER_CACHE_BYTES, READ_CONCURRENCY, ReadTimings, Snapshot};

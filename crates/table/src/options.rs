@@ -13,13 +13,17 @@ pub use voxlake_format::sample::{ColumnHints, FieldHint};
 pub use voxlake_io::cache::CacheChoice;
 
 use crate::error::TableError;
-use crate::snapshot::{AsOf, Snapshot};
+use crate::snapshot::Snapshot;
+// For `table_options_setters!`, which names it from the builder's crate.
+#[doc(hidden)]
+pub use voxlake_delta::AsOf;
 
 /// How a table is opened: everything [`Snapshot::open_with_options`] needs besides the
 /// location.
 ///
 /// ```
-/// use voxlake_table::{AsOf, TableOptions};
+/// use voxlake_delta::AsOf;
+/// use voxlake_table::TableOptions;
 ///
 /// let options = TableOptions {
 ///     as_of: AsOf::Version(3),
@@ -207,7 +211,7 @@ macro_rules! table_options_setters {
         /// Pins the table version (default: the latest at open, or a resumed state's). A
         /// version the log does not have is an error saying which is the latest.
         pub fn with_version(mut self, version: u64) -> Self {
-            self.$field.as_of = $crate::AsOf::Version(version);
+            self.$field.as_of = $crate::options::AsOf::Version(version);
             self
         }
 
@@ -216,12 +220,12 @@ macro_rules! table_options_setters {
         /// files' modification times). A time before the first commit is an error saying when
         /// the table starts. `AsOf::parse_timestamp` reads RFC 3339 text.
         pub fn with_timestamp(mut self, at: ::std::time::SystemTime) -> Self {
-            self.$field.as_of = $crate::AsOf::Timestamp(at);
+            self.$field.as_of = $crate::options::AsOf::Timestamp(at);
             self
         }
 
         /// The version to read, as `with_version` or `with_timestamp` say it.
-        pub fn with_as_of(mut self, as_of: $crate::AsOf) -> Self {
+        pub fn with_as_of(mut self, as_of: $crate::options::AsOf) -> Self {
             self.$field.as_of = as_of;
             self
         }

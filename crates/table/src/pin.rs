@@ -38,7 +38,8 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TableError;
-use crate::snapshot::asked::LogAhead;
+use voxlake_delta::DeltaError;
+use voxlake_delta::LogAhead;
 
 /// Where the markers live beside a table, under its root.
 pub const JOBS_FOLDER: &str = "_voxlake/jobs";
@@ -121,12 +122,12 @@ fn check_files(
     if pinned == files {
         return Ok(());
     }
-    Err(TableError::Version {
+    Err(TableError::Delta(DeltaError::Version {
         location: location.to_string(),
         reason: format!(
             "job {job} ({marker}): the job pinned version {version} with files {pinned}, this rank opened it with files {files}: the table changed under its path"
         ),
-    })
+    }))
 }
 
 /// Agrees on the job's version through its marker in `place`: this rank's `opened` version
@@ -140,9 +141,11 @@ pub(crate) async fn agree(
 ) -> Result<Agreed, TableError> {
     let path = place.marker(job);
     let shown = place.shown_marker(job);
-    let error = |reason: String| TableError::Version {
-        location: location.to_string(),
-        reason: format!("job {job} ({shown}): {reason}"),
+    let error = |reason: String| {
+        TableError::Delta(DeltaError::Version {
+            location: location.to_string(),
+            reason: format!("job {job} ({shown}): {reason}"),
+        })
     };
     // Published at once (a conditional create): the caller looked before it opened the table
     // and found none, so reading again first would only cost a round trip.
@@ -211,14 +214,16 @@ pub(crate) fn table_store(
     Ok(match root_store {
         Some(store) => {
             let url = voxlake_io::location::to_url(location, true)?;
-            let prefix = Path::from_url_path(url.path()).map_err(|e| TableError::Version {
-                location: location.to_string(),
-                reason: format!("job {job}: {e}"),
+            let prefix = Path::from_url_path(url.path()).map_err(|e| {
+                TableError::Delta(DeltaError::Version {
+                    location: location.to_string(),
+                    reason: format!("job {job}: {e}"),
+                })
             })?;
             (store.clone(), prefix)
         }
         None => {
-            let opened = crate::stores::open_store(location, true, storage_options)?;
+            let opened = voxlake_delta::stores::open_store(location, true, storage_options)?;
             (opened.store, opened.prefix)
         }
     })
@@ -232,9 +237,11 @@ pub(crate) async fn pinned_in(
 ) -> Result<Option<Marker>, TableError> {
     read(place.store.as_ref(), &place.marker(job))
         .await
-        .map_err(|reason| TableError::Version {
-            location: voxlake_io::redact(location),
-            reason: format!("job {job} ({}): {reason}", place.shown_marker(job)),
+        .map_err(|reason| {
+            TableError::Delta(DeltaError::Version {
+                location: voxlake_io::redact(location),
+                reason: format!("job {job} ({}): {reason}", place.shown_marker(job)),
+            })
         })
 }
 
@@ -291,10 +298,10 @@ pub(crate) async fn open_for_job<F, Fut>(
     open: &F,
 ) -> Result<Resolved, TableError>
 where
-    F: Fn(crate::AsOf, Prior) -> Fut,
+    F: Fn(voxlake_delta::AsOf, Prior) -> Fut,
     Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
 {
-    use crate::AsOf;
+    use voxlake_delta::AsOf;
     let marked = |snapshot| Resolved {
         snapshot,
         marked: true,
@@ -343,7 +350,7 @@ async fn without_a_place<F, Fut>(
     open: &F,
 ) -> Result<crate::Snapshot, TableError>
 where
-    F: Fn(crate::AsOf, Prior) -> Fut,
+    F: Fn(voxlake_delta::AsOf, Prior) -> Fut,
     Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
 {
     let id = job.id.as_str();
@@ -352,7 +359,7 @@ where
             known_delta: true,
             ahead: None,
         };
-        match open(crate::AsOf::Timestamp(started), known).await {
+        match open(voxlake_delta::AsOf::Timestamp(started), known).await {
             Ok(at_start) => {
                 let (version, latest_version) = (at_start.version(), latest.version());
                 if version != latest_version {
@@ -374,7 +381,7 @@ where
             }
             // A table younger than the job (made by an earlier step of it): nothing before
             // the start to agree on.
-            Err(TableError::Version { reason: why, .. }) => {
+            Err(TableError::Delta(DeltaError::Version { reason: why, .. })) => {
                 tracing::debug!(job = id, why, "no version before the job's start")
             }
             Err(e) => return Err(e),
@@ -402,14 +409,14 @@ pub(crate) async fn open_pinned<F, Fut>(
     ahead: Option<LogAhead>,
 ) -> Result<crate::Snapshot, TableError>
 where
-    F: Fn(crate::AsOf, Prior) -> Fut,
+    F: Fn(voxlake_delta::AsOf, Prior) -> Fut,
     Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
 {
     let prior = Prior {
         known_delta: true,
         ahead,
     };
-    let snapshot = open(crate::AsOf::Version(version), prior).await?;
+    let snapshot = open(voxlake_delta::AsOf::Version(version), prior).await?;
     check_files(
         snapshot.location(),
         job,

@@ -19,7 +19,8 @@ use crate::filter::stats::{
 };
 use crate::filter::{Filter, FilterStats, Stats, Value};
 use crate::rows::{GroupRows, Selection, intersect};
-use crate::snapshot::{DataFile, Snapshot};
+use crate::snapshot::Snapshot;
+use voxlake_delta::DataFile;
 
 /// A partition column's value in a file: `None` when the column is not a partition column,
 /// `Some(None)` for a null partition.
@@ -121,7 +122,7 @@ impl Snapshot {
             };
             let kind = match self.partition_type(column) {
                 Some(t) if is_temporal(t) => {
-                    let parsed = crate::snapshot::partition_column(Some(raw), t, 1)
+                    let parsed = voxlake_delta::partition_column(Some(raw), t, 1)
                         .and_then(|a| comparable(&a).map_err(|e| e.to_string()))
                         .ok()?;
                     return Some(value_at(&parsed, 0));

@@ -22,43 +22,27 @@ use voxlake_io::ObjectFileReader;
 use crate::error::TableError;
 use voxlake_io::location;
 
-pub(crate) mod asked;
 mod columns;
-mod commits;
-mod deletes;
-mod features;
-mod file_list;
 mod files;
 mod footer;
 mod footer_cache;
+mod from_log;
 mod kept;
-mod list_cache;
 mod list_chunk;
 mod list_decode;
-mod load;
-mod log;
-mod logcheck;
-mod mapping;
 mod open;
-mod opening;
 mod pages;
 mod read;
-mod replay;
 mod schema;
 mod small;
-mod travel;
 
-pub use features::{Protocol, SUPPORTED_READER_FEATURES};
-pub use file_list::{DataFile, FileList};
 pub use footer_cache::FOOTER_CACHE_BYTES;
-pub use mapping::MappingMode;
 pub(crate) use open::OpenHow;
 pub use read::ReadTimings;
-pub(crate) use schema::{column_at_path, partition_column, root_of};
-pub use travel::AsOf;
+pub(crate) use schema::{column_at_path, root_of};
 
 use crate::rows::Selection;
-use mapping::ColumnMapping;
+use voxlake_delta::{ColumnMapping, DataFile, FileList, MappingMode, Protocol};
 
 /// Footers and small-column reads in flight at once.
 pub const READ_CONCURRENCY: usize = 16;

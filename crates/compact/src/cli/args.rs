@@ -170,9 +170,9 @@ pub struct VersionArgs {
 
 impl VersionArgs {
     /// The version to read.
-    pub fn as_of(&self) -> Result<voxlake_table::AsOf, String> {
+    pub fn as_of(&self) -> Result<voxlake_delta::AsOf, String> {
         match (&self.timestamp, self.version) {
-            (Some(text), _) => voxlake_table::AsOf::parse_timestamp(text),
+            (Some(text), _) => voxlake_delta::AsOf::parse_timestamp(text),
             (None, version) => Ok(version.into()),
         }
     }

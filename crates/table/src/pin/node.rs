@@ -6,7 +6,7 @@
 //! for it (the entry's lock, `DiskCache::get_or_make`), check it against the job's marker (one
 //! GET: the marker is the truth across nodes) unless the entry says none was written (the job
 //! had no place to agree: the node's ranks still agree through the entry), open that version —
-//! whose replay the first rank kept (`snapshot::list_cache`) — and check their file set
+//! whose replay the first rank kept (`voxlake_delta`'s `file_list::cache`) — and check their file set
 //! against it.
 
 use std::collections::HashMap;
@@ -16,8 +16,9 @@ use bytes::Bytes;
 use voxlake_io::cache::DiskCache;
 use voxlake_io::{location, redact};
 
+use crate::Snapshot;
 use crate::error::TableError;
-use crate::{AsOf, Snapshot};
+use voxlake_delta::AsOf;
 
 /// Names the entries of this format.
 const FORMAT: &str = "voxlake-job-version-2";

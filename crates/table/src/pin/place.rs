@@ -13,6 +13,7 @@ use voxlake_io::location;
 
 use super::{JOBS_FOLDER, Job, marker_name};
 use crate::error::TableError;
+use voxlake_delta::DeltaError;
 
 /// Environment variable naming the folder (a local path or a store URL) where the ranks of a
 /// job agree on its version, when the builder names none.
@@ -64,9 +65,11 @@ impl Place {
             match voxlake_io::private::user_folder() {
                 Ok(folder) => {
                     let store = object_store::local::LocalFileSystem::new_with_prefix(&folder)
-                        .map_err(|e| TableError::Version {
-                            location: voxlake_io::redact(location),
-                            reason: format!("job {}: {}: {e}", job.id, folder.display()),
+                        .map_err(|e| {
+                            TableError::Delta(DeltaError::Version {
+                                location: voxlake_io::redact(location),
+                                reason: format!("job {}: {}: {e}", job.id, folder.display()),
+                            })
                         })?;
                     return Ok(Place {
                         store: Arc::new(store),
@@ -124,9 +127,11 @@ fn job_dir_place(
     table_store: Arc<dyn ObjectStore>,
 ) -> Result<Place, TableError> {
     let shown = voxlake_io::redact(dir);
-    let fail = |reason: String| TableError::Version {
-        location: voxlake_io::redact(location),
-        reason: format!("job {job}: the job folder {shown}: {reason}"),
+    let fail = |reason: String| {
+        TableError::Delta(DeltaError::Version {
+            location: voxlake_io::redact(location),
+            reason: format!("job {job}: the job folder {shown}: {reason}"),
+        })
     };
     let url = location::to_url(dir, true).map_err(|e| fail(e.to_string()))?;
     if url.scheme() == "file"
@@ -134,8 +139,8 @@ fn job_dir_place(
     {
         std::fs::create_dir_all(&path).map_err(|e| fail(format!("cannot create it: {e}")))?;
     }
-    let opened =
-        crate::stores::open_store(dir, true, storage_options).map_err(|e| fail(e.to_string()))?;
+    let opened = voxlake_delta::stores::open_store(dir, true, storage_options)
+        .map_err(|e| fail(e.to_string()))?;
     let key = table_key(location, storage_options)?;
     Ok(Place {
         store: opened.store,

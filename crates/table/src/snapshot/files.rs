@@ -8,8 +8,9 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::errors::ParquetError;
 
-use super::{DataFile, READ_CONCURRENCY, Snapshot};
+use super::{READ_CONCURRENCY, Snapshot};
 use crate::error::TableError;
+use voxlake_delta::DataFile;
 
 impl Snapshot {
     /// Every record batch of file `index`, its deleted rows left out: only `columns` (all if

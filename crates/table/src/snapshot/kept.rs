@@ -129,15 +129,12 @@ impl Snapshot {
                     .iter()
                     .map(|rg| rg.num_rows().max(0) as u64)
                     .collect();
-                let kept = kept_by_group(&deleted.rows, &sizes).map_err(|reason| {
-                    TableError::DeletionVector {
+                let kept =
+                    kept_by_group(&deleted.rows, &sizes).map_err(|reason| TableError::Corrupt {
                         location: self.location.clone(),
                         file: self.path_of(index).to_string(),
-                        vector: deleted.id.clone(),
-                        reason,
-                        transient: false,
-                    }
-                })?;
+                        reason: format!("its deletion vector {}: {reason}", deleted.id),
+                    })?;
                 Ok::<_, TableError>(Arc::new(kept))
             })
             .await

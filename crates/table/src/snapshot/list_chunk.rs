@@ -3,7 +3,7 @@
 //!
 //! Arrow's list reader builds a validity bitmap for every value and walks the repetition
 //! levels to build offsets: on a file of reference cubes it took 4–5× the time of this decode
-//! (docs/benchmarks.md, "Foreign tables"). A tensor column has no nulls and
+//! (docs/benchmarks.md, "What does each kind of table cost to read?"). A tensor column has no nulls and
 //! lists of one length, so here the levels are decoded a few rows at a time (they stay in
 //! cache), checked (every definition level at its maximum: no null list, no null value), the
 //! row starts read off the repetition levels, and the values appended to one buffer. The result

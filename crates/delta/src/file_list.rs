@@ -1,7 +1,7 @@
 //! The active data files of a snapshot, held column by column: a table of 10⁵ files took
 //! ~450 bytes a file as one struct each (paths twice, a tag and the statistics as `String`s);
 //! held as Arrow arrays it takes ~80 (its statistics kept only where a filter reads them), and
-//! one array per column is what the node's cache writes and maps whole (see `list_cache`).
+//! one array per column is what the node's cache writes and maps whole (see `cache`).
 //!
 //! [`FileList`] is built once by [`FileListBuilder`] (in the log's order, then sorted), then
 //! changed only by whole-list steps: row counts learnt, files a filter drops. A file is seen
@@ -14,10 +14,13 @@ use std::sync::OnceLock;
 use arrow_array::{Array, StringArray, UInt64Array};
 use object_store::path::Path;
 
-use super::deletes::Deleted;
+pub use crate::deletes::Deleted;
 
 mod build;
+pub(crate) mod cache;
+mod listing;
 pub(crate) use build::{Entry, FileListBuilder};
+pub(crate) use listing::listed;
 
 /// A row count not known yet (the add action recorded none; the footer says).
 const UNKNOWN: u64 = u64::MAX;
@@ -81,7 +84,7 @@ impl<'a> DataFile<'a> {
 
     /// Rows the file holds, as its add action counts them before any deletion (`None` without
     /// statistics): its footer must say the same.
-    pub(crate) fn records(&self) -> Option<u64> {
+    pub fn records(&self) -> Option<u64> {
         let records = &self.list.records;
         records
             .is_valid(self.index)
@@ -105,12 +108,12 @@ impl<'a> DataFile<'a> {
     }
 
     /// The add action's statistics (JSON), where the snapshot kept them (for a filter).
-    pub(crate) fn delta_stats(&self) -> Option<&'a str> {
+    pub fn delta_stats(&self) -> Option<&'a str> {
         self.list.stats.as_ref().and_then(|s| value(s, self.index))
     }
 
     /// The rows its deletion vector deletes.
-    pub(crate) fn deleted(&self) -> Option<&'a Deleted> {
+    pub fn deleted(&self) -> Option<&'a Deleted> {
         self.list.deleted.get(&self.index)
     }
 
@@ -213,7 +216,7 @@ impl FileList {
 
     /// What a remote table's store looks its files up by: the list's paths, sizes and tags
     /// (the arrays shared, not copied) and an index by object path made on first lookup.
-    pub(crate) fn identities(&self) -> Identities {
+    pub fn identities(&self) -> Identities {
         Identities {
             paths: self.paths.clone(),
             object_paths: self.object_paths.clone(),
@@ -224,7 +227,7 @@ impl FileList {
     }
 
     /// Sets file `index`'s live rows.
-    pub(crate) fn set_rows(&mut self, index: usize, rows: u64) {
+    pub fn set_rows(&mut self, index: usize, rows: u64) {
         self.rows[index] = rows;
     }
 
@@ -234,7 +237,7 @@ impl FileList {
     }
 
     /// The list of the files `keep` says, in order, with `rows` their live rows.
-    pub(crate) fn keep(&self, keep: &[bool], rows: &[u64]) -> FileList {
+    pub fn keep(&self, keep: &[bool], rows: &[u64]) -> FileList {
         let kept: Vec<usize> = (0..self.len()).filter(|&i| keep[i]).collect();
         let deleted = kept
             .iter()
@@ -341,7 +344,7 @@ impl FileList {
 }
 
 /// A file list's identities, by object path (see [`FileList::identities`]).
-pub(crate) struct Identities {
+pub struct Identities {
     paths: StringArray,
     object_paths: StringArray,
     sizes: UInt64Array,

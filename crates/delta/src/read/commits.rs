@@ -33,10 +33,11 @@ use url::Url;
 use voxlake_io::log_memo::LogMemo;
 
 use super::asked::{Asked, LogAhead, log_paths};
-use super::file_list::{Entry, FileListBuilder};
-use super::mapping::ColumnMapping;
-use super::replay::Replayed;
-use crate::error::TableError;
+use super::log_file::LogFile;
+use crate::error::DeltaError;
+use crate::file_list::{Entry, FileListBuilder};
+use crate::mapping::ColumnMapping;
+use crate::replayed::Replayed;
 
 /// Commits fetched at once.
 pub(crate) const COMMIT_READS: usize = 128;
@@ -104,14 +105,12 @@ fn commits_to_read(listing: &[ObjectMeta], version: Option<u64>) -> Option<Vec<O
         if meta.location.as_ref().rsplit('/').nth(1) != Some(LOG) {
             continue;
         }
-        if name.contains(".checkpoint") {
-            return None;
-        }
-        if let Some(digits) = name.strip_suffix(".json")
-            && digits.len() == 20
-            && digits.bytes().all(|b| b.is_ascii_digit())
-        {
-            commits.push((digits.parse().ok()?, meta));
+        match LogFile::parse(name) {
+            Some(LogFile::Commit(version)) => commits.push((version, meta)),
+            // A checkpoint (or a name like one): the kernel reads it.
+            Some(LogFile::Checkpoint(_)) => return None,
+            None if name.contains(".checkpoint") => return None,
+            None => {}
         }
     }
     commits.sort_by_key(|(v, _)| *v);
@@ -172,7 +171,7 @@ impl Partitions {
         if self.parsed.contains(&key) {
             return true;
         }
-        let ok = super::schema::partition_column(Some(value), data_type, 1).is_ok();
+        let ok = crate::partition::partition_column(Some(value), data_type, 1).is_ok();
         if ok {
             self.parsed.insert(key);
         }
@@ -239,8 +238,8 @@ pub(crate) async fn replay(
     stats: bool,
     ahead: Option<LogAhead>,
     memo: Option<&LogMemo>,
-) -> Result<Option<Replayed>, TableError> {
-    let store_error = |source: object_store::Error| TableError::Delta {
+) -> Result<Option<Replayed>, DeltaError> {
+    let store_error = |source: object_store::Error| DeltaError::Deltalake {
         location: location.to_string(),
         source: Box::new(DeltaTableError::ObjectStore { source }),
     };
@@ -315,7 +314,7 @@ fn build(
     version: u64,
     location: &str,
     stats: bool,
-) -> Result<Option<Replayed>, TableError> {
+) -> Result<Option<Replayed>, DeltaError> {
     let Reconciled {
         protocol,
         metadata,
@@ -330,7 +329,7 @@ fn build(
     };
     let mapping =
         ColumnMapping::from_delta(metadata.configuration(), &schema).map_err(|reason| {
-            TableError::Incompatible {
+            DeltaError::Incompatible {
                 location: location.to_string(),
                 reason,
             }
@@ -385,7 +384,7 @@ fn build(
                 .map(|(k, v)| (Cow::Owned(k), v.map(Cow::Owned))),
         );
     }
-    let (files, vectors) = super::replay::finish(builder, vectors);
+    let (files, vectors) = crate::replayed::finish(builder, vectors);
     Ok(Some(Replayed {
         version,
         protocol,
@@ -398,8 +397,8 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::AsOf;
-    use crate::snapshot::load::load_at;
+    use crate::as_of::AsOf;
+    use crate::read::load_at;
     use object_store::local::LocalFileSystem;
 
     const PROTOCOL: &str = r#"{"protocol":{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["deletionVectors"],"writerFeatures":["deletionVectors"]}}"#;
@@ -493,7 +492,7 @@ mod tests {
             .unwrap();
         let as_of = version.map_or(AsOf::Latest, AsOf::Version);
         let state = load_at(&table, as_of, false, "t").await.unwrap().unwrap();
-        super::super::replay::replay(&table, &state, "t", true)
+        crate::read::kernel_replay::replay(&table, &state, "t", true)
             .await
             .unwrap()
     }

@@ -18,15 +18,19 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use url::Url;
 
-use crate::error::{TableError, kernel_message};
+use crate::error::{DeltaError, kernel_message};
 use voxlake_io::store_error_is_transient;
 
 /// Vectors at least this large are decoded on the blocking pool.
+/// Deletion vector files read at once.
+const READS: usize = 16;
+
 const DECODE_INLINE_BYTES: i32 = 64 << 10;
 
 /// The deleted rows of one data file.
 #[derive(Debug, Clone)]
-pub(crate) struct Deleted {
+#[non_exhaustive]
+pub struct Deleted {
     /// Rows of the file (0-based, ascending) that are deleted.
     pub rows: Arc<[u64]>,
     /// What identifies the vector (storage type, path or inline bytes, offset): two
@@ -57,7 +61,7 @@ pub(crate) async fn read_all(
     table: &Url,
     location: &str,
     wanted: Vec<Wanted>,
-) -> Result<Vec<(usize, Deleted)>, TableError> {
+) -> Result<Vec<(usize, Deleted)>, DeltaError> {
     let mut inline = Vec::new();
     let mut stored: HashMap<Path, Vec<Vector>> = HashMap::new();
     for w in wanted {
@@ -74,7 +78,7 @@ pub(crate) async fn read_all(
     }
     let files: Vec<Vec<(usize, Deleted)>> = futures::stream::iter(stored)
         .map(|(path, vectors)| async move { read_file(store, &path, vectors).await })
-        .buffer_unordered(crate::READ_CONCURRENCY)
+        .buffer_unordered(READS)
         .try_collect()
         .await?;
     out.extend(files.into_iter().flatten());
@@ -105,14 +109,14 @@ struct Vector {
 }
 
 impl Vector {
-    fn new(wanted: Wanted, table: &Url, location: &str) -> Result<Vector, TableError> {
+    fn new(wanted: Wanted, table: &Url, location: &str) -> Result<Vector, DeltaError> {
         let Wanted {
             index,
             file,
             rows,
             descriptor,
         } = wanted;
-        let error = |vector: &str, reason: String| TableError::DeletionVector {
+        let error = |vector: &str, reason: String| DeltaError::DeletionVector {
             location: location.to_string(),
             file: file.clone(),
             vector: vector.to_string(),
@@ -181,8 +185,8 @@ impl Vector {
         })
     }
 
-    fn error(&self, reason: String, transient: bool) -> TableError {
-        TableError::DeletionVector {
+    fn error(&self, reason: String, transient: bool) -> DeltaError {
+        DeltaError::DeletionVector {
             location: self.location.clone(),
             file: self.file.clone(),
             vector: self.shown.clone(),
@@ -193,7 +197,7 @@ impl Vector {
 
     /// The deleted rows, decoded by the kernel from `fetched` (the file's version byte and
     /// this vector's bytes; nothing for an inline vector).
-    async fn decode(self, fetched: Bytes) -> Result<Deleted, TableError> {
+    async fn decode(self, fetched: Bytes) -> Result<Deleted, DeltaError> {
         let cardinality = self.original.cardinality;
         let id = self.descriptor.unique_id();
         // The kernel reads a whole vector file and seeks to the offset: hand it the version
@@ -268,7 +272,7 @@ async fn read_file(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     vectors: Vec<Vector>,
-) -> Result<Vec<(usize, Deleted)>, TableError> {
+) -> Result<Vec<(usize, Deleted)>, DeltaError> {
     // The version byte, then each vector.
     let ranges: Vec<Range<u64>> = std::iter::once(0..1)
         .chain(vectors.iter().filter_map(|v| match v.source {

@@ -12,17 +12,7 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use parquet::arrow::async_reader::AsyncFileReader;
 use voxlake_io::ObjectFileReader;
 
-/// A log file's version, if `name` is a commit (`00000000000000000003.json`) or a checkpoint
-/// (`…10.checkpoint.parquet`, `…10.checkpoint.<uuid>.json`, multi-part ones, v2 sidecars).
-fn parse_name(name: &str) -> Option<(u64, bool)> {
-    let (digits, rest) = name.split_at_checked(20)?;
-    let version = digits.parse::<u64>().ok()?;
-    match rest {
-        ".json" => Some((version, false)),
-        r if r.starts_with(".checkpoint") => Some((version, true)),
-        _ => None,
-    }
-}
+use super::log_file::LogFile;
 
 /// The first commit missing from a log whose last checkpoint is `checkpoint` and whose
 /// commits after it are `commits` (ascending): "commit 2 is missing between 1 and 3".
@@ -76,9 +66,10 @@ pub(crate) async fn unreadable_log_file(
             [folder, name] if folder == "_sidecars" => name.as_str(),
             _ => continue,
         };
-        let Some((version, is_checkpoint)) = parse_name(name) else {
+        let Some(file) = LogFile::parse(name) else {
             continue;
         };
+        let (version, is_checkpoint) = (file.version(), matches!(file, LogFile::Checkpoint(_)));
         if up_to.is_some_and(|v| version > v) {
             continue;
         }
@@ -138,6 +129,8 @@ async fn bad_json(store: &Arc<dyn ObjectStore>, path: &Path, what: &str) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use object_store::PutPayload;
+    use object_store::memory::InMemory;
 
     #[test]
     fn a_missing_commit_is_named() {
@@ -157,23 +150,6 @@ mod tests {
         assert_eq!(gap(Some(10), [11, 12].into_iter()), None);
         assert_eq!(gap(None, [0, 1, 2].into_iter()), None);
         assert_eq!(gap(Some(3), std::iter::empty()), None);
-    }
-    use object_store::PutPayload;
-    use object_store::memory::InMemory;
-
-    #[test]
-    fn log_names_say_their_version() {
-        assert_eq!(parse_name("00000000000000000003.json"), Some((3, false)));
-        assert_eq!(
-            parse_name("00000000000000000010.checkpoint.parquet"),
-            Some((10, true))
-        );
-        assert_eq!(
-            parse_name("00000000000000000006.checkpoint.f5ee283b.json"),
-            Some((6, true))
-        );
-        assert_eq!(parse_name("00000000000000000003.crc"), None);
-        assert_eq!(parse_name("_last_checkpoint"), None);
     }
 
     /// Writes `_delta_log/<name>` of `store`.

@@ -5,9 +5,9 @@
 use deltalake::kernel::Snapshot;
 use deltalake::{DeltaTable, DeltaTableError};
 
-use super::logcheck;
-use super::travel::{self, AsOf};
-use crate::error::TableError;
+use super::check;
+use crate::as_of::{self, AsOf};
+use crate::error::DeltaError;
 
 /// The log of `table` (built, not loaded) as of `as_of`: deltalake's lazy snapshot (protocol,
 /// metadata and log segment; the files are streamed by the replay, never held whole), or `None`
@@ -19,12 +19,12 @@ pub(crate) async fn load_at(
     as_of: AsOf,
     known_delta: bool,
     display: &str,
-) -> Result<Option<Snapshot>, TableError> {
-    let err = |source| TableError::Delta {
+) -> Result<Option<Snapshot>, DeltaError> {
+    let err = |source| DeltaError::Deltalake {
         location: display.to_string(),
         source: Box::new(source),
     };
-    let version_error = |reason: String| TableError::Version {
+    let version_error = |reason: String| DeltaError::Version {
         location: display.to_string(),
         reason,
     };
@@ -37,7 +37,7 @@ pub(crate) async fn load_at(
             if !known_delta && !table.verify_deltatable_existence().await.map_err(err)? {
                 return Err(not_a_table(display, as_of));
             }
-            Some(travel::version_at(table, t).await.map_err(&version_error)?)
+            Some(as_of::version_at(table, t).await.map_err(&version_error)?)
         }
     };
     // Loaded first, not asked whether there is a log: the kernel's listing answers both, and
@@ -88,12 +88,12 @@ pub(crate) async fn explain(
     version: Option<u64>,
     e: DeltaTableError,
     display: &str,
-) -> TableError {
+) -> DeltaError {
     // The kernel's message for a version past the end names log segments.
     if let Some(v) = version
-        && let Some(reason) = travel::missing_version(table, v).await
+        && let Some(reason) = as_of::missing_version(table, v).await
     {
-        return TableError::Version {
+        return DeltaError::Version {
             location: display.to_string(),
             reason,
         };
@@ -102,16 +102,16 @@ pub(crate) async fn explain(
     // reported as it is, without more requests).
     let store_fault = matches!(e, DeltaTableError::ObjectStore { .. });
     if !store_fault
-        && let Some(reason) = logcheck::unreadable_log_file(&table.object_store(), version).await
+        && let Some(reason) = check::unreadable_log_file(&table.object_store(), version).await
     {
-        return TableError::Log {
+        return DeltaError::Log {
             location: display.to_string(),
             reason,
         };
     }
     // A log the kernel refuses: say which version was being read.
     if store_fault || matches!(e, DeltaTableError::NotATable(_)) {
-        return TableError::Delta {
+        return DeltaError::Deltalake {
             location: display.to_string(),
             source: Box::new(e),
         };
@@ -120,20 +120,20 @@ pub(crate) async fn explain(
         Some(v) => format!("version {v}"),
         None => "the latest version".to_string(),
     };
-    TableError::Log {
+    DeltaError::Log {
         location: display.to_string(),
         reason: format!("{} (reading {at})", crate::error::delta_message(&e)),
     }
 }
 
 /// The error for a version or time asked of a location without a Delta log.
-fn not_a_table(display: &str, as_of: AsOf) -> TableError {
+fn not_a_table(display: &str, as_of: AsOf) -> DeltaError {
     let pinned = match as_of {
         AsOf::Version(v) => format!("version {v}"),
-        AsOf::Timestamp(t) => format!("time {}", travel::shown(t)),
+        AsOf::Timestamp(t) => format!("time {}", as_of::shown(t)),
         AsOf::Latest => "the latest version".to_string(),
     };
-    TableError::Delta {
+    DeltaError::Deltalake {
         location: display.to_string(),
         source: Box::new(DeltaTableError::NotATable(format!(
             "no _delta_log at this location ({pinned} needs a Delta table)"

@@ -20,9 +20,9 @@ use arrow_schema::{DataType, Field, Schema};
 use bytes::Bytes;
 use deltalake::kernel::{DeletionVectorDescriptor, Metadata, Protocol};
 
-use super::file_list::{Columns, FileList};
-use super::replay::Replayed;
-use crate::error::TableError;
+use super::{Columns, FileList};
+use crate::error::DeltaError;
+use crate::replayed::Replayed;
 
 /// Names the entries of this format (a new format is another entry, never misread).
 const FORMAT: &str = "voxlake-file-list-1";
@@ -40,13 +40,13 @@ pub(crate) async fn through<F>(
     version: u64,
     stats: bool,
     make: F,
-) -> Result<Option<Replayed>, TableError>
+) -> Result<Option<Replayed>, DeltaError>
 where
-    F: std::future::Future<Output = Result<Option<Replayed>, TableError>>,
+    F: std::future::Future<Output = Result<Option<Replayed>, DeltaError>>,
 {
     let name = entry_name(shown, version);
     // What the make gave, handed out as it is (no decoding of what was just encoded).
-    let made: Mutex<Option<Result<Option<Replayed>, TableError>>> = Mutex::new(None);
+    let made: Mutex<Option<Result<Option<Replayed>, DeltaError>>> = Mutex::new(None);
     let got = cache
         .get_or_make(identity, &name, async {
             let replayed = make.await;
@@ -319,7 +319,7 @@ mod tests {
     use std::borrow::Cow;
 
     use super::*;
-    use crate::snapshot::file_list::{Entry, FileListBuilder};
+    use crate::file_list::{Entry, FileListBuilder};
 
     fn replayed() -> Replayed {
         let mut b = FileListBuilder::new(true);

@@ -32,7 +32,7 @@ pub enum MappingMode {
 
 /// A table's top-level columns: logical name → physical name and field id.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct ColumnMapping {
+pub struct ColumnMapping {
     mode: MappingMode,
     by_logical: HashMap<String, (String, Option<i64>)>,
     by_physical: HashMap<String, String>,
@@ -42,7 +42,7 @@ pub(crate) struct ColumnMapping {
 impl ColumnMapping {
     /// The mapping the table's configuration and schema describe. A mapped column without a
     /// physical name (or, in `id` mode, an id) is an error naming it.
-    pub(super) fn from_delta(
+    pub(crate) fn from_delta(
         config: &HashMap<String, String>,
         schema: &StructType,
     ) -> Result<ColumnMapping, String> {
@@ -91,24 +91,24 @@ impl ColumnMapping {
     }
 
     /// The mode.
-    pub(super) fn mode(&self) -> MappingMode {
+    pub fn mode(&self) -> MappingMode {
         self.mode
     }
 
     /// Whether files name columns as the log does.
-    pub(super) fn is_identity(&self) -> bool {
+    pub fn is_identity(&self) -> bool {
         self.mode == MappingMode::None
     }
 
     /// The name column `logical` has in the log's statistics and partition values.
-    pub(super) fn physical<'a>(&'a self, logical: &'a str) -> &'a str {
+    pub fn physical<'a>(&'a self, logical: &'a str) -> &'a str {
         self.by_logical
             .get(logical)
             .map_or(logical, |(physical, _)| physical.as_str())
     }
 
     /// The logical name of a partition value's key (physical under column mapping).
-    pub(super) fn logical_key(&self, physical: &str) -> String {
+    pub fn logical_key(&self, physical: &str) -> String {
         match self.mode {
             MappingMode::None => physical.to_string(),
             _ => self
@@ -145,14 +145,14 @@ impl ColumnMapping {
     }
 
     /// A file's Arrow schema with its columns under their logical names.
-    pub(super) fn logical_schema(&self, schema: &Schema) -> Schema {
+    pub fn logical_schema(&self, schema: &Schema) -> Schema {
         let fields: Vec<FieldRef> = schema.fields().iter().map(|f| self.renamed(f)).collect();
         Schema::new_with_metadata(fields, schema.metadata().clone())
     }
 
     /// A decoded batch with its columns under their logical names (the decoder names them as
     /// the file does).
-    pub(super) fn logical_batch(&self, batch: RecordBatch) -> RecordBatch {
+    pub fn logical_batch(&self, batch: RecordBatch) -> RecordBatch {
         if self.is_identity() {
             return batch;
         }

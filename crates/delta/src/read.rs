@@ -1,14 +1,24 @@
 //! Which reader reads a table's log: voxlake's own where it is commits only (`commits`), else
-//! the kernel's lazy snapshot (`load`), whose files `replay` streams.
+//! the Delta kernel's lazy snapshot (`kernel`), whose files `kernel_replay` streams. Both give a
+//! [`Replayed`]; `asked` holds the log's first answers, `check` names what breaks a log.
 
 use deltalake::DeltaTable;
 use deltalake::kernel::Snapshot;
 
-use super::asked::{LogAhead, log_root};
-use super::load::load_at;
-use super::replay::Replayed;
-use super::travel::AsOf;
-use crate::error::TableError;
+mod asked;
+mod check;
+mod commits;
+mod kernel;
+pub(crate) mod kernel_replay;
+mod log_file;
+
+pub use asked::LogAhead;
+pub(crate) use kernel::load_at;
+
+use crate::as_of::AsOf;
+use crate::error::DeltaError;
+use crate::replayed::Replayed;
+use asked::log_root;
 
 /// A table's log, loaded.
 pub(crate) enum Loaded {
@@ -40,7 +50,7 @@ pub(crate) async fn load(
     stats: bool,
     ahead: Option<LogAhead>,
     memo: Option<&voxlake_io::log_memo::LogMemo>,
-) -> Result<Option<Loaded>, TableError> {
+) -> Result<Option<Loaded>, DeltaError> {
     let version = match as_of {
         AsOf::Latest => Some(None),
         AsOf::Version(v) => Some(Some(v)),
@@ -48,7 +58,7 @@ pub(crate) async fn load(
     };
     if let Some(version) = version
         && let Some(log_root) = log_root(table.log_store().root_url())
-        && let Some(replayed) = super::commits::replay(
+        && let Some(replayed) = commits::replay(
             &table.log_store().root_object_store(None),
             &log_root,
             version,

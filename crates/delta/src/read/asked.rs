@@ -164,13 +164,13 @@ impl Asked {
 /// The log's first answers, asked ahead of the open beside a job's marker: `_last_checkpoint`
 /// answered, the listing under way. Taken by the open ([`LogAhead::take`]) only where it reads
 /// the same paths of the same store.
-pub(crate) struct LogAhead(Asked);
+pub struct LogAhead(Asked);
 
 impl LogAhead {
     /// Asks `store` (the table's store at its root, as the open builds it) for the log of the
     /// table at `root` (its URL) until `_last_checkpoint` answers; `None` where the table is
     /// local (no round trip to save) or the store fails (the open asks again, and says why).
-    pub(crate) async fn read(store: &Arc<dyn ObjectStore>, root: &Url) -> Option<LogAhead> {
+    pub async fn read(store: &Arc<dyn ObjectStore>, root: &Url) -> Option<LogAhead> {
         if matches!(root.scheme(), "file" | "memory") {
             return None;
         }
