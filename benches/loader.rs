@@ -14,7 +14,7 @@ use voxlake::compact::{Compactor, synth};
 use voxlake::format::npy::{EncodeOptions, NpyArray, encode};
 use voxlake::format::sample::ColumnHints;
 use voxlake::format::{Casting, DType};
-use voxlake::table::Snapshot;
+use voxlake::table::{Snapshot, TableOptions};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -99,7 +99,7 @@ fn npy(c: &mut Criterion) {
 
 fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) {
     let snapshot = runtime
-        .block_on(Snapshot::open(&f.table, &Default::default(), None))
+        .block_on(Snapshot::open(&f.table, &TableOptions::default()))
         .unwrap();
     let meta = runtime.block_on(snapshot.view_metadata(0)).unwrap();
     let rows = meta.metadata().row_group(0).num_rows() as u64;
@@ -126,12 +126,12 @@ fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) 
         let table = list_table(&dir.path().join(dtype.name()), &native, dtype);
         let hints = ColumnHints::default().with_tensor_shape(shape, dtype);
         let snapshot = runtime
-            .block_on(Snapshot::open_with(
+            .block_on(Snapshot::open(
                 &table,
-                &Default::default(),
-                None,
-                None,
-                &hints,
+                &TableOptions {
+                    hints,
+                    ..TableOptions::default()
+                },
             ))
             .unwrap();
         let meta = runtime.block_on(snapshot.view_metadata(0)).unwrap();
@@ -332,11 +332,12 @@ fn log_open_latency(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
                 },
             );
             let snapshot = runtime
-                .block_on(Snapshot::open_with_store(
+                .block_on(Snapshot::open(
                     table.to_str().unwrap(),
-                    &Default::default(),
-                    None,
-                    Some(std::sync::Arc::new(slow)),
+                    &TableOptions {
+                        root_store: Some(std::sync::Arc::new(slow)),
+                        ..TableOptions::default()
+                    },
                 ))
                 .unwrap();
             assert_eq!(snapshot.files().len(), COMMITS);

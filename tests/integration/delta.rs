@@ -855,7 +855,7 @@ async fn a_snapshot_of_a_hundred_thousand_files_holds_little_memory() {
     write_commit(&table, log, &adds);
     // As the loader opens it: no filter, so the files' statistics are not kept.
     let options = voxlake::table::TableOptions::default();
-    let snapshot = voxlake::table::Snapshot::open_with_options(table.to_str().unwrap(), &options)
+    let snapshot = voxlake::table::Snapshot::open(table.to_str().unwrap(), &options)
         .await
         .unwrap();
     assert_eq!(snapshot.files().len(), n as usize + 1);

@@ -1006,7 +1006,11 @@ async fn counted(
         .await
         .unwrap();
     let opts = backend.through(&proxy);
-    let snapshot = voxlake::table::Snapshot::open(table, &opts, None)
+    let options = voxlake::table::TableOptions {
+        storage_options: opts.clone(),
+        ..Default::default()
+    };
+    let snapshot = voxlake::table::Snapshot::open(table, &options)
         .await
         .unwrap();
     (proxy, opts, snapshot)
@@ -1066,10 +1070,13 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
         let proxy = FaultProxy::start(backend.addr(), held.clone())
             .await
             .unwrap();
-        let snapshot =
-            voxlake::table::Snapshot::open(&uploaded.table, &backend.through(&proxy), None)
-                .await
-                .unwrap();
+        let options = voxlake::table::TableOptions {
+            storage_options: backend.through(&proxy),
+            ..Default::default()
+        };
+        let snapshot = voxlake::table::Snapshot::open(&uploaded.table, &options)
+            .await
+            .unwrap();
         assert_eq!(snapshot.files().len(), count, "checkpoint {checkpoint}");
         let mut asked: HashMap<String, usize> = HashMap::new();
         for r in proxy.requests() {
@@ -1125,7 +1132,7 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
             job: Some(format!("log-questions-{checkpoint}").into()),
             ..Default::default()
         };
-        let snapshot = voxlake::table::Snapshot::open_with_options(&uploaded.table, &options)
+        let snapshot = voxlake::table::Snapshot::open(&uploaded.table, &options)
             .await
             .unwrap();
         assert_eq!(snapshot.files().len(), count);

@@ -15,9 +15,10 @@ use futures::StreamExt;
 use voxlake_format::SampleSpec;
 use voxlake_format::sample::{ColumnHints, FieldHint};
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN};
+use voxlake_io::cache::CacheChoice;
 use voxlake_io::location::{self, stable_hash};
 use voxlake_stream::TableStream;
-use voxlake_table::Snapshot;
+use voxlake_table::{Snapshot, TableOptions};
 
 use crate::Compactor;
 use crate::error::CompactError;
@@ -32,10 +33,13 @@ impl Compactor {
     ) -> Result<ConvertSummary, CompactError> {
         let start = Instant::now();
         let hints = self.table_hints(source)?;
-        let snapshot = Snapshot::open_with(source, &self.storage_options, None, None, &hints)
-            .await?
-            .load_row_counts()
-            .await?;
+        let options = TableOptions {
+            storage_options: self.storage_options.clone(),
+            hints: hints.clone(),
+            cache: CacheChoice::Off,
+            ..TableOptions::default()
+        };
+        let snapshot = Snapshot::open(source, &options).await?;
         let source_display = snapshot.location().to_string();
         let spec = snapshot.sample().clone();
         if spec.tensors().count() != spec.fields().len() {

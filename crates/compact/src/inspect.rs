@@ -10,7 +10,8 @@ use voxlake_format::LABEL_COLUMN;
 
 use crate::Compactor;
 use crate::error::CompactError;
-use voxlake_table::{READ_CONCURRENCY, Snapshot};
+use voxlake_io::cache::CacheChoice;
+use voxlake_table::{READ_CONCURRENCY, Snapshot, TableOptions};
 
 /// One data file of a table.
 #[derive(Debug, Clone, Serialize)]
@@ -93,14 +94,14 @@ pub struct TableInfo {
 
 impl Compactor {
     pub(crate) async fn run_inspect(&self) -> Result<TableInfo, CompactError> {
-        let snapshot = Snapshot::open_with(
-            &self.table,
-            &self.storage_options,
-            self.as_of,
-            None,
-            &self.hints,
-        )
-        .await?;
+        let options = TableOptions {
+            storage_options: self.storage_options.clone(),
+            as_of: self.as_of,
+            hints: self.hints.clone(),
+            cache: CacheChoice::Off,
+            ..TableOptions::default()
+        };
+        let snapshot = Snapshot::open(&self.table, &options).await?;
         let columns = snapshot.columns().clone();
         let spec = columns.sample.first().clone();
         let fields = columns

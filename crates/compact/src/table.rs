@@ -7,7 +7,8 @@ use deltalake::kernel::{StructType, engine::arrow_conversion::TryIntoKernel};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
-use voxlake_delta::stores;
+use voxlake_delta::{DeltaLog, stores};
+use voxlake_format::sample::ColumnHints;
 use voxlake_format::{Layout, SampleSpec};
 use voxlake_io::redact;
 use voxlake_table::Snapshot;
@@ -184,7 +185,11 @@ impl Table {
     /// The handle's version as a read-only snapshot: files from the log, cached footers, reads.
     pub(crate) async fn snapshot(&mut self) -> Result<Snapshot, CompactError> {
         self.catch_up().await?;
-        Ok(Snapshot::from_table(&self.table, self.display.clone()).await?)
+        let (version, store) = DeltaLog::of_table(&self.table, &self.display)
+            .await
+            .map_err(voxlake_table::TableError::from)?;
+        let hints = ColumnHints::default();
+        Ok(Snapshot::from_log(version, store, &self.display, &hints).await?)
     }
 
     /// Moves `table` to the handle's version where blind appends left it behind.

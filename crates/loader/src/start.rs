@@ -259,7 +259,7 @@ impl LoaderBuilder {
             ..self.options.clone()
         };
         let snapshot = runtime
-            .block_on(Snapshot::open_with_options(&self.table, &options))
+            .block_on(Snapshot::open(&self.table, &options))
             .map_err(StreamError::from)?;
         // The table's samples, and what the loader hands out (a transform may change them).
         let input_spec = snapshot.sample().clone();

@@ -105,7 +105,7 @@ impl StreamBuilder {
     /// Opens the snapshot: a voxlake table's log only; another table's log or listing and its
     /// first footer.
     pub async fn build(self) -> Result<TableStream, StreamError> {
-        let snapshot = Snapshot::open_with_options(&self.location, &self.table).await?;
+        let snapshot = Snapshot::open(&self.location, &self.table).await?;
         Ok(self.build_on(Arc::new(snapshot)))
     }
 

@@ -18,7 +18,7 @@ use crate::snapshot::Snapshot;
 #[doc(hidden)]
 pub use voxlake_delta::AsOf;
 
-/// How a table is opened: everything [`Snapshot::open_with_options`] needs besides the
+/// How a table is opened: everything [`Snapshot::open`] needs besides the
 /// location.
 ///
 /// ```
@@ -75,13 +75,30 @@ impl std::fmt::Debug for TableOptions {
 }
 
 impl Snapshot {
-    /// Opens the table at `location` as `options` say: its log at the version, the cache its
-    /// remote reads go through, the row counts of files whose log has none (from their
-    /// footers), then the filter's selection.
-    pub async fn open_with_options(
-        location: &str,
-        options: &TableOptions,
-    ) -> Result<Snapshot, TableError> {
+    /// Opens the table at `location` (a local path or URL) as `options` say: its log at the
+    /// version (a job's, where a job is named), the cache its remote reads go through, the row
+    /// counts of files whose log has none (from their footers), then the filter's selection.
+    ///
+    /// The table may be any Delta table, or a folder (prefix) of Parquet files without a log,
+    /// with its tensors in any encoding of [`voxlake_format::sample::TensorEncoding`]; a table
+    /// that is not voxlake's is resolved from the first file's footer. A Delta table is read as
+    /// its protocol says: deleted rows (deletion vectors) are left out, columns go by their
+    /// logical names (column mapping), and a reader feature not handled is an error naming it
+    /// ([`SUPPORTED_READER_FEATURES`]).
+    ///
+    /// [`SUPPORTED_READER_FEATURES`]: voxlake_delta::SUPPORTED_READER_FEATURES
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), voxlake_table::TableError> {
+    /// use voxlake_delta::AsOf;
+    /// use voxlake_table::{Snapshot, TableOptions};
+    ///
+    /// let options = TableOptions { as_of: AsOf::Version(3), ..TableOptions::default() };
+    /// let snapshot = Snapshot::open("az://data/cubes", &options).await?;
+    /// assert_eq!(snapshot.version(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub async fn open(location: &str, options: &TableOptions) -> Result<Snapshot, TableError> {
         // The cache is opened first: the log's immutable objects are read through it too.
         let cache = options.cache.open()?;
         // `prior`: what a job's resolution found first (`pin::Prior`).

@@ -14,7 +14,7 @@ impl Snapshot {
     /// The snapshot of `described`, its files read through `store`, its samples as the
     /// table's configuration and `hints` say; `location` is used in messages, `identity` in
     /// cache keys.
-    pub(crate) async fn from_log(
+    pub(crate) async fn from_log_in(
         described: LogVersion,
         store: Arc<dyn ObjectStore>,
         location: String,

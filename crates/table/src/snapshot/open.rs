@@ -3,9 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use deltalake::DeltaTable;
 use object_store::ObjectStore;
-use voxlake_delta::{AsOf, ColumnMapping, DeltaLog, FileList, Found, LogAhead};
+use voxlake_delta::{AsOf, ColumnMapping, DeltaLog, FileList, Found, LogAhead, LogVersion};
 use voxlake_format::TensorSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 
@@ -37,66 +36,10 @@ impl Default for OpenHow {
 }
 
 impl Snapshot {
-    /// Opens the table at `location` (a local path or URL) as of `as_of`: a version
-    /// (`Some(3)`, `3`), the latest (`None`), or an [`AsOf`] (a timestamp).
-    pub async fn open(
-        location: &str,
-        options: &HashMap<String, String>,
-        as_of: impl Into<AsOf>,
-    ) -> Result<Snapshot, TableError> {
-        Snapshot::open_with_store(location, options, as_of, None).await
-    }
-
-    /// [`open`](Self::open) through a store of the caller's: `root_store` has `/` at the root
-    /// of the store that `location` names (e.g. a `LocalFileSystem::new()` wrapped in object
-    /// store's `ThrottledStore`, or a store with a custom client).
-    pub async fn open_with_store(
-        location: &str,
-        options: &HashMap<String, String>,
-        as_of: impl Into<AsOf>,
-        root_store: Option<Arc<dyn ObjectStore>>,
-    ) -> Result<Snapshot, TableError> {
-        Snapshot::open_with(
-            location,
-            options,
-            as_of,
-            root_store,
-            &ColumnHints::default(),
-        )
-        .await
-    }
-
-    /// [`open_with_store`](Self::open_with_store) reading samples as `hints` say: the table
-    /// may be any Delta table, or a folder (prefix) of Parquet files without a log, with its
-    /// tensors in any encoding of [`voxlake_format::sample::TensorEncoding`]. A table that is
-    /// not voxlake's is resolved from the first file's footer (and, for BINARY columns of
-    /// `np.save` bytes, its first value).
-    ///
-    /// A Delta table is read as its protocol says: deleted rows (deletion vectors) are left
-    /// out, columns go by their logical names (column mapping), and a reader feature the
-    /// snapshot does not handle is an error naming it ([`SUPPORTED_READER_FEATURES`]).
-    ///
-    /// [`SUPPORTED_READER_FEATURES`]: voxlake_delta::SUPPORTED_READER_FEATURES
-    pub async fn open_with(
-        location: &str,
-        options: &HashMap<String, String>,
-        as_of: impl Into<AsOf>,
-        root_store: Option<Arc<dyn ObjectStore>>,
-        hints: &ColumnHints,
-    ) -> Result<Snapshot, TableError> {
-        Snapshot::open_logged(
-            location,
-            options,
-            as_of.into(),
-            root_store,
-            hints,
-            OpenHow::default(),
-        )
-        .await
-    }
-
-    /// [`open_with`](Self::open_with) as `how` says (the node's cache of the log, whether the
-    /// table is known to have one, whether files' statistics are kept).
+    /// The table at `location` (a local path or URL) as of `as_of`, through `root_store` (with
+    /// `/` at the root of the store the location names) where given, its samples read as
+    /// `hints` say, its log read as `how` says (the node's cache of the log, whether the table
+    /// is known to have one, whether files' statistics are kept). See [`Snapshot::open`].
     pub(crate) async fn open_logged(
         location: &str,
         options: &HashMap<String, String>,
@@ -121,7 +64,7 @@ impl Snapshot {
         let (display, identity) = (log.display().to_string(), log.identity());
         match log.read().await? {
             Found::Log(version, store) => {
-                Snapshot::from_log(*version, store, display, hints, identity).await
+                Snapshot::from_log_in(*version, store, display, hints, identity).await
             }
             Found::Listing(files, store) => {
                 Snapshot::new(display, 0, *files, store, identity)
@@ -134,19 +77,16 @@ impl Snapshot {
         }
     }
 
-    /// The snapshot of an already loaded table; `location` is used in messages.
-    pub async fn from_table(table: &DeltaTable, location: String) -> Result<Snapshot, TableError> {
-        Snapshot::from_table_with(table, location, &ColumnHints::default()).await
-    }
-
-    /// [`from_table`](Self::from_table) reading samples as `hints` say.
-    pub async fn from_table_with(
-        table: &DeltaTable,
-        location: String,
+    /// The snapshot of a version whose log was read already ([`DeltaLog::read`],
+    /// [`DeltaLog::of_table`]), its data files read through `store`, its samples as `hints`
+    /// say; `location` names it in messages and cache keys.
+    pub async fn from_log(
+        version: LogVersion,
+        store: Arc<dyn ObjectStore>,
+        location: &str,
         hints: &ColumnHints,
     ) -> Result<Snapshot, TableError> {
-        let (version, store) = DeltaLog::of_table(table, &location).await?;
-        Snapshot::from_log(version, store, location.clone(), hints, &location).await
+        Snapshot::from_log_in(version, store, location.to_string(), hints, location).await
     }
 
     pub(super) fn new(
