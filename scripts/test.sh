@@ -37,6 +37,8 @@ cargo fmt --all -- --check
 # The walls between the crates and between files (docs/architecture.md).
 bash scripts/check_walls.sh
 cargo clippy --workspace --all-features --all-targets --quiet -- -D warnings
+# The API docs build without a broken or private link.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
 # What scripts/demo.sh builds: the binaries without the `cloud` feature (local tables only).
 cargo clippy -p voxlake-compact --bin compact -p voxlake --bin voxlake --no-default-features --quiet -- -D warnings
 # The binaries the CLI tests run, built with the same feature selection as the tests.

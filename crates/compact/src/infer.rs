@@ -22,7 +22,7 @@
 use voxlake_format::{Casting, DType, TensorSpec};
 
 /// Source objects read to settle the spec of a new table.
-pub const SAMPLES: usize = 8;
+pub(crate) const SAMPLES: usize = 8;
 
 /// One decodable source object's header.
 #[derive(Debug, Clone, PartialEq, Eq)]

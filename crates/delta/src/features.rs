@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// Reader features a snapshot handles, and how.
 ///
-/// - `deletionVectors`: deleted rows are never read (see [`Snapshot`](crate::Snapshot)).
+/// - `deletionVectors`: deleted rows are never read (see `Snapshot`).
 /// - `columnMapping`: names are logical; files are read by physical name or field id.
 /// - `timestampNtz`: timestamps without time zone are compared as their ISO text, never shifted.
 /// - `v2Checkpoint`: checkpoint manifests and sidecars (the Delta kernel reads the log).

@@ -28,7 +28,7 @@
 //! files 0600, opened without following a symbolic link and without blocking (a FIFO planted
 //! as an entry is refused, not waited on), read into buffers (an entry truncated while read
 //! cannot kill the process), and used only when this user owns them. Only names of its own
-//! format are ever deleted, and a wait for another process's lock ends after [`LOCK_WAIT`]
+//! format are ever deleted, and a wait for another process's lock ends after `LOCK_WAIT`
 //! (the read goes on and fetches itself).
 
 mod choice;
@@ -60,7 +60,7 @@ const STALE: Duration = Duration::from_secs(3600);
 /// deletes from.
 pub const CACHE_SUBDIR: &str = "voxlake-cache-v1";
 /// How long a miss waits for another process fetching the same entry before fetching too.
-pub const LOCK_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(60);
 /// MiB of entries being written in the background at most.
 const PENDING_WRITE_MIB: u32 = 256;
 

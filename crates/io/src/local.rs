@@ -4,7 +4,7 @@
 //! `LocalFileSystem` reads every range into a fresh, zero-filled `Vec`: a `memset`, a page
 //! fault per 4 KiB and a copy out of the page cache on every read (measured on the reference
 //! table: 79 % of the loader's page faults and most of its system time; a pool of recycled
-//! buffers removed the first two, not the copy). Here a range of at least [`MAPPED_MIN`]
+//! buffers removed the first two, not the copy). Here a range of at least `MAPPED_MIN`
 //! bytes (the tensor chunks) is mapped instead (`mmap`, populated in one call): the `Bytes`
 //! handed out are the page cache's pages themselves, unmapped when the last of them (the decoded
 //! row group's views) is dropped. Every other call goes to `LocalFileSystem` unchanged.
@@ -14,9 +14,9 @@
 //! running loader would fault on the missing pages (the ranges are checked against the file's
 //! size when mapped): no tool of this stack does that. A page that cannot be read in is a
 //! `SIGBUS`, not an error: so only files on local disk and memory filesystems are mapped
-//! ([`mappable`]); on network and FUSE mounts (NFS, SMB, blobfuse, s3fs…), where a read can fail
+//! (`mappable`); on network and FUSE mounts (NFS, SMB, blobfuse, s3fs…), where a read can fail
 //! for passing reasons, ranges are read, and a failure is an error naming the file. Ranges of
-//! at least [`MAPPED_MIN`] bytes are read there into recycled buffers (`pool`).
+//! at least `MAPPED_MIN` bytes are read there into recycled buffers (`pool`).
 
 pub(crate) mod pool;
 
@@ -31,7 +31,7 @@ use object_store::path::Path;
 
 /// Ranges smaller than this are read into fresh buffers (ids, labels, footers): mapping costs a
 /// few system calls, worth it only where a copy costs more.
-pub const MAPPED_MIN: usize = 1 << 20;
+pub(crate) const MAPPED_MIN: usize = 1 << 20;
 
 /// `LocalFileSystem` rooted at `/`, with large range reads mapped from the page cache.
 ///
@@ -106,7 +106,7 @@ fn io_error(path: &std::path::Path, e: std::io::Error) -> object_store::Error {
 
 /// Whether files on a filesystem of this type (`statfs`'s `f_type`) are mapped: local disk and
 /// memory filesystems only, where reading a page in does not fail for passing reasons.
-pub fn mappable(fs_type: i64) -> bool {
+pub(crate) fn mappable(fs_type: i64) -> bool {
     const LOCAL: [i64; 9] = [
         0xEF53,      // ext2/3/4
         0x5846_5342, // xfs

@@ -183,7 +183,7 @@ const RETRY_SETTINGS: [(&str, &str); 3] = [
     ("backoff_config.max_backoff", "5s"),
 ];
 
-/// `options` with [`RETRY_SETTINGS`] where the caller did not set them: the settings every
+/// `options` with `RETRY_SETTINGS` where the caller did not set them: the settings every
 /// store of a table or a source is built with (the reachability probe keeps its quick ones).
 pub fn with_retry_defaults(options: &HashMap<String, String>) -> HashMap<String, String> {
     let mut out = options.clone();

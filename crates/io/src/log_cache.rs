@@ -11,7 +11,7 @@
 //! and anything else pass through, as do conditional and versioned reads. A `head` of a listed
 //! log object is answered from the listing, without a request.
 //!
-//! The bytes go through [`DiskCache::get_or_fetch`]: checked (CRC-32) on every read, fetched
+//! The bytes go through `DiskCache::get_or_fetch`: checked (CRC-32) on every read, fetched
 //! once per node when ranks ask at once, written aside and renamed into place; counted as
 //! `log_hits` and `log_misses`, apart from data reads.
 

@@ -13,13 +13,13 @@
 //! A log Parquet file (a checkpoint part) is read from its end first: its last 8 bytes, then
 //! its footer, then the small column chunks of protocol and metadata, one round trip each, then
 //! its file actions. Where the listing told its size, the first request within its last
-//! [`TAIL_BYTES`] fetches all of them, and the others are answered from that tail (measured
+//! `TAIL_BYTES` fetches all of them, and the others are answered from that tail (measured
 //! through 20 ms: the open of a 10⁵-file table's checkpoint went from 5 sequential checkpoint
-//! reads to 2); a file of at most [`WHOLE_BYTES`] is fetched whole by that request (the file
+//! reads to 2); a file of at most `WHOLE_BYTES` is fetched whole by that request (the file
 //! actions are most of a checkpoint: 19 of its 20 MB at 10⁵ files), so its reads are one round
 //! trip.
 //!
-//! A read longer than [`PART_BYTES`] (a checkpoint's file actions are one column chunk: 19 MB
+//! A read longer than `PART_BYTES` (a checkpoint's file actions are one column chunk: 19 MB
 //! at 10⁵ files, 168 MB at 10⁶) is asked in parts, all at once, not as one GET.
 //!
 //! Answers of objects that can change (`_last_checkpoint`, a listing of `_delta_log`) can be
@@ -62,14 +62,14 @@ struct Answer {
 type Key = (Path, String);
 
 /// Bytes fetched at once from the end of a log Parquet file when a read falls in them.
-pub const TAIL_BYTES: u64 = 1 << 20;
+pub(crate) const TAIL_BYTES: u64 = 1 << 20;
 
 /// A log read longer than this is asked in parts of this size, all at once.
-pub const PART_BYTES: u64 = 8 << 20;
+pub(crate) const PART_BYTES: u64 = 8 << 20;
 
 /// A listed log Parquet file of at most this many bytes is fetched whole (in parts at once) by
 /// its first read.
-pub const WHOLE_BYTES: u64 = 32 << 20;
+pub(crate) const WHOLE_BYTES: u64 = 32 << 20;
 
 /// Remembers a table's log answers while it opens (see the [module](self)).
 #[derive(Debug)]

@@ -15,7 +15,7 @@ pub(crate) fn euid() -> u32 {
 /// This user's folder on the node, `voxlake-<uid>` in `$XDG_RUNTIME_DIR` where it is set (a
 /// folder of this user's that the session ends with), else in the temporary folder (`TMPDIR`,
 /// else `/tmp`: under Slurm often a folder of the job's), created 0700 and checked as
-/// [`private_dir`] checks: a folder another user made there first, or a link, is refused.
+/// `private_dir` checks: a folder another user made there first, or a link, is refused.
 ///
 /// ```
 /// let folder = voxlake_io::private::user_folder().unwrap();

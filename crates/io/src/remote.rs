@@ -25,7 +25,7 @@ use crate::stall::StallClock;
 /// one connection to a cloud store moves ~25–95 MiB/s, so one large row group (Petastorm
 /// writes 256 MB ones) would otherwise be one slow stream (AWS's CRT client and Lance split
 /// reads into 8–16 MiB parts).
-pub const PART_BYTES: u64 = 8 << 20;
+pub(crate) const PART_BYTES: u64 = 8 << 20;
 /// Parts of one range fetched at once.
 const PARTS_IN_FLIGHT: usize = 16;
 

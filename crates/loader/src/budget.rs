@@ -5,7 +5,7 @@
 //! fetched plus as decoded: `peak`) and keeps the decoded share (`held`) while any of its rows
 //! is in the shuffle buffer, or a share in proportion to its rows once the buffer copied its
 //! last few rows out ([`Mixer::loosen`](voxlake_plan::mixer::Mixer::loosen)). When the
-//! buffer asks for another group it holds fewer than [`held_rows_when_asking`] rows' worth (a
+//! buffer asks for another group it holds fewer than `held_rows_when_asking` rows' worth (a
 //! bound the mixer's own tests check), so the budget must fit that many rows and the next
 //! group's peak.
 
@@ -16,7 +16,11 @@ use voxlake_stream::GroupBudget;
 /// group of at most `rows` rows. Unshuffled: less than a batch buffered, plus the rows already
 /// drawn from the one group partly drawn. Shuffled: less than its buffer (or a batch, if
 /// larger); stragglers beyond that are loosened.
-pub fn held_rows_when_asking(rows: u64, batch_size: usize, buffer_rows: Option<usize>) -> u64 {
+pub(crate) fn held_rows_when_asking(
+    rows: u64,
+    batch_size: usize,
+    buffer_rows: Option<usize>,
+) -> u64 {
     let batch = batch_size.max(1) as u64;
     match buffer_rows {
         None => batch - 1 + rows.max(1) - 1,
@@ -26,10 +30,10 @@ pub fn held_rows_when_asking(rows: u64, batch_size: usize, buffer_rows: Option<u
 
 /// What the stream counts for each group held beyond its bytes: its share is counted in whole
 /// KiB, rounded up, and a buffer may hold a group per row.
-pub const ROW_SHARE: u64 = 1024;
+pub(crate) const ROW_SHARE: u64 = 1024;
 
 /// Bytes the budget needs for row groups of `group`'s size: the rows held when the buffer
-/// asks for another group, and that group's peak, each with its [`ROW_SHARE`] (the next one's
+/// asks for another group, and that group's peak, each with its `ROW_SHARE` (the next one's
 /// too).
 pub fn needed(group: GroupBudget, batch_size: usize, buffer_rows: Option<usize>) -> u64 {
     let per_row = group.held.div_ceil(group.rows.max(1));
@@ -38,14 +42,14 @@ pub fn needed(group: GroupBudget, batch_size: usize, buffer_rows: Option<usize>)
 }
 
 /// The shuffle buffer a budget allows: half of it in buffered rows (each its sample and its
-/// [`ROW_SHARE`], as [`needed`] counts them), at least one batch.
+/// `ROW_SHARE`, as [`needed`] counts them), at least one batch.
 pub fn buffer_rows(budget: u64, sample_bytes: u64, requested: usize, batch_size: usize) -> usize {
     let fits = (budget / 2 / (sample_bytes + ROW_SHARE)) as usize;
     requested.min(fits).max(batch_size)
 }
 
 /// The budget [`buffer_rows`] lets hold a buffer of `rows` rows of `sample_bytes`.
-pub fn budget_for_buffer(rows: usize, sample_bytes: u64) -> u64 {
+pub(crate) fn budget_for_buffer(rows: usize, sample_bytes: u64) -> u64 {
     2 * rows as u64 * (sample_bytes + ROW_SHARE)
 }
 

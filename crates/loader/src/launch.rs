@@ -269,7 +269,7 @@ pub fn affinity(
 /// What `asked` means for rank `rank` of `world` (see [`affinity`]); with
 /// [`NodeAffinity::FromEnv`], an error where the launcher says no node (`launch`: the
 /// launcher's variables, `None` for a process started on its own: one node).
-pub fn resolve_affinity(
+pub(crate) fn resolve_affinity(
     asked: NodeAffinity,
     rank: usize,
     world: usize,
@@ -294,16 +294,16 @@ pub fn resolve_affinity(
 
 /// The variables a job's id is read from, first set wins: voxlake's own, then torchrun's run
 /// id (not its default `none`: unnamed runs share it), then Slurm's job id.
-pub const JOB_VARS: [&str; 3] = ["VOXLAKE_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
+pub(crate) const JOB_VARS: [&str; 3] = ["VOXLAKE_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
 
 /// Slurm's variable with the job's start, in seconds since the Unix epoch: the same for every
 /// rank of the job. (torchrun exports no start time.)
-pub const START_VAR: &str = "SLURM_JOB_START_TIME";
+pub(crate) const START_VAR: &str = "SLURM_JOB_START_TIME";
 
 /// The job a rank of this launch is one of: `given` (a job the caller named), else the one
-/// [`JOB_VARS`] name; with what the launcher says of it: every rank on one node (its node
+/// `JOB_VARS` name; with what the launcher says of it: every rank on one node (its node
 /// count, see [`NodeVars`], or Slurm's `SLURM_JOB_NUM_NODES`, is 1) and when it started
-/// ([`START_VAR`]). `None` where neither names one.
+/// (`START_VAR`). `None` where neither names one.
 ///
 /// ```
 /// use voxlake_loader::launch::job_from_vars;

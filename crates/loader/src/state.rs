@@ -28,12 +28,12 @@ use voxlake_plan::replay::{OrderSettings, Segment};
 use crate::LoaderError;
 
 /// The state format this version writes and reads.
-pub const STATE_FORMAT: u32 = 1;
+pub(crate) const STATE_FORMAT: u32 = 1;
 
 /// Where a loader is: see the [module documentation](self).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoaderState {
-    /// The state format ([`STATE_FORMAT`]).
+    /// The state format (`STATE_FORMAT`).
     pub format: u32,
     /// The table location (without query string: no secrets).
     pub table: String,
@@ -87,7 +87,7 @@ fn one_node() -> usize {
 
 /// The most ranks a state's segment may have where the table has fewer rows: more than any
 /// job runs (a resume replays each segment rank by rank).
-pub const MAX_RANKS: usize = 1 << 20;
+pub(crate) const MAX_RANKS: usize = 1 << 20;
 
 /// A closed segment: `batches` per rank over `world_size` ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

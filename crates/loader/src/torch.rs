@@ -2,7 +2,7 @@
 //!
 //! The batch is assembled straight into the tensor's memory: one copy from the Arrow buffers.
 //! On CPU that tensor is the batch (channels moved first during the copy). For a CUDA device
-//! the batch goes through [`feed`](crate::feed): staged in pinned buffers allocated once,
+//! the batch goes through `feed`: staged in pinned buffers allocated once,
 //! copied on a stream of its own with its labels, the channel axis moved on the device. The
 //! producer thread runs ahead by the loader's prefetch, so that many batches are already on
 //! the device when the training loop asks. `cuda/pinned.cpp` allocates pinned host tensors

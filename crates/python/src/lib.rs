@@ -2,13 +2,13 @@
 //! `voxlake._voxlake` extension module, which the `voxlake` package (`python/voxlake`)
 //! re-exports. Built as an abi3 wheel by maturin (`pyproject.toml` at the repository root).
 //!
-//! One job per module: [`options`] applies the Python keyword arguments to the Rust builder
-//! (the one list of them), [`loader`] is the `Loader` class (iteration with the GIL released,
-//! state, epochs), [`arrays`] hands a batch's buffers to numpy without a copy, [`compact`]
-//! runs `convert` and `inspect`, [`cli`] the console scripts, [`staging`] copies a batch into
-//! `voxlake.torch.to_device`'s page-locked buffers, [`logs`] hands the crates' `tracing` events to Python's `logging`, [`shared`] the
+//! One job per module: `options` applies the Python keyword arguments to the Rust builder
+//! (the one list of them), `loader` is the `Loader` class (iteration with the GIL released,
+//! state, epochs), `arrays` hands a batch's buffers to numpy without a copy, `compact`
+//! runs `convert` and `inspect`, `cli` the console scripts, `staging` copies a batch into
+//! `voxlake.torch.to_device`'s page-locked buffers, `logs` hands the crates' `tracing` events to Python's `logging`, `shared` the
 //! compare-and-swap
-//! `voxlake.torch.Dataset`'s passes agree on, [`errors`] turns the crates' errors into
+//! `voxlake.torch.Dataset`'s passes agree on, `errors` turns the crates' errors into
 //! the exceptions of `python/voxlake/_errors.py`.
 
 #![warn(missing_docs)]

@@ -8,7 +8,7 @@
 //! replaced under the same path) fails naming both. A job restarted under the same id (an
 //! elastic restart) reads the version it began with.
 //!
-//! The marker lies in the first place the job has ([`place`]): a folder the user names
+//! The marker lies in the first place the job has (`place`): a folder the user names
 //! (`with_job_dir`, [`JOB_DIR_ENV`]), this user's folder on the node when every rank runs on
 //! it, else `_voxlake/jobs/<job>.json` beside the table (Delta readers and `VACUUM` leave
 //! `_`-prefixed folders alone). A marker says when it was written; the first rank of a later
@@ -18,9 +18,9 @@
 //! ([`Job::started`]), else the version each opened, with a warning (`caution`) naming the ways
 //! out: never a failure for lack of write access.
 //!
-//! A rank looks for the marker before it opens anything ([`open_for_job`]), so the ranks after
+//! A rank looks for the marker before it opens anything (`open_for_job`), so the ranks after
 //! the first replay the log once, at the job's version. The marker's name and contents are
-//! pure ([`marker_name`], [`Marker`]); the reads and the put are in [`agree`] and
+//! pure ([`marker_name`], [`Marker`]); the reads and the put are in `agree` and
 //! `pinned_in`.
 
 mod expire;

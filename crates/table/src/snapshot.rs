@@ -104,7 +104,7 @@ impl Snapshot {
         self.partition_types.get(name)
     }
     /// The table's columns at this version, under their logical names (see
-    /// [`Snapshot::open_with`]): a column a file lacks reads as null there, a column a file
+    /// `Snapshot::open_with`): a column a file lacks reads as null there, a column a file
     /// holds in a narrower type reads widened.
     pub fn schema(&self) -> &arrow_schema::SchemaRef {
         &self.schema
@@ -300,7 +300,7 @@ impl Snapshot {
     }
 
     /// The error for a failed read of file `index`: a vanished file is named as such.
-    pub fn file_error(&self, index: usize, source: ParquetError) -> TableError {
+    pub(crate) fn file_error(&self, index: usize, source: ParquetError) -> TableError {
         let file = self.path_of(index).to_string();
         if let ParquetError::External(e) = &source
             && let Some(object_store::Error::NotFound { .. }) =

@@ -162,7 +162,7 @@ impl Asked {
 }
 
 /// The log's first answers, asked ahead of the open beside a job's marker: `_last_checkpoint`
-/// answered, the listing under way. Taken by the open ([`LogAhead::take`]) only where it reads
+/// answered, the listing under way. Taken by the open (`LogAhead::take`) only where it reads
 /// the same paths of the same store.
 pub struct LogAhead(Asked);
 

@@ -87,7 +87,7 @@ impl Snapshot {
     }
 
     /// [`read_row_group`](Self::read_row_group), also returning where the time went.
-    pub async fn read_row_group_timed(
+    pub(crate) async fn read_row_group_timed(
         &self,
         index: usize,
         row_group: usize,
@@ -102,7 +102,7 @@ impl Snapshot {
         .await
     }
 
-    /// [`read_row_group_timed`](Self::read_row_group_timed) with a test's fault hooks: the row
+    /// `read_row_group_timed` with a test's fault hooks: the row
     /// group's rows that are read ([`kept_rows`](Self::kept_rows): not deleted, selected by
     /// the filter), taken out of the decoded pages when it keeps only some (on the blocking
     /// pool; copied when it keeps fewer than half, see
