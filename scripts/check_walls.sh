@@ -17,6 +17,22 @@ for features in "" "--no-default-features"; do
     fail "voxlake-io $features depends on Delta: $(echo "$io" | grep -E '^(deltalake|buoyant)' | sort -u)"
   fi
 done
+# Nor does its code name Delta's rules (the log's files, deltalake's types): those are
+# voxlake-delta's. Comments and tests may say what the bytes are for.
+python3 - <<'PY' || fail "voxlake-io's code names Delta (move it to voxlake-delta)"
+import pathlib, re, sys
+tests = re.compile(r"^#\[cfg\(test\)\]\s*\n\s*mod tests\b", re.M)
+found = []
+for f in sorted(pathlib.Path("crates/io/src").rglob("*.rs")):
+    text = f.read_text()
+    m = tests.search(text)
+    code = text[: m.start()] if m else text
+    for n, line in enumerate(code.splitlines(), 1):
+        if not line.strip().startswith("//") and re.search(r"(?i)delta", line):
+            found.append(f"{f}:{n}: {line.strip()}")
+print("\n".join(found), file=sys.stderr)
+sys.exit(1 if found else 0)
+PY
 # Without the cloud stores voxlake-io builds no TLS stack and no HTTP client.
 io=$(cargo tree -p voxlake-io -e normal --prefix none --no-default-features)
 if echo "$io" | grep -qE '^(rustls|aws-lc-sys|reqwest) '; then

@@ -37,6 +37,8 @@ mod deletes;
 mod error;
 mod features;
 mod file_list;
+mod log_cache;
+mod log_memo;
 mod mapping;
 mod open;
 mod partition;

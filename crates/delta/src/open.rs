@@ -17,7 +17,7 @@ use crate::file_list::FileList;
 use crate::read::{Loaded, LogAhead, load};
 use crate::replayed::Replayed;
 use crate::version::{LogVersion, describe};
-/// Bytes of log answers kept while a table opens (`voxlake_io::log_memo`): a log of 100 commits
+/// Bytes of log answers kept while a table opens (`log_memo`): a log of 100 commits
 /// of 10⁵ files is 32 MB, its checkpoint 17 MB; a larger log is read twice past it.
 const LOG_MEMO_BYTES: u64 = 64 << 20;
 
@@ -77,7 +77,7 @@ pub struct DeltaLog {
     /// The log's first answers, asked before the open (beside a job's marker).
     ahead: std::sync::Mutex<Option<LogAhead>>,
     /// The log's answers kept while it opens: deltalake reads it twice (`LogMemo`).
-    memo: OnceLock<Arc<voxlake_io::log_memo::LogMemo>>,
+    memo: OnceLock<Arc<crate::log_memo::LogMemo>>,
 }
 
 impl std::fmt::Debug for DeltaLog {
@@ -131,7 +131,7 @@ impl DeltaLog {
     }
 
     /// A remote table's immutable log objects and replayed file lists read through the node's
-    /// disk cache (see `voxlake_io::log_cache`).
+    /// disk cache (see `log_cache`).
     pub fn with_node_cache(mut self, cache: Option<Arc<DiskCache>>) -> DeltaLog {
         self.log_cache = cache;
         self
@@ -245,7 +245,7 @@ impl DeltaLog {
             None => None,
         };
         Ok(backend.map(|store| {
-            let kept = Arc::new(voxlake_io::log_memo::LogMemo::new(store, LOG_MEMO_BYTES));
+            let kept = Arc::new(crate::log_memo::LogMemo::new(store, LOG_MEMO_BYTES));
             let _ = self.memo.set(kept.clone());
             kept as Arc<dyn ObjectStore>
         }))

@@ -49,7 +49,7 @@ pub(crate) async fn load(
     display: &str,
     stats: bool,
     ahead: Option<LogAhead>,
-    memo: Option<&voxlake_io::log_memo::LogMemo>,
+    memo: Option<&crate::log_memo::LogMemo>,
 ) -> Result<Option<Loaded>, DeltaError> {
     let version = match as_of {
         AsOf::Latest => Some(None),

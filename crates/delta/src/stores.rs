@@ -125,7 +125,7 @@ pub(crate) fn through_log_cache(
     identity: &str,
 ) -> Arc<dyn ObjectStore> {
     match cache {
-        Some(cache) => Arc::new(voxlake_io::log_cache::LogCache::new(
+        Some(cache) => Arc::new(crate::log_cache::LogCache::new(
             store,
             cache.clone(),
             identity,

@@ -88,7 +88,7 @@ fn stream_of(items: Result<Vec<ObjectMeta>>) -> BoxStream<'static, Result<Object
     }
 }
 
-crate::passthrough::wrapper_store!(RetryBroken, {
+crate::wrapper_store!(RetryBroken, {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         // A body that breaks after a successful answer object_store re-reads itself
         // (`retry_stream`); an answer that broke before it was whole is asked for again.

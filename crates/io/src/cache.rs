@@ -34,6 +34,7 @@
 mod choice;
 mod entry;
 mod evict;
+mod fetch;
 mod made;
 mod private;
 
@@ -79,7 +80,8 @@ pub struct CacheStats {
     pub corrupt: u64,
     /// Entries this process evicted.
     pub evicted: u64,
-    /// Reads of a table's log served from the cache (not in `hits`: see `log_cache`).
+    /// Reads of a table's log served from the cache (not in `hits`: see
+    /// [`DiskCache::get_or_fetch_log`]).
     pub log_hits: u64,
     /// Reads of a table's log fetched from the store and written to the cache.
     pub log_misses: u64,
@@ -200,61 +202,6 @@ impl DiskCache {
             log_hits: n(&c.log_hits),
             log_misses: n(&c.log_misses),
         }
-    }
-
-    /// The entry `key` of `object` (for messages): read from disk when it is there and whole,
-    /// else fetched with `fetch` (once per node when several ask at once) and written in the
-    /// background, off the read's path (the lock held until it is in place, so a reader of the
-    /// same entry waits for it rather than fetching it again).
-    pub(crate) async fn get_or_fetch<F>(
-        self: &Arc<Self>,
-        key: EntryKey,
-        object: &str,
-        fetch: F,
-    ) -> object_store::Result<Vec<Bytes>>
-    where
-        F: std::future::Future<Output = object_store::Result<Vec<Bytes>>>,
-    {
-        let key = Arc::new(key);
-        let object: Arc<str> = object.into();
-        let lock = {
-            let (c, k, o) = (self.clone(), key.clone(), object.clone());
-            match blocking(move || c.lookup_or_lock(&k, &o)).await? {
-                Ok(parts) => return Ok(parts),
-                Err(lock) => lock,
-            }
-        };
-        let parts = fetch.await?;
-        let misses = match key.log {
-            true => &self.counters.log_misses,
-            false => &self.counters.misses,
-        };
-        misses.fetch_add(1, Ordering::Relaxed);
-        // Writes wait here when the disk is slower than the store: what they hold is bounded.
-        let payload: usize = parts.iter().map(Bytes::len).sum();
-        let mib = (payload.div_ceil(1 << 20) as u32).clamp(1, PENDING_WRITE_MIB);
-        let permit = self.writes.clone().acquire_many_owned(mib).await.ok();
-        let (c, p) = (self.clone(), parts.clone());
-        tokio::task::spawn_blocking(move || {
-            let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                c.write(&key, &p, &object);
-            }));
-            if let Some(lock) = lock {
-                // Removed before it is unlocked: a waiter on it looks again and finds the entry.
-                let _ = std::fs::remove_file(c.lock_path(&key.file_name()));
-                drop(lock);
-            }
-            drop(permit);
-            if let Err(panic) = written {
-                let message = crate::error::panic_message(panic.as_ref());
-                tracing::error!(
-                    object = &*object,
-                    message,
-                    "writing a cache entry panicked (the read was served)"
-                );
-            }
-        });
-        Ok(parts)
     }
 
     /// Waits until the entries being written are in place.

@@ -16,8 +16,8 @@
 //! flight (the least of the last two reads started with at most the floor in flight, in the slow
 //! start or in a probe). While the depth stays above the floor no such read happens (an epoch's
 //! last few reads were measured slow for other reasons: they do not count), so after
-//! `PROBE_FIRST` reads without one (the slow start's reads also opened connections), then
-//! every `PROBE_EVERY`, the depth drops to the floor until two are timed (a store that got
+//! [`PROBE_FIRST`] reads without one (the slow start's reads also opened connections), then
+//! every [`PROBE_EVERY`], the depth drops to the floor until two are timed (a store that got
 //! slower is then seen).
 //! The memory budget bounds the depth besides. Until the reads and the pace are measured, a slow
 //! start: the floor, one more after each read (the first row groups, which the first batch
@@ -64,9 +64,9 @@ const RATE_RUN: usize = 8;
 const PROBE_READS: usize = 2;
 /// Reads without one started at the floor before the depth drops there to time one, the first
 /// time.
-pub(crate) const PROBE_FIRST: usize = 32;
+pub const PROBE_FIRST: usize = 32;
 /// The same, after the first probe.
-pub(crate) const PROBE_EVERY: usize = 256;
+pub const PROBE_EVERY: usize = 256;
 /// Weight of a new sample in the moving averages.
 const ALPHA: f64 = 0.125;
 /// Headroom over Little's law: latencies and the consumer's pace vary.
@@ -147,7 +147,7 @@ impl Depth {
 
     /// A read finished after `took` (request to decoded); `in_flight` reads (itself included)
     /// were in flight when it started.
-    pub(crate) fn read_done(&mut self, took: Duration, in_flight: usize) {
+    pub fn read_done(&mut self, took: Duration, in_flight: usize) {
         let secs = took.as_secs_f64();
         remember(&mut self.reads_recent, RECENT, secs);
         let in_flight = in_flight.max(1);
@@ -176,7 +176,7 @@ impl Depth {
 
     /// The consumer took a row group after `busy` of its own work since it took the one before
     /// (its waits for the stream left out).
-    pub(crate) fn item_taken(&mut self, busy: Duration) {
+    pub fn item_taken(&mut self, busy: Duration) {
         self.pace.add(busy.as_secs_f64());
     }
 
@@ -191,15 +191,13 @@ impl Depth {
         Some(Duration::from_secs_f64(*quartile))
     }
 
-    /// The consumer's own time per row group as the depth counts it, once measured (for
-    /// tests: what the depth was told).
-    #[cfg(test)]
-    pub(crate) fn consumer_pace(&self) -> Option<Duration> {
+    /// The consumer's own time per row group as the depth counts it, once measured.
+    pub fn consumer_pace(&self) -> Option<Duration> {
         (self.pace.samples > 0).then(|| Duration::from_secs_f64(self.pace.value))
     }
 
     /// Whether the depth is at the floor to measure a read's unloaded time.
-    pub(crate) fn probing(&self) -> bool {
+    pub fn probing(&self) -> bool {
         self.probe_left > 0
     }
 

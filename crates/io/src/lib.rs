@@ -7,7 +7,6 @@
 //! - [`local`]: local tables read as views of the page cache or into recycled buffers.
 //! - [`remote`]: the store a remote table's data files are read through (parts, cache, counts).
 //! - [`cache`]: the node-local disk cache of remote reads.
-//! - [`log_cache`]: a store that reads a Delta log's immutable objects through that cache.
 //! - [`stall`]: when a read has stalled and is asked again.
 //! - [`depth`], [`inflight`]: reads in flight sized to the store (Little's law).
 //! - [`ahead`]: futures run ahead of their consumer, a panic an error.
@@ -44,8 +43,6 @@ mod error;
 pub mod inflight;
 pub mod local;
 pub mod location;
-pub mod log_cache;
-pub mod log_memo;
 mod passthrough;
 pub mod private;
 pub mod reader;
@@ -56,3 +53,9 @@ pub use ahead::{AbortOnDrop, spawn_ahead};
 pub use broken::RetryBroken;
 pub use error::{IoError, panic_message, redact, store_error_is_transient};
 pub use reader::ObjectFileReader;
+
+// What `wrapper_store!` names from the crate that expands it.
+#[doc(hidden)]
+pub mod __private {
+    pub use async_trait::async_trait;
+}

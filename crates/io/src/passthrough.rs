@@ -1,12 +1,14 @@
-//! The pass-through half of the wrapper stores: `ObjectStore` written once for every store of
-//! this crate that changes a few calls (`MappedLocalStore`, `RemoteStore`, `RetryBroken`,
-//! `LogCache`), as object_store writes each of its own wrappers (`LimitStore`,
-//! `ThrottledStore`) around the calls it changes.
+//! The pass-through half of the wrapper stores: `ObjectStore` written once for every store
+//! that changes a few calls (this crate's `MappedLocalStore`, `RemoteStore`, `RetryBroken`;
+//! voxlake-delta's `LogCache` and `LogMemo`), as object_store writes each of its own wrappers
+//! (`LimitStore`, `ThrottledStore`) around the calls it changes.
 
 /// Implements `Display` and `ObjectStore` for `$store`, whose field `inner` is the store it
 /// wraps: the methods given in the braces are the store's own, and every write (put, multipart
 /// upload, delete, copy, rename) goes to `inner` unchanged. The reads (`get_opts`, the
-/// listings) must be among the given ones (see [`reads_ranges_itself`] for the usual set).
+/// listings) must be among the given ones. The crate that uses it depends on `object_store` and
+/// `futures`.
+#[macro_export]
 macro_rules! wrapper_store {
     ($store:ident, { $($own:tt)* }) => {
         impl ::std::fmt::Display for $store {
@@ -15,7 +17,7 @@ macro_rules! wrapper_store {
             }
         }
 
-        #[async_trait::async_trait]
+        #[$crate::__private::async_trait]
         impl ::object_store::ObjectStore for $store {
             $($own)*
 
@@ -70,11 +72,11 @@ macro_rules! wrapper_store {
     };
 }
 
-/// [`wrapper_store`] for a store whose `get_ranges` is its own `read_ranges` (every data read
+/// `wrapper_store!` for a store whose `get_ranges` is its own `read_ranges` (every data read
 /// of a table goes through it); `get_opts` and the listings go to `inner` unchanged.
 macro_rules! reads_ranges_itself {
     ($store:ident) => {
-        crate::passthrough::wrapper_store!($store, {
+        $crate::wrapper_store!($store, {
             async fn get_ranges(
                 &self,
                 location: &::object_store::path::Path,
@@ -123,4 +125,3 @@ macro_rules! reads_ranges_itself {
 }
 
 pub(crate) use reads_ranges_itself;
-pub(crate) use wrapper_store;

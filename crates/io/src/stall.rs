@@ -5,13 +5,13 @@
 //! packet on one connection); asking again is what their SDKs' "hedged" or "timed-out and
 //! retried" reads do.
 //!
-//! Until `WARM` answers are timed the deadline is `UNMEASURED`; it never goes below
-//! `FLOOR` (a runtime busy decoding must not look like a store stalling) nor above
-//! `CEILING`. Each re-ask of the same read waits twice as long as the one before, and after
-//! `REASKS` the read waits as long as the client itself allows: a store that is merely slow,
+//! Until [`WARM`] answers are timed the deadline is [`UNMEASURED`]; it never goes below
+//! [`FLOOR`] (a runtime busy decoding must not look like a store stalling) nor above
+//! [`CEILING`]. Each re-ask of the same read waits twice as long as the one before, and after
+//! [`REASKS`] the read waits as long as the client itself allows: a store that is merely slow,
 //! or away and being retried by object_store's own policy, is never failed by this guard, only
 //! asked again a few times. Re-asks are budgeted as hedged requests are ("The Tail at Scale"):
-//! at most `BUDGET_BASE` plus one in `BUDGET_EVERY` answers; past it a read waits as the
+//! at most [`BUDGET_BASE`] plus one in [`BUDGET_EVERY`] answers; past it a read waits as the
 //! client allows, so an overloaded store is not sent more requests than it answers (measured
 //! on a local Azurite under load: up to 16 re-asks in a run of 2 epochs over 1,000 cubes
 //! without the budget).
@@ -36,21 +36,21 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Answers timed before the measured deadline replaces [`UNMEASURED`].
-pub(crate) const WARM: usize = 20;
+pub const WARM: usize = 20;
 /// Answers remembered (the percentile is over these).
 const RECENT: usize = 200;
 /// The deadline before the store's answers are measured.
-pub(crate) const UNMEASURED: Duration = Duration::from_secs(2);
+pub const UNMEASURED: Duration = Duration::from_secs(2);
 /// The least deadline.
-pub(crate) const FLOOR: Duration = Duration::from_millis(250);
+pub const FLOOR: Duration = Duration::from_millis(250);
 /// The most a measured deadline can be (the first wait; re-asks double it).
-pub(crate) const CEILING: Duration = Duration::from_secs(10);
+pub const CEILING: Duration = Duration::from_secs(10);
 /// Times one read is asked again before it waits as long as the client allows.
-pub(crate) const REASKS: u32 = 3;
+pub const REASKS: u32 = 3;
 /// Re-asks allowed before any answer counts toward the budget.
-pub(crate) const BUDGET_BASE: u64 = 8;
+pub const BUDGET_BASE: u64 = 8;
 /// One re-ask allowed per this many answers.
-pub(crate) const BUDGET_EVERY: u64 = 50;
+pub const BUDGET_EVERY: u64 = 50;
 
 /// The store's recent times to first byte, and the deadlines they give.
 #[derive(Debug, Clone, Default)]

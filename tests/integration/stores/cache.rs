@@ -487,7 +487,7 @@ on_every_backend!(node_affinity_keeps_a_nodes_rows_in_its_cache);
 
 /// 8 processes of a node opening the table at once through one cache fetch each immutable log
 /// object (the commits, the checkpoint's ranges) from the store once between them, counted at
-/// the proxy (`voxlake_io::log_cache`); without the cache every process fetches every commit.
+/// the proxy (voxlake-delta's `log_cache`); without the cache every process fetches every commit.
 async fn ranks_of_a_node_fetch_each_log_object_once(backend: Backend) {
     let count = 12;
     let uploaded = super::uploaded(backend, "log-once", count, 41).await;

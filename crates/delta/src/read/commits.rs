@@ -21,6 +21,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::log_memo::LogMemo;
 use bytes::Bytes;
 use deltalake::DeltaTableError;
 use deltalake::kernel::{DeletionVectorDescriptor, Metadata, Protocol as DeltaProtocol};
@@ -30,7 +31,6 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use percent_encoding::percent_decode_str;
 use serde::Deserialize;
 use url::Url;
-use voxlake_io::log_memo::LogMemo;
 
 use super::asked::{Asked, LogAhead, log_paths};
 use super::log_file::LogFile;

@@ -26,7 +26,7 @@ use object_store::{
     GetOptions, GetRange, GetResult, GetResultPayload, ListResult, ObjectMeta, ObjectStore, Result,
 };
 
-use crate::cache::{DiskCache, EntryKey};
+use voxlake_io::cache::DiskCache;
 
 /// Cached reads in flight at once, per process. A miss holds its entry's lock while it fetches,
 /// and the ranks that want the entry wait on that lock on a blocking thread: a log reader that
@@ -37,7 +37,7 @@ const IN_FLIGHT: usize = 64;
 
 /// Reads `inner`'s immutable Delta log objects through `cache` (see the [module](self)).
 #[derive(Debug)]
-pub struct LogCache {
+pub(crate) struct LogCache {
     inner: Arc<dyn ObjectStore>,
     cache: Arc<DiskCache>,
     /// Cached reads in flight ([`IN_FLIGHT`]).
@@ -50,7 +50,11 @@ pub struct LogCache {
 
 impl LogCache {
     /// `inner`, its immutable log objects read through `cache`, keyed under `identity`.
-    pub fn new(inner: Arc<dyn ObjectStore>, cache: Arc<DiskCache>, identity: &str) -> LogCache {
+    pub(crate) fn new(
+        inner: Arc<dyn ObjectStore>,
+        cache: Arc<DiskCache>,
+        identity: &str,
+    ) -> LogCache {
         LogCache {
             inner,
             cache,
@@ -85,7 +89,7 @@ impl LogCache {
 /// Whether `path` names a log object that never changes once written: a commit, a checkpoint
 /// (classic, multi-part, v2), a compacted log file, a checksum file (all named from a 20-digit
 /// version) or a v2 checkpoint's sidecar.
-pub fn is_immutable_log_object(path: &Path) -> bool {
+pub(crate) fn is_immutable_log_object(path: &Path) -> bool {
     let mut parts: Vec<&str> = path.as_ref().rsplit('/').take(3).collect();
     parts.reverse();
     let (name, parents) = match parts.split_last() {
@@ -124,7 +128,7 @@ pub(crate) fn unconditional(options: &GetOptions) -> bool {
         && options.version.is_none()
 }
 
-crate::passthrough::wrapper_store!(LogCache, {
+voxlake_io::wrapper_store!(LogCache, {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let plain = unconditional(&options);
         let meta = match self.listed(location) {
@@ -146,13 +150,6 @@ crate::passthrough::wrapper_store!(LogCache, {
             Some(e_tag) => format!("etag={e_tag}"),
             None => format!("modified={}", meta.last_modified.timestamp_millis()),
         };
-        let key = EntryKey::log(
-            &self.identity,
-            location.as_ref(),
-            meta.size,
-            &tag,
-            range.clone(),
-        );
         let whole = range == (0..meta.size);
         let fetch = async {
             // The whole object is asked for as a plain get, as the caller asked.
@@ -172,17 +169,15 @@ crate::passthrough::wrapper_store!(LogCache, {
                     .into(),
                 });
             }
-            Ok(vec![bytes])
+            Ok(bytes)
         };
         // Never closed: a permit always comes.
         let _permit = self.in_flight.acquire().await.ok();
+        let (object, size) = (location.as_ref(), meta.size);
         let bytes = self
             .cache
-            .get_or_fetch(key, location.as_ref(), fetch)
-            .await?
-            .into_iter()
-            .next()
-            .unwrap_or_default();
+            .get_or_fetch_log(&self.identity, object, size, &tag, range.clone(), fetch)
+            .await?;
         Ok(GetResult {
             payload: GetResultPayload::Stream(futures::stream::once(async { Ok(bytes) }).boxed()),
             meta,
@@ -317,7 +312,10 @@ mod tests {
         logs.get(&commit).await.unwrap().bytes().await.unwrap();
         cache.flush().await;
         // Flip a byte of the payload of every entry on disk.
-        let entries = dir.path().join(crate::cache::CACHE_SUBDIR).join("entries");
+        let entries = dir
+            .path()
+            .join(voxlake_io::cache::CACHE_SUBDIR)
+            .join("entries");
         let mut flipped = 0;
         for entry in std::fs::read_dir(&entries).unwrap() {
             let path = entry.unwrap().path();

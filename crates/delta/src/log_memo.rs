@@ -73,7 +73,7 @@ pub(crate) const WHOLE_BYTES: u64 = 32 << 20;
 
 /// Remembers a table's log answers while it opens (see the [module](self)).
 #[derive(Debug)]
-pub struct LogMemo {
+pub(crate) struct LogMemo {
     inner: Arc<dyn ObjectStore>,
     cap: u64,
     kept: Mutex<HashMap<Key, Arc<OnceCell<Answer>>>>,
@@ -95,7 +95,7 @@ impl std::fmt::Debug for Answer {
 
 impl LogMemo {
     /// `inner`, its log objects' answers kept up to `cap` bytes until [`close`](Self::close).
-    pub fn new(inner: Arc<dyn ObjectStore>, cap: u64) -> LogMemo {
+    pub(crate) fn new(inner: Arc<dyn ObjectStore>, cap: u64) -> LogMemo {
         LogMemo {
             inner,
             cap,
@@ -110,7 +110,7 @@ impl LogMemo {
 
     /// The next plain get of `location` (a mutable object just read: `_last_checkpoint`) is
     /// answered with `found` (its bytes and metadata, or `None`: not found), once.
-    pub fn prime_get(&self, location: Path, found: Option<(Bytes, ObjectMeta)>) {
+    pub(crate) fn prime_get(&self, location: Path, found: Option<(Bytes, ObjectMeta)>) {
         if !self.closed.load(Ordering::SeqCst) {
             self.primed.get(location, found);
         }
@@ -118,14 +118,14 @@ impl LogMemo {
 
     /// The next listing of `prefix` (whole, or from an offset) is answered from `objects`, a
     /// whole listing of it just made, once.
-    pub fn prime_listing(&self, prefix: Path, objects: Vec<ObjectMeta>) {
+    pub(crate) fn prime_listing(&self, prefix: Path, objects: Vec<ObjectMeta>) {
         if !self.closed.load(Ordering::SeqCst) {
             self.primed.listing(prefix, objects);
         }
     }
 
     /// Lets every kept answer go; every request passes through from now on.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         if let Ok(mut kept) = self.kept.lock() {
             kept.clear();
@@ -135,7 +135,7 @@ impl LogMemo {
     }
 
     /// Requests answered from memory so far.
-    pub fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
     }
 
@@ -256,7 +256,7 @@ impl LogMemo {
     }
 }
 
-crate::passthrough::wrapper_store!(LogMemo, {
+voxlake_io::wrapper_store!(LogMemo, {
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let plain = unconditional(&options) && !options.head;
         if plain
