@@ -14,16 +14,7 @@ pub(super) fn resolve_field(
     named: bool,
 ) -> Result<(TensorEncoding, FieldKind), FormatError> {
     let field = column.field;
-    let name = field.name().clone();
-    let given = match (&column.shape, column.dtype) {
-        (Some(shape), Some(dtype)) => Some(TensorSpec::new(shape.clone(), dtype)),
-        _ => None,
-    };
-    let mismatch = |what: &str, found: String, said: String| {
-        meta(format!(
-            "column '{name}': the table holds {what} {found}, the settings say {said}"
-        ))
-    };
+    let name = field.name();
     if let DataType::FixedSizeList(item, _) | DataType::List(item) | DataType::LargeList(item) =
         field.data_type()
         && dtype_of(item.data_type()).is_none()
@@ -34,28 +25,7 @@ pub(super) fn resolve_field(
         )));
     }
     let (encoding, spec) = match field.data_type() {
-        DataType::FixedSizeList(item, size) => {
-            let dtype = dtype_of(item.data_type()).unwrap_or(DType::F32);
-            let numel = (*size).max(0) as usize;
-            let shape = match (fixed_shape_of(field)?, &column.shape) {
-                (Some(recorded), Some(said)) if recorded != *said => {
-                    return Err(mismatch(
-                        "tensors of shape",
-                        format!("{recorded:?}"),
-                        format!("{said:?}"),
-                    ));
-                }
-                (Some(recorded), _) => recorded,
-                (None, Some(said)) => said.clone(),
-                (None, None) => vec![numel],
-            };
-            if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(numel) {
-                return Err(meta(format!(
-                    "column '{name}': shape {shape:?} is not {numel} values, the list size"
-                )));
-            }
-            (TensorEncoding::FixedSizeList, TensorSpec::new(shape, dtype))
-        }
+        DataType::FixedSizeList(item, size) => fixed_size_list(column, item.data_type(), *size)?,
         DataType::List(item) | DataType::LargeList(item) => {
             let dtype = dtype_of(item.data_type()).unwrap_or(DType::F32);
             let Some(shape) = column.shape.clone() else {
@@ -65,61 +35,114 @@ pub(super) fn resolve_field(
             };
             (TensorEncoding::List, TensorSpec::new(shape, dtype))
         }
-        t if is_binary(t) && stored.is_some() => {
-            let spec = stored
-                .cloned()
-                .unwrap_or_else(|| TensorSpec::new(Vec::new(), DType::U8));
-            (TensorEncoding::Raw, spec)
+        t if is_binary(t) => binary(column, stored, first)?,
+        t => return not_a_tensor(column, t, named),
+    };
+    check_settings(column, &spec)?;
+    Ok((encoding, FieldKind::Tensor(spec)))
+}
+
+/// What the settings say of `column`'s tensors disagrees with what the table holds.
+fn mismatch(column: &NamedColumn<'_>, what: &str, found: String, said: String) -> FormatError {
+    let name = column.field.name();
+    meta(format!(
+        "column '{name}': the table holds {what} {found}, the settings say {said}"
+    ))
+}
+
+/// A fixed-size list of `size` values of `item`: its shape the one the field records (a
+/// fixed-shape tensor), else the settings', else flat.
+fn fixed_size_list(
+    column: &NamedColumn<'_>,
+    item: &DataType,
+    size: i32,
+) -> Result<(TensorEncoding, TensorSpec), FormatError> {
+    let name = column.field.name();
+    let dtype = dtype_of(item).unwrap_or(DType::F32);
+    let numel = size.max(0) as usize;
+    let shape = match (fixed_shape_of(column.field)?, &column.shape) {
+        (Some(recorded), Some(said)) if recorded != *said => {
+            return Err(mismatch(
+                column,
+                "tensors of shape",
+                format!("{recorded:?}"),
+                format!("{said:?}"),
+            ));
         }
-        t if is_binary(t) => match first {
-            Some(bytes) if bytes.starts_with(NPY_MAGIC) || bytes.starts_with(ZIP_MAGIC) => {
-                let encoding = if bytes.starts_with(NPY_MAGIC) {
-                    TensorEncoding::Npy
-                } else {
-                    TensorEncoding::Npz
-                };
-                let spec = match encoding {
-                    TensorEncoding::Npz => {
-                        inflate_npz(bytes, crate::npy::NPZ_DEFAULT_CAP).and_then(|b| npy_spec(&b))
-                    }
-                    _ => npy_spec(bytes),
-                }
-                .map_err(|e| meta(format!("column '{name}', first row: {e}")))?;
-                (encoding, spec)
-            }
-            _ => match (&given, &column.shape, column.dtype) {
-                (Some(spec), _, _) => (TensorEncoding::Raw, spec.clone()),
-                (None, Some(shape), None) => {
-                    return Err(meta(format!(
-                        "column '{name}' holds raw bytes, which carry no element type: give the dtype of one sample of shape {shape:?} (with_tensor_shape, --dtype)"
-                    )));
-                }
-                (None, None, Some(dtype)) => {
-                    return Err(meta(format!(
-                        "column '{name}' holds raw bytes: give the shape of one sample of {dtype} (with_tensor_shape, --shape)"
-                    )));
-                }
-                _ => {
-                    return Err(meta(format!(
-                        "column '{name}' holds raw bytes: give the shape and dtype of one sample (with_tensor_shape, --shape, --dtype)"
-                    )));
-                }
-            },
-        },
-        t if named && dtype_of(t).is_some() => {
-            let dtype = dtype_of(t).unwrap_or(DType::F32);
-            (TensorEncoding::Scalar, TensorSpec::new(Vec::new(), dtype))
+        (Some(recorded), _) => recorded,
+        (None, Some(said)) => said.clone(),
+        (None, None) => vec![numel],
+    };
+    if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(numel) {
+        return Err(meta(format!(
+            "column '{name}': shape {shape:?} is not {numel} values, the list size"
+        )));
+    }
+    Ok((TensorEncoding::FixedSizeList, TensorSpec::new(shape, dtype)))
+}
+
+/// A BINARY column: voxlake's raw bytes (their spec `stored`), `np.save` or
+/// `np.savez_compressed` rows (told by `first`, the first value), or raw bytes of the spec the
+/// settings give.
+fn binary(
+    column: &NamedColumn<'_>,
+    stored: Option<&TensorSpec>,
+    first: Option<&[u8]>,
+) -> Result<(TensorEncoding, TensorSpec), FormatError> {
+    let name = column.field.name();
+    if let Some(spec) = stored {
+        return Ok((TensorEncoding::Raw, spec.clone()));
+    }
+    if let Some(bytes) = first
+        && (bytes.starts_with(NPY_MAGIC) || bytes.starts_with(ZIP_MAGIC))
+    {
+        let (encoding, spec) = if bytes.starts_with(NPY_MAGIC) {
+            (TensorEncoding::Npy, npy_spec(bytes))
+        } else {
+            let inflated = inflate_npz(bytes, crate::npy::NPZ_DEFAULT_CAP);
+            (TensorEncoding::Npz, inflated.and_then(|b| npy_spec(&b)))
+        };
+        let spec = spec.map_err(|e| meta(format!("column '{name}', first row: {e}")))?;
+        return Ok((encoding, spec));
+    }
+    match (&column.shape, column.dtype) {
+        (Some(shape), Some(dtype)) => {
+            Ok((TensorEncoding::Raw, TensorSpec::new(shape.clone(), dtype)))
         }
-        t if named && temporal_dtype_of(t).is_some() => {
-            let dtype = temporal_dtype_of(t).unwrap_or(DType::I64);
-            (TensorEncoding::Scalar, TensorSpec::new(Vec::new(), dtype))
+        (Some(shape), None) => Err(meta(format!(
+            "column '{name}' holds raw bytes, which carry no element type: give the dtype of one sample of shape {shape:?} (with_tensor_shape, --dtype)"
+        ))),
+        (None, Some(dtype)) => Err(meta(format!(
+            "column '{name}' holds raw bytes: give the shape of one sample of {dtype} (with_tensor_shape, --shape)"
+        ))),
+        (None, None) => Err(meta(format!(
+            "column '{name}' holds raw bytes: give the shape and dtype of one sample (with_tensor_shape, --shape, --dtype)"
+        ))),
+    }
+}
+
+/// A column that holds no tensors (of type `t`): a scalar or text field where the sample's
+/// fields were named, else an error naming what is read.
+fn not_a_tensor(
+    column: &NamedColumn<'_>,
+    t: &DataType,
+    named: bool,
+) -> Result<(TensorEncoding, FieldKind), FormatError> {
+    let name = column.field.name();
+    let scalar = dtype_of(t).or_else(|| temporal_dtype_of(t));
+    let spec = match t {
+        _ if !named => {
+            return Err(meta(format!(
+                "column '{name}' is {t}: tensors are read from BINARY, LIST or FIXED_SIZE_LIST columns"
+            )));
         }
-        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) if named => {
+        _ if scalar.is_some() => TensorSpec::new(Vec::new(), scalar.unwrap_or(DType::F32)),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
             return Err(meta(format!(
                 "column '{name}' is decimal({p},{s}): more than {MAX_EXACT_DECIMAL_PRECISION} digits do not fit an f64 exactly, so it is not read as a field (cast it in the table, or read a column of fewer digits)"
             )));
         }
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View if named => {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
             if column.shape.is_some() || column.dtype.is_some() {
                 return Err(meta(format!(
                     "column '{name}' holds strings: a text field takes no shape or dtype"
@@ -127,21 +150,23 @@ pub(super) fn resolve_field(
             }
             return Ok((TensorEncoding::Text, FieldKind::Text));
         }
-        other if named => {
+        other => {
             return Err(meta(format!(
                 "column '{name}' is {other}: fields are read from BINARY, LIST or FIXED_SIZE_LIST columns (tensors), number, bool, date, timestamp and decimal columns (scalars) and string columns (text)"
             )));
         }
-        other => {
-            return Err(meta(format!(
-                "column '{name}' is {other}: tensors are read from BINARY, LIST or FIXED_SIZE_LIST columns"
-            )));
-        }
     };
+    check_settings(column, &spec)?;
+    Ok((TensorEncoding::Scalar, FieldKind::Tensor(spec)))
+}
+
+/// The shape and dtype the settings give `column`, where given, are those of `spec`.
+fn check_settings(column: &NamedColumn<'_>, spec: &TensorSpec) -> Result<(), FormatError> {
     if let Some(shape) = &column.shape
         && shape != spec.shape()
     {
         return Err(mismatch(
+            column,
             "tensors of shape",
             format!("{:?}", spec.shape()),
             format!("{shape:?}"),
@@ -151,10 +176,11 @@ pub(super) fn resolve_field(
         && dtype != spec.dtype()
     {
         return Err(mismatch(
+            column,
             "elements of type",
             spec.dtype().to_string(),
             dtype.to_string(),
         ));
     }
-    Ok((encoding, FieldKind::Tensor(spec)))
+    Ok(())
 }
