@@ -45,74 +45,8 @@ impl Snapshot {
             reason: format!("filter '{text}': {reason}"),
         };
         let files = self.files();
-        let schema: Arc<Schema> = self.schema().clone();
-        let partition_columns: Vec<&str> = files.partition_columns().collect();
-        // Every column must exist, and its literals be of its kind.
-        let mut in_files = Vec::new();
-        // Dates and timestamps compare as numbers (days, microseconds); the log's statistics
-        // write them as text: not used, the footers' and the rows' decide.
-        let mut timestamps = Vec::new();
-        for column in filter.columns() {
-            let kind = if partition_columns.contains(&column) {
-                self.partition_type(column).and_then(kind_of)
-            } else {
-                let field = schema.field_with_name(column).map_err(|_| {
-                    incompatible(format!(
-                        "no column '{column}' (the table has {:?}{})",
-                        schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>(),
-                        if partition_columns.is_empty() {
-                            String::new()
-                        } else {
-                            format!(", partitions {partition_columns:?}")
-                        }
-                    ))
-                })?;
-                in_files.push(column.to_string());
-                if is_temporal(field.data_type()) {
-                    timestamps.push(column);
-                }
-                Some(kind_of(field.data_type()).ok_or_else(|| {
-                    incompatible(format!(
-                        "column '{column}' is {}: filters compare numbers, strings and bools",
-                        field.data_type()
-                    ))
-                })?)
-            };
-            for literal in filter.literals_of(column) {
-                if let Some(kind) = kind
-                    && literal.kind() != kind
-                {
-                    let holds = if timestamps.contains(&column)
-                        || schema
-                            .field_with_name(column)
-                            .is_ok_and(|f| is_temporal(f.data_type()))
-                    {
-                        "dates or timestamps, written as text ('2024-01-05', '2024-01-05T10:00:00Z')"
-                            .to_string()
-                    } else {
-                        format!("{kind}s")
-                    };
-                    return Err(incompatible(format!(
-                        "column '{column}' holds {holds}, the filter compares it with a {}",
-                        literal.kind()
-                    )));
-                }
-            }
-        }
-        // Date and timestamp literals as the numbers the values compare as.
-        let mut typed = filter.clone();
-        for column in filter.columns() {
-            if let Ok(field) = schema.field_with_name(column)
-                && is_temporal(field.data_type())
-            {
-                typed = typed
-                    .map_literals(column, &|v| match v {
-                        Value::Str(text) => temporal_literal(text, field.data_type()),
-                        other => Ok(other.clone()),
-                    })
-                    .map_err(|e| incompatible(format!("column '{column}': {e}")))?;
-            }
-        }
+        let (typed, in_files, timestamps) = self.checked(filter, &incompatible)?;
+        let timestamps: Vec<&str> = timestamps.iter().map(String::as_str).collect();
         let filter = &typed;
         let like = |column: &str| filter.literals_of(column).first().map(|v| (*v).clone());
         // A partition value, typed as the column is (else as the filter's literal is).
@@ -183,6 +117,86 @@ impl Snapshot {
             rows,
             stats,
         })
+    }
+
+    /// `filter` checked against the table (every column exists, its literals are of its
+    /// kind), its date and timestamp literals made the numbers those values compare as; the
+    /// columns the files hold (the others are partitions) and, of those, the dates and
+    /// timestamps (the log writes their statistics as text: not used).
+    fn checked(
+        &self,
+        filter: &Filter,
+        incompatible: &dyn Fn(String) -> TableError,
+    ) -> Result<(Filter, Vec<String>, Vec<String>), TableError> {
+        let schema: Arc<Schema> = self.schema().clone();
+        let partition_columns: Vec<&str> = self.files().partition_columns().collect();
+        // Every column must exist, and its literals be of its kind.
+        let mut in_files = Vec::new();
+        // Dates and timestamps compare as numbers (days, microseconds); the log's statistics
+        // write them as text: not used, the footers' and the rows' decide.
+        let mut timestamps = Vec::new();
+        for column in filter.columns() {
+            let kind = if partition_columns.contains(&column) {
+                self.partition_type(column).and_then(kind_of)
+            } else {
+                let field = schema.field_with_name(column).map_err(|_| {
+                    incompatible(format!(
+                        "no column '{column}' (the table has {:?}{})",
+                        schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>(),
+                        if partition_columns.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", partitions {partition_columns:?}")
+                        }
+                    ))
+                })?;
+                in_files.push(column.to_string());
+                if is_temporal(field.data_type()) {
+                    timestamps.push(column.to_string());
+                }
+                Some(kind_of(field.data_type()).ok_or_else(|| {
+                    incompatible(format!(
+                        "column '{column}' is {}: filters compare numbers, strings and bools",
+                        field.data_type()
+                    ))
+                })?)
+            };
+            for literal in filter.literals_of(column) {
+                if let Some(kind) = kind
+                    && literal.kind() != kind
+                {
+                    let holds = if timestamps.iter().any(|t| t == column)
+                        || schema
+                            .field_with_name(column)
+                            .is_ok_and(|f| is_temporal(f.data_type()))
+                    {
+                        "dates or timestamps, written as text ('2024-01-05', '2024-01-05T10:00:00Z')"
+                            .to_string()
+                    } else {
+                        format!("{kind}s")
+                    };
+                    return Err(incompatible(format!(
+                        "column '{column}' holds {holds}, the filter compares it with a {}",
+                        literal.kind()
+                    )));
+                }
+            }
+        }
+        // Date and timestamp literals as the numbers the values compare as.
+        let mut typed = filter.clone();
+        for column in filter.columns() {
+            if let Ok(field) = schema.field_with_name(column)
+                && is_temporal(field.data_type())
+            {
+                typed = typed
+                    .map_literals(column, &|v| match v {
+                        Value::Str(text) => temporal_literal(text, field.data_type()),
+                        other => Ok(other.clone()),
+                    })
+                    .map_err(|e| incompatible(format!("column '{column}': {e}")))?;
+            }
+        }
+        Ok((typed, in_files, timestamps))
     }
 
     /// The selected rows of each row group of file `index` (an empty list for a skipped one),
