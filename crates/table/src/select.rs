@@ -11,6 +11,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Schema};
 use futures::{StreamExt, TryStreamExt};
 use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use crate::error::TableError;
@@ -277,13 +278,57 @@ impl Snapshot {
             }
             return Ok(done(out, 0));
         }
+        let (columns, read) = self
+            .filter_columns(index, &meta, roots, &survivors, in_files)
+            .await?;
+        let mut at = 0usize;
+        let mut decided = 0u64;
+        for &g in &survivors {
+            let n = groups[g].num_rows().max(0) as usize;
+            let selected: Vec<u32> = (0..n)
+                .filter(|&r| {
+                    filter.matches(&|column| match partitions.get(column) {
+                        Some(value) => value.clone(),
+                        None => columns.get(column).and_then(|a| value_at(a, at + r)),
+                    })
+                })
+                .map(|r| r as u32)
+                .collect();
+            decided += n as u64;
+            at += n;
+            out[g] = live(g, (selected.len() != n).then(|| Arc::from(selected)));
+        }
+        if at != read {
+            return Err(TableError::Corrupt {
+                location: self.location().to_string(),
+                file: file.path().to_string(),
+                reason: format!(
+                    "the filter's columns hold {read} rows, the footer's row groups {at}"
+                ),
+            });
+        }
+        Ok(done(out, decided))
+    }
+
+    /// The filter's columns `in_files` of row groups `survivors` of file `index` (whose
+    /// metadata is `meta`; their roots in the file `roots`), as the values compare, and the
+    /// rows read.
+    async fn filter_columns(
+        &self,
+        index: usize,
+        meta: &ArrowReaderMetadata,
+        roots: Vec<usize>,
+        survivors: &[usize],
+        in_files: &[String],
+    ) -> Result<(HashMap<String, ArrayRef>, usize), TableError> {
         let perr = |e| self.file_error(index, e);
+        let descr = meta.metadata().file_metadata().schema_descr();
         let mask = ProjectionMask::roots(descr, roots);
         let reader = self.reader(index).with_metadata(meta.metadata().clone());
         let batches: Vec<RecordBatch> =
             ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta.clone())
                 .with_projection(mask)
-                .with_row_groups(survivors.clone())
+                .with_row_groups(survivors.to_vec())
                 .with_batch_size(8192)
                 .build()
                 .map_err(perr)?
@@ -302,9 +347,9 @@ impl Snapshot {
                 parquet::errors::ParquetError::ArrowError(e.to_string()),
             )
         })?;
-        let columns: HashMap<&str, ArrayRef> = in_files
+        let columns: HashMap<String, ArrayRef> = in_files
             .iter()
-            .filter_map(|c| Some((c.as_str(), crate::snapshot::column_at_path(&all, c)?)))
+            .filter_map(|c| Some((c.clone(), crate::snapshot::column_at_path(&all, c)?)))
             .map(|(c, a)| Ok((c, comparable(&a)?)))
             .collect::<Result<_, arrow_schema::ArrowError>>()
             .map_err(|e| {
@@ -313,33 +358,6 @@ impl Snapshot {
                     parquet::errors::ParquetError::ArrowError(e.to_string()),
                 )
             })?;
-        let mut at = 0usize;
-        let mut decided = 0u64;
-        for &g in &survivors {
-            let n = groups[g].num_rows().max(0) as usize;
-            let selected: Vec<u32> = (0..n)
-                .filter(|&r| {
-                    filter.matches(&|column| match partitions.get(column) {
-                        Some(value) => value.clone(),
-                        None => columns.get(column).and_then(|a| value_at(a, at + r)),
-                    })
-                })
-                .map(|r| r as u32)
-                .collect();
-            decided += n as u64;
-            at += n;
-            out[g] = live(g, (selected.len() != n).then(|| Arc::from(selected)));
-        }
-        if at != all.num_rows() {
-            return Err(TableError::Corrupt {
-                location: self.location().to_string(),
-                file: file.path().to_string(),
-                reason: format!(
-                    "the filter's columns hold {} rows, the footer's row groups {at}",
-                    all.num_rows()
-                ),
-            });
-        }
-        Ok(done(out, decided))
+        Ok((columns, all.num_rows()))
     }
 }
