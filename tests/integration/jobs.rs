@@ -9,8 +9,8 @@ use std::process::Stdio;
 
 use voxlake::LoaderBuilder;
 use voxlake::compact::{Compactor, synth};
+use voxlake::delta::pin::Job;
 use voxlake::loader::Loader;
-use voxlake::table::pin::Job;
 
 /// Eight ranks of one job, each `setup` as the test says where they agree, opening one after
 /// another while a writer commits every few tens of milliseconds: all read one version — the

@@ -336,6 +336,25 @@ impl FileList {
         })
     }
 
+    /// Writes what tells this file set from another into `hash`: each file's path and size
+    /// (and deletion vector), in plan order.
+    pub fn hash_into(&self, hash: &mut voxlake_io::location::StableHasher) {
+        for f in self.iter() {
+            match f.deleted() {
+                None => hash.write(&format!("{}\0{}\n", f.path(), f.size())),
+                Some(d) => hash.write(&format!("{}\0{}\0{}\n", f.path(), f.size(), d.id)),
+            }
+        }
+    }
+
+    /// `fnv1a64:` and 16 hex digits over [`hash_into`](Self::hash_into): two lists with the
+    /// same hash hold the same files.
+    pub fn file_set_hash(&self) -> String {
+        let mut hash = voxlake_io::location::StableHasher::default();
+        self.hash_into(&mut hash);
+        format!("fnv1a64:{:016x}", hash.finish())
+    }
+
     /// The list without the files' statistics (a snapshot without a filter does not read them).
     pub(crate) fn without_stats(mut self) -> FileList {
         self.stats = None;

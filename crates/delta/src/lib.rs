@@ -9,6 +9,7 @@
 //!   commits, the Delta kernel's for checkpoints and time travel by timestamp.
 //! - [`FileList`]: the active files column by column, and its copy in the node's cache.
 //! - [`Protocol`], [`ColumnMapping`]: the reader features and column names the log declares.
+//! - [`pin`]: one version per job, agreed by its ranks through a marker (or the node's cache).
 //! - [`stores`]: stores opened with deltalake's own factories, so sources and tables get the
 //!   same settings.
 //!
@@ -42,6 +43,7 @@ mod log_memo;
 mod mapping;
 mod open;
 mod partition;
+pub mod pin;
 mod read;
 mod replayed;
 pub mod stores;
@@ -52,7 +54,7 @@ pub use error::DeltaError;
 pub use features::{Protocol, SUPPORTED_READER_FEATURES};
 pub use file_list::{DataFile, Deleted, FileList};
 pub use mapping::{ColumnMapping, MappingMode};
-pub use open::{DeltaLog, Found};
+pub use open::{DeltaLog, Found, Prior};
 pub use partition::{HIVE_NULL, partition_column};
 pub use read::LogAhead;
 pub use version::LogVersion;

@@ -32,6 +32,17 @@ enum Opened {
     Listing(Arc<dyn ObjectStore>),
 }
 
+/// What a rank knows of the table before it opens it, found while it looked for its job's
+/// marker ([`crate::pin`]); [`DeltaLog::with_prior`] hands it to the read.
+#[derive(Default)]
+pub struct Prior {
+    /// A marker named the version, so the table has a log.
+    pub(crate) known_delta: bool,
+    /// The log's first answers (`_last_checkpoint`, the listing under way), asked beside the
+    /// marker: the open starts a round trip later than it would.
+    pub(crate) ahead: Option<LogAhead>,
+}
+
 /// What [`DeltaLog::read`] found at the location.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -40,6 +51,30 @@ pub enum Found {
     Log(Box<LogVersion>, Arc<dyn ObjectStore>),
     /// No log: a folder of Parquet files, listed once (version 0), and its store.
     Listing(Box<FileList>, Arc<dyn ObjectStore>),
+}
+
+impl Found {
+    /// The version found (0 for a listing).
+    pub fn version(&self) -> u64 {
+        match self {
+            Found::Log(version, _) => version.version,
+            Found::Listing(..) => 0,
+        }
+    }
+
+    /// The files found.
+    pub fn files(&self) -> &FileList {
+        match self {
+            Found::Log(version, _) => &version.files,
+            Found::Listing(files, _) => files,
+        }
+    }
+
+    /// What tells this file set from another (see [`FileList::file_set_hash`]): the ranks of
+    /// a job check that they read the same files.
+    pub fn file_set_hash(&self) -> String {
+        self.files().file_set_hash()
+    }
 }
 
 /// A table's log, to be read at a version: where the table is, and how the log is read.
@@ -137,22 +172,19 @@ impl DeltaLog {
         self
     }
 
-    /// Whether the table is known to have a log (it is then not listed first to learn so).
-    pub fn with_known_delta(mut self, known: bool) -> DeltaLog {
-        self.known_delta = known;
-        self
-    }
-
     /// Whether the files' statistics are kept (a filter reads them).
     pub fn with_stats(mut self, stats: bool) -> DeltaLog {
         self.stats = stats;
         self
     }
 
-    /// The log's first answers, asked already ([`LogAhead::read`]).
-    pub fn with_ahead(self, ahead: Option<LogAhead>) -> DeltaLog {
+    /// What a job's rank learnt of the table while it looked for the job's version
+    /// ([`pin::open_for_job`](crate::pin::open_for_job)): whether the table has a log (it is
+    /// then not listed first to learn so), the log's first answers if it asked them.
+    pub fn with_prior(mut self, prior: Prior) -> DeltaLog {
+        self.known_delta = prior.known_delta;
         if let Ok(mut slot) = self.ahead.lock() {
-            *slot = ahead;
+            *slot = prior.ahead;
         }
         self
     }

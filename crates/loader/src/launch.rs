@@ -20,8 +20,8 @@
 //! assert_eq!(from_vars(|_| None), Ok(None));
 //! ```
 
+use voxlake_delta::pin::Job;
 use voxlake_plan::affinity::Affinity;
-use voxlake_table::pin::Job;
 
 /// One launcher's variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,7 +30,6 @@ mod error;
 pub mod filter;
 pub mod hooks;
 pub mod options;
-pub mod pin;
 pub mod rows;
 mod select;
 mod snapshot;

@@ -14,9 +14,11 @@ pub use voxlake_io::cache::CacheChoice;
 
 use crate::error::TableError;
 use crate::snapshot::Snapshot;
+use voxlake_delta::pin;
+use voxlake_delta::{DeltaLog, Prior};
 // For `table_options_setters!`, which names it from the builder's crate.
 #[doc(hidden)]
-pub use voxlake_delta::AsOf;
+pub use voxlake_delta::{AsOf, pin::Job};
 
 /// How a table is opened: everything [`Snapshot::open`] needs besides the
 /// location.
@@ -47,11 +49,11 @@ pub struct TableOptions {
     /// The disk cache remote reads go through.
     pub cache: CacheChoice,
     /// The job this process is a rank of: with one, "the latest version" is resolved once for
-    /// the whole job (see [`crate::pin`]).
-    pub job: Option<crate::pin::Job>,
+    /// the whole job (see [`voxlake_delta::pin`]).
+    pub job: Option<voxlake_delta::pin::Job>,
     /// Where the job's ranks agree on its version: a local folder or a store URL they may all
-    /// write (default: [`crate::pin::JOB_DIR_ENV`]'s, else the node's or the table's; see
-    /// [`crate::pin`]).
+    /// write (default: [`voxlake_delta::pin::JOB_DIR_ENV`]'s, else the node's or the table's; see
+    /// [`voxlake_delta::pin`]).
     pub job_dir: Option<String>,
 }
 
@@ -101,46 +103,35 @@ impl Snapshot {
     pub async fn open(location: &str, options: &TableOptions) -> Result<Snapshot, TableError> {
         // The cache is opened first: the log's immutable objects are read through it too.
         let cache = options.cache.open()?;
-        // `prior`: what a job's resolution found first (`pin::Prior`).
-        // Boxed: an open's future is large, and a job's resolution holds several (a loader
-        // builds on a thread of the default stack size).
-        let open = |as_of, prior: crate::pin::Prior| {
-            Box::pin(Snapshot::open_logged(
-                location,
-                &options.storage_options,
-                as_of,
-                options.root_store.clone(),
-                &options.hints,
-                super::snapshot::OpenHow {
-                    log_cache: cache.clone(),
-                    known_delta: prior.known_delta,
-                    stats: options.filter.is_some(),
-                    ahead: prior.ahead,
-                },
-            ))
+        let (storage, root) = (&options.storage_options, options.root_store.as_ref());
+        let log = DeltaLog::new(location, storage)?;
+        // Statistics kept where a filter reads them.
+        let stats = options.filter.is_some();
+        // `prior`: what a job's resolution found first. Boxed: a read's future is large, and a
+        // job's resolution holds several (a loader builds on a thread of the default stack
+        // size).
+        let open = |as_of, prior: Prior| {
+            let log = DeltaLog::new(location, storage).map(|log| {
+                log.with_as_of(as_of)
+                    .with_root_store(root.cloned())
+                    .with_node_cache(cache.clone())
+                    .with_stats(stats)
+                    .with_prior(prior)
+            });
+            Box::pin(async move { log?.read().await })
         };
         // "Latest" is the job's, not this rank's, where a job is named: the version a rank of
-        // the job pinned, else this rank's latest, published for the others; resolved once a
-        // node where the node has a cache (`pin::node`).
-        let (storage, root) = (&options.storage_options, options.root_store.as_ref());
-        let place = |job| {
-            crate::pin::Place::resolve(location, storage, root, job, options.job_dir.as_deref())
-        };
-        let snapshot = match (&options.job, options.as_of) {
-            (Some(job), AsOf::Latest)
-                if let Some(cache) = cache.as_ref()
-                    && root.is_none() =>
-            {
-                let place = place(job)?;
-                crate::pin::node::open_for_job(cache, location, storage, &place, job, &open).await?
-            }
+        // the job pinned, else this rank's latest, published for the others.
+        let found = match (&options.job, options.as_of) {
             (Some(job), AsOf::Latest) => {
-                crate::pin::open_for_job(location, &place(job)?, job, &open)
-                    .await?
-                    .snapshot
+                let job_dir = options.job_dir.as_deref();
+                let cache = cache.as_ref();
+                pin::open_for_job(location, storage, root, job, job_dir, cache, &open).await?
             }
-            (_, as_of) => open(as_of, crate::pin::Prior::default()).await?,
+            (_, as_of) => open(as_of, Prior::default()).await?,
         };
+        let hints = &options.hints;
+        let snapshot = Snapshot::from_found(found, log.display(), log.identity(), hints).await?;
         let snapshot = match cache {
             Some(cache) => snapshot.with_cache(cache),
             None => snapshot,
@@ -199,18 +190,18 @@ macro_rules! table_options_setters {
         }
 
         /// The job this process is a rank of (any id its ranks share: a Slurm job id,
-        /// torchrun's run id; or a `voxlake_table::pin::Job` saying more): the latest version
+        /// torchrun's run id; or a `voxlake_delta::pin::Job` saying more): the latest version
         /// is then resolved once for the whole job — the first rank to open writes it to the
         /// job's marker, the others read that version — so ranks never mix versions while a
         /// writer commits. The marker goes to the job folder (`with_job_dir`), else this user's
         /// folder on the node where every rank runs on it, else `_voxlake/jobs/` beside the
         /// table; where none can be written (read-only data, ranks on several nodes), the ranks
         /// read the latest version committed before the job started where the launcher says
-        /// when, else each its latest, with a warning (see `voxlake_table::pin`).
+        /// when, else each its latest, with a warning (see `voxlake_delta::pin`).
         /// `voxlake_loader::LoaderBuilder` takes the job from `VOXLAKE_JOB_ID`,
         /// `TORCHELASTIC_RUN_ID` or `SLURM_JOB_ID` when its rank comes from the launcher. A
         /// loader of one rank writes nothing; a pinned version (`with_version`) needs no marker.
-        pub fn with_job(mut self, job: impl Into<$crate::pin::Job>) -> Self {
+        pub fn with_job(mut self, job: impl Into<$crate::options::Job>) -> Self {
             self.$field.job = Some(job.into());
             self
         }

@@ -37,7 +37,6 @@ mod schema;
 mod small;
 
 pub use footer_cache::FOOTER_CACHE_BYTES;
-pub(crate) use open::OpenHow;
 pub use read::ReadTimings;
 pub(crate) use schema::{column_at_path, root_of};
 
@@ -246,12 +245,7 @@ impl Snapshot {
     /// epochs.
     pub fn file_set_hash(&self) -> String {
         let mut hash = location::StableHasher::default();
-        for f in self.files.iter() {
-            match f.deleted() {
-                None => hash.write(&format!("{}\0{}\n", f.path(), f.size())),
-                Some(d) => hash.write(&format!("{}\0{}\0{}\n", f.path(), f.size(), d.id)),
-            }
-        }
+        self.files.hash_into(&mut hash);
         // Another filter plans other rows.
         if let Some(filter) = self.filter() {
             hash.write(&format!("filter\0{filter}\n"));

@@ -4,81 +4,41 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use object_store::ObjectStore;
-use voxlake_delta::{AsOf, ColumnMapping, DeltaLog, FileList, Found, LogAhead, LogVersion};
+use voxlake_delta::{ColumnMapping, FileList, Found, LogVersion};
 use voxlake_format::TensorSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 
 use super::Snapshot;
 use crate::error::TableError;
 
-/// How [`Snapshot::open_logged`] reads a table's log, beyond where and which version.
-pub(crate) struct OpenHow {
-    /// A remote table's immutable log objects read through the node's disk cache.
-    pub log_cache: Option<Arc<voxlake_io::cache::DiskCache>>,
-    /// A job's marker named the version: the log is not listed first to learn whether there
-    /// is one (a round trip less).
-    pub known_delta: bool,
-    /// The files' statistics are kept (a filter reads them; ~150 bytes a file).
-    pub stats: bool,
-    /// The log's first answers, asked before the open (beside a job's marker).
-    pub ahead: Option<LogAhead>,
-}
-
-impl Default for OpenHow {
-    fn default() -> Self {
-        OpenHow {
-            log_cache: None,
-            known_delta: false,
-            stats: true,
-            ahead: None,
-        }
-    }
-}
-
 impl Snapshot {
-    /// The table at `location` (a local path or URL) as of `as_of`, through `root_store` (with
-    /// `/` at the root of the store the location names) where given, its samples read as
-    /// `hints` say, its log read as `how` says (the node's cache of the log, whether the table
-    /// is known to have one, whether files' statistics are kept). See [`Snapshot::open`].
-    pub(crate) async fn open_logged(
+    /// The snapshot of what the log (or a listing) gave
+    /// ([`DeltaLog::read`](voxlake_delta::DeltaLog::read)); `location` names
+    /// it in messages, `identity` tells its store apart in cache keys.
+    pub(crate) async fn from_found(
+        found: Found,
         location: &str,
-        options: &HashMap<String, String>,
-        as_of: AsOf,
-        root_store: Option<Arc<dyn ObjectStore>>,
+        identity: &str,
         hints: &ColumnHints,
-        how: OpenHow,
     ) -> Result<Snapshot, TableError> {
-        let OpenHow {
-            log_cache,
-            known_delta,
-            stats,
-            ahead,
-        } = how;
-        let log = DeltaLog::new(location, options)?
-            .with_as_of(as_of)
-            .with_root_store(root_store)
-            .with_node_cache(log_cache)
-            .with_known_delta(known_delta)
-            .with_stats(stats)
-            .with_ahead(ahead);
-        let (display, identity) = (log.display().to_string(), log.identity());
-        match log.read().await? {
+        let location = location.to_string();
+        match found {
             Found::Log(version, store) => {
-                Snapshot::from_log_in(*version, store, display, hints, identity).await
+                Snapshot::from_log_in(*version, store, location, hints, identity).await
             }
             Found::Listing(files, store) => {
-                Snapshot::new(display, 0, *files, store, identity)
+                Snapshot::new(location, 0, *files, store, identity)
                     .resolve_columns(&HashMap::new(), hints)
                     .await
             }
             _ => Err(TableError::Internal(format!(
-                "table {display}: found neither a log nor a listing"
+                "table {location}: found neither a log nor a listing"
             ))),
         }
     }
 
-    /// The snapshot of a version whose log was read already ([`DeltaLog::read`],
-    /// [`DeltaLog::of_table`]), its data files read through `store`, its samples as `hints`
+    /// The snapshot of a version whose log was read already
+    /// ([`DeltaLog::of_table`](voxlake_delta::DeltaLog::of_table)), its data files read through `store`, its samples as `hints`
     /// say; `location` names it in messages and cache keys.
     pub async fn from_log(
         version: LogVersion,

@@ -16,14 +16,14 @@ use bytes::Bytes;
 use voxlake_io::cache::DiskCache;
 use voxlake_io::{location, redact};
 
-use crate::Snapshot;
-use crate::error::TableError;
-use voxlake_delta::AsOf;
+use crate::as_of::AsOf;
+use crate::error::DeltaError;
+use crate::open::Found;
 
 /// Names the entries of this format.
 const FORMAT: &str = "voxlake-job-version-2";
 
-/// [`super::open_for_job`], once a node through `cache` (see the [module](self)), the job's
+/// [`super::resolve`], once a node through `cache` (see the [module](self)), the job's
 /// marker in `place`.
 pub(crate) async fn open_for_job<F, Fut>(
     cache: &Arc<DiskCache>,
@@ -32,10 +32,10 @@ pub(crate) async fn open_for_job<F, Fut>(
     place: &super::Place,
     job: &super::Job,
     open: &F,
-) -> Result<Snapshot, TableError>
+) -> Result<Found, DeltaError>
 where
     F: Fn(AsOf, super::Prior) -> Fut,
-    Fut: std::future::Future<Output = Result<Snapshot, TableError>>,
+    Fut: std::future::Future<Output = Result<Found, DeltaError>>,
 {
     let url = location::to_url(location, true)?;
     let storage = location::storage_options(storage_options);
@@ -45,17 +45,17 @@ where
     // The place is in the name: ranks told of another place agree there, not here.
     let name = format!("{FORMAT}\n{shown}\n{id}\n{}", place.shown);
     // Boxed: an open's future is large (see `options`).
-    let resolve = || Box::pin(super::open_for_job(location, place, job, open));
-    // The snapshot this rank opened making the entry, handed out as it is.
-    let mine: Mutex<Option<Result<super::Resolved, TableError>>> = Mutex::new(None);
+    let resolve = || Box::pin(super::resolve(location, place, job, open));
+    // The version this rank read making the entry, handed out as it is.
+    let mine: Mutex<Option<Result<super::Resolved, DeltaError>>> = Mutex::new(None);
     let got = cache
         .get_or_make(&identity, &name, async {
             let opened = resolve().await;
             let answer = match &opened {
                 Ok(r) => Ok(Bytes::from(format!(
                     "{}\n{}\n{}",
-                    r.snapshot.version(),
-                    r.snapshot.file_set_hash(),
+                    r.found.version(),
+                    r.found.file_set_hash(),
                     if r.marked { MARKED } else { UNMARKED }
                 ))),
                 Err(_) => Err(object_store::Error::Generic {
@@ -68,7 +68,7 @@ where
         })
         .await;
     if let Some(opened) = mine.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return opened.map(|r| r.snapshot);
+        return opened.map(|r| r.found);
     }
     let answer = got.ok().and_then(|bytes| parse(&bytes));
     let Some((version, files, marked)) = answer else {
@@ -77,13 +77,13 @@ where
             job = id,
             "the node's answer for the job's version is unreadable: resolved here"
         );
-        return resolve().await.map(|r| r.snapshot);
+        return resolve().await.map(|r| r.found);
     };
     let kept = format!("the node's answer in {}", cache.dir().display());
     // No place took a marker: the node's ranks agree through the node's answer.
     if !marked {
         tracing::debug!(location = %shown, job = id, version, "the job's version from the node's cache (no marker)");
-        return super::open_pinned(open, id, &kept, version, &files, None).await;
+        return super::open_pinned(open, &shown, id, &kept, (version, &files), None).await;
     }
     // Checked against the job's marker (one GET, no request of the log): a marker removed or
     // rewritten since the node kept its answer (a job restarted under its id) is the job's
@@ -92,7 +92,7 @@ where
         Some(marker) if marker.version == version && marker.files == files => {
             tracing::debug!(location = %shown, job = id, version, "the job's version from the node's cache");
             let marker = place.shown_marker(id);
-            super::open_pinned(open, id, &marker, version, &files, None).await
+            super::open_pinned(open, &shown, id, &marker, (version, &files), None).await
         }
         marker => {
             tracing::warn!(
@@ -102,7 +102,7 @@ where
                 marker = ?marker.map(|m| m.version),
                 "the node's answer for the job's version is not its marker's: resolved here"
             );
-            resolve().await.map(|r| r.snapshot)
+            resolve().await.map(|r| r.found)
         }
     }
 }

@@ -12,8 +12,7 @@ use object_store::path::Path;
 use voxlake_io::location;
 
 use super::{JOBS_FOLDER, Job, marker_name};
-use crate::error::TableError;
-use voxlake_delta::DeltaError;
+use crate::error::DeltaError;
 
 /// Environment variable naming the folder (a local path or a store URL) where the ranks of a
 /// job agree on its version, when the builder names none.
@@ -52,7 +51,7 @@ impl Place {
         root_store: Option<&Arc<dyn ObjectStore>>,
         job: &Job,
         job_dir: Option<&str>,
-    ) -> Result<Place, TableError> {
+    ) -> Result<Place, DeltaError> {
         let (table_store, prefix) =
             super::table_store(location, storage_options, root_store, &job.id)?;
         let from_env = std::env::var(JOB_DIR_ENV)
@@ -65,11 +64,9 @@ impl Place {
             match voxlake_io::private::user_folder() {
                 Ok(folder) => {
                     let store = object_store::local::LocalFileSystem::new_with_prefix(&folder)
-                        .map_err(|e| {
-                            TableError::Delta(DeltaError::Version {
-                                location: voxlake_io::redact(location),
-                                reason: format!("job {}: {}: {e}", job.id, folder.display()),
-                            })
+                        .map_err(|e| DeltaError::Version {
+                            location: voxlake_io::redact(location),
+                            reason: format!("job {}: {}: {e}", job.id, folder.display()),
                         })?;
                     return Ok(Place {
                         store: Arc::new(store),
@@ -125,13 +122,11 @@ fn job_dir_place(
     dir: &str,
     job: &str,
     table_store: Arc<dyn ObjectStore>,
-) -> Result<Place, TableError> {
+) -> Result<Place, DeltaError> {
     let shown = voxlake_io::redact(dir);
-    let fail = |reason: String| {
-        TableError::Delta(DeltaError::Version {
-            location: voxlake_io::redact(location),
-            reason: format!("job {job}: the job folder {shown}: {reason}"),
-        })
+    let fail = |reason: String| DeltaError::Version {
+        location: voxlake_io::redact(location),
+        reason: format!("job {job}: the job folder {shown}: {reason}"),
     };
     let url = location::to_url(dir, true).map_err(|e| fail(e.to_string()))?;
     if url.scheme() == "file"
@@ -139,8 +134,8 @@ fn job_dir_place(
     {
         std::fs::create_dir_all(&path).map_err(|e| fail(format!("cannot create it: {e}")))?;
     }
-    let opened = voxlake_delta::stores::open_store(dir, true, storage_options)
-        .map_err(|e| fail(e.to_string()))?;
+    let opened =
+        crate::stores::open_store(dir, true, storage_options).map_err(|e| fail(e.to_string()))?;
     let key = table_key(location, storage_options)?;
     Ok(Place {
         store: opened.store,
@@ -156,7 +151,7 @@ fn job_dir_place(
 fn table_key(
     location: &str,
     storage_options: &HashMap<String, String>,
-) -> Result<String, TableError> {
+) -> Result<String, DeltaError> {
     let mut url = location::to_url(location, true)?;
     // `t` and `t/` are one table.
     if !url.path().ends_with('/') {

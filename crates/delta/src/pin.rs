@@ -1,6 +1,6 @@
 //! One version per job. Ranks that each resolve "the latest version" while a writer commits
 //! open different versions and deal rows from different file lists: rows missed or delivered
-//! twice, silently. So where a job is known ([`TableOptions::job`](crate::TableOptions)),
+//! twice, silently. So where a job is known (`voxlake_table::TableOptions::job`),
 //! "latest" is resolved once per job: the first rank to open writes the version it opened to
 //! the job's marker with a create-if-absent put (one writer wins, on every store object_store
 //! writes to); every other rank opens the marker's version instead of its own. The marker
@@ -25,7 +25,7 @@
 
 mod expire;
 mod job;
-pub(crate) mod node;
+mod node;
 mod place;
 
 pub use expire::RETENTION;
@@ -37,9 +37,14 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
 use serde::{Deserialize, Serialize};
 
-use crate::error::TableError;
-use voxlake_delta::DeltaError;
-use voxlake_delta::LogAhead;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use voxlake_io::cache::DiskCache;
+
+use crate::error::DeltaError;
+use crate::open::{Found, Prior};
+use crate::read::LogAhead;
 
 /// Where the markers live beside a table, under its root.
 pub const JOBS_FOLDER: &str = "_voxlake/jobs";
@@ -57,7 +62,7 @@ pub struct Marker {
     pub job: String,
     /// The version every rank of the job reads.
     pub version: u64,
-    /// [`Snapshot::file_set_hash`](crate::Snapshot::file_set_hash) of that version, before any
+    /// [`Found::file_set_hash`] of that version, before any
     /// filter.
     pub files: String,
     /// When it was written, in seconds since the Unix epoch (0 in markers of earlier versions):
@@ -74,7 +79,7 @@ pub struct Marker {
 /// digits, `.`, `_`, `-`, at most 100 of them), else replaced by its FNV-1a hash.
 ///
 /// ```
-/// use voxlake_table::pin::marker_name;
+/// use voxlake_delta::pin::marker_name;
 ///
 /// assert_eq!(marker_name("slurm-42.1"), "slurm-42.1.json");
 /// assert!(marker_name("../x").starts_with('h'));
@@ -118,16 +123,16 @@ fn check_files(
     version: u64,
     pinned: &str,
     files: &str,
-) -> Result<(), TableError> {
+) -> Result<(), DeltaError> {
     if pinned == files {
         return Ok(());
     }
-    Err(TableError::Delta(DeltaError::Version {
+    Err(DeltaError::Version {
         location: location.to_string(),
         reason: format!(
             "job {job} ({marker}): the job pinned version {version} with files {pinned}, this rank opened it with files {files}: the table changed under its path"
         ),
-    }))
+    })
 }
 
 /// Agrees on the job's version through its marker in `place`: this rank's `opened` version
@@ -138,14 +143,12 @@ pub(crate) async fn agree(
     job: &str,
     opened: u64,
     files: &str,
-) -> Result<Agreed, TableError> {
+) -> Result<Agreed, DeltaError> {
     let path = place.marker(job);
     let shown = place.shown_marker(job);
-    let error = |reason: String| {
-        TableError::Delta(DeltaError::Version {
-            location: location.to_string(),
-            reason: format!("job {job} ({shown}): {reason}"),
-        })
+    let error = |reason: String| DeltaError::Version {
+        location: location.to_string(),
+        reason: format!("job {job} ({shown}): {reason}"),
     };
     // Published at once (a conditional create): the caller looked before it opened the table
     // and found none, so reading again first would only cost a round trip.
@@ -210,20 +213,18 @@ pub(crate) fn table_store(
     storage_options: &std::collections::HashMap<String, String>,
     root_store: Option<&std::sync::Arc<dyn ObjectStore>>,
     job: &str,
-) -> Result<(std::sync::Arc<dyn ObjectStore>, Path), TableError> {
+) -> Result<(std::sync::Arc<dyn ObjectStore>, Path), DeltaError> {
     Ok(match root_store {
         Some(store) => {
             let url = voxlake_io::location::to_url(location, true)?;
-            let prefix = Path::from_url_path(url.path()).map_err(|e| {
-                TableError::Delta(DeltaError::Version {
-                    location: location.to_string(),
-                    reason: format!("job {job}: {e}"),
-                })
+            let prefix = Path::from_url_path(url.path()).map_err(|e| DeltaError::Version {
+                location: location.to_string(),
+                reason: format!("job {job}: {e}"),
             })?;
             (store.clone(), prefix)
         }
         None => {
-            let opened = voxlake_delta::stores::open_store(location, true, storage_options)?;
+            let opened = crate::stores::open_store(location, true, storage_options)?;
             (opened.store, opened.prefix)
         }
     })
@@ -234,14 +235,12 @@ pub(crate) async fn pinned_in(
     place: &Place,
     location: &str,
     job: &str,
-) -> Result<Option<Marker>, TableError> {
+) -> Result<Option<Marker>, DeltaError> {
     read(place.store.as_ref(), &place.marker(job))
         .await
-        .map_err(|reason| {
-            TableError::Delta(DeltaError::Version {
-                location: voxlake_io::redact(location),
-                reason: format!("job {job} ({}): {reason}", place.shown_marker(job)),
-            })
+        .map_err(|reason| DeltaError::Version {
+            location: voxlake_io::redact(location),
+            reason: format!("job {job} ({}): {reason}", place.shown_marker(job)),
         })
 }
 
@@ -267,23 +266,40 @@ async fn read(store: &dyn ObjectStore, path: &Path) -> Result<Option<Marker>, St
         .map_err(|e| format!("the marker is not one voxlake wrote: {e}"))
 }
 
-/// What a rank knows of the table before it opens it, found while it looked for its job's
-/// marker.
-#[derive(Default)]
-pub(crate) struct Prior {
-    /// A marker named the version, so the table has a log.
-    pub(crate) known_delta: bool,
-    /// The log's first answers (`_last_checkpoint`, the listing under way), asked beside the
-    /// marker: the open starts a round trip later than it would.
-    pub(crate) ahead: Option<LogAhead>,
-}
-
 /// A job's version as a rank resolved it.
 pub(crate) struct Resolved {
     /// The table at the job's version.
-    pub(crate) snapshot: crate::Snapshot,
+    pub(crate) found: Found,
     /// Whether a marker names it (else the job had no place to agree: see `without_a_place`).
     pub(crate) marked: bool,
+}
+
+/// What a rank of `job` reads of the table at `location` (store settings `storage_options`,
+/// the caller's store `root_store`, if any): the job's version, agreed through the job's
+/// marker in its place (`job_dir`, else [`JOB_DIR_ENV`]'s, the node's folder for a
+/// one-node job, or beside the table) and, where the node has a disk `cache`, resolved once a
+/// node (see `node`). `open(as_of, prior)` reads the table at a version
+/// ([`DeltaLog::with_prior`](crate::DeltaLog::with_prior) takes `prior`).
+pub async fn open_for_job<F, Fut>(
+    location: &str,
+    storage_options: &HashMap<String, String>,
+    root_store: Option<&Arc<dyn ObjectStore>>,
+    job: &Job,
+    job_dir: Option<&str>,
+    cache: Option<&Arc<DiskCache>>,
+    open: &F,
+) -> Result<Found, DeltaError>
+where
+    F: Fn(crate::as_of::AsOf, Prior) -> Fut,
+    Fut: std::future::Future<Output = Result<Found, DeltaError>>,
+{
+    let place = Place::resolve(location, storage_options, root_store, job, job_dir)?;
+    match cache {
+        Some(cache) if root_store.is_none() => {
+            node::open_for_job(cache, location, storage_options, &place, job, open).await
+        }
+        _ => resolve(location, &place, job, open).await.map(|r| r.found),
+    }
 }
 
 /// Opens `location` at job `job`'s version: the version its marker in `place` pins, else this
@@ -291,30 +307,32 @@ pub(crate) struct Resolved {
 /// one); the file set is checked against the marker's. `open(as_of, prior)` opens the table.
 /// The marker and the log's first answers are asked at once (either way the open needs the
 /// log).
-pub(crate) async fn open_for_job<F, Fut>(
+pub(crate) async fn resolve<F, Fut>(
     location: &str,
     place: &Place,
     job: &Job,
     open: &F,
-) -> Result<Resolved, TableError>
+) -> Result<Resolved, DeltaError>
 where
-    F: Fn(voxlake_delta::AsOf, Prior) -> Fut,
-    Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
+    F: Fn(crate::as_of::AsOf, Prior) -> Fut,
+    Fut: std::future::Future<Output = Result<Found, DeltaError>>,
 {
-    use voxlake_delta::AsOf;
-    let marked = |snapshot| Resolved {
-        snapshot,
+    use crate::as_of::AsOf;
+    let marked = |found| Resolved {
+        found,
         marked: true,
     };
     let id = job.id.as_str();
     let url = voxlake_io::location::to_url(location, true)?;
+    let table = voxlake_io::redact(url.as_str());
     let (marker, ahead) = futures::join!(
         pinned_in(place, location, id),
         LogAhead::read(&place.table_store, &url)
     );
     if let Some(marker) = marker? {
         let shown = place.shown_marker(id);
-        return open_pinned(open, id, &shown, marker.version, &marker.files, ahead)
+        let pinned = (marker.version, marker.files.as_str());
+        return open_pinned(open, &table, id, &shown, pinned, ahead)
             .await
             .map(marked);
     }
@@ -322,19 +340,19 @@ where
         known_delta: false,
         ahead,
     };
-    let snapshot = open(AsOf::Latest, prior).await?;
-    let (opened, files) = (snapshot.version(), snapshot.file_set_hash());
-    match agree(place, snapshot.location(), id, opened, &files).await? {
-        Agreed::Keep => Ok(marked(snapshot)),
+    let found = open(AsOf::Latest, prior).await?;
+    let (opened, files) = (found.version(), found.file_set_hash());
+    match agree(place, &table, id, opened, &files).await? {
+        Agreed::Keep => Ok(marked(found)),
         // Another rank published first, between the look and the put.
         Agreed::Reopen { version, files } => {
             let shown = place.shown_marker(id);
-            open_pinned(open, id, &shown, version, &files, None)
+            open_pinned(open, &table, id, &shown, (version, &files), None)
                 .await
                 .map(marked)
         }
         Agreed::Unwritable(reason) => Ok(Resolved {
-            snapshot: without_a_place(snapshot, job, &reason, open).await?,
+            found: without_a_place(found, job, &reason, open).await?,
             marked: false,
         }),
     }
@@ -344,14 +362,14 @@ where
 /// not be written), having opened `latest`: the latest committed before the job started where
 /// the launcher says when, else `latest`, with a warning.
 async fn without_a_place<F, Fut>(
-    latest: crate::Snapshot,
+    latest: Found,
     job: &Job,
     reason: &str,
     open: &F,
-) -> Result<crate::Snapshot, TableError>
+) -> Result<Found, DeltaError>
 where
-    F: Fn(voxlake_delta::AsOf, Prior) -> Fut,
-    Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
+    F: Fn(crate::as_of::AsOf, Prior) -> Fut,
+    Fut: std::future::Future<Output = Result<Found, DeltaError>>,
 {
     let id = job.id.as_str();
     if let Some(started) = job.started {
@@ -359,7 +377,7 @@ where
             known_delta: true,
             ahead: None,
         };
-        match open(voxlake_delta::AsOf::Timestamp(started), known).await {
+        match open(crate::as_of::AsOf::Timestamp(started), known).await {
             Ok(at_start) => {
                 let (version, latest_version) = (at_start.version(), latest.version());
                 if version != latest_version {
@@ -381,7 +399,7 @@ where
             }
             // A table younger than the job (made by an earlier step of it): nothing before
             // the start to agree on.
-            Err(TableError::Delta(DeltaError::Version { reason: why, .. })) => {
+            Err(DeltaError::Version { reason: why, .. }) => {
                 tracing::debug!(job = id, why, "no version before the job's start")
             }
             Err(e) => return Err(e),
@@ -397,35 +415,29 @@ where
     Ok(latest)
 }
 
-/// Opens version `version`, which job `job` pinned with the file-set hash `files` in marker
-/// `marker`, and checks that its files are those (see [`check_files`]); `ahead`: the log's
-/// first answers, if asked.
+/// Opens the version job `job` pinned with its file-set hash (`pinned`) in marker `marker`,
+/// and checks that its files are those (see [`check_files`]); `table` names the table in
+/// messages; `ahead`: the log's first answers, if asked.
 pub(crate) async fn open_pinned<F, Fut>(
     open: &F,
+    table: &str,
     job: &str,
     marker: &str,
-    version: u64,
-    files: &str,
+    pinned: (u64, &str),
     ahead: Option<LogAhead>,
-) -> Result<crate::Snapshot, TableError>
+) -> Result<Found, DeltaError>
 where
-    F: Fn(voxlake_delta::AsOf, Prior) -> Fut,
-    Fut: std::future::Future<Output = Result<crate::Snapshot, TableError>>,
+    F: Fn(crate::as_of::AsOf, Prior) -> Fut,
+    Fut: std::future::Future<Output = Result<Found, DeltaError>>,
 {
+    let (version, files) = pinned;
     let prior = Prior {
         known_delta: true,
         ahead,
     };
-    let snapshot = open(voxlake_delta::AsOf::Version(version), prior).await?;
-    check_files(
-        snapshot.location(),
-        job,
-        marker,
-        version,
-        files,
-        &snapshot.file_set_hash(),
-    )?;
-    Ok(snapshot)
+    let found = open(crate::as_of::AsOf::Version(version), prior).await?;
+    check_files(table, job, marker, version, files, &found.file_set_hash())?;
+    Ok(found)
 }
 
 #[cfg(test)]
