@@ -3,8 +3,7 @@
 //!
 //! deltalake moves a table's file list to the new version after each commit (`PostCommit` →
 //! `EagerSnapshot::update`, O(files)) and lists `_delta_log` to clean it (O(commits)), so a run
-//! of many small commits cost O(commits × files): 8 ms a commit at the start, 158 ms near
-//! version 2,000. An append of new files conflicts with nothing but a change of the table's
+//! of many small commits cost O(commits × files) (docs/benchmarks.md). An append of new files conflicts with nothing but a change of the table's
 //! metadata or protocol, so [`Table::commit`] writes appends itself: the version after the
 //! handle's head, on the condition that it does not exist yet (the log store's own put-if-absent
 //! or rename), the versions other writers took in between read to see that they change neither.

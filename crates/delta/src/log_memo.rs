@@ -3,9 +3,8 @@
 //!
 //! deltalake's open reads the log twice: the kernel's pass for the protocol and metadata reads
 //! the commits (all of them where only version 0 holds the metadata), then the pass for the
-//! files reads them again; a checkpoint's footer was read 4 times and its row groups twice.
-//! Measured through 20 ms: 20,002 commit GETs for a log of 10⁴ commits, 202 for 101 (64 MB for
-//! 32), 11 checkpoint GETs for 5 distinct ranges. A commit, a checkpoint part or a sidecar never
+//! files reads them again; a checkpoint's footer was read 4 times and its row groups twice. A
+//! commit, a checkpoint part or a sidecar never
 //! changes once written (`log_cache::is_immutable_log_object`), so the same request (object and
 //! range) gets the same bytes: the first answer is kept and handed out again, and a request
 //! asked while the same one is in flight waits for it rather than asking the store too.
@@ -13,11 +12,9 @@
 //! A log Parquet file (a checkpoint part) is read from its end first: its last 8 bytes, then
 //! its footer, then the small column chunks of protocol and metadata, one round trip each, then
 //! its file actions. Where the listing told its size, the first request within its last
-//! `TAIL_BYTES` fetches all of them, and the others are answered from that tail (measured
-//! through 20 ms: the open of a 10⁵-file table's checkpoint went from 5 sequential checkpoint
-//! reads to 2); a file of at most `WHOLE_BYTES` is fetched whole by that request (the file
-//! actions are most of a checkpoint: 19 of its 20 MB at 10⁵ files), so its reads are one round
-//! trip.
+//! `TAIL_BYTES` fetches all of them, and the others are answered from that tail; a file of at
+//! most `WHOLE_BYTES` is fetched whole by that request (the file actions are most of a
+//! checkpoint), so its reads are one round trip.
 //!
 //! A read longer than `PART_BYTES` (a checkpoint's file actions are one column chunk: 19 MB
 //! at 10⁵ files, 168 MB at 10⁶) is asked in parts, all at once, not as one GET.

@@ -17,8 +17,8 @@ use crate::file_list::FileList;
 use crate::read::{Loaded, LogAhead, load};
 use crate::replayed::Replayed;
 use crate::version::{LogVersion, describe};
-/// Bytes of log answers kept while a table opens (`log_memo`): a log of 100 commits
-/// of 10⁵ files is 32 MB, its checkpoint 17 MB; a larger log is read twice past it.
+/// Bytes of log answers kept while a table opens (`log_memo`): a log of 100 commits of 10⁵
+/// files fits, and its checkpoint; a larger log is read twice past it.
 const LOG_MEMO_BYTES: u64 = 64 << 20;
 
 /// What the log (or the node's cache of it) gave.

@@ -2,9 +2,9 @@
 //! the page cache.
 //!
 //! `LocalFileSystem` reads every range into a fresh, zero-filled `Vec`: a `memset`, a page
-//! fault per 4 KiB and a copy out of the page cache on every read (measured on the reference
-//! table: 79 % of the loader's page faults and most of its system time; a pool of recycled
-//! buffers removed the first two, not the copy). Here a range of at least `MAPPED_MIN`
+//! fault per 4 KiB and a copy out of the page cache on every read (most of the loader's page
+//! faults and system time; a pool of recycled buffers removes the first two, not the copy).
+//! Here a range of at least `MAPPED_MIN`
 //! bytes (the tensor chunks) is mapped instead (`mmap`, populated in one call): the `Bytes`
 //! handed out are the page cache's pages themselves, unmapped when the last of them (the decoded
 //! row group's views) is dropped. Every other call goes to `LocalFileSystem` unchanged.

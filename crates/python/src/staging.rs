@@ -2,8 +2,8 @@
 //! without the GIL. `voxlake.torch.to_device` stages each batch in page-locked host memory
 //! that torch allocated (a ring of buffers, each reused once its copy to the device has
 //! finished) and copies it from there with `non_blocking=True`: the one host copy on the way
-//! to a device, off the training loop's thread. Measured on an H100 host (docs/benchmarks.md):
-//! `tensor.pin_memory()` on the loop's thread made the feed 0.16–0.23 of the Rust `tch` path.
+//! to a device, off the training loop's thread: `tensor.pin_memory()` on the loop's thread
+//! starves the loader (libtorch's OpenMP threads spin after each copy; docs/benchmarks.md).
 
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
@@ -11,10 +11,9 @@ use pyo3::prelude::*;
 
 /// Bytes a copying thread takes at least: below it, another thread costs more than it saves.
 const BYTES_PER_THREAD: usize = 1 << 20;
-/// Threads a copy uses at most (and by default, on a host of twice as many cores): measured on
-/// two H100 hosts (16 cores), `to_device` fed 0.41–0.45 of the Rust feed's rate with 1
-/// copying thread, 0.78–0.90 with 4, 0.92–1.06 with 8; half the cores leave the others to the
-/// loader's threads.
+/// Threads a copy uses at most (and by default, on a host of twice as many cores): fewer left
+/// the feed short of the Rust feed's rate on a 16-core GPU host (docs/benchmarks.md); half the
+/// cores leave the others to the loader's threads.
 pub(crate) const MAX_THREADS: usize = 8;
 
 /// Threads a copy uses unless told: half the cores, at most [`MAX_THREADS`].
