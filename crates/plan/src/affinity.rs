@@ -78,7 +78,7 @@ impl Affinity {
 /// Each node's files (file indices), split from the seed alone: a shuffled order of the files
 /// cut every `per_node` rows, a file going to the node that holds its middle row (the last
 /// node takes what is past the last cut).
-pub(crate) fn homes(
+pub fn homes(
     planner: &Planner,
     rows_per_file: &[u64],
     nodes: usize,
@@ -100,7 +100,7 @@ pub(crate) fn homes(
 
 /// The files' order in `epoch`: the [`homes`], node 0's first, each shuffled from
 /// `(seed, epoch, node)`.
-pub(crate) fn file_order(
+pub fn file_order(
     planner: &Planner,
     rows_per_file: &[u64],
     nodes: usize,

@@ -56,7 +56,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use crate::plan::SeededRng;
 
 /// Row groups in the shuffle buffer before the first batch; one more per batch after it.
-pub(crate) const WARM_UP_GROUPS: u64 = 4;
+pub const WARM_UP_GROUPS: u64 = 4;
 
 /// A salt keeping the row shuffle apart from the planner's streams.
 const ROWS: u64 = 3;
@@ -177,7 +177,7 @@ impl<T: Clone> Mixer<T> {
     }
 
     /// Whether the epoch is over: no batch is left to draw.
-    pub(crate) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         self.finished
             && (self.buffer.is_empty() || (self.drop_last && self.buffer.len() < self.batch_size))
     }

@@ -70,7 +70,7 @@ impl SeededRng {
     }
 
     /// The next 64 random bits.
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -142,7 +142,7 @@ impl Planner {
     }
 
     /// The files' order in `epoch` (`n` files): shuffled from `(seed, epoch)`, or table order.
-    pub(crate) fn file_order(&self, n: usize, epoch: u64) -> Vec<usize> {
+    pub fn file_order(&self, n: usize, epoch: u64) -> Vec<usize> {
         let mut order: Vec<usize> = (0..n).collect();
         if self.shuffle {
             SeededRng::for_stream(&[self.seed, epoch, FILES]).shuffle(&mut order);
