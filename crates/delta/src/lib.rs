@@ -39,6 +39,7 @@ mod error;
 mod features;
 mod file_list;
 mod log_cache;
+mod log_file;
 mod log_memo;
 mod mapping;
 mod open;

@@ -28,6 +28,8 @@ use object_store::{
 
 use voxlake_io::cache::DiskCache;
 
+use crate::log_file::is_immutable;
+
 /// Cached reads in flight at once, per process. A miss holds its entry's lock while it fetches,
 /// and the ranks that want the entry wait on that lock on a blocking thread: a log reader that
 /// asks for thousands of commits at once (10⁴ commits, 8 processes) filled the blocking pool
@@ -72,7 +74,7 @@ impl LogCache {
         let listed = self.listed.clone();
         listing
             .inspect_ok(move |meta| {
-                if is_immutable_log_object(&meta.location)
+                if is_immutable(&meta.location)
                     && let Ok(mut listed) = listed.lock()
                 {
                     listed.insert(meta.location.clone(), meta.clone());
@@ -83,26 +85,6 @@ impl LogCache {
 
     fn listed(&self, location: &Path) -> Option<ObjectMeta> {
         self.listed.lock().ok()?.get(location).cloned()
-    }
-}
-
-/// Whether `path` names a log object that never changes once written: a commit, a checkpoint
-/// (classic, multi-part, v2), a compacted log file, a checksum file (all named from a 20-digit
-/// version) or a v2 checkpoint's sidecar.
-pub(crate) fn is_immutable_log_object(path: &Path) -> bool {
-    let mut parts: Vec<&str> = path.as_ref().rsplit('/').take(3).collect();
-    parts.reverse();
-    let (name, parents) = match parts.split_last() {
-        Some((name, parents)) => (*name, parents),
-        None => return false,
-    };
-    match parents {
-        [.., "_delta_log", "_sidecars"] => name.ends_with(".parquet"),
-        [.., "_delta_log"] => {
-            let digits = name.bytes().take_while(u8::is_ascii_digit).count();
-            digits == 20 && name.as_bytes().get(20) == Some(&b'.')
-        }
-        _ => false,
     }
 }
 
@@ -208,37 +190,6 @@ mod tests {
     use super::*;
     use object_store::ObjectStoreExt;
     use object_store::memory::InMemory;
-
-    #[test]
-    fn only_versioned_log_objects_are_immutable() {
-        for (path, immutable) in [
-            ("t/_delta_log/00000000000000000012.json", true),
-            ("t/_delta_log/00000000000000000010.checkpoint.parquet", true),
-            (
-                "t/_delta_log/00000000000000000010.checkpoint.0000000001.0000000002.parquet",
-                true,
-            ),
-            (
-                "_delta_log/00000000000000000003.00000000000000000005.compacted.json",
-                true,
-            ),
-            (
-                "t/_delta_log/_sidecars/3a0d65cd-4056-49b8-937b-95f9e3ee90e5.parquet",
-                true,
-            ),
-            ("t/_delta_log/_last_checkpoint", false),
-            ("t/_delta_log/0000000000000000012.json", false),
-            ("t/_delta_log/_commit_5d3a.json.tmp", false),
-            ("t/part-00000.parquet", false),
-            ("t/00000000000000000012.json", false),
-        ] {
-            assert_eq!(
-                is_immutable_log_object(&Path::from(path)),
-                immutable,
-                "{path}"
-            );
-        }
-    }
 
     #[test]
     fn ranges_resolve_within_the_object() {

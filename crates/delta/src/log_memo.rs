@@ -5,7 +5,7 @@
 //! the commits (all of them where only version 0 holds the metadata), then the pass for the
 //! files reads them again; a checkpoint's footer was read 4 times and its row groups twice. A
 //! commit, a checkpoint part or a sidecar never
-//! changes once written (`log_cache::is_immutable_log_object`), so the same request (object and
+//! changes once written (`log_file::is_immutable`), so the same request (object and
 //! range) gets the same bytes: the first answer is kept and handed out again, and a request
 //! asked while the same one is in flight waits for it rather than asking the store too.
 //!
@@ -42,7 +42,8 @@ use object_store::{
 };
 use tokio::sync::OnceCell;
 
-use crate::log_cache::{is_immutable_log_object, unconditional};
+use crate::log_cache::unconditional;
+use crate::log_file::is_immutable;
 
 mod primed;
 use primed::Primed;
@@ -178,7 +179,7 @@ impl LogMemo {
         listing
             .inspect(move |item| {
                 if let Ok(meta) = item
-                    && is_immutable_log_object(&meta.location)
+                    && is_immutable(&meta.location)
                     && meta.location.as_ref().ends_with(".parquet")
                     && let Ok(mut sizes) = sizes.lock()
                 {
@@ -277,7 +278,7 @@ voxlake_io::wrapper_store!(LogMemo, {
                 attributes: Default::default(),
             });
         }
-        if !plain || !is_immutable_log_object(location) {
+        if !plain || !is_immutable(location) {
             return self.inner.get_opts(location, options).await;
         }
         // A read in a Parquet file's window: the whole window, once, and this read cut from it.
@@ -319,7 +320,7 @@ voxlake_io::wrapper_store!(LogMemo, {
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         // Data reads keep the inner store's own (a mapped local store maps them).
-        if !is_immutable_log_object(location) || self.closed.load(Ordering::SeqCst) {
+        if !is_immutable(location) || self.closed.load(Ordering::SeqCst) {
             return self.inner.get_ranges(location, ranges).await;
         }
         // Coalesced as object_store's own `get_ranges` does (a checkpoint's column chunks are

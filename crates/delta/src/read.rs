@@ -10,7 +10,6 @@ mod check;
 mod commits;
 mod kernel;
 pub(crate) mod kernel_replay;
-mod log_file;
 
 pub use asked::LogAhead;
 pub(crate) use kernel::load_at;

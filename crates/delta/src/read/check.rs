@@ -12,7 +12,7 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use parquet::arrow::async_reader::AsyncFileReader;
 use voxlake_io::ObjectFileReader;
 
-use super::log_file::LogFile;
+use crate::log_file::LogFile;
 
 /// The first commit missing from a log whose last checkpoint is `checkpoint` and whose
 /// commits after it are `commits` (ascending): "commit 2 is missing between 1 and 3".

@@ -33,9 +33,9 @@ use serde::Deserialize;
 use url::Url;
 
 use super::asked::{Asked, LogAhead, log_paths};
-use super::log_file::LogFile;
 use crate::error::DeltaError;
 use crate::file_list::{Entry, FileListBuilder};
+use crate::log_file::LogFile;
 use crate::mapping::ColumnMapping;
 use crate::replayed::Replayed;
 
