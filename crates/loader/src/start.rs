@@ -18,7 +18,7 @@ use crate::builder::{INTERLEAVE, LoaderBuilder, RECYCLED_SPARES, batches_outside
 use crate::counters::Counters;
 use crate::producer::Producer;
 use crate::state::{LoaderState, Position, STATE_FORMAT};
-use crate::{Epochs, Loader, LoaderError, budget, stall};
+use crate::{Epochs, Loader, LoaderError, Tensors, budget, stall};
 
 impl LoaderBuilder {
     /// The epoch the run ends before (`None`: never) when it starts at `start`. A state
@@ -114,47 +114,11 @@ impl LoaderBuilder {
         };
         let opened = self.open_stream(&runtime, version, shard, &mut settings)?;
         let start = self.check_run(&runtime, &opened, &mut settings)?;
-        let channels = self.channels(&opened.spec)?;
-        // The staging ring set up beside the stream's first reads, after the context.
+        let (counters, recycled) = (Arc::new(Counters::default()), Arc::default());
         #[cfg(feature = "tch")]
-        let feed = match self.device {
-            Some(device) => {
-                for (_, field) in opened.spec.tensors() {
-                    crate::torch::kind_of(field.dtype())?;
-                }
-                let fields: Vec<usize> = opened.spec.tensors().map(|(_, s)| s.nbytes()).collect();
-                crate::feed::Setup::start(device, self.batch_size, fields, warming)?.map(Mutex::new)
-            }
-            None => None,
-        };
-        let counters = Arc::new(Counters::default());
-        let recycled = Arc::new(Mutex::new(Vec::new()));
-        let pool = match self.assembly_threads {
-            1 => None,
-            n => Some(Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .thread_name(|i| format!("voxlake-assemble-{i}"))
-                    .build()
-                    .map_err(|e| LoaderError::Internal(format!("the assembly threads: {e}")))?,
-            )),
-        };
-        let assembler = Assembler {
-            snapshot: opened.stream.snapshot().clone(),
-            spec: opened.spec.clone(),
-            input_spec: opened.input_spec,
-            transforms: self.transforms.clone(),
-            seed: settings.seed,
-            channels,
-            counters: counters.clone(),
-            hooks: self.read.hooks.clone(),
-            #[cfg(feature = "tch")]
-            device: self.device,
-            #[cfg(feature = "tch")]
-            feed,
-            recycled: recycled.clone(),
-            pool,
-        };
+        let assembler = self.assembler(&opened, &settings, &counters, &recycled, warming)?;
+        #[cfg(not(feature = "tch"))]
+        let assembler = self.assembler(&opened, &settings, &counters, &recycled)?;
         let state_template = self.state_template(&opened.stream, &settings, &start);
         let (tx, rx) = crossbeam_channel::bounded(self.prefetch);
         let producer = Producer {
@@ -172,14 +136,7 @@ impl LoaderBuilder {
             received: Default::default(),
         };
         let (stop, shutdown) = (producer.stop.clone(), producer.shutdown.clone());
-        let thread = std::thread::Builder::new()
-            .name("voxlake-loader".into())
-            .spawn(move || {
-                runtime.block_on(producer.run());
-                // Blocking decodes still running are not waited for.
-                runtime.shutdown_background();
-            })
-            .map_err(|e| LoaderError::Internal(format!("spawning the loader thread: {e}")))?;
+        let thread = spawn_producer(runtime, producer)?;
         Ok(Loader {
             rx,
             stop,
@@ -199,6 +156,56 @@ impl LoaderBuilder {
             recycled,
             recycle_max: RECYCLED_SPARES,
             waiting_since: None,
+        })
+    }
+
+    /// What copies the rows of `opened`'s row groups into batches: its threads (the assembly
+    /// pool), the channels' layout and, for a CUDA device, the staging ring (set up beside the
+    /// stream's first reads, after the context `warming` made).
+    fn assembler(
+        &self,
+        opened: &Opened,
+        settings: &OrderSettings,
+        counters: &Arc<Counters>,
+        recycled: &Arc<Mutex<Vec<Tensors>>>,
+        #[cfg(feature = "tch")] warming: Option<crate::feed::Warming>,
+    ) -> Result<Assembler, LoaderError> {
+        #[cfg(feature = "tch")]
+        let feed = match self.device {
+            Some(device) => {
+                for (_, field) in opened.spec.tensors() {
+                    crate::torch::kind_of(field.dtype())?;
+                }
+                let fields: Vec<usize> = opened.spec.tensors().map(|(_, s)| s.nbytes()).collect();
+                crate::feed::Setup::start(device, self.batch_size, fields, warming)?.map(Mutex::new)
+            }
+            None => None,
+        };
+        let pool = match self.assembly_threads {
+            1 => None,
+            n => Some(Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("voxlake-assemble-{i}"))
+                    .build()
+                    .map_err(|e| LoaderError::Internal(format!("the assembly threads: {e}")))?,
+            )),
+        };
+        Ok(Assembler {
+            snapshot: opened.stream.snapshot().clone(),
+            spec: opened.spec.clone(),
+            input_spec: opened.input_spec.clone(),
+            transforms: self.transforms.clone(),
+            seed: settings.seed,
+            channels: self.channels(&opened.spec)?,
+            counters: counters.clone(),
+            hooks: self.read.hooks.clone(),
+            #[cfg(feature = "tch")]
+            device: self.device,
+            #[cfg(feature = "tch")]
+            feed,
+            recycled: recycled.clone(),
+            pool,
         })
     }
 
@@ -427,4 +434,19 @@ struct Opened {
     sample_bytes: u64,
     /// The budget's bytes outside the stream: the batches the loader keeps, the file list.
     outside: u64,
+}
+
+/// Runs `producer` on a thread of its own, on `runtime`, which goes with it.
+fn spawn_producer(
+    runtime: tokio::runtime::Runtime,
+    producer: Producer,
+) -> Result<std::thread::JoinHandle<()>, LoaderError> {
+    std::thread::Builder::new()
+        .name("voxlake-loader".into())
+        .spawn(move || {
+            runtime.block_on(producer.run());
+            // Blocking decodes still running are not waited for.
+            runtime.shutdown_background();
+        })
+        .map_err(|e| LoaderError::Internal(format!("spawning the loader thread: {e}")))
 }
