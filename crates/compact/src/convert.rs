@@ -1,14 +1,15 @@
 //! Source samples (`.npy` objects, a folder per field, `.npz` archives: see `source`) → rows
 //! of the table, written in row groups and committed in windows.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use voxlake_format::npy::NpyArray;
-use voxlake_format::{Casting, FieldKind, SampleSpec};
+use voxlake_format::{FieldKind, SampleSpec};
 
 use crate::error::CompactError;
 use crate::infer;
@@ -18,16 +19,7 @@ use crate::source::{self, Row, SourceLayout, SourceObject, SourceSample};
 use crate::table::Table;
 use crate::{Compactor, OnError};
 use voxlake_delta::stores;
-use voxlake_io::depth::Depth;
-use voxlake_io::inflight::{Metered, Slots};
 use voxlake_io::location::{self, stable_hash};
-
-/// Source reads in flight at the start of a conversion, and at most (objects of a few hundred
-/// KB: 256 hold ~100 MB).
-const START_READS: usize = 16;
-const MAX_READS: usize = 256;
-/// Decoded rows waiting for the writer at most.
-const MAX_AHEAD: usize = 64;
 
 mod read;
 
@@ -63,23 +55,9 @@ impl Compactor {
         let table_display = crate::table::redact_url(&table_url);
         let mut existing = Table::open(&table_url, &table_display, &options).await?;
 
-        // Only what the table does not hold yet: this makes re-runs exactly-once.
-        let mut already_present = 0;
-        if let Some(table) = &mut existing {
-            let present = read_ids(table).await?;
-            let before = samples.len();
-            samples.retain(|s| !present.contains(&s.key));
-            already_present = before - samples.len();
-        }
-        if samples.is_empty() && existing.is_none() {
-            return Err(CompactError::EmptySource {
-                location: src.display.clone(),
-                detail: self
-                    .shard
-                    .map(|(i, n)| format!(" for shard {i}/{n}"))
-                    .unwrap_or_default(),
-            });
-        }
+        let already_present = self
+            .drop_present(&mut existing, &mut samples, &src.display)
+            .await?;
         tracing::info!(
             to_convert = samples.len(),
             already_present,
@@ -89,21 +67,17 @@ impl Compactor {
         );
 
         let mut skipped = skipped;
-        let (table, sample, layout) = match existing {
-            Some(table) => {
-                let sample = table.sample()?;
-                let layout = self.layout_for(&table_display, &sample, layout)?;
-                (table, sample, layout)
-            }
-            None => {
-                let (sample, layout) = self
-                    .infer_sample(&src, &mut samples, layout, &mut skipped)
-                    .await?;
-                let table = Table::create(&table_url, &table_display, &options, &sample).await?;
-                (table, sample, layout)
-            }
-        };
-        let mut table = table;
+        let destination = (&table_url, table_display.as_str(), &options);
+        let (mut table, sample, layout) = self
+            .table_for(
+                existing,
+                destination,
+                &src,
+                &mut samples,
+                layout,
+                &mut skipped,
+            )
+            .await?;
         let mut summary = ConvertSummary {
             files: 0,
             rows: 0,
@@ -125,44 +99,15 @@ impl Compactor {
         let total = samples.len();
         self.report(&summary, total);
 
-        let casting = if self.dtype.is_some() {
-            Casting::SameKind
-        } else {
-            Casting::Safe
-        };
-        // Reading and decoding run in their own task, so they go on while the writer waits
-        // on the store.
-        // Reads in flight sized to the store: Little's law over the measured GET time and the
-        // writer's pace (a store 100 ms away needs ~50 for ~400 objects a second).
-        let (depth, most) = match self.concurrency {
-            Some(n) => (Depth::fixed(n), n),
-            None => (Depth::new(START_READS, MAX_READS), MAX_READS),
-        };
-        let reader = Arc::new(read::Reader {
-            slots: Slots::new(depth),
-            store: src.store.clone(),
-            spec: Arc::new(sample.clone()),
-            layout: Arc::new(layout),
+        let (mut rows, reader) = read::start(
+            &src,
+            &sample,
+            layout,
             labels,
-            src_display: src.display.trim_end_matches('/').into(),
-            casting,
-            read_ns: Arc::new(AtomicU64::new(0)),
-            decode_ns: Arc::new(AtomicU64::new(0)),
-        });
-        let paced = reader.slots.clone();
-        let reads = futures::stream::iter(samples)
-            .map({
-                let reader = reader.clone();
-                move |sample| reader.clone().read(sample)
-            })
-            .buffered(most);
-        let rows = voxlake_io::spawn_ahead(
-            reads.map(Ok::<_, CompactError>).boxed(),
-            most.min(MAX_AHEAD),
-            |panic| CompactError::Internal(format!("reading the source panicked: {panic}")),
+            samples,
+            self.dtype.is_some(),
+            self.concurrency,
         );
-        let mut rows = Metered::new(rows, paced);
-
         let mut sink = self.row_sink(&table, &sample)?;
         let written = self.write_rows(&mut rows, &mut sink, &mut table, &mut summary, total);
         let result = written.await;
@@ -172,6 +117,61 @@ impl Compactor {
         summary.timings.read_s = reader.read_ns.load(Ordering::Relaxed) as f64 / 1e9;
         summary.timings.decode_s = reader.decode_ns.load(Ordering::Relaxed) as f64 / 1e9;
         Ok(self.summarized(summary, &table, start, total))
+    }
+
+    /// Leaves out of `samples` those `existing` holds already (re-runs are exactly-once), and
+    /// says how many; nothing to convert into no table is an error naming the source.
+    async fn drop_present(
+        &self,
+        existing: &mut Option<Table>,
+        samples: &mut Vec<SourceSample>,
+        source: &str,
+    ) -> Result<usize, CompactError> {
+        let mut already_present = 0;
+        if let Some(table) = existing {
+            let present = read_ids(table).await?;
+            let before = samples.len();
+            samples.retain(|s| !present.contains(&s.key));
+            already_present = before - samples.len();
+        }
+        if samples.is_empty() && existing.is_none() {
+            return Err(CompactError::EmptySource {
+                location: source.to_string(),
+                detail: self
+                    .shard
+                    .map(|(i, n)| format!(" for shard {i}/{n}"))
+                    .unwrap_or_default(),
+            });
+        }
+        Ok(already_present)
+    }
+
+    /// The table converted into (`destination`: its URL, its name in messages, the store
+    /// settings), its sample, and the source's `layout` for it: an existing table's (the
+    /// layout checked against it), else a table created for the sample inferred from the
+    /// source's first `samples` (those that do not decode go to `skipped`).
+    async fn table_for(
+        &self,
+        existing: Option<Table>,
+        destination: (&url::Url, &str, &HashMap<String, String>),
+        src: &location::Location,
+        samples: &mut Vec<SourceSample>,
+        layout: SourceLayout,
+        skipped: &mut Vec<Skipped>,
+    ) -> Result<(Table, SampleSpec, SourceLayout), CompactError> {
+        let (url, display, options) = destination;
+        Ok(match existing {
+            Some(table) => {
+                let sample = table.sample()?;
+                let layout = self.layout_for(display, &sample, layout)?;
+                (table, sample, layout)
+            }
+            None => {
+                let (sample, layout) = self.infer_sample(src, samples, layout, skipped).await?;
+                let table = Table::create(url, display, options, &sample).await?;
+                (table, sample, layout)
+            }
+        })
     }
 
     /// How the listed `objects` of source `display` hold samples; `None` for a table's files

@@ -6,15 +6,28 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use futures::TryStreamExt;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStore, ObjectStoreExt};
 use voxlake_format::{Casting, SampleSpec};
-use voxlake_io::inflight::Slots;
+use voxlake_io::depth::Depth;
+use voxlake_io::inflight::{Metered, Slots};
 use voxlake_io::location::Location;
 
 use crate::error::CompactError;
 use crate::labels::Labels;
 use crate::source::{self, Row, SourceLayout, SourceObject, SourceSample};
+
+/// Source reads in flight at the start of a conversion, and at most (objects of a few hundred
+/// KB: 256 hold ~100 MB).
+const START_READS: usize = 16;
+const MAX_READS: usize = 256;
+/// Decoded rows waiting for the writer at most.
+const MAX_AHEAD: usize = 64;
+
+/// What the reads give the writer: each sample's key and its row (or why it does not decode).
+pub(super) type Rows =
+    BoxStream<'static, Result<(String, Result<Row, CompactError>), CompactError>>;
 
 /// The source's objects under its prefix, each keyed by its path below it.
 pub(super) async fn list(src: &Location) -> Result<Vec<SourceObject>, CompactError> {
@@ -129,4 +142,52 @@ impl Reader {
         };
         (named, decoded)
     }
+}
+
+/// `samples` read from `src` and decoded as `sample` says, in a task of their own so that
+/// they go on while the writer waits on the store, in order; reads in flight sized to the
+/// store (Little's law over the measured GET time and the writer's pace) unless
+/// `concurrency` fixes them. `cast`: the dtype was given (same-kind casts, not only safe
+/// ones). The reader is kept for its counters.
+pub(super) fn start(
+    src: &Location,
+    sample: &SampleSpec,
+    layout: SourceLayout,
+    labels: Option<Arc<Labels>>,
+    samples: Vec<SourceSample>,
+    cast: bool,
+    concurrency: Option<usize>,
+) -> (Metered<Rows>, Arc<Reader>) {
+    let (depth, most) = match concurrency {
+        Some(n) => (Depth::fixed(n), n),
+        None => (Depth::new(START_READS, MAX_READS), MAX_READS),
+    };
+    let reader = Arc::new(Reader {
+        slots: Slots::new(depth),
+        store: src.store.clone(),
+        spec: Arc::new(sample.clone()),
+        layout: Arc::new(layout),
+        labels,
+        src_display: src.display.trim_end_matches('/').into(),
+        casting: if cast {
+            Casting::SameKind
+        } else {
+            Casting::Safe
+        },
+        read_ns: Arc::new(AtomicU64::new(0)),
+        decode_ns: Arc::new(AtomicU64::new(0)),
+    });
+    let paced = reader.slots.clone();
+    let reads = futures::stream::iter(samples)
+        .map({
+            let reader = reader.clone();
+            move |sample| reader.clone().read(sample)
+        })
+        .buffered(most);
+    let rows = voxlake_io::spawn_ahead(
+        reads.map(Ok::<_, CompactError>).boxed(),
+        most.min(MAX_AHEAD),
+        |panic| CompactError::Internal(format!("reading the source panicked: {panic}")),
+    );
+    (Metered::new(rows, paced), reader)
 }
