@@ -1,10 +1,9 @@
-//! A pinned snapshot of a table: its data files (from the Delta log, or listed once where there
-//! is no log), how its samples are read (its tensor spec), the rows it reads (not deleted by a
-//! deletion vector, kept by a filter), and cached footers. Opening it is `open`'s job (with
-//! `travel` for the version, `features` for the protocol, `mapping` for column names,
-//! `deletes` for deletion vectors, `columns` for how samples are read); `kept` says which rows
-//! are read; reads of row groups and columns are `read`'s (and `list_chunk`'s, with
-//! `list_decode`, for LIST tensor columns), of whole files `files`'.
+//! A pinned snapshot of a table: its data files (as voxlake-delta read the version, or listed
+//! once where there is no log), how its samples are read (its tensor spec), the rows it reads
+//! (not deleted by a deletion vector, kept by a filter), and cached footers. Making it is
+//! `open`'s and `from_log`'s job (`columns` decides how samples are read, `schema` the
+//! table's columns); `kept` says which rows are read; reads of footers, row groups, files
+//! and columns are `read`'s.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,21 +22,13 @@ use crate::error::TableError;
 use voxlake_io::location;
 
 mod columns;
-mod files;
-mod footer;
-mod footer_cache;
 mod from_log;
 mod kept;
-mod list_chunk;
-mod list_decode;
 mod open;
-mod pages;
 mod read;
 mod schema;
-mod small;
 
-pub use footer_cache::FOOTER_CACHE_BYTES;
-pub use read::ReadTimings;
+pub use read::{FOOTER_CACHE_BYTES, ReadTimings};
 pub(crate) use schema::{column_at_path, root_of};
 
 use crate::rows::Selection;
@@ -74,9 +65,9 @@ pub struct Snapshot {
     /// A remote table's store (`store` is it): counts, parts, the disk cache.
     remote: Option<Arc<voxlake_io::remote::RemoteStore>>,
     /// The footers read, the most recently used kept (`footer_cache`).
-    footers: footer_cache::FooterCache,
+    footers: read::FooterCache,
     /// Small files' bytes between their footer's read and their row group's (`small`).
-    small: small::SmallFiles,
+    small: read::SmallFiles,
     /// Whether a file has a deletion vector.
     has_deletes: bool,
 }
@@ -363,7 +354,7 @@ impl Snapshot {
                         .await
                         .map_err(|e| self.file_error(index, e))?,
                 };
-                footer::check_footer(&metadata, file.size(), file.records()).map_err(|reason| {
+                read::check_footer(&metadata, file.size(), file.records()).map_err(|reason| {
                     TableError::Corrupt {
                         location: self.location.clone(),
                         file: file.path().to_string(),

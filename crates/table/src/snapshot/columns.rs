@@ -8,7 +8,8 @@ use parquet::arrow::async_reader::AsyncFileReader;
 use voxlake_format::SampleSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 
-use super::{Snapshot, pages, schema};
+use super::read::first_binary_value;
+use super::{Snapshot, schema};
 use crate::error::TableError;
 
 /// The first read of a BINARY tensor column's first value at open (see `first_value`): one
@@ -158,7 +159,7 @@ impl Snapshot {
                 .get_bytes(start..start + want)
                 .await
                 .map_err(|e| self.file_error(0, e))?;
-            match pages::first_binary_value(prefix, chunk, schema.column(leaf), rows) {
+            match first_binary_value(prefix, chunk, schema.column(leaf), rows) {
                 Ok(value) => return Ok(value),
                 // Most likely the prefix ends inside the first value's pages: read more.
                 Err(_) if want < len => want = want.saturating_mul(2).min(len),

@@ -28,13 +28,13 @@ use parquet::schema::types::ColumnDescPtr;
 use super::pages::Chunk;
 
 /// Levels decoded at once, about: two `i16` per value, so 256 Ki values keep them in L2.
-pub(super) const LEVELS_AT_ONCE: usize = 256 << 10;
+pub(in crate::snapshot) const LEVELS_AT_ONCE: usize = 256 << 10;
 
 /// Whether a list column stored in leaf `column`, whose values Arrow's reader makes `item`s,
 /// is decoded here: one level of repetition, and values Arrow's reader takes as they are
 /// (FLOAT, DOUBLE, INT32, INT64) or narrows or reinterprets from INT32 / INT64 (the 8- and
 /// 16-bit and unsigned integers).
-pub(super) fn applies(column: &ColumnDescPtr, item: &DataType) -> bool {
+pub(in crate::snapshot) fn applies(column: &ColumnDescPtr, item: &DataType) -> bool {
     use DataType::*;
     column.max_rep_level() == 1
         && matches!(
@@ -53,7 +53,7 @@ pub(super) fn applies(column: &ColumnDescPtr, item: &DataType) -> bool {
 /// rows of samples of `numel` values of Arrow type `item` (see [`applies`]): a `FixedSizeList`
 /// when `fixed`, else a `List`. `None` where a definition level shows a null (left to the
 /// Arrow path to report).
-pub(super) fn decode(
+pub(in crate::snapshot) fn decode(
     bytes: Bytes,
     meta: &ColumnChunkMetaData,
     column: ColumnDescPtr,
@@ -73,7 +73,7 @@ pub(super) fn decode(
 }
 
 /// [`decode`], about `levels_at_once` levels at a time.
-pub(super) fn decode_in(
+pub(in crate::snapshot) fn decode_in(
     bytes: Bytes,
     meta: &ColumnChunkMetaData,
     column: ColumnDescPtr,

@@ -17,8 +17,8 @@ use bytes::Bytes;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
-use super::Snapshot;
 use crate::error::TableError;
+use crate::snapshot::Snapshot;
 
 /// Files of at most this many bytes are read whole (the footer's read would fetch them whole
 /// anyway: `voxlake_io::reader`'s prefetch).
@@ -57,13 +57,13 @@ impl SmallFiles {
 impl Snapshot {
     /// Whether file `index`'s footer is read from the whole file (a file too short to hold
     /// a footer is left to the footer reader's own error).
-    pub(super) fn is_small(&self, index: usize) -> bool {
+    pub(in crate::snapshot) fn is_small(&self, index: usize) -> bool {
         (FOOTER..=SMALL).contains(&self.files.at(index).size())
     }
 
     /// Whether file `index`'s row group is cut from the whole file: a small file of one row
     /// group (its footer read).
-    pub(super) fn reads_whole(&self, index: usize) -> bool {
+    pub(in crate::snapshot) fn reads_whole(&self, index: usize) -> bool {
         self.is_small(index)
             && self.footers.peek(index).is_some_and(|f| {
                 f.plain
@@ -97,7 +97,10 @@ impl Snapshot {
 
     /// The footer of small file `index`, parsed from the whole file, whose bytes are kept for
     /// its row group where it has one.
-    pub(super) async fn small_footer(&self, index: usize) -> Result<ParquetMetaData, TableError> {
+    pub(in crate::snapshot) async fn small_footer(
+        &self,
+        index: usize,
+    ) -> Result<ParquetMetaData, TableError> {
         let bytes = self.small_file(index).await?;
         let metadata = ParquetMetaDataReader::new()
             .parse_and_finish(&bytes)
@@ -109,7 +112,7 @@ impl Snapshot {
     }
 
     /// `ranges` of small file `index`, cut from the whole file.
-    pub(super) async fn small_ranges(
+    pub(in crate::snapshot) async fn small_ranges(
         &self,
         index: usize,
         ranges: &[Range<u64>],

@@ -14,7 +14,7 @@ use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::ColumnDescPtr;
 
 /// The column chunk's bytes, read at the file offsets the page reader asks for.
-pub(super) struct Chunk {
+pub(in crate::snapshot) struct Chunk {
     /// The bytes.
     pub bytes: Bytes,
     /// Their offset in the file.
@@ -62,7 +62,7 @@ impl ChunkReader for Chunk {
 /// `meta.byte_range()`'s start): `Ok(None)` where it is null or the chunk has no rows; an error
 /// where `prefix` ends before the first value's pages do (read more and ask again) or the pages
 /// do not decode.
-pub(super) fn first_binary_value(
+pub(in crate::snapshot) fn first_binary_value(
     prefix: Bytes,
     meta: &ColumnChunkMetaData,
     column: ColumnDescPtr,
@@ -99,7 +99,7 @@ pub(super) fn first_binary_value(
 
 /// `batch` as a Parquet file written with `props` (for the page-level decoders' tests).
 #[cfg(test)]
-pub(super) fn written(
+pub(in crate::snapshot) fn written(
     batch: &arrow_array::RecordBatch,
     props: parquet::file::properties::WriterProperties,
 ) -> Bytes {

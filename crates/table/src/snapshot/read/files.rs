@@ -8,8 +8,8 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::errors::ParquetError;
 
-use super::{READ_CONCURRENCY, Snapshot};
 use crate::error::TableError;
+use crate::snapshot::{READ_CONCURRENCY, Snapshot};
 use voxlake_delta::DataFile;
 
 impl Snapshot {

@@ -24,23 +24,23 @@ use parquet::errors::{ParquetError, Result};
 
 use voxlake_format::TensorSpec;
 
-use super::ReadTimings;
 use super::list_decode::{applies, decode};
+use super::row_group::ReadTimings;
 use crate::error::TableError;
 
 /// A LIST tensor field decoded from its pages: the field's index in the sample, its leaf
 /// column, and the Arrow type of its values.
-pub(super) struct ListLeaf {
+pub(in crate::snapshot) struct ListLeaf {
     field: usize,
     leaf: usize,
     item: DataType,
 }
 
-impl super::Snapshot {
+impl crate::snapshot::Snapshot {
     /// The first LIST tensor field decoded here (see [`applies`]), when `projection` reads
     /// it: the field, its leaf, and the Arrow type of its values. Other LIST fields of the
     /// sample go through Arrow's reader.
-    pub(super) fn list_leaf(
+    pub(in crate::snapshot) fn list_leaf(
         &self,
         metadata: &ArrowReaderMetadata,
         projection: &ProjectionMask,
@@ -98,7 +98,7 @@ impl super::Snapshot {
     /// Row group `row_group` of file `index` with its LIST tensor column (leaf `leaf`) decoded
     /// here and the other columns by the push decoder, normalized; `None` where the column
     /// holds a null.
-    pub(super) async fn read_list_row_group(
+    pub(in crate::snapshot) async fn read_list_row_group(
         &self,
         index: usize,
         row_group: usize,

@@ -1,0 +1,465 @@
+//! Reading a snapshot: row groups (fetched, decoded, verified, normalized), files and columns.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use arrow_select::concat::concat_batches;
+use parquet::DecodeResult;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder};
+use parquet::errors::ParquetError;
+use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+
+use crate::error::TableError;
+use crate::snapshot::Snapshot;
+
+/// Rows decoded at once at most (a footer's row count never sizes a buffer beyond it).
+const MAX_BATCH_ROWS: usize = 1 << 16;
+
+/// Values decoded at once from a LIST tensor column (see `read_whole_row_group`).
+const LIST_DECODE_BYTES: usize = 1 << 20;
+
+impl Snapshot {
+    /// A projection of `columns` for file `index`'s schema; unknown columns are an error, except
+    /// the checksum column, which files written before it lack.
+    pub fn projection(
+        &self,
+        metadata: &ArrowReaderMetadata,
+        columns: &[String],
+    ) -> Result<ProjectionMask, TableError> {
+        let schema = self.logical_schema(metadata);
+        let mut roots = Vec::with_capacity(columns.len());
+        for name in columns {
+            // The checksum column is read where the file has one (older tables have none).
+            if name == CHECKSUM_COLUMN && schema.index_of(name).is_err() {
+                continue;
+            }
+            // voxlake's names map to the table's columns; an id the table lacks is made, and
+            // partition columns come from the file's path or add action.
+            let Some(name) = self.columns.source_of(name) else {
+                continue;
+            };
+            // A struct's leaf (`meta.depth`) is read with its struct.
+            let name = crate::snapshot::root_of(&self.schema, name);
+            // Partition columns come from the add action; a column of the table this file
+            // lacks (written before it was added) reads as null (`conform`).
+            if schema.index_of(name).is_err() && self.schema.index_of(name).is_ok() {
+                continue;
+            }
+            let index = schema
+                .index_of(name)
+                .map_err(|_| TableError::Incompatible {
+                    location: self.location.clone(),
+                    reason: format!(
+                        "no column '{name}' (the table has {:?})",
+                        self.schema
+                            .fields()
+                            .iter()
+                            .map(|f| f.name())
+                            .collect::<Vec<_>>()
+                    ),
+                })?;
+            roots.push(index);
+        }
+        Ok(ProjectionMask::roots(
+            metadata.metadata().file_metadata().schema_descr(),
+            roots,
+        ))
+    }
+
+    /// Reads one row group of file `index`: the projected column chunks are fetched with one
+    /// coalesced `get_ranges`, and decoded on the blocking pool. Binary columns come back as
+    /// `BinaryView` arrays that point into the fetched pages (no copy of the tensors).
+    pub async fn read_row_group(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+    ) -> Result<RecordBatch, TableError> {
+        Ok(self
+            .read_row_group_timed(index, row_group, projection)
+            .await?
+            .0)
+    }
+
+    /// [`read_row_group`](Self::read_row_group), also returning where the time went.
+    pub(crate) async fn read_row_group_timed(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+    ) -> Result<(RecordBatch, ReadTimings), TableError> {
+        self.read_row_group_hooked(
+            index,
+            row_group,
+            projection,
+            &crate::hooks::Hooks::default(),
+        )
+        .await
+    }
+
+    /// `read_row_group_timed` with a test's fault hooks: the row
+    /// group's rows that are read ([`kept_rows`](Self::kept_rows): not deleted, selected by
+    /// the filter), taken out of the decoded pages when it keeps only some (on the blocking
+    /// pool; copied when it keeps fewer than half, see
+    /// [`copies_kept_rows`](crate::rows::copies_kept_rows)).
+    pub async fn read_row_group_hooked(
+        &self,
+        index: usize,
+        row_group: usize,
+        projection: ProjectionMask,
+        hooks: &crate::hooks::Hooks,
+    ) -> Result<(RecordBatch, ReadTimings), TableError> {
+        let metadata = self.view_metadata(index).await?;
+        let (batches, timings) = self
+            .read_whole_row_group(index, row_group, &metadata, projection, hooks)
+            .await?;
+        // Rows are selected first: a row that is not delivered is never converted or checked.
+        let kept = self.kept_rows(index, row_group).await?;
+        if !self.columns.native {
+            let batch = self
+                .normalize(index, row_group, &metadata, batches, kept)
+                .await?;
+            return Ok((batch, timings));
+        }
+        let batch = self.concat(index, batches)?;
+        let batch = match kept {
+            None => batch,
+            Some(rows) => tokio::task::spawn_blocking(move || {
+                let indices: Vec<u64> = rows.iter().map(|&r| u64::from(r)).collect();
+                crate::rows::kept_rows(&batch, &indices)
+            })
+            .await
+            .map_err(|e| self.task_error("decode", index, e))?
+            .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))?,
+        };
+        if batch.column_by_name(CHECKSUM_COLUMN).is_none() {
+            return Ok((batch, timings));
+        }
+        // The checksum covers every field the table stores, in order.
+        let fields: Vec<String> = self
+            .stored_sample()
+            .map(|s| s.fields().iter().map(|f| f.name.clone()).collect())
+            .unwrap_or_else(|| vec![TENSOR_COLUMN.to_string()]);
+        let (verified, mismatch) = tokio::task::spawn_blocking(move || {
+            let mismatch = verify_checksums(&batch, &fields);
+            (batch, mismatch)
+        })
+        .await
+        .map_err(|e| self.task_error("verify", index, e))?;
+        if let Some(reason) = mismatch {
+            return Err(TableError::Corrupt {
+                location: self.location.clone(),
+                file: self.path_of(index).to_string(),
+                reason: format!("row group {row_group}, {reason}"),
+            });
+        }
+        Ok((verified, timings))
+    }
+
+    /// Every row of one row group, decoded, as the file holds it (logical names): selected,
+    /// then normalized or verified, by [`read_row_group_hooked`](Self::read_row_group_hooked).
+    async fn read_whole_row_group(
+        &self,
+        index: usize,
+        row_group: usize,
+        metadata: &ArrowReaderMetadata,
+        projection: ProjectionMask,
+        hooks: &crate::hooks::Hooks,
+    ) -> Result<(Vec<RecordBatch>, ReadTimings), TableError> {
+        // A LIST tensor column straight from its pages (`list_chunk`), unless it holds a null:
+        // then the Arrow path below names the row.
+        if let Some(list) = self.list_leaf(metadata, &projection)
+            && let Some(read) = self
+                .read_list_row_group(index, row_group, metadata, &projection, list, hooks)
+                .await?
+        {
+            return Ok(read);
+        }
+        // Decoded in batches of at most MAX_BATCH_ROWS: the decoder sizes its buffers by them.
+        let rows = (metadata.metadata().row_group(row_group).num_rows().max(1) as usize)
+            .min(MAX_BATCH_ROWS);
+        // LIST columns decode a repetition and a definition level per value: in batches of
+        // about 1 MiB of values the levels stay in cache (decode time halved on the reference
+        // cubes, docs/benchmarks.md); the batches are normalized to views and joined without
+        // copying the values.
+        let batch_rows = if self.columns.fields.iter().any(|f| {
+            matches!(
+                f.encoding,
+                voxlake_format::sample::TensorEncoding::List
+                    | voxlake_format::sample::TensorEncoding::FixedSizeList
+            )
+        }) {
+            (LIST_DECODE_BYTES / self.sample().tensor_bytes().max(1)).clamp(1, rows)
+        } else {
+            rows
+        };
+        let mut timings = ReadTimings::default();
+        let decoder = self.push_decoder(index, row_group, metadata, projection, batch_rows)?;
+        let batches = self
+            .decode_projected(index, decoder, hooks, &mut timings)
+            .await?;
+        if batches.is_empty() {
+            return Err(TableError::Internal(format!(
+                "file {}: row group {row_group} decoded to nothing",
+                self.path_of(index)
+            )));
+        }
+        Ok((batches, timings))
+    }
+
+    /// parquet's push decoder for row group `row_group` of file `index`: the columns of
+    /// `projection`, in batches of `batch_rows`.
+    pub(in crate::snapshot) fn push_decoder(
+        &self,
+        index: usize,
+        row_group: usize,
+        metadata: &ArrowReaderMetadata,
+        projection: ProjectionMask,
+        batch_rows: usize,
+    ) -> Result<ParquetPushDecoder, TableError> {
+        ParquetPushDecoderBuilder::new_with_metadata(metadata.clone())
+            .with_row_groups(vec![row_group])
+            .with_projection(projection)
+            .with_batch_size(batch_rows)
+            .build()
+            .map_err(|e| self.file_error(index, e))
+    }
+
+    /// Everything `decoder` decodes (on the blocking pool), fetching what it asks for beyond
+    /// the data pushed into it already.
+    pub(in crate::snapshot) async fn decode_projected(
+        &self,
+        index: usize,
+        mut decoder: ParquetPushDecoder,
+        hooks: &crate::hooks::Hooks,
+        timings: &mut ReadTimings,
+    ) -> Result<Vec<RecordBatch>, TableError> {
+        let mut batches = Vec::new();
+        let path = self.path_of(index).to_string();
+        loop {
+            let hooks = hooks.clone();
+            let object = path.clone();
+            let (back, step) = tokio::task::spawn_blocking(move || {
+                let start = Instant::now();
+                if let Err(e) = hooks.check(crate::hooks::Stage::Decode, &object) {
+                    return (decoder, Err(TableError::Internal(e)));
+                }
+                let step = decode_until_data_needed(&mut decoder);
+                (decoder, Ok(step.map(|s| (s, start.elapsed()))))
+            })
+            .await
+            .map_err(|e| self.task_error("decode", index, e))?;
+            decoder = back;
+            let ((decoded, needs), took) = step?.map_err(|e| self.file_error(index, e))?;
+            timings.decode += took;
+            batches.extend(decoded.into_iter().map(|b| self.logical_batch(b)));
+            let Some(ranges) = needs else { break };
+            let data = self.fetch(index, ranges.clone(), timings).await?;
+            decoder
+                .push_ranges(ranges, data)
+                .map_err(|e| self.file_error(index, e))?;
+        }
+        Ok(batches)
+    }
+
+    /// `ranges` of file `index`, one buffer each (object_store coalesces them), timed and
+    /// counted in `timings`.
+    pub(in crate::snapshot) async fn fetch(
+        &self,
+        index: usize,
+        ranges: Vec<Range<u64>>,
+        timings: &mut ReadTimings,
+    ) -> Result<Vec<bytes::Bytes>, TableError> {
+        let asked = ranges.len();
+        let start = Instant::now();
+        let data = match self.reads_whole(index) {
+            true => self.small_ranges(index, &ranges).await?,
+            false => self
+                .reader(index)
+                .get_byte_ranges(ranges)
+                .await
+                .map_err(|e| self.file_error(index, e))?,
+        };
+        timings.fetch += start.elapsed();
+        timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
+        // object_store's contract; a store that breaks it must not become a panic here.
+        if data.len() != asked {
+            return Err(TableError::Internal(format!(
+                "file {}: {} ranges read for {asked} asked",
+                self.path_of(index),
+                data.len(),
+            )));
+        }
+        Ok(data)
+    }
+
+    /// The decoded batches of one row group as one.
+    pub(in crate::snapshot) fn concat(
+        &self,
+        index: usize,
+        batches: Vec<RecordBatch>,
+    ) -> Result<RecordBatch, TableError> {
+        match batches.as_slice() {
+            [only] => Ok(only.clone()),
+            [first, ..] => concat_batches(&first.schema(), &batches)
+                .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string()))),
+            [] => Ok(RecordBatch::new_empty(Arc::new(
+                arrow_schema::Schema::empty(),
+            ))),
+        }
+    }
+
+    /// The decoded batches of a row group of a table that is not voxlake's, in voxlake's
+    /// layout, as one (on the blocking pool: views are joined, values not copied); a row that
+    /// does not decode is named by file, row group and row.
+    pub(in crate::snapshot) async fn normalize(
+        &self,
+        index: usize,
+        row_group: usize,
+        metadata: &ArrowReaderMetadata,
+        batches: Vec<RecordBatch>,
+        kept: Option<Arc<[u32]>>,
+    ) -> Result<RecordBatch, TableError> {
+        let first_row: u64 = metadata.metadata().row_groups()[..row_group]
+            .iter()
+            .map(|rg| rg.num_rows().max(0) as u64)
+            .sum();
+        let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        let copies = kept
+            .as_deref()
+            .is_some_and(|rows| crate::rows::copies_kept_rows(rows.len(), total));
+        let columns = self.columns.clone();
+        let path = self.path_of(index).to_string();
+        let wanted: Vec<&String> = [&columns.label, &columns.id]
+            .into_iter()
+            .flatten()
+            .chain(columns.fields.iter().map(|f| &f.column))
+            .collect();
+        let named = path.clone();
+        let batches = batches
+            .into_iter()
+            .map(|b| self.conform(index, b, &wanted))
+            .collect::<Result<Vec<_>, _>>()?;
+        let normalized = tokio::task::spawn_blocking(move || {
+            // Row r of the row group is row r - start of the batch that holds it.
+            let mut start = 0usize;
+            let mut next = 0usize;
+            let mut out = Vec::with_capacity(batches.len());
+            for batch in &batches {
+                let end = start + batch.num_rows();
+                let local: Option<Vec<u32>> = kept.as_deref().map(|rows| {
+                    let from = next;
+                    while next < rows.len() && (rows[next] as usize) < end {
+                        next += 1;
+                    }
+                    rows[from..next].iter().map(|&r| r - start as u32).collect()
+                });
+                let at = first_row + start as u64;
+                let one = columns
+                    .normalize_rows(batch, local.as_deref(), |row| {
+                        format!("{named}#{}", at + row as u64)
+                    })
+                    .map_err(|e| (at + e.row as u64, e.reason))?;
+                start = end;
+                out.push(one);
+            }
+            Ok::<_, (u64, String)>(out)
+        })
+        .await
+        .map_err(|e| self.task_error("decode", index, e))?;
+        let normalized = normalized.map_err(|(row, reason)| TableError::BadRow {
+            location: self.location.clone(),
+            file: path,
+            row_group,
+            row,
+            reason,
+        })?;
+        let batch = self.concat(index, normalized)?;
+        // Few rows kept: copied out, so that the row group's pages are not held for them.
+        if !copies {
+            return Ok(batch);
+        }
+        // The rows are taken already: only their views' bytes are copied out of the pages.
+        crate::rows::gc_views(&batch)
+            .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))
+    }
+}
+
+/// Where the time of one row-group read went.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadTimings {
+    /// Waiting for the store.
+    pub fetch: Duration,
+    /// Decoding on the blocking pool.
+    pub decode: Duration,
+    /// Bytes fetched.
+    pub bytes: u64,
+}
+
+type Decoded = (Vec<RecordBatch>, Option<Vec<Range<u64>>>);
+
+/// The first row of `batch` that does not match its recorded checksum, described (also when
+/// the columns it covers, id, label and the tensor `fields` in order, are not there to check:
+/// the projection brings them with it).
+fn verify_checksums(batch: &RecordBatch, fields: &[String]) -> Option<String> {
+    use arrow_array::{Array, BinaryArray, BinaryViewArray, Int64Array, StringArray};
+    let column = |name: &str| batch.column_by_name(name);
+    let sums = column(CHECKSUM_COLUMN)?
+        .as_any()
+        .downcast_ref::<Int64Array>();
+    let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
+    let labels =
+        column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
+    let tensors: Option<Vec<&arrow_array::ArrayRef>> = fields.iter().map(|f| column(f)).collect();
+    let (Some(sums), Some(ids), Some(labels), Some(tensors)) = (sums, ids, labels, tensors) else {
+        return Some(format!(
+            "{CHECKSUM_COLUMN} cannot be checked: {ID_COLUMN} (Utf8), {LABEL_COLUMN} (Int64), {} and {CHECKSUM_COLUMN} (Int64) must all be read",
+            fields.join(", ")
+        ));
+    };
+    fn value(array: &arrow_array::ArrayRef, i: usize) -> &[u8] {
+        if let Some(views) = array.as_any().downcast_ref::<BinaryViewArray>() {
+            views.value(i)
+        } else if let Some(plain) = array.as_any().downcast_ref::<BinaryArray>() {
+            plain.value(i)
+        } else {
+            &[]
+        }
+    }
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(tensors.len());
+    (0..batch.num_rows()).find_map(|i| {
+        if sums.is_null(i) || ids.is_null(i) {
+            return None;
+        }
+        let label = (!labels.is_null(i)).then(|| labels.value(i));
+        parts.clear();
+        parts.extend(tensors.iter().map(|t| value(t, i)));
+        let (want, got) = (
+            sums.value(i),
+            voxlake_format::row_checksum_of(ids.value(i), label, &parts),
+        );
+        (want != got).then(|| {
+            format!(
+                "row {i} ({}): its CRC-32 is {got:08x}, the table recorded {want:08x} (corrupt data)",
+                ids.value(i)
+            )
+        })
+    })
+}
+
+/// Decodes what the pushed data allows; returns the batches and the ranges still needed.
+fn decode_until_data_needed(decoder: &mut ParquetPushDecoder) -> Result<Decoded, ParquetError> {
+    let mut batches = Vec::new();
+    loop {
+        match decoder.try_decode()? {
+            DecodeResult::Data(batch) => batches.push(batch),
+            DecodeResult::NeedsData(ranges) => return Ok((batches, Some(ranges))),
+            DecodeResult::Finished => return Ok((batches, None)),
+        }
+    }
+}
