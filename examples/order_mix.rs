@@ -17,7 +17,7 @@
 
 use voxlake::plan::affinity::Affinity;
 use voxlake::plan::order::{EpochOrder, RowSet};
-use voxlake::plan::replay::{OrderSettings, replay};
+use voxlake::plan::resume::{OrderSettings, replay};
 
 const FILES: usize = 2_000;
 const ROWS: u64 = 32;

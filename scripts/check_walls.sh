@@ -57,7 +57,7 @@ forbid voxlake-stream voxlake-loader voxlake-compact
 forbid voxlake-loader voxlake-compact
 
 # The loader names plan where it uses it, not through stream's re-exports.
-if grep -rnE 'voxlake_stream::(replay|order|affinity|mixer|plan|Shard)\b' crates/loader/src; then
+if grep -rnE 'voxlake_stream::(resume|replay|order|affinity|mixer|plan|Shard)\b' crates/loader/src; then
   fail "the loader reaches plan through voxlake_stream: use voxlake_plan"
 fi
 

@@ -477,7 +477,7 @@ async fn faults_are_survived(backend: Backend) {
 on_every_backend!(faults_are_survived);
 
 /// A data read that stalls (no answer for a minute) is dropped and asked again after about
-/// twice the store's 99th-percentile answer time ([`voxlake::io::stall`]; 2 s before it is
+/// twice the store's 99th-percentile answer time ([`voxlake::io::reask`]; 2 s before it is
 /// measured): an epoch with every 10th data read stalled delivers every id once in a fraction of
 /// one stall, and says how many reads it asked again.
 async fn stalled_reads_are_asked_again(backend: Backend) {

@@ -7,7 +7,7 @@
 //! - [`local`]: local tables read as views of the page cache or into recycled buffers.
 //! - [`remote`]: the store a remote table's data files are read through (parts, cache, counts).
 //! - [`cache`]: the node-local disk cache of remote reads.
-//! - [`stall`]: when a read has stalled and is asked again.
+//! - [`reask`]: when a stalled read is asked again.
 //! - [`depth`], [`inflight`]: reads in flight sized to the store (Little's law).
 //! - [`ahead`]: futures run ahead of their consumer, a panic an error.
 //! - [`broken`]: a store that asks again where an answer broke and object_store does not.
@@ -46,8 +46,8 @@ pub mod location;
 mod passthrough;
 pub mod private;
 pub mod reader;
+pub mod reask;
 pub mod remote;
-pub mod stall;
 
 pub use ahead::{AbortOnDrop, spawn_ahead};
 pub use broken::RetryBroken;

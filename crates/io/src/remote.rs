@@ -1,7 +1,7 @@
 //! The object store every read of a remote table's data files goes through (footers, column
 //! chunks, first values, whole files): it fetches large ranges as parallel parts, checks that
 //! the store returned every byte asked for, asks again for a read that stalls (see
-//! [`crate::stall`]), counts the bytes fetched, and serves and fills the node's disk cache
+//! [`crate::reask`]), counts the bytes fetched, and serves and fills the node's disk cache
 //! ([`crate::cache`]) where the snapshot has one. Local tables are read
 //! through [`crate::local`] instead, never cached.
 
@@ -19,7 +19,7 @@ use object_store::{OBJECT_STORE_COALESCE_DEFAULT, coalesce_ranges};
 
 use crate::cache::{DiskCache, EntryKey};
 use crate::local::pool::BufferPool;
-use crate::stall::StallClock;
+use crate::reask::ReaskClock;
 
 /// Ranges of at least twice this are fetched as parts of at least this many bytes, at once:
 /// one connection to a cloud store moves ~25–95 MiB/s, so one large row group (Petastorm
@@ -62,7 +62,7 @@ pub struct RemoteStore {
     /// Bytes fetched from the store.
     fetched: AtomicU64,
     /// The store's times to first byte, for when a read has stalled.
-    stalls: Mutex<StallClock>,
+    stalls: Mutex<ReaskClock>,
     /// Reads asked again because they stalled.
     reasked: AtomicU64,
     /// Buffers reads land in, recycled once their last view is dropped.
@@ -158,7 +158,7 @@ impl RemoteStore {
 
     /// `range` of `location` streamed into `out` (its length); more or fewer bytes than that
     /// are an error naming the object and the range. A request that has not answered, or a body
-    /// that has sent nothing, by [`StallClock::deadline`] is dropped and the bytes still missing
+    /// that has sent nothing, by [`ReaskClock::deadline`] is dropped and the bytes still missing
     /// asked for again.
     async fn read_into(&self, location: &Path, range: Range<u64>, out: &mut [u8]) -> Result<()> {
         let mut at = 0;
@@ -348,7 +348,7 @@ mod tests {
     /// two deadlines, not the client's timeout.
     #[tokio::test]
     async fn a_stalled_read_is_asked_again_for_what_is_missing() {
-        use crate::stall::{FLOOR, WARM};
+        use crate::reask::{FLOOR, WARM};
         use object_store::{GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta};
         use object_store::{PutMultipartOptions, PutOptions, PutPayload, PutResult};
         use std::sync::atomic::AtomicU32;

@@ -1,7 +1,7 @@
 //! What `build()` checks before it starts any work: that the budget can stream the table, and
 //! that a state to resume from fits the table and the settings.
 
-use voxlake_plan::replay::{OrderSettings, Segment};
+use voxlake_plan::resume::{OrderSettings, Segment};
 use voxlake_stream::{GroupBudget, TableStream};
 
 use crate::builder::LoaderBuilder;

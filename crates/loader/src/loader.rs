@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use voxlake_format::{SampleSpec, TensorSpec};
-use voxlake_plan::replay::OrderSettings;
+use voxlake_plan::resume::OrderSettings;
 use voxlake_stream::{StreamStats, TableStream};
 
 use crate::builder::LoaderBuilder;

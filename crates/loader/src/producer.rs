@@ -14,7 +14,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use voxlake_io::panic_message;
 use voxlake_plan::mixer::Mixer;
 use voxlake_plan::order::{RowSet, deal};
-use voxlake_plan::replay::{OrderSettings, remaining, replay};
+use voxlake_plan::resume::{OrderSettings, remaining, replay};
 use voxlake_stream::TableStream;
 
 use crate::LoaderError;

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use voxlake_delta::AsOf;
 use voxlake_plan::plan::Shard;
-use voxlake_plan::replay::OrderSettings;
+use voxlake_plan::resume::OrderSettings;
 use voxlake_stream::{ReadOptions, StreamError, TableStream, default_columns};
 use voxlake_table::{Snapshot, TableOptions};
 

@@ -23,7 +23,7 @@
 use serde::{Deserialize, Serialize};
 use voxlake_plan::affinity::Affinity;
 use voxlake_plan::order::Uneven;
-use voxlake_plan::replay::{OrderSettings, Segment};
+use voxlake_plan::resume::{OrderSettings, Segment};
 
 use crate::LoaderError;
 

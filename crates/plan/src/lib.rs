@@ -6,7 +6,7 @@
 //! - [`affinity`]: files kept on their node's ranks from epoch to epoch (opt-in).
 //! - [`order`]: the epoch's rows dealt to ranks (equal counts, pad or drop), as units of reading.
 //! - [`mixer`]: the shuffle buffer as a pure state machine.
-//! - [`replay`]: where an epoch stands after some batches, for exact and elastic resume.
+//! - [`resume`]: where an epoch stands after some batches, for exact and elastic resume.
 //!
 //! ```
 //! use voxlake_plan::{Planner, Shard};
@@ -25,7 +25,7 @@ pub mod affinity;
 pub mod mixer;
 pub mod order;
 pub mod plan;
-pub mod replay;
+pub mod resume;
 
 pub use affinity::Affinity;
 pub use order::Uneven;

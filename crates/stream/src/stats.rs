@@ -65,7 +65,7 @@ pub struct StreamStats {
     pub read_latency: Duration,
     /// Bytes of data files fetched from a remote table's store (not counting cache hits).
     pub store_bytes: u64,
-    /// Reads of the store asked again because they stalled (`voxlake_io::stall`).
+    /// Reads of the store asked again because they stalled (`voxlake_io::reask`).
     pub reasked: u64,
     /// The disk cache's counters (zero without one).
     pub cache: voxlake_io::cache::CacheStats,

@@ -223,7 +223,7 @@ impl Snapshot {
     }
 
     /// Reads of a remote table's store asked again because they stalled (see
-    /// `voxlake_io::stall`; 0 for a local table).
+    /// `voxlake_io::reask`; 0 for a local table).
     pub fn store_reads_reasked(&self) -> u64 {
         if let Some(remote) = &self.remote {
             return remote.reasked();

@@ -1,5 +1,5 @@
-//! When a read has stalled (pure): a request that has not answered, or a body that has sent
-//! nothing, for twice the 99th percentile of the store's measured time to first byte is asked
+//! When a stalled read is asked again (pure): a request that has not answered, or a body that
+//! has sent nothing, for twice the 99th percentile of the store's measured time to first byte is asked
 //! again ([`crate::remote`] does it), so a stalled connection costs about that, not the client's
 //! 30 s timeout. Object stores stall single requests now and then (a slow server, a lost
 //! packet on one connection); asking again is what their SDKs' "hedged" or "timed-out and
@@ -12,15 +12,13 @@
 //! or away and being retried by object_store's own policy, is never failed by this guard, only
 //! asked again a few times. Re-asks are budgeted as hedged requests are ("The Tail at Scale"):
 //! at most [`BUDGET_BASE`] plus one in [`BUDGET_EVERY`] answers; past it a read waits as the
-//! client allows, so an overloaded store is not sent more requests than it answers (measured
-//! on a local Azurite under load: up to 16 re-asks in a run of 2 epochs over 1,000 cubes
-//! without the budget).
+//! client allows, so an overloaded store is not sent more requests than it answers.
 //!
 //! ```
 //! use std::time::Duration;
-//! use voxlake_io::stall::{FLOOR, StallClock, UNMEASURED};
+//! use voxlake_io::reask::{FLOOR, ReaskClock, UNMEASURED};
 //!
-//! let mut clock = StallClock::default();
+//! let mut clock = ReaskClock::default();
 //! assert_eq!(clock.deadline(0), Some(UNMEASURED));
 //! for i in 0..100u64 {
 //!     clock.answered(Duration::from_millis(200 + i)); // 200–299 ms
@@ -54,7 +52,7 @@ pub const BUDGET_EVERY: u64 = 50;
 
 /// The store's recent times to first byte, and the deadlines they give.
 #[derive(Debug, Clone, Default)]
-pub struct StallClock {
+pub struct ReaskClock {
     recent: VecDeque<Duration>,
     /// Answers timed in all.
     answers: u64,
@@ -62,7 +60,7 @@ pub struct StallClock {
     reasked: u64,
 }
 
-impl StallClock {
+impl ReaskClock {
     /// A request answered after `took` (its time to first byte).
     pub fn answered(&mut self, took: Duration) {
         if self.recent.len() == RECENT {
@@ -107,7 +105,7 @@ mod tests {
         /// twice the one before, and the last asking unbounded.
         #[test]
         fn deadlines_are_bounded_and_grow(times in prop::collection::vec(0u64..60_000, 0..400)) {
-            let mut clock = StallClock::default();
+            let mut clock = ReaskClock::default();
             for t in &times {
                 clock.answered(Duration::from_millis(*t));
             }
@@ -132,7 +130,7 @@ mod tests {
 
     #[test]
     fn re_asks_are_budgeted_by_the_answers() {
-        let mut clock = StallClock::default();
+        let mut clock = ReaskClock::default();
         for _ in 0..BUDGET_BASE {
             assert!(clock.deadline(0).is_some());
             clock.reasked();
@@ -151,7 +149,7 @@ mod tests {
 
     #[test]
     fn one_slow_answer_in_a_hundred_does_not_set_the_deadline() {
-        let mut clock = StallClock::default();
+        let mut clock = ReaskClock::default();
         for _ in 0..99 {
             clock.answered(Duration::from_millis(20));
         }

@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use voxlake_plan::order::Uneven;
-//! use voxlake_plan::replay::{OrderSettings, Segment, remaining, replay};
+//! use voxlake_plan::resume::{OrderSettings, Segment, remaining, replay};
 //!
 //! let settings = OrderSettings { batch_size: 4, uneven: Uneven::Pad, ..OrderSettings::shuffled(7, 8) };
 //! let rows_per_file = [12, 12, 12];
