@@ -7,6 +7,7 @@ use arrow_array::{Array, Int64Array};
 use futures::StreamExt;
 use serde::Serialize;
 use voxlake_format::LABEL_COLUMN;
+use voxlake_format::sample::SampleColumns;
 
 use crate::Compactor;
 use crate::error::CompactError;
@@ -118,78 +119,8 @@ impl Compactor {
             .collect();
         let files = snapshot.files();
 
-        let mut footers = futures::stream::iter(0..files.len())
-            .map(|index| {
-                let snapshot = &snapshot;
-                async move { snapshot.footer(index).await.map(|m| (files.at(index), m)) }
-            })
-            .buffered(READ_CONCURRENCY);
-        let mut file_list = Vec::with_capacity(files.len());
-        let mut row_group_rows = (u64::MAX, 0);
-        while let Some(result) = footers.next().await {
-            let (file, meta) = result?;
-            for rg in meta.row_groups() {
-                let rows = rg.num_rows() as u64;
-                row_group_rows = (row_group_rows.0.min(rows), row_group_rows.1.max(rows));
-            }
-            let deleted = file.deleted_rows();
-            file_list.push(FileInfo {
-                path: file.path().to_string(),
-                bytes: file.size(),
-                rows: (meta.file_metadata().num_rows().max(0) as u64).saturating_sub(deleted),
-                rows_deleted: deleted,
-                row_groups: meta.num_row_groups(),
-            });
-        }
-        if file_list.is_empty() {
-            row_group_rows = (0, 0);
-        }
-
-        let mut labels = BTreeMap::new();
-        let partition_label = columns
-            .label
-            .as_deref()
-            .is_some_and(|c| snapshot.partition_type(c).is_some());
-        if partition_label {
-            // A label from the folders (a partition column): each file's value, its rows.
-            let column = columns.label.as_deref().unwrap_or_default();
-            for (file, info) in files.iter().zip(&file_list) {
-                let key = file
-                    .partition(column)
-                    .flatten()
-                    .unwrap_or("null")
-                    .to_string();
-                *labels.entry(key).or_insert(0) += info.rows;
-            }
-        } else if let Some(column) = &columns.label {
-            let location = snapshot.location().to_string();
-            snapshot
-                .scan_column(column, |file, batches| {
-                    for batch in batches {
-                        // Labels as the loader hands them out (Int64, whatever the column).
-                        let normalized =
-                            columns.normalize(&batch, |_| String::new()).map_err(|e| {
-                                CompactError::Incompatible {
-                                    location: location.clone(),
-                                    reason: format!("file {}: {e}", file.path()),
-                                }
-                            })?;
-                        let values = normalized
-                            .column_by_name(LABEL_COLUMN)
-                            .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
-                            .ok_or_else(|| CompactError::Incompatible {
-                                location: location.clone(),
-                                reason: format!("file {}: '{column}' is not Int64", file.path()),
-                            })?;
-                        for value in values.iter() {
-                            let key = value.map_or_else(|| "null".to_string(), |v| v.to_string());
-                            *labels.entry(key).or_insert(0) += 1;
-                        }
-                    }
-                    Ok::<_, CompactError>(())
-                })
-                .await?;
-        }
+        let (file_list, row_group_rows) = file_infos(&snapshot).await?;
+        let labels = label_counts(&snapshot, &columns, &file_list).await?;
 
         Ok(TableInfo {
             location: snapshot.location().to_string(),
@@ -220,4 +151,93 @@ impl Compactor {
             file_list,
         })
     }
+}
+
+/// Each data file of `snapshot` as its footer says (rows less those deleted), and the smallest
+/// and largest row group in rows.
+async fn file_infos(snapshot: &Snapshot) -> Result<(Vec<FileInfo>, (u64, u64)), CompactError> {
+    let files = snapshot.files();
+    let mut footers = futures::stream::iter(0..files.len())
+        .map(|index| {
+            let snapshot = &snapshot;
+            async move { snapshot.footer(index).await.map(|m| (files.at(index), m)) }
+        })
+        .buffered(READ_CONCURRENCY);
+    let mut file_list = Vec::with_capacity(files.len());
+    let mut row_group_rows = (u64::MAX, 0);
+    while let Some(result) = footers.next().await {
+        let (file, meta) = result?;
+        for rg in meta.row_groups() {
+            let rows = rg.num_rows() as u64;
+            row_group_rows = (row_group_rows.0.min(rows), row_group_rows.1.max(rows));
+        }
+        let deleted = file.deleted_rows();
+        file_list.push(FileInfo {
+            path: file.path().to_string(),
+            bytes: file.size(),
+            rows: (meta.file_metadata().num_rows().max(0) as u64).saturating_sub(deleted),
+            rows_deleted: deleted,
+            row_groups: meta.num_row_groups(),
+        });
+    }
+    if file_list.is_empty() {
+        row_group_rows = (0, 0);
+    }
+    Ok((file_list, row_group_rows))
+}
+
+/// Rows per label value (`null` for unlabelled rows): a partition label counted from each
+/// file's value and rows (`file_list`), a label column read and normalized as the loader
+/// hands it out.
+async fn label_counts(
+    snapshot: &Snapshot,
+    columns: &SampleColumns,
+    file_list: &[FileInfo],
+) -> Result<BTreeMap<String, u64>, CompactError> {
+    let files = snapshot.files();
+    let mut labels = BTreeMap::new();
+    let partition_label = columns
+        .label
+        .as_deref()
+        .is_some_and(|c| snapshot.partition_type(c).is_some());
+    if partition_label {
+        // A label from the folders (a partition column): each file's value, its rows.
+        let column = columns.label.as_deref().unwrap_or_default();
+        for (file, info) in files.iter().zip(file_list) {
+            let key = file
+                .partition(column)
+                .flatten()
+                .unwrap_or("null")
+                .to_string();
+            *labels.entry(key).or_insert(0) += info.rows;
+        }
+    } else if let Some(column) = &columns.label {
+        let location = snapshot.location().to_string();
+        snapshot
+            .scan_column(column, |file, batches| {
+                for batch in batches {
+                    // Labels as the loader hands them out (Int64, whatever the column).
+                    let normalized = columns.normalize(&batch, |_| String::new()).map_err(|e| {
+                        CompactError::Incompatible {
+                            location: location.clone(),
+                            reason: format!("file {}: {e}", file.path()),
+                        }
+                    })?;
+                    let values = normalized
+                        .column_by_name(LABEL_COLUMN)
+                        .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+                        .ok_or_else(|| CompactError::Incompatible {
+                            location: location.clone(),
+                            reason: format!("file {}: '{column}' is not Int64", file.path()),
+                        })?;
+                    for value in values.iter() {
+                        let key = value.map_or_else(|| "null".to_string(), |v| v.to_string());
+                        *labels.entry(key).or_insert(0) += 1;
+                    }
+                }
+                Ok::<_, CompactError>(())
+            })
+            .await?;
+    }
+    Ok(labels)
 }

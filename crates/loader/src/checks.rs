@@ -74,41 +74,39 @@ impl LoaderBuilder {
                 state.files, state.file_count, state.version
             )));
         }
-        // Each segment's ranks deliver at most one batch of pad rows each beyond the rows.
-        let slack = state
-            .closed
-            .iter()
-            .map(|s| s.world_size as u64)
-            .chain([state.world_size as u64])
-            .try_fold(0u64, |sum, w| {
-                sum.checked_add(w.checked_mul(state.batch_size as u64)?)
-            });
-        match (state.delivered(), slack) {
-            (Some(delivered), Some(slack)) if delivered <= rows.saturating_add(slack) => {}
-            (delivered, _) => {
-                return Err(LoaderError::State(format!(
-                    "the state counts {} samples delivered in epoch {}, more than the table's {rows} rows an epoch: not a state of this table's run",
-                    delivered.map_or("more than 2^64".into(), |d| d.to_string()),
-                    state.epoch
-                )));
-            }
-        }
-        // Resuming replays each segment rank by rank: a count of ranks no run of this table
-        // could have had is refused before it is used.
-        let most = rows.max(MAX_RANKS as u64);
-        let absurd = |world: usize| world as u64 > most;
-        let refuse = |what: String| {
-            Err(LoaderError::State(format!(
-                "the state has {what}, more than the table's {rows} rows and than {MAX_RANKS} ranks: not a state of this table's run"
-            )))
-        };
-        if let Some(s) = state.closed.iter().find(|s| absurd(s.world_size)) {
-            return refuse(format!("a closed segment of {} ranks", s.world_size));
-        }
-        if absurd(state.world_size) {
-            return refuse(format!("a world size of {}", state.world_size));
-        }
+        check_counts(state, rows)?;
         let theirs = state.order_settings()?;
+        self.check_order(state, &theirs, settings, sample_bytes)?;
+        *settings = theirs;
+        let mut closed = state.segments();
+        let (mut batches, mut ahead) = (state.batches, state.ahead);
+        if state.world_size != self.world_size && (batches > 0 || ahead > 0) {
+            // Another world: the current segment ends here; the rest is dealt anew.
+            closed.push(Segment {
+                world_size: state.world_size,
+                batches,
+                ahead,
+            });
+            (batches, ahead) = (0, 0);
+        }
+        Ok(Position {
+            epoch: state.epoch,
+            closed,
+            world_size: self.world_size,
+            batches,
+            ahead,
+        })
+    }
+
+    /// The order settings the state was taken with (`theirs`) are this loader's (`settings`),
+    /// its shuffle buffer within this budget (`sample_bytes` a sample).
+    fn check_order(
+        &self,
+        state: &LoaderState,
+        theirs: &OrderSettings,
+        settings: &OrderSettings,
+        sample_bytes: u64,
+    ) -> Result<(), LoaderError> {
         let mismatch = |what: &str, a: String, b: String| {
             Err(LoaderError::State(format!(
                 "the state was taken with {what} {a}, this loader has {b}"
@@ -169,24 +167,46 @@ impl LoaderBuilder {
                 nodes(settings.affinity),
             );
         }
-        *settings = theirs;
-        let mut closed = state.segments();
-        let (mut batches, mut ahead) = (state.batches, state.ahead);
-        if state.world_size != self.world_size && (batches > 0 || ahead > 0) {
-            // Another world: the current segment ends here; the rest is dealt anew.
-            closed.push(Segment {
-                world_size: state.world_size,
-                batches,
-                ahead,
-            });
-            (batches, ahead) = (0, 0);
-        }
-        Ok(Position {
-            epoch: state.epoch,
-            closed,
-            world_size: self.world_size,
-            batches,
-            ahead,
-        })
+        Ok(())
     }
+}
+
+/// The state's counts bounded by the table (`rows` an epoch): the samples it says were
+/// delivered, and every world size it names.
+fn check_counts(state: &LoaderState, rows: u64) -> Result<(), LoaderError> {
+    // Each segment's ranks deliver at most one batch of pad rows each beyond the rows.
+    let slack = state
+        .closed
+        .iter()
+        .map(|s| s.world_size as u64)
+        .chain([state.world_size as u64])
+        .try_fold(0u64, |sum, w| {
+            sum.checked_add(w.checked_mul(state.batch_size as u64)?)
+        });
+    match (state.delivered(), slack) {
+        (Some(delivered), Some(slack)) if delivered <= rows.saturating_add(slack) => {}
+        (delivered, _) => {
+            return Err(LoaderError::State(format!(
+                "the state counts {} samples delivered in epoch {}, more than the table's {rows} rows an epoch: not a state of this table's run",
+                delivered.map_or("more than 2^64".into(), |d| d.to_string()),
+                state.epoch
+            )));
+        }
+    }
+    // Resuming replays each segment rank by rank: a count of ranks no run of this table
+    // could have had is refused before it is used.
+    let most = rows.max(MAX_RANKS as u64);
+    let absurd = |world: usize| world as u64 > most;
+    let refuse = |what: String| {
+        Err(LoaderError::State(format!(
+            "the state has {what}, more than the table's {rows} rows and than {MAX_RANKS} ranks: not a state of this table's run"
+        )))
+    };
+    if let Some(s) = state.closed.iter().find(|s| absurd(s.world_size)) {
+        return refuse(format!("a closed segment of {} ranks", s.world_size));
+    }
+    if absurd(state.world_size) {
+        return refuse(format!("a world size of {}", state.world_size));
+    }
+    Ok(())
 }
