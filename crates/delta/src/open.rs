@@ -201,8 +201,9 @@ impl DeltaLog {
 
     /// Reads the log at the version: the version described, or the folder's Parquet files
     /// where there is no log. A remote endpoint is probed beside the read, not before it: the
-    /// probe costs no round trip, and when nothing answers its error comes first.
-    pub async fn read(&self) -> Result<Found, DeltaError> {
+    /// probe costs no round trip, and when nothing answers its error comes first. Once: the
+    /// log's memo is let go when the read is done.
+    pub async fn read(self) -> Result<Found, DeltaError> {
         let shown: &str = &self.display;
         tracing::debug!(
             location = shown,

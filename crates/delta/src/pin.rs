@@ -33,13 +33,12 @@ pub use job::Job;
 pub use place::JOB_DIR_ENV;
 pub(crate) use place::{Channel, Place};
 
-use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
-use serde::{Deserialize, Serialize};
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
+use serde::{Deserialize, Serialize};
 use voxlake_io::cache::DiskCache;
 
 use crate::error::DeltaError;
@@ -210,7 +209,7 @@ pub(crate) async fn agree(
 /// it.
 pub(crate) fn table_store(
     location: &str,
-    storage_options: &std::collections::HashMap<String, String>,
+    storage_options: &HashMap<String, String>,
     root_store: Option<&std::sync::Arc<dyn ObjectStore>>,
     job: &str,
 ) -> Result<(std::sync::Arc<dyn ObjectStore>, Path), DeltaError> {

@@ -94,7 +94,7 @@ impl Snapshot {
         self.partition_types.get(name)
     }
     /// The table's columns at this version, under their logical names (see
-    /// `Snapshot::open_with`): a column a file lacks reads as null there, a column a file
+    /// [`Snapshot::open`]): a column a file lacks reads as null there, a column a file
     /// holds in a narrower type reads widened.
     pub fn schema(&self) -> &arrow_schema::SchemaRef {
         &self.schema
