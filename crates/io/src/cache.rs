@@ -26,10 +26,20 @@
 //! one it is given (so pointing it at `$HOME` or `/tmp` touches nothing else there), created
 //! 0700 and refused when another user owns it or others may write to it; entries and locks are
 //! files 0600, opened without following a symbolic link and without blocking (a FIFO planted
-//! as an entry is refused, not waited on), read into buffers (an entry truncated while read
-//! cannot kill the process), and used only when this user owns them. Only names of its own
-//! format are ever deleted, and a wait for another process's lock ends after `LOCK_WAIT`
-//! (the read goes on and fetches itself).
+//! as an entry is refused, not waited on), and used only when this user owns them. Only names
+//! of its own format are ever deleted, and a wait for another process's lock ends after
+//! `LOCK_WAIT` (the read goes on and fetches itself).
+//!
+//! Entries are mapped, like a local table's chunks, where the cache lies on local disk: a hit
+//! costs what a local read costs, the page cache's pages handed out without a copy. A mapping
+//! faults (`SIGBUS`) if its file is cut short under it; an entry never is. It is written whole
+//! under another name and renamed into place, then only ever unlinked (evicted, or deleted as
+//! corrupt), and an unlinked file stays readable through a mapping of it; a rename over it (the
+//! same entry written again) leaves the mapped file as it was. No other user can reach it (the
+//! folder is 0700 and this user's, an entry is used only when this user owns it), so only a
+//! process of this user that truncates an entry in place, or a failing disk, could fault one:
+//! as for local tables. On network and FUSE mounts, where a read can fail for passing reasons,
+//! entries are read into recycled buffers, and a failed read is an error.
 
 mod choice;
 mod entry;
@@ -119,6 +129,8 @@ pub struct DiskCache {
     /// Bytes this process wrote since it last counted the folder.
     since_scan: AtomicU64,
     counters: Counters,
+    /// Whether entries are mapped (the folder is on local disk) or read.
+    map: bool,
     /// Buffers for entries read (not mapped) from network filesystems.
     pool: Arc<BufferPool>,
     /// A failed write was logged (once is enough).
@@ -157,12 +169,16 @@ impl DiskCache {
         create_private(&probe)
             .and_then(|_| std::fs::remove_file(&probe))
             .map_err(|e| fail(format!("not writable: {e}")))?;
+        let map = File::open(dir.join("entries"))
+            .map_err(|e| fail(format!("cannot open entries/: {e}")))
+            .map(|d| crate::local::on_local_filesystem(&d))?;
         let cache = DiskCache {
             dir,
             max_bytes,
             used: AtomicU64::new(0),
             since_scan: AtomicU64::new(0),
             counters: Counters::default(),
+            map,
             pool: Arc::default(),
             write_warned: AtomicBool::new(false),
             writes: Arc::new(tokio::sync::Semaphore::new(PENDING_WRITE_MIB as usize)),
@@ -244,7 +260,6 @@ impl DiskCache {
                 return None;
             }
         };
-        // Read, never mapped: a mapped entry cut short while read would kill the process.
         let read = file.metadata().map_err(|e| e.to_string()).and_then(|meta| {
             owned_regular(&meta)?;
             if key.whole {
@@ -254,8 +269,15 @@ impl DiskCache {
                 std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| e.to_string())?;
                 return Ok(Bytes::from(bytes));
             }
-            crate::local::read_range(&file, &path, meta.len(), false, &self.pool, 0..meta.len())
-                .map_err(|e| e.to_string())
+            crate::local::read_range(
+                &file,
+                &path,
+                meta.len(),
+                self.map,
+                &self.pool,
+                0..meta.len(),
+            )
+            .map_err(|e| e.to_string())
         });
         match read.and_then(|bytes| entry::parts(&bytes, key)) {
             Ok(parts) => {

@@ -70,6 +70,36 @@ async fn a_second_read_is_a_hit_with_the_same_bytes_and_no_fetch() {
     assert_eq!(other.fetched(), 0);
 }
 
+/// On local disk a hit is a view of the entry's pages, not a copy (no read buffer is taken),
+/// and what it views stays as it was when the entry is evicted or written again under it: the
+/// argument for mapping entries (see the module's documentation).
+#[tokio::test]
+async fn a_hit_maps_its_entry_and_outlives_its_eviction_and_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+    assert!(cache.map, "a temporary folder is on local disk here");
+    let bytes = data(3 << 20);
+    let (store, path) = remote(&bytes, "etag=a", &cache).await;
+    let ranges = [10..2_000_000, 2_500_000..3_000_000];
+    get(&store, &path, &ranges).await;
+    let hit = get(&store, &path, &ranges).await;
+    assert_eq!(cache.stats().hits, 1);
+    let [entry] = entries(&cache).try_into().unwrap();
+    // Written again by another process (renamed over it), then evicted.
+    let again = dir.path().join("again");
+    std::fs::write(
+        &again,
+        vec![0xAA; std::fs::metadata(&entry).unwrap().len() as usize],
+    )
+    .unwrap();
+    std::fs::rename(&again, &entry).unwrap();
+    std::fs::remove_file(&entry).unwrap();
+    assert_eq!(hit[0], &bytes[10..2_000_000]);
+    assert_eq!(hit[1], &bytes[2_500_000..3_000_000]);
+    drop(hit);
+    assert_eq!(cache.pool.idle(), (0, 0), "no read buffer was used");
+}
+
 #[tokio::test]
 async fn readers_asking_at_once_fetch_once() {
     let dir = tempfile::tempdir().unwrap();
