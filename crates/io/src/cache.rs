@@ -12,8 +12,9 @@
 //! temporary file that is never read (deleted after an hour). A miss takes an exclusive lock
 //! on `locks/<entry>` (`flock`, released by the kernel if its holder dies) and looks again
 //! before fetching: ranks that ask for the same entry at once download it once. Every entry
-//! carries a CRC-32 over its key and bytes, checked on every read: a corrupt entry is deleted
-//! and fetched again with a warning, never handed out. Hits touch the entry's modification
+//! carries a CRC-32 over its key and bytes, checked when read (a mapped entry once a process:
+//! its later hits map the same file): a corrupt entry is deleted and fetched again with a
+//! warning, never handed out. Hits touch the entry's modification
 //! time; when the entries outgrow the cap, the least recently used go until they fit 90 % of
 //! it (each process counts its own writes and recounts the folder after every 1/16 of the cap
 //! it wrote, so processes sharing a folder keep it near the cap). The cache lives on disk: the
@@ -47,6 +48,7 @@ mod evict;
 mod fetch;
 mod made;
 mod private;
+mod verified;
 
 use std::fs::File;
 use std::io::Write;
@@ -133,6 +135,8 @@ pub struct DiskCache {
     map: bool,
     /// Buffers for entries read (not mapped) from network filesystems.
     pool: Arc<BufferPool>,
+    /// Mapped entries whose checksum this process checked.
+    verified: verified::Verified,
     /// A failed write was logged (once is enough).
     write_warned: AtomicBool,
     /// MiB of entries being written in the background.
@@ -180,6 +184,7 @@ impl DiskCache {
             counters: Counters::default(),
             map,
             pool: Arc::default(),
+            verified: Default::default(),
             write_warned: AtomicBool::new(false),
             writes: Arc::new(tokio::sync::Semaphore::new(PENDING_WRITE_MIB as usize)),
         };
@@ -260,6 +265,8 @@ impl DiskCache {
                 return None;
             }
         };
+        let name = key.file_name();
+        let mut checked = None;
         let read = file.metadata().map_err(|e| e.to_string()).and_then(|meta| {
             owned_regular(&meta)?;
             if key.whole {
@@ -269,6 +276,8 @@ impl DiskCache {
                 std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| e.to_string())?;
                 return Ok(Bytes::from(bytes));
             }
+            // A mapped file checked before is the same bytes: checked once a process.
+            checked = verified::FileId::of(&meta).filter(|_| self.map);
             crate::local::read_range(
                 &file,
                 &path,
@@ -279,8 +288,12 @@ impl DiskCache {
             )
             .map_err(|e| e.to_string())
         });
-        match read.and_then(|bytes| entry::parts(&bytes, key)) {
+        let known = checked.is_some_and(|id| self.verified.contains(&name, id));
+        match read.and_then(|bytes| entry::parts(&bytes, key, !known)) {
             Ok(parts) => {
+                if let Some(id) = checked.filter(|_| !known) {
+                    self.verified.insert(name, id);
+                }
                 // The modification time is the entry's last use, for eviction.
                 let _ = file.set_modified(SystemTime::now());
                 let c = &self.counters;
@@ -296,6 +309,7 @@ impl DiskCache {
             Err(reason) => {
                 tracing::warn!(entry = %path.display(), object, reason, "corrupt cache entry deleted: fetched from the store again");
                 self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
+                self.verified.remove(&name);
                 let _ = std::fs::remove_file(&path);
                 None
             }

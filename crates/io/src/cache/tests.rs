@@ -156,6 +156,44 @@ async fn a_corrupt_entry_is_fetched_again_and_a_half_written_one_never_read() {
     assert_eq!(cache.stats().corrupt, 2);
 }
 
+/// A mapped entry's checksum is computed once a process (its later hits map the same file), and
+/// an entry written again under its name is another file: checked again, its corruption caught.
+#[tokio::test]
+async fn a_mapped_entry_is_checked_once_and_a_file_renamed_over_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+    let bytes = Bytes::from(data(2 << 20));
+    let (store, path) = remote(&bytes, "etag=a", &cache).await;
+    let ranges = [0..(2 << 20)];
+    get(&store, &path, &ranges).await;
+    let [entry] = entries(&cache).try_into().unwrap();
+    let name = entry.file_name().unwrap().to_str().unwrap().to_string();
+    let id = |p: &std::path::Path| verified::FileId::of(&std::fs::metadata(p).unwrap()).unwrap();
+    assert!(
+        !cache.verified.contains(&name, id(&entry)),
+        "written, not yet read"
+    );
+    assert_eq!(get(&store, &path, &ranges).await[0], bytes);
+    assert!(
+        cache.verified.contains(&name, id(&entry)),
+        "checked by its first hit"
+    );
+    // The same bytes with a flipped bit, written by another process and renamed over it.
+    let mut on_disk = std::fs::read(&entry).unwrap();
+    let at = on_disk.len() - 5;
+    on_disk[at] ^= 0x10;
+    let again = dir.path().join("again");
+    std::fs::write(&again, &on_disk).unwrap();
+    std::fs::rename(&again, &entry).unwrap();
+    assert_eq!(
+        get(&store, &path, &ranges).await[0],
+        bytes,
+        "the store's bytes"
+    );
+    assert_eq!(cache.stats().corrupt, 1);
+    assert_eq!(store.fetched(), 2 * (2 << 20));
+}
+
 #[tokio::test]
 async fn another_size_or_tag_is_another_entry() {
     let dir = tempfile::tempdir().unwrap();
