@@ -1,5 +1,6 @@
 //! criterion benches with throughput set: npy decode/convert, one row group → Arrow batch (the
-//! voxlake layout, and the same rows as a LIST of f32 and a `fixed_shape_tensor` of u8), the
+//! voxlake layout from a local table and through a warm node cache, and the same rows as a LIST
+//! of f32 and a `fixed_shape_tensor` of u8), the
 //! loader end to end on a local table, the open of a log of 10⁴ one-file commits through
 //! `ThrottledStore` (+20 ms a request), and `compact convert`.
 //!
@@ -14,6 +15,7 @@ use voxlake::compact::{Compactor, synth};
 use voxlake::format::npy::{EncodeOptions, NpyArray, encode};
 use voxlake::format::sample::ColumnHints;
 use voxlake::format::{Casting, DType};
+use voxlake::io::cache::CacheChoice;
 use voxlake::table::{Snapshot, TableOptions};
 
 struct Fixture {
@@ -114,7 +116,44 @@ fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) 
                 .unwrap()
         })
     });
+    // The same row group from a table in a store of its own (memory, named as an S3 bucket: a
+    // remote table) through a warm node cache on local disk: a hit should cost a local read.
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = voxlake::io::cache::DiskCache::open(cache_dir.path(), 1 << 30).unwrap();
+    let remote = runtime
+        .block_on(Snapshot::open(
+            "s3://bench/table",
+            &TableOptions {
+                root_store: Some(in_memory(runtime, &f.table, Some("table"))),
+                cache: CacheChoice::Shared(cache.clone()),
+                ..TableOptions::default()
+            },
+        ))
+        .unwrap();
+    let projection = remote
+        .projection(
+            &runtime.block_on(remote.view_metadata(0)).unwrap(),
+            &columns,
+        )
+        .unwrap();
+    runtime
+        .block_on(remote.read_row_group(0, 0, projection.clone()))
+        .unwrap();
+    runtime.block_on(cache.flush());
+    let hits = cache.stats().hits;
+    group.bench_function(
+        BenchmarkId::new("warm node cache", format!("{rows} rows")),
+        |b| {
+            b.iter(|| {
+                runtime
+                    .block_on(remote.read_row_group(0, 0, projection.clone()))
+                    .unwrap()
+            })
+        },
+    );
+    assert!(cache.stats().hits > hits, "read from the cache");
     // The same rows in other tools' LIST encodings (decoded from their pages, then normalized).
+    let projection = snapshot.projection(&meta, &columns).unwrap();
     let native = runtime
         .block_on(snapshot.read_row_group(0, 0, projection.clone()))
         .unwrap();
@@ -218,19 +257,36 @@ fn loader(c: &mut Criterion, f: &Fixture) {
     group.finish();
 }
 
-fn loader_latency(c: &mut Criterion, f: &Fixture) {
-    use object_store::throttle::{ThrottleConfig, ThrottledStore};
-    use object_store::{ObjectStoreExt, memory::InMemory};
-    // ThrottledStore cannot wrap the local store (its file payloads are unimplemented there):
-    // serve a copy of the table from memory, at its absolute path.
-    let memory = InMemory::new();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    for entry in walk(std::path::Path::new(&f.table)) {
-        let key = object_store::path::Path::from(entry.to_str().unwrap().trim_start_matches('/'));
+/// A copy of the local table `table` in memory, under `under` (its absolute path where `None`):
+/// a store that is not the local filesystem (ThrottledStore cannot wrap the local store: its
+/// file payloads are unimplemented there).
+fn in_memory(
+    runtime: &tokio::runtime::Runtime,
+    table: &str,
+    under: Option<&str>,
+) -> std::sync::Arc<object_store::memory::InMemory> {
+    use object_store::ObjectStoreExt;
+    let memory = object_store::memory::InMemory::new();
+    for entry in walk(std::path::Path::new(table)) {
+        let key = match under {
+            Some(prefix) => {
+                let relative = entry.strip_prefix(table).unwrap().to_str().unwrap();
+                format!("{prefix}/{relative}")
+            }
+            None => entry.to_str().unwrap().trim_start_matches('/').to_string(),
+        };
+        let key = object_store::path::Path::from(key);
         runtime
             .block_on(memory.put(&key, std::fs::read(&entry).unwrap().into()))
             .unwrap();
     }
+    std::sync::Arc::new(memory)
+}
+
+fn loader_latency(c: &mut Criterion, f: &Fixture) {
+    use object_store::throttle::{ThrottleConfig, ThrottledStore};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let memory = in_memory(&runtime, &f.table, None);
     let mut group =
         c.benchmark_group("loader epoch, in-memory store through ThrottledStore +20 ms per GET");
     group.sample_size(10);

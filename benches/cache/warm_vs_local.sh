@@ -4,7 +4,8 @@
 # epoch, then ROUNDS rounds of `voxlake bench --shuffle --seed 1 --json` on each, both read into
 # the page cache first. Prints samples/s, first batch (s), CPU s per 1,000 samples, cache hits
 # and store bytes per run. PERF=1 also records `perf` profiles of 3 epochs of each
-# (/tmp/warm.perf, /tmp/local.perf).
+# (/tmp/warm.perf, /tmp/local.perf). BASE=folder of other release binaries (a build before a
+# change) runs them too in each round, side by side.
 #   benches/cache/warm_vs_local.sh [ROUNDS=5] [COUNT=1000]     (BIN: the release binaries' folder)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,10 +30,13 @@ cache=$(mktemp -d)
 # Both removed when this shell exits (stop_services).
 voxlake_service_dirs="${voxlake_service_dirs:-} $store $cache"
 "$bin/voxlake" bench s3://bench/table --shuffle --seed 1 --cache-dir $cache --json > /dev/null 2>&1
-run() { "$bin/voxlake" bench "$@" --shuffle --seed 1 --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.0f %.3f %.4f %s %s" % (d["samples_per_s"], d.get("first_batch_s", -1), 1000*(d["cpu_user_s"]+d["cpu_system_s"])/d["samples"], d.get("cache_hits"), d.get("store_bytes_fetched")))'; }
+run() { "${voxlake:-$bin/voxlake}" bench "$@" --shuffle --seed 1 --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.0f %.3f %.4f %s %s" % (d["samples_per_s"], d.get("first_batch_s", -1), 1000*(d["cpu_user_s"]+d["cpu_system_s"])/d["samples"], d.get("cache_hits"), d.get("store_bytes_fetched")))'; }
 for ((i = 0; i < rounds; i++)); do
   find "$data/table" "$cache" -type f -exec cat {} + > /dev/null
   echo "round $i local: $(run $data/table)   warm: $(run s3://bench/table --cache-dir $cache)"
+  if [ -n "${BASE:-}" ]; then
+    echo "round $i base local: $(voxlake=$BASE/voxlake run $data/table)   base warm: $(voxlake=$BASE/voxlake run s3://bench/table --cache-dir $cache)"
+  fi
 done
 if [ -n "${PERF:-}" ]; then
   perf record -F 999 -g -o /tmp/warm.perf -- "$bin/voxlake" bench s3://bench/table --shuffle --seed 1 --epochs 3 --cache-dir $cache > /dev/null 2>&1
