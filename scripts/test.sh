@@ -50,3 +50,5 @@ cargo test --workspace --all-features "$@"
 .venv/bin/maturin develop --quiet
 .venv/bin/python -m pytest -q tests/python/test_package.py tests/python/test_torch.py
 .venv/bin/python -m mypy --strict examples/train_torch.py python/voxlake
+# The release wheel as a user without Rust installs it (abi3, manylinux_2_28; issue 45).
+bash scripts/check_wheel.sh

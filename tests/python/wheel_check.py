@@ -1,0 +1,49 @@
+"""Run by scripts/check_wheel.sh inside a fresh venv of another CPython where only the wheel of
+scripts/wheel.sh is installed (and numpy), with no Rust toolchain on PATH: the package imports,
+its `compact` command writes the demo table and one shuffled epoch reads every row of it once,
+and a table Spark wrote (array<float>) reads value for value through the loader's options."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+import voxlake
+
+
+def main() -> None:
+    assert shutil.which("cargo") is None, "cargo must not be on PATH here"
+    assert sys.version_info[:2] in ((3, 12), (3, 13)), sys.version
+    where = os.path.dirname(voxlake.__file__)
+    assert "site-packages" in where, f"voxlake imported from {where}, not the installed wheel"
+    fixtures = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        # The wheel's own command line (voxlake._cli), as a user runs it after pip install.
+        subprocess.run(["compact", "demo", "--dir", tmp, "--count", "96"], check=True,
+                       stdout=subprocess.DEVNULL)
+        ids = []
+        for batch in voxlake.Loader(os.path.join(tmp, "table"), batch_size=8, shuffle=True, seed=3):
+            assert batch["tensor"].shape[1:] == (30, 30, 10, 10), batch["tensor"].shape
+            assert batch["tensor"].dtype == np.float32
+            ids.extend(batch["id"])
+        assert len(ids) == 96 == len(set(ids)), (len(ids), len(set(ids)))
+    expected = np.load(os.path.join(fixtures, "expected.npy")).astype(np.float32)
+    loader = voxlake.Loader(os.path.join(fixtures, "spark_delta"), batch_size=5,
+                            tensor_shape=[3, 4, 2, 2], tensor_dtype="f32",
+                            id_column="sample", label_column="target")
+    seen = 0
+    for batch in loader:
+        for i, sample_id in enumerate(batch["id"]):
+            n = int(sample_id.removeprefix("cube-"))
+            assert batch["label"][i] == n % 2, sample_id
+            np.testing.assert_array_equal(batch["tensor"][i], expected[n], err_msg=sample_id)
+            seen += 1
+    assert seen == len(expected) == 24, seen
+    print(f"wheel ok: CPython {sys.version.split()[0]}, voxlake from {where}")
+
+
+if __name__ == "__main__":
+    main()
