@@ -4,7 +4,7 @@
 # epoch, then ROUNDS rounds of `voxlake bench --shuffle --seed 1 --json` on each, both read into
 # the page cache first. Prints samples/s, first batch (s), CPU s per 1,000 samples, cache hits
 # and store bytes per run. PERF=1 also records `perf` profiles of 3 epochs of each
-# (/tmp/warm.perf, /tmp/local.perf). BASE=folder of other release binaries (a build before a
+# (/tmp/warm.perf, /tmp/local.perf) and of the S3 table read without a cache (/tmp/cold.perf). BASE=folder of other release binaries (a build before a
 # change) runs them too in each round, side by side.
 #   benches/cache/warm_vs_local.sh [ROUNDS=5] [COUNT=1000]     (BIN: the release binaries' folder)
 set -euo pipefail
@@ -41,4 +41,5 @@ done
 if [ -n "${PERF:-}" ]; then
   perf record -F 999 -g -o /tmp/warm.perf -- "$bin/voxlake" bench s3://bench/table --shuffle --seed 1 --epochs 3 --cache-dir $cache > /dev/null 2>&1
   perf record -F 999 -g -o /tmp/local.perf -- "$bin/voxlake" bench $data/table --shuffle --seed 1 --epochs 3 > /dev/null 2>&1
+  perf record -F 999 -g -o /tmp/cold.perf -- "$bin/voxlake" bench s3://bench/table --shuffle --seed 1 --epochs 3 --no-cache > /dev/null 2>&1
 fi
