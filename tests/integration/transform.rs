@@ -7,7 +7,7 @@ use half::f16;
 use ndarray::Axis;
 use voxlake::LoaderBuilder;
 use voxlake::format::{DType, TensorSpec};
-use voxlake::loader::transform::{Rng, Sample};
+use voxlake::loader::transform::{Augment, Rng, Sample};
 use voxlake::loader::{Loader, Tensors};
 
 use crate::foreign::{expected, fixture};
@@ -128,6 +128,95 @@ fn sample_transforms_are_exact_and_reproducible_across_ranks() {
     for (key, value) in &rest {
         assert_eq!(one.get(key), Some(value), "{key:?} after the resume");
     }
+}
+
+/// Transforms chosen by name (what Python's `transforms=` makes): values exact against numpy's,
+/// the crop's random offset drawn per (seed, epoch, id), so three ranks and a resume mid-epoch
+/// hand out the same values as one uninterrupted run.
+#[test]
+fn named_transforms_are_exact_and_reproduce_across_ranks_and_a_resume() {
+    let numpy = expected(DType::F32);
+    let table = fixture("pyarrow_tensor");
+    let base = || {
+        Loader::builder(table.clone())
+            .with_id_column("sample")
+            .with_label_column("target")
+            .with_augment(vec![
+                Augment::Flip {
+                    axes: vec![0],
+                    p: 1.0,
+                },
+                Augment::Normalize {
+                    mean: 1.0,
+                    std: 2.0,
+                },
+                Augment::Crop {
+                    shape: vec![2, 4, 2, 2],
+                },
+                Augment::Cast(DType::F16),
+            ])
+            .with_batch_size(5)
+            .with_epochs(2)
+            .with_shuffle(11, 8)
+    };
+    let one = run(base());
+    assert_eq!(one.len(), 48);
+    let mut offsets = [0; 2];
+    for ((_, id), (_, values)) in &one {
+        let n: usize = id.strip_prefix("cube-").unwrap().parse().unwrap();
+        let mut x = ndarray::ArrayD::from_shape_vec(
+            SHAPE.to_vec(),
+            numpy[n]
+                .chunks(4)
+                .map(|b| (f32::from_le_bytes(b.try_into().unwrap()) - 1.0) / 2.0)
+                .collect(),
+        )
+        .unwrap();
+        x.invert_axis(Axis(0));
+        let window = |o: usize| -> Vec<f16> {
+            x.slice_axis(Axis(0), ndarray::Slice::from(o..o + 2))
+                .iter()
+                .map(|&v| f16::from_f32(v))
+                .collect()
+        };
+        let o = (0..2).find(|&o| *values == window(o));
+        offsets
+            [o.unwrap_or_else(|| panic!("{id}: not a window of the flipped, normalized cube"))] +=
+            1;
+    }
+    assert!(
+        offsets[0] > 4 && offsets[1] > 4,
+        "the crop draws its offset: {offsets:?}"
+    );
+    let mut ranks = HashMap::new();
+    for rank in 0..3 {
+        ranks.extend(run(base().with_rank(rank, 3).with_assembly_threads(1)));
+    }
+    assert_eq!(ranks, one, "the draws follow (seed, epoch, id) only");
+    let state = std::thread::spawn({
+        let b = base();
+        move || {
+            let mut loader = b.build().unwrap();
+            for _ in 0..3 {
+                loader.next().unwrap().unwrap();
+            }
+            loader.state()
+        }
+    })
+    .join()
+    .unwrap();
+    let rest = run(base().with_state(state));
+    assert!(!rest.is_empty());
+    for (key, value) in &rest {
+        assert_eq!(one.get(key), Some(value), "{key:?} after the resume");
+    }
+    // With a closure too: refused at build, naming both.
+    let both =
+        augmented(Loader::builder(table.clone())).with_augment(vec![Augment::Cast(DType::F16)]);
+    let e = std::thread::spawn(move || both.build().err().unwrap().to_string())
+        .join()
+        .unwrap();
+    assert!(e.contains("transforms by name"), "{e}");
 }
 
 #[test]

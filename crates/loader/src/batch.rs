@@ -315,6 +315,7 @@ macro_rules! map_tensor {
         }
     };
 }
+pub(crate) use map_tensor;
 
 impl Tensors {
     /// One sample of `shape` from its little-endian C-order `bytes` (checked by the caller),

@@ -313,6 +313,45 @@ impl LoaderBuilder {
         self
     }
 
+    /// Runs `augments` in order on every sample, on the assembly threads: transforms chosen by
+    /// name with parameters (random flips and crops, normalization, casts; see
+    /// [`Augment`](crate::transform::Augment)), seeded like [`with_transform`](Self::with_transform)'s.
+    /// The sample handed out follows from the table's (a crop's shape, a cast's type). Not
+    /// with `with_transform`: a closure can do what these do itself.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let data = voxlake_compact::synth::generate(dir.path(), 4, 1)?;
+    /// # let table = dir.path().join("table").to_string_lossy().into_owned();
+    /// # tokio::runtime::Runtime::new()?.block_on(
+    /// #     voxlake_compact::Compactor::new(&table).convert(&data.cubes.to_string_lossy()))?;
+    /// use voxlake_format::DType;
+    /// use voxlake_loader::Loader;
+    /// use voxlake_loader::transform::Augment;
+    ///
+    /// let loader = Loader::builder(&table)
+    ///     .with_batch_size(2)
+    ///     .with_augment(vec![
+    ///         Augment::Flip { axes: vec![0, 1, 2], p: 0.5 },
+    ///         Augment::Crop { shape: vec![24, 24, 8, 10] },
+    ///         Augment::Normalize { mean: 0.5, std: 0.25 },
+    ///         Augment::Cast(DType::F16),
+    ///     ])
+    ///     .build()?;
+    /// for batch in loader {
+    ///     let batch = batch?;
+    ///     assert_eq!(batch.tensors.shape(), [2, 24, 24, 8, 10]);
+    ///     assert_eq!(batch.tensors.dtype(), DType::F16);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_augment(mut self, augments: Vec<crate::transform::Augment>) -> Self {
+        self.transforms.named = augments;
+        self
+    }
+
     /// Runs `f` on every batch after it is assembled, on the loader's thread (not the
     /// training thread), with a generator seeded from (seed, epoch, batch index). An error or
     /// panic in it ends the run with [`LoaderError::Transform`](crate::LoaderError::Transform)

@@ -195,7 +195,7 @@ impl LoaderBuilder {
             snapshot: opened.stream.snapshot().clone(),
             spec: opened.spec.clone(),
             input_spec: opened.input_spec.clone(),
-            transforms: self.transforms.clone(),
+            transforms: opened.transforms.clone(),
             seed: settings.seed,
             channels: self.channels(&opened.spec)?,
             counters: counters.clone(),
@@ -270,7 +270,11 @@ impl LoaderBuilder {
             .map_err(StreamError::from)?;
         // The table's samples, and what the loader hands out (a transform may change them).
         let input_spec = snapshot.sample().clone();
-        let spec = match &self.transforms.output {
+        let transforms = self
+            .transforms
+            .resolved(&input_spec)
+            .map_err(LoaderError::Config)?;
+        let spec = match &transforms.output {
             Some(output) => crate::transform::output_of(&input_spec, output),
             None => input_spec.clone(),
         };
@@ -317,6 +321,7 @@ impl LoaderBuilder {
             stream,
             spec,
             input_spec,
+            transforms,
             sample_bytes,
             outside,
         })
@@ -430,6 +435,8 @@ struct Opened {
     spec: SampleSpec,
     /// The table's samples.
     input_spec: SampleSpec,
+    /// The transforms, those chosen by name made for `input_spec`.
+    transforms: crate::transform::Transforms,
     /// The larger sample of the two.
     sample_bytes: u64,
     /// The budget's bytes outside the stream: the batches the loader keeps, the file list.

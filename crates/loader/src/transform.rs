@@ -36,6 +36,8 @@
 //! # }
 //! ```
 
+mod named;
+
 use std::sync::Arc;
 
 use rand::SeedableRng;
@@ -43,6 +45,7 @@ use voxlake_format::SampleSpec;
 
 use crate::batch::{Batch, Tensors};
 
+pub use named::Augment;
 pub use rand::Rng;
 
 /// The random generator a transform gets: ChaCha8, whose stream is fixed for a given seed.
@@ -128,6 +131,31 @@ pub(crate) struct Transforms {
     /// The fields the per-sample transform returns (`None`: the table's).
     pub output: Option<SampleSpec>,
     pub batch: Option<Arc<BatchFn>>,
+    /// Transforms chosen by name, made into `sample` once the table's sample is known.
+    pub named: Vec<Augment>,
+}
+
+impl Transforms {
+    /// These transforms for samples of `input`: the named ones made into the per-sample
+    /// transform (an error where they do not fit `input`, or where a closure is set too).
+    pub(crate) fn resolved(&self, input: &SampleSpec) -> Result<Transforms, String> {
+        if self.named.is_empty() {
+            return Ok(self.clone());
+        }
+        if self.sample.is_some() {
+            return Err(
+                "both a per-sample transform and transforms by name: give one (a closure can call the others itself)"
+                    .into(),
+            );
+        }
+        let (sample, output) = named::resolve(&self.named, input)?;
+        Ok(Transforms {
+            sample: Some(sample),
+            output: Some(output),
+            batch: self.batch.clone(),
+            named: Vec::new(),
+        })
+    }
 }
 
 /// What a per-sample transform returns, given the table's sample `input`: `output`, or where
@@ -159,6 +187,7 @@ impl std::fmt::Debug for Transforms {
             .field("sample", &self.sample.is_some())
             .field("output", &self.output)
             .field("batch", &self.batch.is_some())
+            .field("named", &self.named)
             .finish()
     }
 }
