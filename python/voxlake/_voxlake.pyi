@@ -28,6 +28,7 @@ class Loader:
         shuffle_buffer: int = ...,
         drop_last: bool = ...,
         fields: Union[List[str], Dict[str, Optional[Tuple[List[int], str]]]] = ...,
+        transforms: List[Tuple[str, Dict[str, Any]]] = ...,
         filter: str = ...,
         version: int = ...,
         timestamp: Union[datetime, str] = ...,

@@ -559,3 +559,46 @@ def test_copy_into_works_in_a_process_forked_after_its_threads_started():
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     pytest.fail("the forked process's copy hung")
+
+
+def test_transforms_by_name_are_exact_and_repeat_after_a_resume(table):
+    """transforms=: flips, a random crop, normalize and a cast on the loader's threads, value
+    for value against numpy, the same draws after a resume mid-epoch."""
+    transforms = [("flip", {"axes": [0], "p": 1.0}), ("crop", {"shape": [2, 2, 4]}),
+                  ("normalize", {"mean": 10.0, "std": 4.0}), ("cast", {"dtype": "f16"})]
+
+    def batches(loader):
+        return {(b["id"][i]): b["tensor"][i].copy() for b in loader for i in range(len(b["id"]))}
+
+    loader = voxlake.Loader(table, batch_size=8, shuffle=True, seed=5, transforms=transforms)
+    assert dict(loader.fields())["tensor"] == "f16"
+    seen = batches(loader)
+    assert len(seen) == ROWS
+    offsets = set()
+    for sample_id, got in seen.items():
+        assert got.dtype == np.float16 and got.shape == (2, 2, 4)
+        x = ((cube(number(sample_id))[::-1] - 10.0) / 4.0).astype(np.float16)
+        windows = [x[:, o:o + 2] for o in range(2)]
+        found = [o for o, w in enumerate(windows) if np.array_equal(w, got)]
+        assert found, sample_id
+        offsets.add(found[0])
+    assert offsets == {0, 1}, "the crop draws its offset"
+    # Resumed after 5 batches: the rest exactly as in the run above.
+    first = voxlake.Loader(table, batch_size=8, shuffle=True, seed=5, transforms=transforms)
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    state = first.state_dict()
+    rest = voxlake.Loader(table, batch_size=8, shuffle=True, seed=5, transforms=transforms)
+    rest.load_state_dict(state)
+    resumed = batches(rest)
+    assert len(resumed) == ROWS - 40
+    for sample_id, got in resumed.items():
+        np.testing.assert_array_equal(got, seen[sample_id], err_msg=sample_id)
+    for bad, match in [([("blur", {})], r"transforms\[0\] \(blur\): no such transform"),
+                       ([("flip", {"axis": [0]})], r"no parameter 'axis' \(it takes axes, p\)"),
+                       ([("crop", {})], "'shape' is required"),
+                       ([("flip", {"axes": [7]})], "flip: axis 7"),
+                       ([("normalize", {"mean": 0, "std": 1}), ("cast", {"dtype": "i8"})], "only f16, bf16 or f32")]:
+        with pytest.raises(voxlake.ConfigError, match=match):
+            voxlake.Loader(table, batch_size=8, transforms=bad).rank()

@@ -131,6 +131,65 @@ fn apply_fields(b: LoaderBuilder, v: &Bound<'_, PyAny>) -> PyResult<LoaderBuilde
     })
 }
 
+/// `transforms`: `[(name, {parameter: value}), …]`, run in order on the assembly threads
+/// (`LoaderBuilder::with_augment`).
+fn apply_transforms(b: LoaderBuilder, v: &Bound<'_, PyAny>) -> PyResult<LoaderBuilder> {
+    use voxlake_loader::transform::Augment;
+    let kind = "a list of (name, dict of parameters)";
+    let list: Vec<(String, Bound<'_, PyDict>)> = value("transforms", v, kind)?;
+    let mut augments = Vec::with_capacity(list.len());
+    for (i, (name, params)) in list.iter().enumerate() {
+        let at = format!("transforms[{i}] ({name})");
+        let known: &[&str] = match name.as_str() {
+            "flip" => &["axes", "p"],
+            "crop" => &["shape"],
+            "normalize" => &["mean", "std"],
+            "cast" => &["dtype"],
+            _ => {
+                return Err(option(format!(
+                    "option {at}: no such transform (flip, crop, normalize, cast)"
+                )));
+            }
+        };
+        for key in params.keys() {
+            let key: String = value(&at, &key, "str keys")?;
+            if !known.contains(&key.as_str()) {
+                return Err(option(format!(
+                    "option {at}: no parameter '{key}' (it takes {})",
+                    known.join(", ")
+                )));
+            }
+        }
+        let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+            params
+                .get_item(key)?
+                .ok_or_else(|| option(format!("option {at}: '{key}' is required")))
+        };
+        let param = |key: &str| format!("{at} {key}");
+        augments.push(match name.as_str() {
+            "flip" => Augment::Flip {
+                axes: value(&param("axes"), &get("axes")?, "a list of axes")?,
+                p: match params.get_item("p")? {
+                    Some(p) => value(&param("p"), &p, "a float")?,
+                    None => 0.5,
+                },
+            },
+            "crop" => Augment::Crop {
+                shape: value(&param("shape"), &get("shape")?, "a list of ints")?,
+            },
+            "normalize" => Augment::Normalize {
+                mean: value(&param("mean"), &get("mean")?, "a float")?,
+                std: value(&param("std"), &get("std")?, "a float")?,
+            },
+            _ => {
+                let name: String = value(&param("dtype"), &get("dtype")?, "a str")?;
+                Augment::Cast(dtype(&at, &name)?)
+            }
+        });
+    }
+    Ok(b.with_augment(augments))
+}
+
 fn type_name(v: &Bound<'_, PyAny>) -> String {
     v.get_type()
         .name()
@@ -201,6 +260,12 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
         kind: "list[str] | dict[str, tuple[list[int], str] | None]",
         doc: "The sample's fields, in order (default: the table's tensor column); a dict gives a field's shape and element type where its bytes need them (raw BINARY, LIST): {\"mask\": ((64, 64, 64), \"u8\")}.",
         apply: |b, _, v| apply_fields(b, v),
+    },
+    LoaderOption {
+        name: "transforms",
+        kind: "list[tuple[str, dict[str, Any]]]",
+        doc: "Transforms by name, run in order on every sample on the loader's threads, seeded by (seed, epoch, row id) so a resume repeats them: (\"flip\", {\"axes\": [0, 1], \"p\": 0.5}), (\"crop\", {\"shape\": [...]}) (a random window, zero-padded where the sample is smaller), (\"normalize\", {\"mean\": m, \"std\": s}), (\"cast\", {\"dtype\": \"f16\" | \"bf16\" | \"f32\"}). Flips and crops move every field of the first field's shape with it.",
+        apply: |b, _, v| apply_transforms(b, v),
     },
     LoaderOption {
         name: "filter",

@@ -62,13 +62,14 @@ pub(crate) const SETTERS: &[(&str, &str)] = &[
         "with_object_store",
         "not reachable: a Rust ObjectStore; storage_options configure the store",
     ),
+    ("with_augment", "option transforms"),
     (
         "with_transform",
-        "not yet: Rust closures (issue 45 asks for named transforms)",
+        "not reachable: a Rust closure (option transforms runs the transforms by name)",
     ),
     (
         "with_transform_to",
-        "not yet: Rust closures (issue 45 asks for named transforms)",
+        "not reachable: a Rust closure (option transforms runs the transforms by name)",
     ),
     (
         "with_batch_transform",
