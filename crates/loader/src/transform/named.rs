@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use half::{bf16, f16};
-use ndarray::{ArrayD, Slice};
+use ndarray::ArrayD;
 use voxlake_format::{DType, FieldKind, SampleSpec, TensorSpec};
 
 use super::{FieldValue, Rng, Sample, SampleFn, TransformError, TransformRng};
@@ -151,11 +151,7 @@ fn apply(
         Augment::Flip { axes, p } => {
             for &axis in axes {
                 if rng.random_bool(*p) {
-                    each_moved(
-                        sample,
-                        moved,
-                        &mut |t| map_tensor!(t, a => { let mut a = a; a.invert_axis(ndarray::Axis(axis)); a }),
-                    );
+                    each_moved(sample, moved, &mut |t| map_tensor!(t, a => flip(a, axis)));
                 }
             }
         }
@@ -182,7 +178,11 @@ fn apply(
         Augment::Normalize { mean, std } => {
             let (mean, std) = (*mean, *std);
             match &mut sample.tensor {
-                Tensors::F32(a) => a.mapv_inplace(|v| ((f64::from(v) - mean) / std) as f32),
+                // In the tensor's own type, as `(x - mean) / std` in numpy or torch computes it.
+                Tensors::F32(a) => {
+                    let (mean, std) = (mean as f32, std as f32);
+                    a.mapv_inplace(|v| (v - mean) / std);
+                }
                 Tensors::F64(a) => a.mapv_inplace(|v| (v - mean) / std),
                 Tensors::F16(a) => {
                     a.mapv_inplace(|v| f16::from_f64((v.to_f64() - mean) / std));
@@ -223,16 +223,79 @@ fn placeholder() -> Tensors {
     Tensors::Bool(ArrayD::default(vec![0]))
 }
 
-/// `a`'s `windows` (per axis: the range read, the range written) in zeros of `shape`.
+/// `a` with axis `axis` reversed, in place and in C order (an ndarray view with a negative
+/// stride would make every later pass walk it element by element).
+fn flip<T: Clone>(a: ArrayD<T>, axis: usize) -> ArrayD<T> {
+    let mut a = match a.is_standard_layout() {
+        true => a,
+        false => a.as_standard_layout().into_owned(),
+    };
+    let n = a.shape()[axis];
+    let inner: usize = a.shape()[axis + 1..].iter().product();
+    let Some(values) = a.as_slice_mut().filter(|_| n * inner > 0) else {
+        return a;
+    };
+    for block in values.chunks_exact_mut(n * inner) {
+        if inner == 1 {
+            block.reverse();
+            continue;
+        }
+        for i in 0..n / 2 {
+            let (low, high) = block.split_at_mut((n - 1 - i) * inner);
+            low[i * inner..(i + 1) * inner].swap_with_slice(&mut high[..inner]);
+        }
+    }
+    a
+}
+
+/// `a`'s `windows` (per axis: the range read, the range written, of one length) in zeros of
+/// `shape`, copied as runs: the innermost cut axis with the whole axes after it.
 fn window<T: Clone + Default>(
     a: &ArrayD<T>,
     windows: &[(Range<usize>, Range<usize>)],
     shape: &[usize],
 ) -> ArrayD<T> {
-    let mut out = ArrayD::<T>::default(shape.to_vec());
-    out.slice_each_axis_mut(|d| Slice::from(windows[d.axis.0].1.clone()))
-        .assign(&a.slice_each_axis(|d| Slice::from(windows[d.axis.0].0.clone())));
-    out
+    let a = a.as_standard_layout();
+    let from = a.shape();
+    let src = a.as_slice().unwrap_or_default();
+    let mut out = vec![T::default(); shape.iter().product()];
+    // Axes `k..` are taken whole; a run is axis `k - 1`'s window of them.
+    let mut k = from.len();
+    while k > 0 && from[k - 1] == shape[k - 1] {
+        k -= 1;
+    }
+    if k == 0 {
+        out.clone_from_slice(src);
+        return ArrayD::from_shape_vec(shape.to_vec(), out).unwrap_or_else(|_| unreachable!());
+    }
+    let inner: usize = from[k..].iter().product();
+    let run = windows[k - 1].0.len() * inner;
+    let stride = |dims: &[usize], d: usize| dims[d + 1..].iter().product::<usize>();
+    let mut at = vec![0; k - 1];
+    loop {
+        let offset = |dims: &[usize], pick: fn(&(Range<usize>, Range<usize>)) -> usize| {
+            (0..k - 1)
+                .map(|d| (pick(&windows[d]) + at[d]) * stride(dims, d))
+                .sum::<usize>()
+                + pick(&windows[k - 1]) * inner
+        };
+        let (read, write) = (offset(from, |w| w.0.start), offset(shape, |w| w.1.start));
+        out[write..write + run].clone_from_slice(&src[read..read + run]);
+        // The next index of the outer axes, the last fastest.
+        let mut d = k - 1;
+        loop {
+            if d == 0 {
+                return ArrayD::from_shape_vec(shape.to_vec(), out)
+                    .unwrap_or_else(|_| unreachable!("the shape's own length"));
+            }
+            d -= 1;
+            at[d] += 1;
+            if at[d] < windows[d].0.len() {
+                break;
+            }
+            at[d] = 0;
+        }
+    }
 }
 
 /// The values as `f32`, from any numeric element type.
@@ -442,5 +505,42 @@ mod tests {
             },
         ];
         assert!(resolve(&casted, &input).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `flip` and `window` in C order give what ndarray's views give, for any shape, axis
+        /// and window.
+        #[test]
+        fn flips_and_windows_match_ndarrays_views(
+            shape in proptest::collection::vec(1usize..5, 1..5),
+            axis in any::<prop::sample::Index>(),
+            to in proptest::collection::vec(1usize..6, 4),
+            at in proptest::collection::vec(any::<prop::sample::Index>(), 4),
+        ) {
+            let n: usize = shape.iter().product();
+            let a = ArrayD::from_shape_vec(shape.clone(), (0..n as u32).collect()).unwrap();
+            let axis = axis.index(shape.len());
+            let mut view = a.clone();
+            view.invert_axis(ndarray::Axis(axis));
+            let flipped = flip(a.clone(), axis);
+            prop_assert!(flipped.is_standard_layout());
+            prop_assert_eq!(&flipped, &view);
+            let to = &to[..shape.len()];
+            let windows: Vec<_> = shape.iter().zip(to).zip(&at).map(|((&n, &m), at)| {
+                let o = at.index(n.abs_diff(m) + 1);
+                if n >= m { (o..o + m, 0..m) } else { (0..n, o..o + n) }
+            }).collect();
+            let got = window(&a, &windows, to);
+            let mut want = ArrayD::<u32>::zeros(to.to_vec());
+            want.slice_each_axis_mut(|d| ndarray::Slice::from(windows[d.axis.0].1.clone()))
+                .assign(&a.slice_each_axis(|d| ndarray::Slice::from(windows[d.axis.0].0.clone())));
+            prop_assert_eq!(got, want);
+        }
     }
 }
