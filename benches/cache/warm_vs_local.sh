@@ -9,11 +9,7 @@
 #   benches/cache/warm_vs_local.sh [ROUNDS=5] [COUNT=1000]     (BIN: the release binaries' folder)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --quiet -p voxlake-compact --bin compact -p voxlake --bin voxlake
-fi
-bin=${BIN:-$CARGO_TARGET_DIR/release}
+source benches/release_bins.sh
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r benches/remote/requirements.txt
 source scripts/services.sh
 rounds=${1:-5}

@@ -6,11 +6,7 @@
 #   benches/local/vs_cat.sh [TABLE=the 4,000-cube demo table] [ROUNDS=5]   (BIN: release binaries)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --quiet -p voxlake-compact --bin compact -p voxlake --bin voxlake
-fi
-bin=${BIN:-$CARGO_TARGET_DIR/release}
+source benches/release_bins.sh
 table=${1:-}
 if [ -z "$table" ]; then
   data="${VOXLAKE_BENCH_DIR:-$HOME/.cache/voxlake/bench}/demo4000"

@@ -14,6 +14,23 @@ import numpy as np
 import voxlake
 
 
+def check_spark_table(fixtures: str) -> None:
+    """Spark's `array<float>` table (tests/fixtures/foreign/spark_delta), read with the sample's
+    shape given as options: every row with numpy's values (the fixture's expected.npy)."""
+    expected = np.load(os.path.join(fixtures, "expected.npy")).astype(np.float32)
+    loader = voxlake.Loader(os.path.join(fixtures, "spark_delta"), batch_size=5,
+                            tensor_shape=[3, 4, 2, 2], tensor_dtype="f32",
+                            id_column="sample", label_column="target")
+    seen = 0
+    for batch in loader:
+        for i, sample_id in enumerate(batch["id"]):
+            n = int(sample_id.removeprefix("cube-"))
+            assert batch["label"][i] == n % 2, sample_id
+            np.testing.assert_array_equal(batch["tensor"][i], expected[n], err_msg=sample_id)
+            seen += 1
+    assert seen == len(expected) == 24, seen
+
+
 def main() -> None:
     assert shutil.which("cargo") is None, "cargo must not be on PATH here"
     assert sys.version_info[:2] in ((3, 12), (3, 13)), sys.version
@@ -30,18 +47,7 @@ def main() -> None:
             assert batch["tensor"].dtype == np.float32
             ids.extend(batch["id"])
         assert len(ids) == 96 == len(set(ids)), (len(ids), len(set(ids)))
-    expected = np.load(os.path.join(fixtures, "expected.npy")).astype(np.float32)
-    loader = voxlake.Loader(os.path.join(fixtures, "spark_delta"), batch_size=5,
-                            tensor_shape=[3, 4, 2, 2], tensor_dtype="f32",
-                            id_column="sample", label_column="target")
-    seen = 0
-    for batch in loader:
-        for i, sample_id in enumerate(batch["id"]):
-            n = int(sample_id.removeprefix("cube-"))
-            assert batch["label"][i] == n % 2, sample_id
-            np.testing.assert_array_equal(batch["tensor"][i], expected[n], err_msg=sample_id)
-            seen += 1
-    assert seen == len(expected) == 24, seen
+    check_spark_table(fixtures)
     print(f"wheel ok: CPython {sys.version.split()[0]}, voxlake from {where}")
 
 
