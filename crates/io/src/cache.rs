@@ -12,8 +12,8 @@
 //! temporary file that is never read (deleted after an hour). A miss takes an exclusive lock
 //! on `locks/<entry>` (`flock`, released by the kernel if its holder dies) and looks again
 //! before fetching: ranks that ask for the same entry at once download it once. Every entry
-//! carries a CRC-32 over its key and bytes, checked when read (a mapped entry once a process:
-//! its later hits map the same file): a corrupt entry is deleted and fetched again with a
+//! carries a CRC-32 over its key and bytes, checked when read (on local disk once a process:
+//! its later hits read the same file): a corrupt entry is deleted and fetched again with a
 //! warning, never handed out. Hits touch the entry's modification
 //! time; when the entries outgrow the cap, the least recently used go until they fit 90 % of
 //! it (each process counts its own writes and recounts the folder after every 1/16 of the cap
@@ -135,7 +135,7 @@ pub struct DiskCache {
     map: bool,
     /// Buffers for entries read (not mapped) from network filesystems.
     pool: Arc<BufferPool>,
-    /// Mapped entries whose checksum this process checked.
+    /// Entries on local disk whose checksum this process checked.
     verified: verified::Verified,
     /// A failed write was logged (once is enough).
     write_warned: AtomicBool,
@@ -276,7 +276,7 @@ impl DiskCache {
                 std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|e| e.to_string())?;
                 return Ok(Bytes::from(bytes));
             }
-            // A mapped file checked before is the same bytes: checked once a process.
+            // A file on local disk checked before holds the same bytes: checked once a process.
             checked = verified::FileId::of(&meta).filter(|_| self.map);
             crate::local::read_range(
                 &file,

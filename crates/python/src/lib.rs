@@ -25,6 +25,7 @@ mod options;
 mod setters;
 mod shared;
 mod staging;
+mod transforms;
 
 use pyo3::prelude::*;
 

@@ -41,7 +41,7 @@ pub(crate) struct LoaderOption {
     apply: fn(LoaderBuilder, &mut Gathered, &Bound<'_, PyAny>) -> PyResult<LoaderBuilder>,
 }
 
-fn value<'py, T: FromPyObjectOwned<'py>>(
+pub(crate) fn value<'py, T: FromPyObjectOwned<'py>>(
     name: &str,
     v: &Bound<'py, PyAny>,
     kind: &str,
@@ -109,7 +109,7 @@ fn datetime_text(v: &Bound<'_, PyAny>) -> PyResult<String> {
 }
 
 /// The element type `name` says, or an error naming option `option`.
-fn dtype(option_name: &str, name: &str) -> PyResult<voxlake_format::DType> {
+pub(crate) fn dtype(option_name: &str, name: &str) -> PyResult<voxlake_format::DType> {
     name.parse()
         .map_err(|e| option(format!("option {option_name}: {e}")))
 }
@@ -129,65 +129,6 @@ fn apply_fields(b: LoaderBuilder, v: &Bound<'_, PyAny>) -> PyResult<LoaderBuilde
             value("fields", &spec, "(shape, dtype) or None for each field")?;
         Ok(b.with_field_spec(name, shape, dtype("fields", &kind)?))
     })
-}
-
-/// `transforms`: `[(name, {parameter: value}), …]`, run in order on the assembly threads
-/// (`LoaderBuilder::with_augment`).
-fn apply_transforms(b: LoaderBuilder, v: &Bound<'_, PyAny>) -> PyResult<LoaderBuilder> {
-    use voxlake_loader::transform::Augment;
-    let kind = "a list of (name, dict of parameters)";
-    let list: Vec<(String, Bound<'_, PyDict>)> = value("transforms", v, kind)?;
-    let mut augments = Vec::with_capacity(list.len());
-    for (i, (name, params)) in list.iter().enumerate() {
-        let at = format!("transforms[{i}] ({name})");
-        let known: &[&str] = match name.as_str() {
-            "flip" => &["axes", "p"],
-            "crop" => &["shape"],
-            "normalize" => &["mean", "std"],
-            "cast" => &["dtype"],
-            _ => {
-                return Err(option(format!(
-                    "option {at}: no such transform (flip, crop, normalize, cast)"
-                )));
-            }
-        };
-        for key in params.keys() {
-            let key: String = value(&at, &key, "str keys")?;
-            if !known.contains(&key.as_str()) {
-                return Err(option(format!(
-                    "option {at}: no parameter '{key}' (it takes {})",
-                    known.join(", ")
-                )));
-            }
-        }
-        let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
-            params
-                .get_item(key)?
-                .ok_or_else(|| option(format!("option {at}: '{key}' is required")))
-        };
-        let param = |key: &str| format!("{at} {key}");
-        augments.push(match name.as_str() {
-            "flip" => Augment::Flip {
-                axes: value(&param("axes"), &get("axes")?, "a list of axes")?,
-                p: match params.get_item("p")? {
-                    Some(p) => value(&param("p"), &p, "a float")?,
-                    None => 0.5,
-                },
-            },
-            "crop" => Augment::Crop {
-                shape: value(&param("shape"), &get("shape")?, "a list of ints")?,
-            },
-            "normalize" => Augment::Normalize {
-                mean: value(&param("mean"), &get("mean")?, "a float")?,
-                std: value(&param("std"), &get("std")?, "a float")?,
-            },
-            _ => {
-                let name: String = value(&param("dtype"), &get("dtype")?, "a str")?;
-                Augment::Cast(dtype(&at, &name)?)
-            }
-        });
-    }
-    Ok(b.with_augment(augments))
 }
 
 fn type_name(v: &Bound<'_, PyAny>) -> String {
@@ -265,7 +206,7 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
         name: "transforms",
         kind: "list[tuple[str, dict[str, Any]]]",
         doc: "Transforms by name, run in order on every sample on the loader's threads, seeded by (seed, epoch, row id) so a resume repeats them: (\"flip\", {\"axes\": [0, 1], \"p\": 0.5}), (\"crop\", {\"shape\": [...]}) (a random window, zero-padded where the sample is smaller), (\"normalize\", {\"mean\": m, \"std\": s}), (\"cast\", {\"dtype\": \"f16\" | \"bf16\" | \"f32\"}). Flips and crops move every field of the first field's shape with it.",
-        apply: |b, _, v| apply_transforms(b, v),
+        apply: |b, _, v| crate::transforms::apply(b, v),
     },
     LoaderOption {
         name: "filter",

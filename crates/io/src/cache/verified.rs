@@ -1,6 +1,6 @@
-//! The mapped entries whose checksum this process has checked: a later hit on the same file
-//! maps the same pages of an immutable file, so it is not checked again (a multi-epoch run
-//! checks each entry once, not once an epoch).
+//! The entries on local disk whose checksum this process has checked: a later hit on the same
+//! file reads (maps) the same bytes of an immutable file, so it is not checked again (a
+//! multi-epoch run checks each entry once, not once an epoch).
 //!
 //! A file is known by its device, inode, length and birth time: an entry written again is
 //! another file (renamed into place), and an inode number reused after an eviction has another
