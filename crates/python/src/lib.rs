@@ -19,6 +19,7 @@ mod arrays;
 mod cli;
 mod compact;
 mod errors;
+mod extract;
 mod loader;
 mod logs;
 mod options;

@@ -13,6 +13,7 @@ use pyo3::types::PyDict;
 use voxlake_loader::{AsOf, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
 
 use crate::errors::{config, option};
+use crate::extract::{dtype, type_name, value};
 
 /// Options gathered before they reach the builder: the shuffle's three and the rank's two
 /// make one setter call each.
@@ -39,20 +40,6 @@ pub(crate) struct LoaderOption {
     pub kind: &'static str,
     pub doc: &'static str,
     apply: fn(LoaderBuilder, &mut Gathered, &Bound<'_, PyAny>) -> PyResult<LoaderBuilder>,
-}
-
-pub(crate) fn value<'py, T: FromPyObjectOwned<'py>>(
-    name: &str,
-    v: &Bound<'py, PyAny>,
-    kind: &str,
-) -> PyResult<T> {
-    v.extract::<T>().map_err(|e| {
-        let e: PyErr = e.into();
-        option(format!(
-            "option {name}: expected {kind}, got {}: {e}",
-            type_name(v)
-        ))
-    })
 }
 
 /// A size in bytes: an int, or text with a unit (`B`, `KB`/`MB`/`GB`/`TB` in powers of 1000,
@@ -108,12 +95,6 @@ fn datetime_text(v: &Bound<'_, PyAny>) -> PyResult<String> {
     v.call_method0("isoformat")?.extract()
 }
 
-/// The element type `name` says, or an error naming option `option`.
-pub(crate) fn dtype(option_name: &str, name: &str) -> PyResult<voxlake_format::DType> {
-    name.parse()
-        .map_err(|e| option(format!("option {option_name}: {e}")))
-}
-
 /// `fields`: names in order, or a dict of names to `(shape, dtype)` (or None).
 fn apply_fields(b: LoaderBuilder, v: &Bound<'_, PyAny>) -> PyResult<LoaderBuilder> {
     let Ok(specs) = v.cast::<PyDict>() else {
@@ -129,12 +110,6 @@ fn apply_fields(b: LoaderBuilder, v: &Bound<'_, PyAny>) -> PyResult<LoaderBuilde
             value("fields", &spec, "(shape, dtype) or None for each field")?;
         Ok(b.with_field_spec(name, shape, dtype("fields", &kind)?))
     })
-}
-
-fn type_name(v: &Bound<'_, PyAny>) -> String {
-    v.get_type()
-        .name()
-        .map_or_else(|_| "?".to_string(), |n| n.to_string())
 }
 
 /// Every keyword argument of `voxlake.Loader`, in the order `help()` shows them.

@@ -7,7 +7,7 @@ use pyo3::types::PyDict;
 use voxlake_loader::LoaderBuilder;
 
 use crate::errors::option;
-use crate::options::{dtype, value};
+use crate::extract::{dtype, value};
 
 /// `transforms`: `[(name, {parameter: value}), …]`, run in order on the assembly threads
 /// (`LoaderBuilder::with_augment`).
