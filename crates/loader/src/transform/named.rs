@@ -18,7 +18,11 @@ use super::{FieldValue, Rng, Sample, SampleFn, TransformError, TransformRng};
 use crate::Tensors;
 use crate::batch::map_tensor;
 
-/// A transform chosen by name; see the [module](self) documentation.
+/// A transform chosen by name, with parameters, for
+/// [`LoaderBuilder::with_augment`](crate::LoaderBuilder::with_augment): run on the assembly
+/// threads, seeded by (seed, epoch, row id) so a resume repeats it. Flips and crops move every
+/// tensor field of the first field's shape with it, by the same draw (a volume and its mask);
+/// normalize and cast change the first field only.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Augment {
