@@ -3,7 +3,8 @@
 ``Loader(table, **options)`` iterates batches as dicts of field name -> numpy array, without a
 copy (the arrays look at the loader's buffers, given back to it when freed), plus ``label`` and
 ``id`` where the table has them. ``voxlake.torch.Dataset`` wraps it for ``torch.utils.data``.
-``convert(src, table, ...)`` and ``inspect(table)`` are ``compact convert`` and ``compact inspect``.
+``convert(src, table, ...)`` and ``inspect(table)`` are ``compact convert`` and ``compact inspect``;
+``write(table, samples)`` writes samples held in memory (dicts of numpy arrays) the same way.
 The options are those of the Rust ``LoaderBuilder`` (``loader_options()`` lists them with their
 defaults); errors are ``VoxlakeError``s carrying the Rust error's message, which pickle (an
 error in a ``DataLoader`` worker is raised in the main process) and subclass the builtins a
@@ -32,6 +33,7 @@ from ._voxlake import (
     inspect,
     loader_options,
 )
+from ._write import write
 
 __all__ = [
     "ConfigError",
@@ -48,6 +50,7 @@ __all__ = [
     "default_rank",
     "inspect",
     "loader_options",
+    "write",
 ]
 
 

@@ -1,7 +1,7 @@
 """Types of the extension module (crates/python); the options' one list is loader_options()."""
 
 from datetime import datetime
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -88,6 +88,15 @@ def convert(
 
 def inspect(table: str, *, storage_options: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Describe a table as compact inspect --json does."""
+def write_rows(
+    table: str,
+    fields: List[Tuple[str, List[int], str]],
+    rows: Iterable[Tuple[str, Optional[int], List[bytes]]],
+    *,
+    storage_options: Optional[Dict[str, str]] = None,
+    progress: Optional[Callable[[int], None]] = None,
+) -> Dict[str, Any]:
+    """Write rows (id, label, field bytes) of fields (name, shape, dtype) into table."""
 def default_rank() -> Tuple[int, int]: ...
 def default_job() -> Optional[str]: ...
 def run_command(name: str, argv: List[str]) -> int:

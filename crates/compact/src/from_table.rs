@@ -64,24 +64,11 @@ impl Compactor {
             rows = snapshot.num_rows().unwrap_or(0),
             "converting a table"
         );
-        let mut summary = ConvertSummary {
-            files: 0,
-            rows: 0,
-            bytes_read: 0,
-            bytes_written: 0,
-            seconds: 0.0,
-            version: table.version(),
-            skipped: Vec::new(),
-            already_present: 0,
-            labels_unmatched: 0,
-            parquet_files: 0,
-            commits: 0,
-            tensor: spec.to_string(),
-            timings: crate::sink::ConvertTimings {
-                list_s: start.elapsed().as_secs_f64(),
-                ..Default::default()
-            },
-        };
+        let mut summary = ConvertSummary::starting(
+            table.version(),
+            spec.to_string(),
+            start.elapsed().as_secs_f64(),
+        );
         let total = snapshot.num_rows().unwrap_or(0) as usize;
         self.report(&summary, total);
 
@@ -190,7 +177,7 @@ impl Compactor {
 
     /// The table written, created for samples of `spec` if missing (an existing one must
     /// hold them), the ids it holds already, and its location for messages.
-    async fn destination(
+    pub(crate) async fn destination(
         &self,
         spec: &SampleSpec,
     ) -> Result<(Table, HashSet<String>, String), CompactError> {

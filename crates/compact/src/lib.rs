@@ -55,12 +55,14 @@ mod sink;
 mod source;
 pub mod synth;
 mod table;
+mod writer;
 
 pub use error::CompactError;
 pub use inspect::{FileInfo, TableInfo};
 pub use labels::Labels;
 pub use optimize::{OptimizeSummary, plan_bins};
 pub use sink::{ConvertSummary, ConvertTimings, Skipped};
+pub use writer::RowWriter;
 
 /// What to do with a source object that cannot be converted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

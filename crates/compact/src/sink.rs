@@ -51,6 +51,31 @@ pub struct ConvertSummary {
     pub timings: ConvertTimings,
 }
 
+impl ConvertSummary {
+    /// The summary of a run that starts at table `version`, for samples `tensor`, after
+    /// `list_s` seconds of listing its source.
+    pub(crate) fn starting(version: u64, tensor: String, list_s: f64) -> ConvertSummary {
+        ConvertSummary {
+            files: 0,
+            rows: 0,
+            bytes_read: 0,
+            bytes_written: 0,
+            seconds: 0.0,
+            version,
+            skipped: Vec::new(),
+            already_present: 0,
+            labels_unmatched: 0,
+            parquet_files: 0,
+            commits: 0,
+            tensor,
+            timings: ConvertTimings {
+                list_s,
+                ..Default::default()
+            },
+        }
+    }
+}
+
 /// Where a conversion's time went, in seconds. Reads and decodes run many at once, so their
 /// sums exceed the wall time; `wait_s` says how long the writer waited for them.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]

@@ -133,3 +133,81 @@ pub(crate) fn inspect<'py>(
     let info = run(py, async move { compactor.inspect().await })?;
     to_python(py, &info)
 }
+
+/// A row for [`write_rows`]: id, label and each field's little-endian C-order bytes.
+type PyRow = (String, Option<i64>, Vec<Vec<u8>>);
+
+/// Writes the rows `rows` yields (`(id, label, [field bytes…])`, each field as `fields` says:
+/// `(name, shape, dtype)`) into `table` through `compact`'s writer (row groups sized for
+/// streaming, commits in windows; rows whose id the table holds are skipped); `progress` is
+/// called with the rows taken so far. Returns the summary as a dict. The Python `voxlake.write`
+/// makes the rows from dicts of numpy arrays.
+#[pyfunction]
+#[pyo3(signature = (table, fields, rows, *, storage_options=None, progress=None))]
+pub(crate) fn write_rows<'py>(
+    py: Python<'py>,
+    table: String,
+    fields: Vec<(String, Vec<usize>, String)>,
+    rows: Bound<'py, PyAny>,
+    storage_options: Option<HashMap<String, String>>,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use voxlake_format::{FieldKind, SampleSpec, TensorSpec};
+    let mut specs = Vec::with_capacity(fields.len());
+    for (name, shape, dtype) in fields {
+        let dtype: DType = dtype
+            .parse()
+            .map_err(|e| config(format!("field {name}: dtype {dtype}: {e}")))?;
+        specs.push((name, FieldKind::Tensor(TensorSpec::new(shape, dtype))));
+    }
+    let sample = SampleSpec::new(specs).map_err(|e| config(format!("fields: {e}")))?;
+    let mut compactor = Compactor::new(table);
+    if let Some(options) = storage_options {
+        compactor = compactor.with_storage_options(options);
+    }
+    crate::logs::install();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| config(format!("cannot start the runtime: {e}")))?;
+    // A few rows ahead of the writer; the writer's task ends the channel on its first error.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<PyRow>(16);
+    let writing = runtime.spawn(async move {
+        let mut writer = compactor.writer(sample).await?;
+        while let Some((id, label, fields)) = rx.recv().await {
+            writer.push(&id, label, fields).await?;
+        }
+        writer.finish().await
+    });
+    let mut taken = 0u64;
+    let fed: PyResult<()> = (|| {
+        for row in rows.try_iter()? {
+            let row: PyRow = row?.extract()?;
+            // The writer's error, if it stopped, is raised below.
+            if py.detach(|| tx.blocking_send(row)).is_err() {
+                return Ok(());
+            }
+            taken += 1;
+            if let Some(progress) = &progress {
+                progress.call1((taken,))?;
+            }
+            py.check_signals()?;
+        }
+        Ok(())
+    })();
+    // Without the sender the writer commits what it has, unless the rows failed: then it is
+    // aborted and nothing of its open window is committed.
+    drop(tx);
+    if fed.is_err() {
+        writing.abort();
+    }
+    let summary = py.detach(|| runtime.block_on(writing));
+    runtime.shutdown_background();
+    crate::logs::drain(py)?;
+    fed?;
+    let summary = summary
+        .map_err(|e| internal(format!("the writer's task ended without an answer: {e}")))?
+        .map_err(compact_error)?;
+    to_python(py, &summary)
+}

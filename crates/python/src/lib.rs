@@ -41,6 +41,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(loader::default_job, m)?)?;
     m.add_function(wrap_pyfunction!(compact::convert, m)?)?;
     m.add_function(wrap_pyfunction!(compact::inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(compact::write_rows, m)?)?;
     m.add_function(wrap_pyfunction!(cli::run_command, m)?)?;
     m.add_function(wrap_pyfunction!(staging::copy_into, m)?)?;
     m.add_function(wrap_pyfunction!(shared::compare_exchange, m)?)?;

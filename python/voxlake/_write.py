@@ -1,0 +1,106 @@
+"""``voxlake.write``: samples a program holds (dicts of numpy arrays) written into a voxlake
+table by the same Rust writer as ``compact convert``."""
+
+from itertools import chain
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from ._errors import ConfigError
+from ._voxlake import write_rows
+
+# numpy's dtypes by voxlake's names (little-endian, as the table stores them).
+_DTYPES = {
+    "bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "float16": "f16", "float32": "f32", "float64": "f64",
+}
+_RESERVED = ("id", "label")
+
+Progress = Union[bool, Callable[[int], None]]
+
+
+def write(
+    table: str,
+    samples: Iterable[Mapping[str, Any]],
+    *,
+    storage_options: Optional[Dict[str, str]] = None,
+    progress: Progress = True,
+) -> Dict[str, Any]:
+    """Write ``samples`` into ``table`` (created where missing); returns the summary.
+
+    Each sample is a dict: ``"id"`` (a str, unique; a sample whose id the table holds already
+    is skipped, so a run that failed can simply be run again), ``"label"`` (an int or None;
+    optional) and one numpy array per field, in the order of the first sample (one field:
+    name it ``"tensor"``). Every sample's fields have the first sample's shapes and types.
+    Row groups are sized for streaming and rows committed in windows: nothing of a window is
+    visible before its commit. ``progress``: True draws a tqdm bar where tqdm is installed
+    (Jupyter too), or a callable gets the count of samples taken so far.
+    """
+    it = iter(samples)
+    try:
+        first = next(it)
+    except StopIteration:
+        raise ConfigError("write: no samples") from None
+    fields = _fields(first)
+    report, done = _progress(progress)
+    try:
+        return dict(write_rows(table, fields, _rows(chain([first], it), fields),
+                               storage_options=storage_options, progress=report))
+    finally:
+        done()
+
+
+def _fields(sample: Mapping[str, Any]) -> List[Tuple[str, List[int], str]]:
+    fields = []
+    for name, value in sample.items():
+        if name in _RESERVED:
+            continue
+        if not isinstance(value, np.ndarray):
+            raise ConfigError(f"write: field '{name}' is a {type(value).__name__}, not a numpy array")
+        dtype = _DTYPES.get(value.dtype.name)
+        if dtype is None:
+            raise ConfigError(f"write: field '{name}' is {value.dtype}: voxlake stores {', '.join(_DTYPES)}")
+        fields.append((name, list(value.shape), dtype))
+    if not fields:
+        raise ConfigError("write: a sample has no numpy array besides its id and label")
+    return fields
+
+
+def _rows(samples: Iterator[Mapping[str, Any]],
+          fields: List[Tuple[str, List[int], str]]) -> Iterator[Tuple[str, Optional[int], List[bytes]]]:
+    names = [name for name, _, _ in fields]
+    for sample in samples:
+        sample_id = sample.get("id")
+        if not isinstance(sample_id, str):
+            raise ConfigError(f"write: a sample's 'id' must be a str, got {sample_id!r}")
+        label = sample.get("label")
+        extra = set(sample) - set(names) - set(_RESERVED)
+        if extra:
+            raise ConfigError(f"write: sample '{sample_id}' has fields {sorted(extra)} the first had not")
+        parts = []
+        for name, shape, dtype in fields:
+            value = sample.get(name)
+            if not isinstance(value, np.ndarray) or list(value.shape) != shape \
+                    or _DTYPES.get(value.dtype.name) != dtype:
+                got = f"{value.dtype} {list(value.shape)}" if isinstance(value, np.ndarray) else type(value).__name__
+                raise ConfigError(f"write: sample '{sample_id}' field '{name}' is {got}, the first sample's {dtype} {shape}")
+            parts.append(np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<")).tobytes())
+        yield sample_id, None if label is None else int(label), parts
+
+
+def _progress(progress: Progress) -> Tuple[Optional[Callable[[int], None]], Callable[[], None]]:
+    if callable(progress):
+        return progress, lambda: None
+    if not progress:
+        return None, lambda: None
+    try:
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+    except ImportError:
+        return None, lambda: None
+    bar = tqdm(unit=" samples", desc="voxlake.write")
+
+    def report(taken: int) -> None:
+        bar.update(taken - bar.n)
+
+    return report, bar.close
