@@ -131,14 +131,7 @@ impl Compactor {
                         .iter()
                         .map(|f| Bytes::copy_from_slice(f.value(i)))
                         .collect();
-                    let parts: Vec<&[u8]> = values.iter().map(|b| b.as_ref()).collect();
-                    let row = Row {
-                        checksum: voxlake_format::row_checksum_of(id, label, &parts),
-                        key: id.to_string(),
-                        label,
-                        bytes_read: values.iter().map(|b| b.len() as u64).sum(),
-                        fields: values,
-                    };
+                    let row = Row::new(id.to_string(), label, values);
                     self.sink_row(&mut sink, row, &mut table, &mut summary)
                         .await?;
                 }

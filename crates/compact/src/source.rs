@@ -180,6 +180,20 @@ pub(crate) struct Row {
     pub bytes_read: u64,
 }
 
+impl Row {
+    /// Row `key` of `label` and `fields` (each field's bytes), its checksum computed here.
+    pub(crate) fn new(key: String, label: Option<i64>, fields: Vec<Bytes>) -> Row {
+        let parts: Vec<&[u8]> = fields.iter().map(|b| b.as_ref()).collect();
+        Row {
+            checksum: voxlake_format::row_checksum_of(&key, label, &parts),
+            bytes_read: fields.iter().map(|b| b.len() as u64).sum(),
+            key,
+            label,
+            fields,
+        }
+    }
+}
+
 /// Whether a field's array is already in the table's layout (a slice of the download).
 pub(crate) fn ready(bytes: &[u8], spec: &TensorSpec) -> bool {
     NpyArray::parse(bytes).is_ok_and(|a| a.is_le_c(spec.dtype()))

@@ -136,14 +136,7 @@ impl RowWriter<'_> {
         if !self.seen.insert(id.to_string()) {
             return Err(self.refused(format!("id '{id}' pushed twice: ids must be unique")));
         }
-        let parts: Vec<&[u8]> = fields.iter().map(|b| b.as_ref()).collect();
-        let row = Row {
-            checksum: voxlake_format::row_checksum_of(id, label, &parts),
-            key: id.to_string(),
-            label,
-            bytes_read: fields.iter().map(|b| b.len() as u64).sum(),
-            fields,
-        };
+        let row = Row::new(id.to_string(), label, fields);
         let compactor = self.compactor;
         compactor
             .sink_row(&mut self.sink, row, &mut self.table, &mut self.summary)

@@ -24,18 +24,23 @@ fn compact_error(e: CompactError) -> PyErr {
     raise(kind, e.to_string(), e.is_transient())
 }
 
+/// A runtime of its own for one `compact` operation (logs forwarded to Python's).
+fn runtime() -> PyResult<tokio::runtime::Runtime> {
+    crate::logs::install();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| config(format!("cannot start the runtime: {e}")))
+}
+
 /// `work` on a runtime of its own thread, awaited with the GIL released; Ctrl-C ends the wait
 /// (`KeyboardInterrupt`) and the runtime with it.
 fn run<T: Send + 'static>(
     py: Python<'_>,
     work: impl Future<Output = Result<T, CompactError>> + Send + 'static,
 ) -> PyResult<T> {
-    crate::logs::install();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| config(format!("cannot start the runtime: {e}")))?;
+    let runtime = runtime()?;
     let (tx, rx) = crossbeam_channel::bounded(1);
     runtime.spawn(async move {
         let _ = tx.send(work.await);
@@ -165,12 +170,7 @@ pub(crate) fn write_rows<'py>(
     if let Some(options) = storage_options {
         compactor = compactor.with_storage_options(options);
     }
-    crate::logs::install();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| config(format!("cannot start the runtime: {e}")))?;
+    let runtime = runtime()?;
     // A few rows ahead of the writer; the writer's task ends the channel on its first error.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<PyRow>(16);
     let writing = runtime.spawn(async move {
