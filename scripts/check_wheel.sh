@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The wheel as a user without Rust gets it (issue 45): scripts/wheel.sh's wheel installed into a
-# fresh venv of another CPython than the build's (3.13 or 3.12, from pyenv), numpy from PyPI,
+# fresh venv of another CPython than the build's (3.13 or 3.12, from pyenv; else the system's
+# python3), numpy from PyPI,
 # then tests/python/wheel_check.py run there with a PATH that holds no cargo.
 #   scripts/check_wheel.sh [WHEEL]   (default: build one with scripts/wheel.sh)
 set -euo pipefail
@@ -21,9 +22,14 @@ for v in 3.13 3.12; do
   python=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/$v.*/bin/python3 2>/dev/null | tail -1 || true)
   [ -n "$python" ] && break
 done
-[ -n "$python" ] || { echo "no CPython 3.13 or 3.12 under pyenv to install the wheel into" >&2; exit 1; }
+if [ -z "$python" ]; then
+  # A fresh machine without pyenv: the system's CPython, in a venv of its own all the same.
+  python=$(command -v python3)
+  echo "no CPython 3.13 or 3.12 under pyenv: the wheel is checked on $("$python" --version)" >&2
+fi
 "$python" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel" "numpy==$(.venv/bin/python -c 'import numpy; print(numpy.__version__)')"
 # Only the venv and the system's tools: no cargo, no rustup, no build tree.
 (cd "$work" && env -i HOME="$work" PATH="$work/venv/bin:/usr/bin:/bin" \
-  "$work/venv/bin/python" "$OLDPWD/tests/python/wheel_check.py" "$OLDPWD/tests/fixtures/foreign")
+  "$work/venv/bin/python" "$OLDPWD/tests/python/wheel_check.py" "$OLDPWD/tests/fixtures/foreign" \
+  "$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')")
