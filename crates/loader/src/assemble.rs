@@ -59,6 +59,8 @@ pub(crate) struct Assembler {
     #[cfg(feature = "tch")]
     pub feed: Option<Mutex<crate::feed::Setup>>,
     pub recycled: Arc<Mutex<Vec<Tensors>>>,
+    /// Samples a per-sample transform handed back, for the next ones to be read into.
+    pub spare_samples: Mutex<Vec<Tensors>>,
     /// Threads that copy each batch's samples in parallel (`None`: the producer's thread).
     pub pool: Option<Arc<rayon::ThreadPool>>,
 }
@@ -127,7 +129,9 @@ impl Assembler {
                 .map(Some)
                 .collect();
             let labels = transformed.iter().map(|(_, l)| *l).collect();
-            return self.assemble_fields(rows, values, Some(labels), epoch, index);
+            let batch = self.assemble_fields(rows, values, Some(labels), epoch, index);
+            self.keep_spares(transformed);
+            return batch;
         }
         let values = (0..self.input_spec.fields().len())
             .map(|field| {
@@ -145,6 +149,33 @@ impl Assembler {
             })
             .collect();
         self.assemble_fields(rows, values, None, epoch, index)
+    }
+
+    /// The transformed samples' tensors kept for the next batch's samples to be read into (as
+    /// many as a batch takes); those of another shape or type than the table's are never asked
+    /// for and go.
+    fn keep_spares(&self, transformed: Vec<transforms::Transformed>) {
+        let wanted: Vec<(voxlake_format::DType, &[usize])> = self
+            .input_spec
+            .tensors()
+            .map(|(_, s)| (s.dtype(), s.shape()))
+            .collect();
+        let Ok(mut spares) = self.spare_samples.lock() else {
+            return;
+        };
+        let cap = wanted.len() * transformed.len();
+        for (fields, _) in transformed {
+            for field in fields {
+                if let FieldValue::Tensor(t) = field
+                    && spares.len() < cap
+                    && wanted
+                        .iter()
+                        .any(|(d, s)| t.dtype() == *d && t.shape() == *s)
+                {
+                    spares.push(t);
+                }
+            }
+        }
     }
 
     /// Copies each field's values (one per row, of the loader's sample; `None` for a field not

@@ -1,14 +1,14 @@
 //! Batches as the training loop sees them: `ndarray` tensors of the table's element type.
 
 use std::mem::MaybeUninit;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use half::f16;
 use ndarray::{ArrayD, IxDyn};
 use voxlake_format::DType;
 
 use crate::LoaderError;
-use crate::fill::{Element, fill_batch};
+use crate::fill::{Element, fill_batch, fill_sample};
 
 /// A batch of samples.
 #[derive(Debug, Clone)]
@@ -328,6 +328,44 @@ impl Tensors {
         let batch_shape: Vec<usize> = std::iter::once(1).chain(shape.iter().copied()).collect();
         let batch = build_tensors(dtype, &batch_shape, &[bytes], None)?;
         Ok(map_tensor!(batch, a => a.index_axis_move(ndarray::Axis(0), 0)))
+    }
+
+    /// [`sample_from_le`](Self::sample_from_le) into the memory of one of `spares` of this
+    /// type and shape (samples a transform handed back), taken out of it; a new one where none
+    /// fits (a sample's buffer made anew each time costs its page faults and zeroing).
+    pub(crate) fn sample_from_le_into(
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+        spares: &Mutex<Vec<Tensors>>,
+    ) -> Result<Tensors, LoaderError> {
+        fn refill<T: Element>(a: &mut ArrayD<T>, bytes: &[u8]) -> bool {
+            let Some(values) = a.as_slice_mut() else {
+                return false;
+            };
+            // SAFETY: MaybeUninit<T> has T's layout, and `fill_sample` writes every element
+            // with a valid value (the lengths are checked by it).
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(
+                    values.as_mut_ptr().cast::<MaybeUninit<T>>(),
+                    values.len(),
+                )
+            };
+            fill_sample(dst, bytes, None);
+            true
+        }
+        let spare = spares.lock().ok().and_then(|mut spares| {
+            let at = spares
+                .iter()
+                .position(|t| t.dtype() == dtype && t.shape() == shape)?;
+            Some(spares.swap_remove(at))
+        });
+        if let Some(mut t) = spare
+            && each_tensor!(&mut t, a => refill(a, bytes), _ => false)
+        {
+            return Ok(t);
+        }
+        Tensors::sample_from_le(dtype, shape, bytes)
     }
 
     /// The same values in standard (C-contiguous) layout: a copy only of a flipped or

@@ -205,6 +205,7 @@ impl LoaderBuilder {
             #[cfg(feature = "tch")]
             feed,
             recycled: recycled.clone(),
+            spare_samples: Mutex::default(),
             pool,
         })
     }

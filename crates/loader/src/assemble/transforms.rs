@@ -6,7 +6,7 @@ use super::*;
 
 /// A sample after the per-sample transform: its fields (the loader's output sample, standard
 /// layout) and its label.
-type Transformed = (Vec<FieldValue>, Option<i64>);
+pub(super) type Transformed = (Vec<FieldValue>, Option<i64>);
 
 impl Assembler {
     /// Each row's sample through the per-sample transform (on the assembly pool): its fields
@@ -34,10 +34,11 @@ impl Assembler {
             let mut fields = Vec::with_capacity(input.fields().len());
             for (i, field) in input.fields().iter().enumerate() {
                 fields.push(match &field.kind {
-                    FieldKind::Tensor(spec) => FieldValue::Tensor(Tensors::sample_from_le(
+                    FieldKind::Tensor(spec) => FieldValue::Tensor(Tensors::sample_from_le_into(
                         spec.dtype(),
                         spec.shape(),
                         group.bytes(i, row.index),
+                        &self.spare_samples,
                     )?),
                     _ => FieldValue::Text(group.text(i, row.index)),
                 });
