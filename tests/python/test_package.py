@@ -641,3 +641,34 @@ def test_write_then_load_round_trips_and_a_rerun_adds_what_is_missing(tmp_path):
     with pytest.raises(RuntimeError, match="the source broke"):
         voxlake.write(broken, failing(), progress=False)
     assert ids_of(voxlake.Loader(broken, batch_size=8)) == [], "nothing of the open window"
+
+
+def test_write_takes_a_pyarrow_table_or_reader(tmp_path):
+    """voxlake.write from pyarrow: a fixed_shape_tensor column and a list column reshaped by
+    shapes=, read back value for value; a column of another type is refused naming it."""
+    import pyarrow as pa
+
+    n = 25
+    volumes = np.arange(n * 24, dtype=np.float32).reshape(n, 2, 3, 4)
+    masks = (np.arange(n * 6) % 5).astype(np.uint8).reshape(n, 6)
+    source = pa.table({
+        "id": [f"a{i:02}" for i in range(n)],
+        "label": [i % 2 for i in range(n)],
+        "tensor": pa.FixedShapeTensorArray.from_numpy_ndarray(volumes),
+        "mask": pa.array(list(masks), type=pa.list_(pa.uint8())),
+    })
+    for name, src in [("table", source), ("reader", pa.RecordBatchReader.from_batches(source.schema, source.to_batches(max_chunksize=7)))]:
+        out = str(tmp_path / name)
+        assert voxlake.write(out, src, shapes={"mask": (2, 3)}, progress=False)["rows"] == n
+        got = {}
+        for batch in voxlake.Loader(out, batch_size=4):
+            for i, sample_id in enumerate(batch["id"]):
+                got[sample_id] = (batch["label"][i], batch["tensor"][i].copy(), batch["mask"][i].copy())
+        assert len(got) == n
+        for i in range(n):
+            label, volume, mask = got[f"a{i:02}"]
+            assert label == i % 2
+            np.testing.assert_array_equal(volume, volumes[i])
+            np.testing.assert_array_equal(mask, masks[i].reshape(2, 3))
+    with pytest.raises(voxlake.ConfigError, match="column 'note' is string"):
+        voxlake.write(str(tmp_path / "bad"), source.append_column("note", pa.array(["x"] * n)), progress=False)
