@@ -609,7 +609,7 @@ async fn a_row_writer_writes_what_the_loader_reads_and_resumes_by_id() {
         read["r37"],
         (0..6).map(|v| 370.0 + v as f32).collect::<Vec<_>>()
     );
-    let mut bad = compactor.writer(sample).await.unwrap();
+    let mut bad = compactor.writer(sample.clone()).await.unwrap();
     let e = bad
         .push("short", None, [vec![0u8; 4], vec![0u8; 6]])
         .await
@@ -622,4 +622,30 @@ async fn a_row_writer_writes_what_the_loader_reads_and_resumes_by_id() {
     bad.push("x1", None, row(1)).await.unwrap();
     let e = bad.push("x1", None, row(1)).await.unwrap_err();
     assert!(e.to_string().contains("id 'x1' pushed twice"), "{e}");
+    // A labels file is convert's: refused, not ignored.
+    let labelled = Compactor::new(dir.path().join("l").to_string_lossy()).with_labels("labels.csv");
+    let e = labelled.writer(sample.clone()).await.unwrap_err();
+    assert!(
+        e.to_string().contains("a labels file is for convert"),
+        "{e}"
+    );
+    // Two shards of one stream of rows write each row once between them.
+    let sharded = dir.path().join("s").to_string_lossy().into_owned();
+    let mut rows = 0;
+    for index in 0..2 {
+        let shard = Compactor::new(&sharded).with_shard(index, 2);
+        let mut writer = shard.writer(sample.clone()).await.unwrap();
+        let mut kept = 0;
+        for i in 0..30 {
+            kept += usize::from(writer.push(&format!("r{i}"), None, row(i)).await.unwrap());
+        }
+        let written = writer.finish().await.unwrap().rows;
+        assert_eq!(written, kept);
+        assert!(
+            written > 5 && written < 25,
+            "shard {index} wrote {written} of 30"
+        );
+        rows += written;
+    }
+    assert_eq!(rows, 30);
 }

@@ -19,7 +19,7 @@ use crate::source::{self, Row, SourceLayout, SourceObject, SourceSample};
 use crate::table::Table;
 use crate::{Compactor, OnError};
 use voxlake_delta::stores;
-use voxlake_io::location::{self, stable_hash};
+use voxlake_io::location;
 
 mod read;
 
@@ -47,9 +47,7 @@ impl Compactor {
         let labels_unmatched = labels
             .as_ref()
             .map_or(0, |labels| unmatched_labels(labels, &samples));
-        if let Some((index, count)) = self.shard {
-            samples.retain(|s| stable_hash(&s.key) % u64::from(count) == u64::from(index));
-        }
+        samples.retain(|s| self.in_shard(&s.key));
 
         let table_url = location::table_url(&self.table)?;
         let table_display = crate::table::redact_url(&table_url);

@@ -16,7 +16,7 @@ use voxlake_format::SampleSpec;
 use voxlake_format::sample::{ColumnHints, FieldHint};
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN};
 use voxlake_io::cache::CacheChoice;
-use voxlake_io::location::{self, stable_hash};
+use voxlake_io::location;
 use voxlake_stream::TableStream;
 use voxlake_table::{Snapshot, TableOptions};
 
@@ -109,9 +109,7 @@ impl Compactor {
                         summary.already_present += 1;
                         continue;
                     }
-                    if let Some((index, count)) = self.shard
-                        && stable_hash(id) % u64::from(count) != u64::from(index)
-                    {
+                    if !self.in_shard(id) {
                         continue;
                     }
                     // Ids key the exactly-once re-runs: a second row of one id would be lost.

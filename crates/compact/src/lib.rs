@@ -282,3 +282,13 @@ impl Compactor {
         self.run_inspect().await
     }
 }
+
+impl Compactor {
+    /// Whether the sample `key` is this compactor's to write (`with_shard`: its stable hash's
+    /// share; every key without one).
+    pub(crate) fn in_shard(&self, key: &str) -> bool {
+        self.shard.is_none_or(|(index, count)| {
+            voxlake_io::location::stable_hash(key) % u64::from(count) == u64::from(index)
+        })
+    }
+}

@@ -73,6 +73,12 @@ impl Compactor {
                 ),
             });
         }
+        if self.labels.is_some() {
+            return Err(CompactError::Incompatible {
+                location: voxlake_io::redact(&self.table),
+                reason: "rows pushed carry their labels: a labels file is for convert".into(),
+            });
+        }
         let (table, present, location) = self.destination(&sample).await?;
         let sink = self.row_sink(&table, &sample)?;
         let summary = ConvertSummary::starting(
@@ -96,7 +102,8 @@ impl Compactor {
 
 impl RowWriter<'_> {
     /// Adds the row `id` (its `label`, and each field's little-endian C-order bytes in the
-    /// sample's order); `false` where the table held it already (skipped). A full row group is
+    /// sample's order); `false` where the table held it already or it is another shard's
+    /// ([`with_shard`](Compactor::with_shard)): skipped. A full row group is
     /// written and a full window of files committed on the way. A field of the wrong size, or
     /// an id pushed twice, is an error naming the id: nothing of the open window is committed
     /// once one is returned (call nothing more but drop the writer).
@@ -109,6 +116,9 @@ impl RowWriter<'_> {
         let fields: Vec<Bytes> = fields.into_iter().map(Into::into).collect();
         if self.present.contains(id) {
             self.summary.already_present += 1;
+            return Ok(false);
+        }
+        if !self.compactor.in_shard(id) {
             return Ok(false);
         }
         if fields.len() != self.sample.fields().len() {

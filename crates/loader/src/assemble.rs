@@ -168,9 +168,7 @@ impl Assembler {
             for field in fields {
                 if let FieldValue::Tensor(t) = field
                     && spares.len() < cap
-                    && wanted
-                        .iter()
-                        .any(|(d, s)| t.dtype() == *d && t.shape() == *s)
+                    && wanted.iter().any(|(d, s)| t.is_of(*d, s))
                 {
                     spares.push(t);
                 }

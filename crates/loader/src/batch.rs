@@ -355,9 +355,7 @@ impl Tensors {
             true
         }
         let spare = spares.lock().ok().and_then(|mut spares| {
-            let at = spares
-                .iter()
-                .position(|t| t.dtype() == dtype && t.shape() == shape)?;
+            let at = spares.iter().position(|t| t.is_of(dtype, shape))?;
             Some(spares.swap_remove(at))
         });
         if let Some(mut t) = spare
@@ -366,6 +364,11 @@ impl Tensors {
             return Ok(t);
         }
         Tensors::sample_from_le(dtype, shape, bytes)
+    }
+
+    /// Whether these are `dtype` values of `shape` (without a copy of the shape).
+    pub(crate) fn is_of(&self, dtype: DType, shape: &[usize]) -> bool {
+        self.dtype() == dtype && each_tensor!(self, a => a.shape() == shape, _ => false)
     }
 
     /// The same values in standard (C-contiguous) layout: a copy only of a flipped or

@@ -197,6 +197,7 @@ fn apply(
                 t => return Err(format!("normalize: a {} tensor", t.dtype()).into()),
             }
         }
+        Augment::Cast(to) if sample.tensor.dtype() == *to => {}
         Augment::Cast(to) => {
             let values = as_f32(&sample.tensor)
                 .ok_or_else(|| format!("cast: a {} tensor", sample.tensor.dtype()))?;
