@@ -196,12 +196,12 @@ pub(crate) fn write_rows<'py>(
         }
         Ok(())
     })();
-    // Without the sender the writer commits what it has, unless the rows failed: then it is
-    // aborted and nothing of its open window is committed.
-    drop(tx);
+    // Rows that failed abort the writer while it still waits for more (the sender alive), so
+    // nothing of its open window is committed; else, without the sender, it commits the rest.
     if fed.is_err() {
         writing.abort();
     }
+    drop(tx);
     let summary = py.detach(|| runtime.block_on(writing));
     runtime.shutdown_background();
     crate::logs::drain(py)?;
