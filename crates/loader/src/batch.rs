@@ -1,14 +1,14 @@
 //! Batches as the training loop sees them: `ndarray` tensors of the table's element type.
 
 use std::mem::MaybeUninit;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use half::f16;
 use ndarray::{ArrayD, IxDyn};
 use voxlake_format::DType;
 
 use crate::LoaderError;
-use crate::fill::{Element, fill_batch, fill_sample};
+use crate::fill::{Element, fill_batch};
 
 /// A batch of samples.
 #[derive(Debug, Clone)]
@@ -317,94 +317,7 @@ macro_rules! map_tensor {
 }
 pub(crate) use map_tensor;
 
-impl Tensors {
-    /// One sample of `shape` from its little-endian C-order `bytes` (checked by the caller),
-    /// without a batch axis.
-    pub(crate) fn sample_from_le(
-        dtype: DType,
-        shape: &[usize],
-        bytes: &[u8],
-    ) -> Result<Tensors, LoaderError> {
-        let batch_shape: Vec<usize> = std::iter::once(1).chain(shape.iter().copied()).collect();
-        let batch = build_tensors(dtype, &batch_shape, &[bytes], None)?;
-        Ok(map_tensor!(batch, a => a.index_axis_move(ndarray::Axis(0), 0)))
-    }
-
-    /// [`sample_from_le`](Self::sample_from_le) into the memory of one of `spares` of this
-    /// type and shape (samples a transform handed back), taken out of it; a new one where none
-    /// fits (a sample's buffer made anew each time costs its page faults and zeroing).
-    pub(crate) fn sample_from_le_into(
-        dtype: DType,
-        shape: &[usize],
-        bytes: &[u8],
-        spares: &Mutex<Vec<Tensors>>,
-    ) -> Result<Tensors, LoaderError> {
-        fn refill<T: Element>(a: &mut ArrayD<T>, bytes: &[u8]) -> bool {
-            let Some(values) = a.as_slice_mut() else {
-                return false;
-            };
-            // SAFETY: MaybeUninit<T> has T's layout, and `fill_sample` writes every element
-            // with a valid value (the lengths are checked by it).
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(
-                    values.as_mut_ptr().cast::<MaybeUninit<T>>(),
-                    values.len(),
-                )
-            };
-            fill_sample(dst, bytes, None);
-            true
-        }
-        let spare = spares.lock().ok().and_then(|mut spares| {
-            let at = spares.iter().position(|t| t.is_of(dtype, shape))?;
-            Some(spares.swap_remove(at))
-        });
-        if let Some(mut t) = spare
-            && each_tensor!(&mut t, a => refill(a, bytes), _ => false)
-        {
-            return Ok(t);
-        }
-        Tensors::sample_from_le(dtype, shape, bytes)
-    }
-
-    /// Whether these are `dtype` values of `shape` (without a copy of the shape).
-    pub(crate) fn is_of(&self, dtype: DType, shape: &[usize]) -> bool {
-        self.dtype() == dtype && each_tensor!(self, a => a.shape() == shape, _ => false)
-    }
-
-    /// The same values in standard (C-contiguous) layout: a copy only of a flipped or
-    /// transposed view a transform handed back.
-    pub(crate) fn into_standard_layout(self) -> Tensors {
-        map_tensor!(self, a => if a.is_standard_layout() {
-            a
-        } else {
-            a.as_standard_layout().into_owned()
-        })
-    }
-
-    /// The values as little-endian bytes in C order: borrowed on a little-endian host when
-    /// they are contiguous, else written out; `None` for a libtorch tensor not on the CPU.
-    pub(crate) fn le_bytes(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
-        fn le<T: Element>(a: &ArrayD<T>) -> Vec<u8> {
-            let mut out = Vec::with_capacity(a.len() * std::mem::size_of::<T>());
-            for v in a.iter() {
-                v.write_le(&mut out);
-            }
-            out
-        }
-        if cfg!(target_endian = "little")
-            && let Some(bytes) = self.as_bytes()
-        {
-            return Some(std::borrow::Cow::Borrowed(bytes));
-        }
-        #[cfg(feature = "tch")]
-        if let Tensors::Tch(_) = self {
-            return None;
-        }
-        Some(std::borrow::Cow::Owned(
-            each_tensor!(self, a => le(a), _ => unreachable!("handled before")),
-        ))
-    }
-}
+mod sample;
 
 /// Builds the tensor batch of `samples.len()` samples of shape `shape[1..]` from per-sample
 /// byte slices (each exactly one sample; checked by the caller), into `reuse`'s memory when it
