@@ -29,6 +29,7 @@ class Loader:
         drop_last: bool = ...,
         fields: Union[List[str], Dict[str, Optional[Tuple[List[int], str]]]] = ...,
         transforms: List[Tuple[str, Dict[str, Any]]] = ...,
+        batch_transform: Callable[[Batch, np.random.Generator], Optional[Batch]] = ...,
         filter: str = ...,
         version: int = ...,
         timestamp: Union[datetime, str] = ...,

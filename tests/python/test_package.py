@@ -595,6 +595,139 @@ def test_transforms_by_name_are_exact_and_repeat_after_a_resume(table):
             voxlake.Loader(table, batch_size=8, transforms=bad).rank()
 
 
+def offset_by_batch(batch, rng):
+    """A batch transform: each batch's tensor plus one random integer, drawn from `rng`, in
+    place; the loader's thread and the draw noted in the batch's label column."""
+    batch["tensor"] += rng.integers(1, 1000)
+    assert threading.current_thread() is not threading.main_thread()
+
+
+def test_batch_transform_runs_on_the_loaders_thread_seeded_and_repeats_after_a_resume(table):
+    """batch_transform=: a callable run on every batch ahead of the loop, its in-place changes
+    handed out in the same zero-copy buffers, its draws the same in a second run and after a
+    resume mid-epoch, its time in stats()."""
+    def run(loader):
+        out = {}
+        for b in loader:
+            assert type(b["tensor"].base).__name__ == "TensorOwner"
+            for i, sample_id in enumerate(b["id"]):
+                shift = b["tensor"][i] - cube(number(sample_id))
+                assert np.all(shift == shift.flat[0]) and shift.flat[0] >= 1, sample_id
+                out[sample_id] = shift.flat[0]
+        return out
+
+    kw = dict(batch_size=8, shuffle=True, seed=5, batch_transform=offset_by_batch)
+    loader = voxlake.Loader(table, **kw)
+    seen = run(loader)
+    assert len(seen) == ROWS and len(set(seen.values())) > 5, seen
+    assert loader.stats()["batch_transform_s"] > 0
+    assert run(voxlake.Loader(table, **kw)) == seen, "the same seed draws the same"
+    assert run(voxlake.Loader(table, **{**kw, "seed": 6})) != seen
+    first = voxlake.Loader(table, **kw)
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    state = first.state_dict()
+    rest = voxlake.Loader(table, **kw)
+    rest.load_state_dict(state)
+    resumed = run(rest)
+    assert len(resumed) == ROWS - 40
+    assert resumed == {k: seen[k] for k in resumed}
+
+
+def test_batch_transform_returns_new_fields_and_labels_and_keeps_no_view(table):
+    """A returned dict replaces the fields it names (another shape and type) and the labels;
+    arrays the callable keeps past its call keep their values while the loader recycles its
+    buffers."""
+    kept = []
+
+    def flip_half(batch, rng):
+        kept.append((batch["tensor"], list(batch["id"])))
+        return {"tensor": batch["tensor"][:, ::-1, :, :2].astype(np.float64), "label": 1 - batch["label"]}
+
+    loader = voxlake.Loader(table, batch_size=8, batch_transform=flip_half)
+    assert dict(loader.fields())["tensor"] == "f32", "fields() is the table's, before the transform"
+    n = 0
+    for b in loader:
+        assert b["tensor"].dtype == np.float64 and b["tensor"].shape[1:] == (2, 3, 2)
+        for i, sample_id in enumerate(b["id"]):
+            want = cube(number(sample_id))[::-1, :, :2]
+            np.testing.assert_array_equal(b["tensor"][i], want)
+            assert b["label"][i] == 1 - number(sample_id) % 2
+            n += 1
+        del b
+    assert n == ROWS
+    for tensor, ids in kept:
+        for i, sample_id in enumerate(ids):
+            np.testing.assert_array_equal(tensor[i], cube(number(sample_id)), err_msg=sample_id)
+
+    # Kept without a new dict: the batch handed out is a copy, the kept view its own.
+    views = {}
+    loader = voxlake.Loader(table, batch_size=8, batch_transform=lambda b, rng: views.update({b["id"][0]: b["tensor"]}))
+    for b in loader:
+        view = views[b["id"][0]]
+        assert not np.shares_memory(b["tensor"], view)
+        np.testing.assert_array_equal(b["tensor"], view)
+    assert len(views) == (ROWS + 7) // 8
+
+
+def test_batch_transform_errors_name_the_batch_and_keep_the_cause(table):
+    def boom(batch, rng):
+        if batch["id"] and len(boom.calls) == 3:
+            raise ValueError("boom")
+        boom.calls.append(1)
+    boom.calls = []
+    loader = voxlake.Loader(table, batch_size=8, batch_transform=boom)
+    got = 0
+    with pytest.raises(voxlake.VoxlakeError, match=r"batch 3 of epoch 0.*batch_transform raised ValueError: boom") as caught:
+        for _ in loader:
+            got += 1
+    assert got == 3
+    assert isinstance(caught.value.__cause__, ValueError) and str(caught.value.__cause__) == "boom"
+    for bad, match in [(lambda b, r: {"tensor": b["tensor"][:3]}, r"field \"tensor\" of shape \[3, 2, 3, 4\]: its first axis is the batch's 8"),
+                       (lambda b, r: {"mask": b["tensor"]}, r"returned key \"mask\", which the batch does not have"),
+                       (lambda b, r: {"id": ["x"] * 8}, r"changed \"id\": text fields and ids are read only"),
+                       (lambda b, r: {"label": b["label"][:2]}, r"\"label\" of shape \[2\], not the batch's \[8\]"),
+                       (lambda b, r: {"tensor": b["tensor"].astype(np.complex64)}, "numpy dtype complex64"),
+                       (lambda b, r: [b], "returned list, not a dict or None")]:
+        with pytest.raises(voxlake.VoxlakeError, match=match):
+            next(iter(voxlake.Loader(table, batch_size=8, batch_transform=bad)))
+    with pytest.raises(voxlake.OptionError, match="batch_transform: expected a callable"):
+        voxlake.Loader(table, batch_transform=3)
+
+
+def test_a_loader_in_its_batch_transform_closes_and_exits_at_once(table):
+    """A callable holding the GIL when the loop closes the loader or the interpreter exits:
+    neither waits for it."""
+    def spin(batch, rng):
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            pass
+
+    loader = voxlake.Loader(table, batch_size=8, batch_transform=spin)
+    it = iter(loader)
+    next(it)
+    start = time.monotonic()
+    loader.close()
+    del it, loader
+    assert time.monotonic() - start < 2
+    script = f"""
+import time, voxlake
+def spin(batch, rng):
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        pass
+it = iter(voxlake.Loader({table!r}, batch_size=8, prefetch=4, batch_transform=spin))
+next(it)
+print("one batch", flush=True)
+"""
+    for _ in range(4):  # a thread ended by the finalizing interpreter aborted 1 run in 3
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "one batch" in done.stdout, (done.returncode, done.stderr)
+        assert time.monotonic() - start < 30
+
+
 def test_write_then_load_round_trips_and_a_rerun_adds_what_is_missing(tmp_path):
     """voxlake.write: samples held in memory (1 and 3 fields) into a table the Loader reads back
     value for value (its row checksums verified), a re-run skips the ids present, a bad sample

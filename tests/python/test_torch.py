@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 import voxlake  # noqa: E402
 from voxlake.torch import DataLoader, Dataset  # noqa: E402
 
-from test_package import ROWS, TARGET, cube, number, table  # noqa: E402,F401
+from test_package import ROWS, TARGET, cube, number, offset_by_batch, table  # noqa: E402,F401
 
 KW = dict(batch_size=8, shuffle=True, seed=5, rank=0, world_size=1)
 
@@ -95,6 +95,21 @@ def test_an_error_in_a_worker_is_raised_in_the_main_process(table, tmp_path, how
         for _ in dl:
             pass
     assert ".parquet" in str(caught.value), caught.value
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_batch_transform_runs_in_each_worker(table, context):
+    """batch_transform= reaches DataLoader workers (pickled under spawn): every row once, each
+    batch transformed once."""
+    ds = Dataset(table, batch_transform=offset_by_batch, **KW)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=context)
+    ids = []
+    for b in dl:
+        for i, sample_id in enumerate(b["id"]):
+            shift = np.asarray(b["tensor"][i]) - cube(number(sample_id))
+            assert np.all(shift == shift.flat[0]) and shift.flat[0] >= 1, sample_id
+        ids += b["id"]
+    every_row_once(ids, 1)
 
 
 @pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])

@@ -10,6 +10,7 @@ pub(crate) struct Counters {
     pub batches: AtomicU64,
     pub tensor_bytes: AtomicU64,
     pub assemble_ns: AtomicU64,
+    pub batch_transform_ns: AtomicU64,
     pub recycled: AtomicU64,
     pub staging_waits: AtomicU64,
     pub loosened_rows: AtomicU64,

@@ -30,8 +30,12 @@ pub struct LoaderStats {
     pub tensor_bytes: u64,
     /// From `build()` to the first batch handed out (zero before it).
     pub first_batch: Duration,
-    /// Time assembling batches (shuffle-buffer gather and copy into the batch).
+    /// Time assembling batches (shuffle-buffer gather and copy into the batch, the
+    /// transforms included).
     pub assemble: Duration,
+    /// Of `assemble`, the time in the per-batch transform
+    /// ([`with_batch_transform`](crate::LoaderBuilder::with_batch_transform)).
+    pub batch_transform: Duration,
     /// Batches assembled into memory given back with [`Loader::recycle`].
     pub recycled: u64,
     /// Batches for a CUDA device that found their staging buffer still being copied from
@@ -250,6 +254,7 @@ impl Loader {
             tensor_bytes: c.tensor_bytes.load(Ordering::Relaxed),
             first_batch: ns(&c.first_batch_ns),
             assemble: ns(&c.assemble_ns),
+            batch_transform: ns(&c.batch_transform_ns),
             recycled: c.recycled.load(Ordering::Relaxed),
             staging_waits: c.staging_waits.load(Ordering::Relaxed),
             loosened_rows: c.loosened_rows.load(Ordering::Relaxed),

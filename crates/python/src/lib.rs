@@ -4,7 +4,8 @@
 //!
 //! One job per module: `options` applies the Python keyword arguments to the Rust builder
 //! (the one list of them), `loader` is the `Loader` class (iteration with the GIL released,
-//! state, epochs), `arrays` hands a batch's buffers to numpy without a copy, `compact`
+//! state, epochs), `arrays` hands a batch's buffers to numpy without a copy, `batch_transform` runs a
+//! Python callable on each batch on the loader's thread, `compact`
 //! runs `convert` and `inspect`, `cli` the console scripts, `staging` copies a batch into
 //! `voxlake.torch.to_device`'s page-locked buffers, `logs` hands the crates' `tracing` events to Python's `logging`, `shared` the
 //! compare-and-swap
@@ -16,6 +17,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod arrays;
+mod batch_transform;
 mod cli;
 mod compact;
 mod errors;
@@ -45,6 +47,10 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli::run_command, m)?)?;
     m.add_function(wrap_pyfunction!(staging::copy_into, m)?)?;
     m.add_function(wrap_pyfunction!(shared::compare_exchange, m)?)?;
+    let at_exit = wrap_pyfunction!(batch_transform::at_exit, m)?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (at_exit,))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add(
         "DEFAULT_MEMORY_BUDGET",

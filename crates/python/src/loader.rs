@@ -51,6 +51,8 @@ struct Running {
     loader: voxlake_loader::Loader,
     recycler: Recycler,
     labels: LabelColumn,
+    /// What the build shares with a `batch_transform` callable.
+    batch_transform: crate::batch_transform::Shared,
     started: bool,
     ended: bool,
 }
@@ -112,27 +114,22 @@ impl Loader {
             builder = builder.with_state(state);
         }
         crate::logs::install();
-        let built = build_interruptibly(py, builder);
+        let shared = gathered.batch_transform.clone();
+        let built = build_interruptibly(py, builder, move |loader| {
+            shared.built(LabelColumn::of(loader));
+        });
         let drained = crate::logs::drain(py);
         let loader = built?;
         drained?;
         let recycler = loader.recycler();
-        let labels = match loader.label_column() {
-            Some((_, nullable)) => LabelColumn {
-                present: true,
-                nullable,
-            },
-            None => LabelColumn {
-                present: false,
-                nullable: false,
-            },
-        };
+        let labels = LabelColumn::of(&loader);
         inner.discard();
         inner.running = Some(Running {
             pid: std::process::id(),
             loader,
             recycler,
             labels,
+            batch_transform: gathered.batch_transform,
             started: false,
             ended: false,
         });
@@ -295,7 +292,7 @@ impl Loader {
     /// What the pass under way has done so far: the table version it reads, samples and
     /// batches handed out, batches
     /// whose buffers were given back and filled again (`recycled`), the first batch's time and
-    /// the time spent waiting for batches (seconds).
+    /// the time spent waiting for batches and in `batch_transform` (seconds).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let (stats, version) = self.with_running(py, |r| (r.loader.stats(), r.loader.version()))?;
         let out = PyDict::new(py);
@@ -305,6 +302,7 @@ impl Loader {
         out.set_item("recycled", stats.recycled)?;
         out.set_item("first_batch_s", stats.first_batch.as_secs_f64())?;
         out.set_item("consumer_wait_s", stats.consumer_wait.as_secs_f64())?;
+        out.set_item("batch_transform_s", stats.batch_transform.as_secs_f64())?;
         Ok(out)
     }
 
@@ -340,7 +338,9 @@ impl Loader {
                 }
                 Poll::Ready(Some(Err(e))) => {
                     running.ended = true;
-                    return Err(loader_error(e));
+                    let e = loader_error(e);
+                    e.set_cause(py, running.batch_transform.take_raised());
+                    return Err(e);
                 }
                 Poll::Ready(Some(Ok(batch))) => {
                     running.started = true;
@@ -369,16 +369,23 @@ impl Loader {
 
 /// `builder.build()` (the table opened: round trips to the store) on its own thread, waited for
 /// with the GIL released and Ctrl-C looked for every 50 ms: an interrupt ends the wait with
-/// `KeyboardInterrupt`, and the thread's loader, when it comes, is dropped.
+/// `KeyboardInterrupt`, and the thread's loader, when it comes, is dropped. `built` runs on
+/// that thread with the loader built (the loader's own thread may already be waiting for it,
+/// and may hold the GIL).
 fn build_interruptibly(
     py: Python<'_>,
     builder: voxlake_loader::LoaderBuilder,
+    built: impl FnOnce(&voxlake_loader::Loader) + Send + 'static,
 ) -> PyResult<voxlake_loader::Loader> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     std::thread::Builder::new()
         .name("voxlake-open".into())
         .spawn(move || {
-            let _ = tx.send(builder.build());
+            let loader = builder.build();
+            if let Ok(loader) = &loader {
+                built(loader);
+            }
+            let _ = tx.send(loader);
         })
         .map_err(|e| config(format!("cannot start the thread that opens the table: {e}")))?;
     loop {

@@ -31,6 +31,8 @@ pub(crate) struct Gathered {
     pub(crate) job: bool,
     tensor_shape: Option<Vec<usize>>,
     tensor_dtype: Option<voxlake_format::DType>,
+    /// What the build shares with a `batch_transform` callable.
+    pub(crate) batch_transform: crate::batch_transform::Shared,
 }
 
 /// One keyword argument: its name, its Python type (for the stub), what it does, and how it
@@ -182,6 +184,12 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
         kind: "list[tuple[str, dict[str, Any]]]",
         doc: "Transforms by name, run in order on every sample on the loader's threads, seeded by (seed, epoch, row id) so a resume repeats them: (\"flip\", {\"axes\": [0, 1], \"p\": 0.5}), (\"crop\", {\"shape\": [...]}) (a random window, zero-padded where the sample is smaller), (\"normalize\", {\"mean\": m, \"std\": s}), (\"cast\", {\"dtype\": \"f16\" | \"bf16\" | \"f32\"}). Flips and crops move every field of the first field's shape with it.",
         apply: |b, _, v| crate::transforms::apply(b, v),
+    },
+    LoaderOption {
+        name: "batch_transform",
+        kind: "Callable[[Batch, np.random.Generator], Optional[Batch]]",
+        doc: "f(batch, rng), run on every batch on the loader's thread ahead of the training loop: the batch's dict (writable arrays looking at its buffers) and a numpy Generator seeded by (seed, epoch, batch index), so a resume repeats it. It changes the arrays in place and returns None, or returns a dict whose arrays replace the fields (and label) it names, any shape with the batch's first axis. Its time is stats()'s batch_transform_s; what it raises ends the run, as the cause of the error next() raises.",
+        apply: |b, g, v| crate::batch_transform::apply(b, &g.batch_transform, v),
     },
     LoaderOption {
         name: "filter",

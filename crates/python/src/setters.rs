@@ -71,10 +71,7 @@ pub(crate) const SETTERS: &[(&str, &str)] = &[
         "with_transform_to",
         "not reachable: a Rust closure (option transforms runs the transforms by name)",
     ),
-    (
-        "with_batch_transform",
-        "not yet: Rust closures (issue 45 asks for a batch_transform callable)",
-    ),
+    ("with_batch_transform", "option batch_transform"),
     (
         "with_fault_hook",
         "not reachable: the tests' fault hooks (feature fault-hooks)",

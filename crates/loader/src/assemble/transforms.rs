@@ -126,7 +126,12 @@ impl Assembler {
         let mut rng = transform::batch_rng(self.seed, epoch, index);
         #[cfg(feature = "tch")]
         let labels = batch.device_labels.is_some().then(|| batch.labels.clone());
-        match std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut batch, &mut rng))) {
+        let start = std::time::Instant::now();
+        let done = std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut batch, &mut rng)));
+        self.counters
+            .batch_transform_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        match done {
             Ok(Ok(())) => {
                 // Labels the transform changed are no longer the ones copied with the batch.
                 #[cfg(feature = "tch")]
