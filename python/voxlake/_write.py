@@ -16,6 +16,8 @@ _DTYPES = {
     "float16": "f16", "float32": "f32", "float64": "f64",
 }
 _RESERVED = ("id", "label")
+# The dtype write_rows takes for a text field.
+_TEXT = "text"
 
 Progress = Union[bool, Callable[[int], None]]
 
@@ -32,16 +34,17 @@ def write(
 
     Each sample is a dict: ``"id"`` (a str, unique; a sample whose id the table holds already
     is skipped, so a run that failed can simply be run again), ``"label"`` (an int or None;
-    optional) and one numpy array per field, in the order of the first sample (one field:
-    name it ``"tensor"``). Every sample's fields have the first sample's shapes and types.
+    optional) and one numpy array (a tensor field) or str (a text field) per field, in the
+    order of the first sample, the first a numpy array (one field: name it ``"tensor"``).
+    Every sample's fields have the first sample's shapes and types.
     Row groups are sized for streaming and rows committed in windows: nothing of a window is
     visible before its commit. ``progress``: True draws a tqdm bar where tqdm is installed
     (Jupyter too), or a callable gets the count of samples taken so far.
 
     ``samples`` may also be a pyarrow ``Table`` or ``RecordBatchReader``: an ``id`` column
     (string), an optional ``label`` (integer) and one column per field, either
-    ``fixed_shape_tensor`` (its shape from the type) or a list of numbers per row, reshaped to
-    ``shapes[column]`` where given (else one axis).
+    ``fixed_shape_tensor`` (its shape from the type), a list of numbers per row, reshaped to
+    ``shapes[column]`` where given (else one axis), or a string column (a text field).
     """
     if _is_arrow(samples):
         samples = _arrow_samples(samples, shapes or {})
@@ -85,10 +88,16 @@ def _arrow_samples(source: Any, shapes: Dict[str, Tuple[int, ...]]) -> Iterator[
             yield row
 
 
-def _arrow_column(name: str, column: Any, shape: Optional[Tuple[int, ...]]) -> np.ndarray:
-    """A tensor column as one numpy array of its rows: (rows, *shape)."""
+def _arrow_column(name: str, column: Any, shape: Optional[Tuple[int, ...]]) -> Any:
+    """A tensor column as one numpy array of its rows: (rows, *shape); a text column as a list
+    of str."""
     import pyarrow as pa
 
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) \
+            or pa.types.is_string_view(column.type):
+        if column.null_count:
+            raise ConfigError(f"write: column '{name}' has null rows")
+        return column.to_pylist()
     if isinstance(column.type, pa.FixedShapeTensorType):
         return np.asarray(column.to_numpy_ndarray())
     if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) \
@@ -108,12 +117,15 @@ def _arrow_column(name: str, column: Any, shape: Optional[Tuple[int, ...]]) -> n
 
 
 def _fields(sample: Mapping[str, Any]) -> List[Tuple[str, List[int], str]]:
-    fields = []
+    fields: List[Tuple[str, List[int], str]] = []
     for name, value in sample.items():
         if name in _RESERVED:
             continue
+        if isinstance(value, str):
+            fields.append((name, [], _TEXT))
+            continue
         if not isinstance(value, np.ndarray):
-            raise ConfigError(f"write: field '{name}' is a {type(value).__name__}, not a numpy array")
+            raise ConfigError(f"write: field '{name}' is a {type(value).__name__}, not a numpy array or a str")
         dtype = _DTYPES.get(value.dtype.name)
         if dtype is None:
             raise ConfigError(f"write: field '{name}' is {value.dtype}: voxlake stores {', '.join(_DTYPES)}")
@@ -137,6 +149,11 @@ def _rows(samples: Iterator[Mapping[str, Any]],
         parts = []
         for name, shape, dtype in fields:
             value = sample.get(name)
+            if dtype == _TEXT:
+                if not isinstance(value, str):
+                    raise ConfigError(f"write: sample '{sample_id}' field '{name}' is {type(value).__name__}, the first sample's text")
+                parts.append(value.encode("utf-8"))
+                continue
             if not isinstance(value, np.ndarray) or list(value.shape) != shape \
                     or _DTYPES.get(value.dtype.name) != dtype:
                 got = f"{value.dtype} {list(value.shape)}" if isinstance(value, np.ndarray) else type(value).__name__

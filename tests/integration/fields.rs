@@ -537,28 +537,60 @@ async fn compact_converts_a_table_of_several_fields() {
         assert!((porosity[i] - (0.1 + n as f64 / 100.0)).abs() < 1e-12);
         assert_eq!(b.labels[i], Some(n as i64 % 2));
     }
-    // The library: `with_fields` names a table's columns (no shapes needed here); the text
-    // field is refused by name, and fields given twice are refused.
-    let compactor = |fields: &[&str]| {
-        Compactor::new(dir.path().join("lib").to_str().unwrap())
+    // The library: `with_fields` names a table's columns (no shapes needed here); a text
+    // field is stored as text, read back row for row and covered by the rows' checksums.
+    let compactor = |name: &str, fields: &[&str]| {
+        Compactor::new(dir.path().join(name).to_str().unwrap())
             .with_sample_columns(voxlake::format::sample::ColumnHints {
                 id: Some("sample".into()),
                 ..Default::default()
             })
             .with_fields(fields.iter().map(|f| f.to_string()).collect())
     };
-    let e = compactor(&["volume", "well"])
+    let s = compactor("text", &["volume", "well"])
         .convert(&fixture("pyarrow_fields"))
         .await
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("text fields"), "{e}");
-    let s = compactor(&["volume", "porosity"])
+        .unwrap();
+    assert_eq!(s.tensor, "volume [3, 4, 2, 2] f32, well text");
+    let text = dir.path().join("text");
+    let batches = collect(
+        Loader::builder(text.to_str().unwrap())
+            .with_batch_size(24)
+            .with_verify_checksums(true),
+    );
+    let b = &batches[0];
+    let well = b.text("well").unwrap();
+    for (i, id) in b.ids.iter().enumerate() {
+        assert_eq!(well[i], format!("W-{}", cube(id) % 4), "well of {id}");
+    }
+    // A text changed on disk (the same length: the file stays valid) is caught by the rows'
+    // checksums.
+    let mut changed = 0;
+    for entry in std::fs::read_dir(&text).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "parquet") {
+            let mut bytes = std::fs::read(&path).unwrap();
+            for at in 0..bytes.len().saturating_sub(3) {
+                if &bytes[at..at + 3] == b"W-1" {
+                    bytes[at + 2] = b'9';
+                    changed += 1;
+                }
+            }
+            std::fs::write(&path, bytes).unwrap();
+        }
+    }
+    assert!(changed > 0);
+    let e = first_error(
+        Loader::builder(text.to_str().unwrap()).with_batch_size(24),
+        "a table whose text was changed",
+    );
+    assert!(e.contains("CRC-32"), "{e}");
+    let s = compactor("lib", &["volume", "porosity"])
         .convert(&fixture("pyarrow_fields"))
         .await
         .unwrap();
     assert_eq!(s.tensor, "volume [3, 4, 2, 2] f32, porosity [] f64");
-    let e = compactor(&["volume"])
+    let e = compactor("lib", &["volume"])
         .with_sample_columns(voxlake::format::sample::ColumnHints {
             fields: vec![voxlake::format::sample::FieldHint::new("volume")],
             ..Default::default()

@@ -729,18 +729,20 @@ print("one batch", flush=True)
 
 
 def test_write_then_load_round_trips_and_a_rerun_adds_what_is_missing(tmp_path):
-    """voxlake.write: samples held in memory (1 and 3 fields) into a table the Loader reads back
-    value for value (its row checksums verified), a re-run skips the ids present, a bad sample
+    """voxlake.write: samples held in memory (1 and 3 fields, and a text field) into a table the
+    Loader reads back value for value (its row checksums verified), a re-run skips the ids present, a bad sample
     is refused naming it, and a generator that fails leaves nothing of its window committed."""
     def sample(i, fields):
         s = {"id": f"w{i:03}", "label": i % 3 if i % 5 else None,
              "tensor": np.arange(24, dtype=np.float32).reshape(2, 3, 4) * i}
-        if fields == 3:
+        if fields >= 3:
             s["mask"] = np.full((2, 3, 4), i % 7, np.uint8)
             s["dose"] = np.array([i, -i], dtype=np.int64)
+        if fields == 4:
+            s["site"] = f"Zürich-{i % 4}" if i % 6 else ""
         return s
 
-    for fields in (1, 3):
+    for fields in (1, 3, 4):
         table = str(tmp_path / f"t{fields}")
         taken = []
         summary = voxlake.write(table, (sample(i, fields) for i in range(40)), progress=taken.append)
@@ -803,5 +805,11 @@ def test_write_takes_a_pyarrow_table_or_reader(tmp_path):
             assert label == i % 2
             np.testing.assert_array_equal(volume, volumes[i])
             np.testing.assert_array_equal(mask, masks[i].reshape(2, 3))
-    with pytest.raises(voxlake.ConfigError, match="column 'note' is string"):
-        voxlake.write(str(tmp_path / "bad"), source.append_column("note", pa.array(["x"] * n)), progress=False)
+    # A string column is a text field.
+    noted = str(tmp_path / "noted")
+    voxlake.write(noted, source.append_column("note", pa.array([f"n{i}" for i in range(n)])),
+                  shapes={"mask": (2, 3)}, progress=False)
+    notes = {i: note for b in voxlake.Loader(noted, batch_size=4) for i, note in zip(b["id"], b["note"])}
+    assert notes == {f"a{i:02}": f"n{i}" for i in range(n)}
+    with pytest.raises(voxlake.ConfigError, match="column 'note' is struct"):
+        voxlake.write(str(tmp_path / "bad"), source.append_column("note", pa.array([{"a": 1}] * n)), progress=False)

@@ -42,14 +42,6 @@ impl Compactor {
         let snapshot = Snapshot::open(source, &options).await?;
         let source_display = snapshot.location().to_string();
         let spec = snapshot.sample().clone();
-        if spec.tensors().count() != spec.fields().len() {
-            return Err(CompactError::Incompatible {
-                location: source_display,
-                reason: format!(
-                    "the sample {spec} has text fields: a voxlake table stores tensor fields (leave them out)"
-                ),
-            });
-        }
         if self.labels.is_some() {
             return Err(CompactError::Incompatible {
                 location: source_display,
@@ -91,7 +83,7 @@ impl Compactor {
                 let fields: Option<Vec<_>> = spec
                     .fields()
                     .iter()
-                    .map(|f| column(&f.name).and_then(|c| c.as_binary_view_opt()))
+                    .map(|f| column(&f.name).and_then(FieldValues::of))
                     .collect();
                 let (Some(ids), Some(fields)) = (
                     column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>()),
@@ -190,6 +182,35 @@ impl Compactor {
                 let table = Table::create(&table_url, &table_display, &options, spec).await?;
                 Ok((table, HashSet::new(), table_display))
             }
+        }
+    }
+}
+
+/// One field's column of a row group as read: tensors' bytes, or text.
+enum FieldValues<'a> {
+    Tensors(&'a arrow_array::BinaryViewArray),
+    Text(&'a StringArray),
+    TextView(&'a arrow_array::StringViewArray),
+}
+
+impl<'a> FieldValues<'a> {
+    fn of(column: &'a arrow_array::ArrayRef) -> Option<Self> {
+        column
+            .as_binary_view_opt()
+            .map(FieldValues::Tensors)
+            .or_else(|| column.as_string_opt::<i32>().map(FieldValues::Text))
+            .or_else(|| column.as_string_view_opt().map(FieldValues::TextView))
+    }
+
+    /// Row `i`'s bytes (a text's UTF-8; a null text, masked by its policy, as empty text).
+    fn value(&self, i: usize) -> &'a [u8] {
+        use arrow_array::Array;
+        match self {
+            FieldValues::Tensors(t) => t.value(i),
+            FieldValues::Text(t) if t.is_null(i) => &[],
+            FieldValues::Text(t) => t.value(i).as_bytes(),
+            FieldValues::TextView(t) if t.is_null(i) => &[],
+            FieldValues::TextView(t) => t.value(i).as_bytes(),
         }
     }
 }

@@ -12,7 +12,7 @@ use deltalake::kernel::Action;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::writer::DeltaWriter;
 use serde::Serialize;
-use voxlake_format::{ID_COLUMN, SampleSpec};
+use voxlake_format::{FieldKind, ID_COLUMN, SampleSpec};
 
 use crate::error::CompactError;
 use crate::source::Row;
@@ -215,7 +215,7 @@ impl Compactor {
     ) -> Result<(), CompactError> {
         sink.window.bytes_read += row.bytes_read;
         sink.window.files += 1;
-        sink.batch.push(row);
+        sink.batch.push(row)?;
         if sink.batch.is_full() {
             self.write_batch(sink, table, summary).await?;
         }
@@ -279,11 +279,29 @@ pub(crate) struct BatchBuilder {
     rows: usize,
     ids: StringBuilder,
     labels: Int64Builder,
-    /// One builder per field, and the bytes of one sample of it.
-    fields: Vec<(BinaryBuilder, usize)>,
+    /// One builder per field.
+    fields: Vec<FieldBuilder>,
     /// The checksum column, where the table has one.
     checksums: Option<Int64Builder>,
     len: usize,
+}
+
+/// One field's column: a tensor's bytes (and the bytes of one sample), or text.
+enum FieldBuilder {
+    Tensor(BinaryBuilder, usize),
+    Text(StringBuilder),
+}
+
+impl FieldBuilder {
+    fn new(kind: &FieldKind, rows: usize) -> Self {
+        match kind.tensor() {
+            Some(spec) => {
+                let bytes = spec.nbytes();
+                FieldBuilder::Tensor(BinaryBuilder::with_capacity(rows, rows * bytes), bytes)
+            }
+            None => FieldBuilder::Text(StringBuilder::new()),
+        }
+    }
 }
 
 impl BatchBuilder {
@@ -294,26 +312,41 @@ impl BatchBuilder {
             ids: StringBuilder::new(),
             labels: Int64Builder::with_capacity(rows),
             fields: sample
-                .tensors()
-                .map(|(_, s)| {
-                    let bytes = s.nbytes();
-                    (BinaryBuilder::with_capacity(rows, rows * bytes), bytes)
-                })
+                .fields()
+                .iter()
+                .map(|f| FieldBuilder::new(&f.kind, rows))
                 .collect(),
             checksums: checksums.then(|| Int64Builder::with_capacity(rows)),
             len: 0,
         }
     }
-    pub(crate) fn push(&mut self, row: Row) {
+
+    /// Adds `row`, whose text fields are UTF-8 (checked by whoever made the row: the writer).
+    pub(crate) fn push(&mut self, row: Row) -> Result<(), CompactError> {
+        for (builder, bytes) in self.fields.iter().zip(&row.fields) {
+            if let FieldBuilder::Text(_) = builder
+                && std::str::from_utf8(bytes).is_err()
+            {
+                return Err(CompactError::Internal(format!(
+                    "row '{}': a text field is not UTF-8",
+                    row.key
+                )));
+            }
+        }
         self.ids.append_value(&row.key);
         self.labels.append_option(row.label);
-        for ((builder, _), bytes) in self.fields.iter_mut().zip(&row.fields) {
-            builder.append_value(bytes);
+        for (builder, bytes) in self.fields.iter_mut().zip(&row.fields) {
+            match builder {
+                FieldBuilder::Tensor(b, _) => b.append_value(bytes),
+                // Checked above.
+                FieldBuilder::Text(b) => b.append_value(std::str::from_utf8(bytes).unwrap_or("")),
+            }
         }
         if let Some(c) = &mut self.checksums {
             c.append_value(row.checksum);
         }
         self.len += 1;
+        Ok(())
     }
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -324,9 +357,15 @@ impl BatchBuilder {
     pub(crate) fn finish(&mut self, sample: &SampleSpec) -> Result<RecordBatch, CompactError> {
         let mut columns: Vec<ArrayRef> =
             vec![Arc::new(self.ids.finish()), Arc::new(self.labels.finish())];
-        for (builder, bytes) in &mut self.fields {
-            columns.push(Arc::new(builder.finish()));
-            *builder = BinaryBuilder::with_capacity(self.rows, self.rows * *bytes);
+        for builder in &mut self.fields {
+            columns.push(match builder {
+                FieldBuilder::Tensor(b, bytes) => {
+                    let column = Arc::new(b.finish());
+                    *b = BinaryBuilder::with_capacity(self.rows, self.rows * *bytes);
+                    column
+                }
+                FieldBuilder::Text(b) => Arc::new(b.finish()),
+            });
         }
         if let Some(c) = &mut self.checksums {
             columns.push(Arc::new(c.finish()));

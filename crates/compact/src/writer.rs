@@ -65,14 +65,6 @@ impl Compactor {
     /// ```
     pub async fn writer(&self, sample: SampleSpec) -> Result<RowWriter<'_>, CompactError> {
         let start = Instant::now();
-        if sample.tensors().count() != sample.fields().len() {
-            return Err(CompactError::Incompatible {
-                location: voxlake_io::redact(&self.table),
-                reason: format!(
-                    "the sample {sample} has text fields: a voxlake table stores tensor fields"
-                ),
-            });
-        }
         if self.labels.is_some() {
             return Err(CompactError::Incompatible {
                 location: voxlake_io::redact(&self.table),
@@ -102,7 +94,7 @@ impl Compactor {
 
 impl RowWriter<'_> {
     /// Adds the row `id` (its `label`, and each field's little-endian C-order bytes in the
-    /// sample's order); `false` where the table held it already or it is another shard's
+    /// sample's order, a text field's UTF-8); `false` where the table held it already or it is another shard's
     /// ([`with_shard`](Compactor::with_shard)): skipped. A full row group is
     /// written and a full window of files committed on the way. A field of the wrong size, or
     /// an id pushed twice, is an error naming the id: nothing of the open window is committed
@@ -131,7 +123,13 @@ impl RowWriter<'_> {
         }
         for (bytes, field) in fields.iter().zip(self.sample.fields()) {
             let FieldKind::Tensor(spec) = &field.kind else {
-                unreachable!("checked at open: every field is a tensor")
+                if let Err(e) = std::str::from_utf8(bytes) {
+                    return Err(self.refused(format!(
+                        "row '{id}': text field '{}' is not UTF-8: {e}",
+                        field.name
+                    )));
+                }
+                continue;
             };
             if bytes.len() != spec.nbytes() {
                 return Err(self.refused(format!(

@@ -29,8 +29,17 @@ use crate::{
 };
 
 /// Table configuration key of a table whose sample is not the one `tensor` field: its fields
-/// as a JSON list of `{"name", "shape", "dtype"}`, in order.
+/// as a JSON list of `{"name", "shape", "dtype"}` (a text field: `{"name", "dtype": "text"}`),
+/// in order.
 pub const FIELDS_KEY: &str = "voxlake.fields";
+
+/// The format version of a table whose fields include text (a UTF-8 column per text field):
+/// builds that read version 1 refuse it by its version instead of misreading it. Tables of
+/// tensors only keep [`FORMAT_VERSION`].
+pub const TEXT_FORMAT_VERSION: u32 = 2;
+
+/// The `dtype` a stored text field has.
+const TEXT: &str = "text";
 
 /// What one field of a sample holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -79,11 +88,12 @@ pub struct SampleSpec {
     first: TensorSpec,
 }
 
-/// A field as the table configuration stores it.
+/// A field as the table configuration stores it (a text field has no shape).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Stored {
     name: String,
-    shape: Vec<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shape: Option<Vec<usize>>,
     dtype: String,
 }
 
@@ -173,29 +183,36 @@ impl SampleSpec {
 
     /// The keys recorded in the Delta table configuration: a one-field sample named `tensor`
     /// keeps the `voxlake.tensor.*` keys (tables and readers of before read it as before);
-    /// others list their fields under [`FIELDS_KEY`]. Only tensor fields are stored.
+    /// others list their fields under [`FIELDS_KEY`], at [`TEXT_FORMAT_VERSION`] where one
+    /// holds text.
     pub fn table_configuration(&self) -> Result<HashMap<String, String>, FormatError> {
         if self.is_single() {
             return Ok(self.first().table_configuration());
         }
-        let mut list = Vec::with_capacity(self.fields.len());
-        for field in &self.fields {
-            let FieldKind::Tensor(spec) = &field.kind else {
-                return Err(FormatError::Metadata(format!(
-                    "field '{}' holds text: voxlake tables store tensor fields",
-                    field.name
-                )));
-            };
-            list.push(Stored {
-                name: field.name.clone(),
-                shape: spec.shape().to_vec(),
-                dtype: spec.dtype().name().to_string(),
-            });
-        }
+        let list: Vec<Stored> = self
+            .fields
+            .iter()
+            .map(|field| match &field.kind {
+                FieldKind::Tensor(spec) => Stored {
+                    name: field.name.clone(),
+                    shape: Some(spec.shape().to_vec()),
+                    dtype: spec.dtype().name().to_string(),
+                },
+                FieldKind::Text => Stored {
+                    name: field.name.clone(),
+                    shape: None,
+                    dtype: TEXT.to_string(),
+                },
+            })
+            .collect();
+        let version = match self.tensors().count() == self.fields.len() {
+            true => FORMAT_VERSION,
+            false => TEXT_FORMAT_VERSION,
+        };
         let list = serde_json::to_string(&list)
             .map_err(|e| FormatError::Metadata(format!("the fields do not serialize: {e}")))?;
         Ok(HashMap::from([
-            (FORMAT_VERSION_KEY.to_string(), FORMAT_VERSION.to_string()),
+            (FORMAT_VERSION_KEY.to_string(), version.to_string()),
             (FIELDS_KEY.to_string(), list),
         ]))
     }
@@ -209,9 +226,12 @@ impl SampleSpec {
             return Ok(TensorSpec::from_table_configuration(config)?.into());
         };
         let version = config.get(FORMAT_VERSION_KEY).map(String::as_str);
-        if version.and_then(|v| v.parse::<u32>().ok()) != Some(FORMAT_VERSION) {
+        if !version
+            .and_then(|v| v.parse::<u32>().ok())
+            .is_some_and(|v| (FORMAT_VERSION..=TEXT_FORMAT_VERSION).contains(&v))
+        {
             return Err(FormatError::Metadata(format!(
-                "format version {version:?} is not supported (this build reads {FORMAT_VERSION})"
+                "format version {version:?} is not supported (this build reads {FORMAT_VERSION} to {TEXT_FORMAT_VERSION})"
             )));
         }
         let stored: Vec<Stored> = serde_json::from_str(text).map_err(|e| {
@@ -221,25 +241,35 @@ impl SampleSpec {
         })?;
         let fields = stored
             .into_iter()
-            .map(|f| {
-                let dtype: DType = f.dtype.parse()?;
-                Ok((f.name, FieldKind::Tensor(TensorSpec::new(f.shape, dtype))))
+            .map(|f| match (f.shape, f.dtype.as_str()) {
+                (None, TEXT) => Ok((f.name, FieldKind::Text)),
+                (Some(shape), dtype) => {
+                    let dtype: DType = dtype.parse()?;
+                    Ok((f.name, FieldKind::Tensor(TensorSpec::new(shape, dtype))))
+                }
+                (None, _) => Err(FormatError::Metadata(format!(
+                    "'{FIELDS_KEY}': field '{}' has no shape",
+                    f.name
+                ))),
             })
             .collect::<Result<Vec<_>, FormatError>>()?;
         SampleSpec::new(fields)
     }
 
     /// The Arrow schema of a table of this sample: `id`, `label`, each tensor field as BINARY
-    /// (its spec in the field's metadata), and the checksum column where `checksums`.
+    /// (its spec in the field's metadata), each text field as UTF-8, and the checksum column
+    /// where `checksums`.
     pub fn arrow_schema_with(&self, checksums: bool) -> SchemaRef {
         let mut fields = vec![
             Field::new(ID_COLUMN, DataType::Utf8, false),
             Field::new(LABEL_COLUMN, DataType::Int64, true),
         ];
-        for (name, spec) in self.tensors() {
-            fields.push(
-                Field::new(name, DataType::Binary, false).with_metadata(spec.table_configuration()),
-            );
+        for field in &self.fields {
+            fields.push(match &field.kind {
+                FieldKind::Tensor(spec) => Field::new(&field.name, DataType::Binary, false)
+                    .with_metadata(spec.table_configuration()),
+                FieldKind::Text => Field::new(&field.name, DataType::Utf8, false),
+            });
         }
         if checksums {
             fields.push(Field::new(CHECKSUM_COLUMN, DataType::Int64, true));
@@ -355,9 +385,17 @@ mod tests {
         let x = || ("x".to_string(), tensor(&[2], DType::U8));
         assert!(err(vec![x(), x()]).contains("'x' is named twice"));
         assert!(err(vec![("label".into(), tensor(&[2], DType::U8))]).contains("'label' cannot"));
-        let with_text = SampleSpec::new(vec![x(), ("well".into(), FieldKind::Text)]).unwrap();
-        let e = with_text.table_configuration().unwrap_err().to_string();
-        assert!(e.contains("field 'well' holds text"), "{e}");
+        let bad = HashMap::from([
+            (FORMAT_VERSION_KEY.to_string(), "3".to_string()),
+            (FIELDS_KEY.to_string(), "[]".to_string()),
+        ]);
+        let e = SampleSpec::from_table_configuration(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("format version Some(\"3\") is not supported"),
+            "{e}"
+        );
         let bad = HashMap::from([
             (FORMAT_VERSION_KEY.to_string(), "1".to_string()),
             (FIELDS_KEY.to_string(), "[{\"name\":\"x\"}]".to_string()),
@@ -366,5 +404,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a list of {name, shape, dtype}"), "{e}");
+        let bad = HashMap::from([
+            (FORMAT_VERSION_KEY.to_string(), "2".to_string()),
+            (
+                FIELDS_KEY.to_string(),
+                r#"[{"name":"x","dtype":"f32"}]"#.to_string(),
+            ),
+        ]);
+        let e = SampleSpec::from_table_configuration(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("field 'x' has no shape"), "{e}");
+    }
+
+    #[test]
+    fn text_fields_are_stored_as_utf8_at_the_text_version() {
+        let with_text = SampleSpec::new(vec![
+            ("x".into(), tensor(&[2], DType::U8)),
+            ("well".into(), FieldKind::Text),
+        ])
+        .unwrap();
+        let config = with_text.table_configuration().unwrap();
+        assert_eq!(config[FORMAT_VERSION_KEY], TEXT_FORMAT_VERSION.to_string());
+        assert_eq!(
+            config[FIELDS_KEY],
+            r#"[{"name":"x","shape":[2],"dtype":"u8"},{"name":"well","dtype":"text"}]"#
+        );
+        assert_eq!(
+            SampleSpec::from_table_configuration(&config).unwrap(),
+            with_text
+        );
+        let schema = with_text.arrow_schema_with(false);
+        assert_eq!(schema.field(3).data_type(), &DataType::Utf8);
+        assert_eq!(with_text.tensor_bytes(), 2);
     }
 }

@@ -41,7 +41,7 @@ pub mod npy;
 pub mod sample;
 
 pub use dtype::{Casting, DType};
-pub use fields::{FIELDS_KEY, FieldKind, SampleField, SampleSpec};
+pub use fields::{FIELDS_KEY, FieldKind, SampleField, SampleSpec, TEXT_FORMAT_VERSION};
 
 /// Name of the column holding the source object's key.
 pub const ID_COLUMN: &str = "id";

@@ -139,11 +139,12 @@ pub(crate) fn inspect<'py>(
     to_python(py, &info)
 }
 
-/// A row for [`write_rows`]: id, label and each field's little-endian C-order bytes.
+/// A row for [`write_rows`]: id, label and each field's little-endian C-order bytes (a text
+/// field's UTF-8).
 type PyRow = (String, Option<i64>, Vec<Vec<u8>>);
 
 /// Writes the rows `rows` yields (`(id, label, [field bytes…])`, each field as `fields` says:
-/// `(name, shape, dtype)`) into `table` through `compact`'s writer (row groups sized for
+/// `(name, shape, dtype)`, dtype `"text"` for a text field) into `table` through `compact`'s writer (row groups sized for
 /// streaming, commits in windows; rows whose id the table holds are skipped); `progress` is
 /// called with the rows taken so far. Returns the summary as a dict. The Python `voxlake.write`
 /// makes the rows from dicts of numpy arrays.
@@ -160,6 +161,10 @@ pub(crate) fn write_rows<'py>(
     use voxlake_format::{FieldKind, SampleSpec, TensorSpec};
     let mut specs = Vec::with_capacity(fields.len());
     for (name, shape, dtype) in fields {
+        if dtype == "text" {
+            specs.push((name, FieldKind::Text));
+            continue;
+        }
         let dtype: DType = dtype
             .parse()
             .map_err(|e| config(format!("field {name}: dtype {dtype}: {e}")))?;

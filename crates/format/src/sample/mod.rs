@@ -358,11 +358,9 @@ impl SampleColumns {
         let mut fields = Vec::new();
         let mut all_stored = stored.is_some();
         for column in SampleColumns::field_columns(schema, hints)? {
-            let stored_spec = stored
-                .as_ref()
-                .and_then(|s| s.field(column.field.name()))
-                .and_then(|f| f.kind.tensor());
-            all_stored &= stored_spec.is_some() && column.name == *column.field.name();
+            let stored_field = stored.as_ref().and_then(|s| s.field(column.field.name()));
+            let stored_spec = stored_field.and_then(|f| f.kind.tensor());
+            all_stored &= stored_field.is_some() && column.name == *column.field.name();
             let value = first.get(column.field.name()).map(Vec::as_slice);
             let (encoding, kind) = resolve_field(&column, stored_spec, value, named)?;
             let mask = (column.null == NullPolicy::Mask).then(|| FieldColumn {
@@ -419,7 +417,9 @@ impl SampleColumns {
         let label = label.map(|f| f.name().clone());
         let id = id.map(|f| f.name().clone());
         let native = all_stored
-            && fields.iter().all(|f| f.encoding == TensorEncoding::Raw)
+            && fields
+                .iter()
+                .all(|f| matches!(f.encoding, TensorEncoding::Raw | TensorEncoding::Text))
             && label.as_deref().is_none_or(|l| l == LABEL_COLUMN)
             && id.as_deref() == Some(ID_COLUMN);
         Ok(SampleColumns {
@@ -441,7 +441,10 @@ impl SampleColumns {
                 .map(|f| FieldColumn {
                     name: f.name.clone(),
                     column: f.name.clone(),
-                    encoding: TensorEncoding::Raw,
+                    encoding: match f.kind {
+                        FieldKind::Text => TensorEncoding::Text,
+                        _ => TensorEncoding::Raw,
+                    },
                     kind: f.kind.clone(),
                     unit: None,
                     null: NullPolicy::Error,

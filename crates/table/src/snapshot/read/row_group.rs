@@ -427,6 +427,8 @@ fn verify_checksums(batch: &RecordBatch, fields: &[String]) -> Option<String> {
             views.value(i)
         } else if let Some(plain) = array.as_any().downcast_ref::<BinaryArray>() {
             plain.value(i)
+        } else if let Some(text) = array.as_any().downcast_ref::<StringArray>() {
+            text.value(i).as_bytes()
         } else {
             &[]
         }
