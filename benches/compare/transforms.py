@@ -1,12 +1,17 @@
-"""The Python loader with transforms by name against the same run without them (issue 45):
-ROUNDS alternated shuffled epochs of TABLE into batches of 32, each batch summed, samples/s and
-their ratio per round. Needs the package built in release (`maturin develop --release`).
+"""The Python loader with transforms against the same run without them (issue 45): ROUNDS
+alternated shuffled epochs of TABLE into batches of 32, each batch summed, samples/s and their
+ratio to the run without transforms, per round, for
+- `transforms=` flip + normalize by name (in Rust, on the assembly threads, per sample),
+- `batch_transform=` doing nothing (what handing each batch to Python costs),
+- `batch_transform=` with the same flip + normalize in numpy (per batch).
+Needs the package built in release (`maturin develop --release`).
 
     python benches/compare/transforms.py TABLE [ROUNDS=4]
 """
 
 import sys
 import time
+from typing import Any, Dict
 
 import numpy as np
 
@@ -15,9 +20,28 @@ import voxlake
 FLIP_NORMALIZE = [("flip", {"axes": [0, 1, 2], "p": 0.5}), ("normalize", {"mean": 0.5, "std": 0.25})]
 
 
-def samples_per_s(table: str, transforms: list) -> float:
+def nothing(batch: Dict[str, Any], rng: np.random.Generator) -> None:
+    return None
+
+
+def numpy_flip_normalize(batch: Dict[str, Any], rng: np.random.Generator) -> Dict[str, Any]:
+    x = batch["tensor"]
+    for axis in (1, 2, 3):
+        if rng.random() < 0.5:
+            x = np.flip(x, axis)
+    return {"tensor": (x - np.float32(0.5)) / np.float32(0.25)}
+
+
+MODES = {
+    "none": {},
+    "transforms": {"transforms": FLIP_NORMALIZE},
+    "batch_transform noop": {"batch_transform": nothing},
+    "batch_transform numpy": {"batch_transform": numpy_flip_normalize},
+}
+
+
+def samples_per_s(table: str, options: Dict[str, Any]) -> float:
     start, n, total = time.perf_counter(), 0, 0.0
-    options = {"transforms": transforms} if transforms else {}
     for batch in voxlake.Loader(table, batch_size=32, shuffle=True, seed=1, **options):
         x = batch["tensor"]
         total += float(x.sum(dtype=np.float32))
@@ -29,10 +53,10 @@ def main() -> None:
     table = sys.argv[1]
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 4
     for r in range(rounds):
-        plain = samples_per_s(table, [])
-        augmented = samples_per_s(table, FLIP_NORMALIZE)
-        print(f"round {r}: none {plain:.0f}/s, flip + normalize {augmented:.0f}/s, "
-              f"ratio {augmented / plain:.2f}", flush=True)
+        rates = {name: samples_per_s(table, options) for name, options in MODES.items()}
+        plain = rates["none"]
+        print(f"round {r}: " + ", ".join(
+            f"{name} {rate:.0f}/s ({rate / plain:.2f})" for name, rate in rates.items()), flush=True)
 
 
 if __name__ == "__main__":

@@ -219,6 +219,86 @@ fn named_transforms_are_exact_and_reproduce_across_ranks_and_a_resume() {
     assert!(e.contains("transforms by name"), "{e}");
 }
 
+/// Flips, a normalization and a cast made by the copy into the batch (the CPU path) give
+/// what the per-sample transform gives where the copy cannot make them (channels first; a
+/// libtorch batch), value for value; and the flips are drawn (not all the same).
+#[test]
+fn named_transforms_made_by_the_copy_match_the_per_sample_path() {
+    let base = || {
+        Loader::builder(fixture("pyarrow_tensor"))
+            .with_id_column("sample")
+            .with_augment(vec![
+                Augment::Flip {
+                    axes: vec![0, 1, 2],
+                    p: 0.5,
+                },
+                Augment::Normalize {
+                    mean: 0.25,
+                    std: 3.0,
+                },
+                Augment::Cast(DType::F16),
+            ])
+            .with_batch_size(6)
+            .with_shuffle(3, 8)
+    };
+    let by_id = |builder: LoaderBuilder, channels_first: bool| {
+        let mut out = HashMap::new();
+        for b in crate::loader::collect(builder) {
+            let Tensors::F16(t) = &b.tensors else {
+                panic!("f16 batches expected")
+            };
+            let t = match channels_first {
+                true => t.view().permuted_axes(vec![0, 2, 3, 4, 1]),
+                false => t.view(),
+            };
+            for (i, id) in b.ids.iter().enumerate() {
+                let values: Vec<u16> = t
+                    .index_axis(Axis(0), i)
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                out.insert(id.clone(), values);
+            }
+        }
+        out
+    };
+    let direct = by_id(base(), false);
+    assert_eq!(direct.len(), 24);
+    assert_eq!(by_id(base().with_channels_first(true), true), direct);
+    #[cfg(feature = "tch")]
+    {
+        let on_tch = crate::loader::collect(base().with_device(voxlake::loader::tch::Device::Cpu));
+        let mut n = 0;
+        for b in &on_tch {
+            let bytes = b.tensors.as_bytes().unwrap();
+            let per = bytes.len() / b.len();
+            for (i, id) in b.ids.iter().enumerate() {
+                let want: Vec<u8> = direct[id].iter().flat_map(|v| v.to_le_bytes()).collect();
+                assert!(bytes[i * per..(i + 1) * per] == want[..], "{id}");
+                n += 1;
+            }
+        }
+        assert_eq!(n, 24);
+    }
+    let numpy = expected(DType::F32);
+    let plain = |n: usize| -> Vec<u16> {
+        numpy[n]
+            .chunks(4)
+            .map(|c| {
+                f16::from_f32((f32::from_le_bytes(c.try_into().unwrap()) - 0.25) / 3.0).to_bits()
+            })
+            .collect()
+    };
+    let unflipped = direct
+        .iter()
+        .filter(|(id, v)| **v == plain(id.strip_prefix("cube-").unwrap().parse().unwrap()))
+        .count();
+    assert!(
+        (1..24).contains(&unflipped),
+        "{unflipped} of 24 drew no flip"
+    );
+}
+
 #[test]
 fn transform_failures_name_the_row_or_batch() {
     let table = fixture("pyarrow_tensor");

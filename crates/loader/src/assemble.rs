@@ -20,6 +20,7 @@ use crate::batch::{self, Batch, FieldBatch, RowOrigin, Tensors};
 use crate::counters::Counters;
 use crate::transform::{self, FieldValue, Sample, SampleFn};
 
+mod direct;
 mod group;
 mod transforms;
 
@@ -99,6 +100,9 @@ impl Assembler {
     }
 
     fn assemble(&self, rows: &[Row], epoch: u64, index: u64) -> Result<Batch, LoaderError> {
+        if let Some(direct) = self.direct(rows) {
+            return self.assemble_direct(direct, rows, epoch, index);
+        }
         if self.reads(rows, 0)
             && let Some(f) = &self.transforms.sample
         {

@@ -8,7 +8,7 @@ use ndarray::{ArrayD, IxDyn};
 use voxlake_format::DType;
 
 use crate::LoaderError;
-use crate::fill::{Element, fill_batch};
+use crate::fill::{fill_each, fill_sample};
 
 /// A batch of samples.
 #[derive(Debug, Clone)]
@@ -331,59 +331,24 @@ pub(crate) fn build_tensors_into(
     reuse: Option<Tensors>,
     pool: Option<&rayon::ThreadPool>,
 ) -> Result<(Tensors, bool), LoaderError> {
-    fn build<T: Element>(
-        shape: &[usize],
-        samples: &[&[u8]],
-        channels: Option<usize>,
-        reuse: Option<ArrayD<T>>,
-        pool: Option<&rayon::ThreadPool>,
-    ) -> Result<(ArrayD<T>, bool), LoaderError> {
-        let numel: usize = shape[1..].iter().product();
-        let total = numel * samples.len();
-        let reused = reuse
-            .filter(|a| a.shape() == shape && a.is_standard_layout())
-            .map(ArrayD::into_raw_vec_and_offset)
-            .and_then(|(v, offset)| (offset.unwrap_or(0) == 0 && v.len() == total).then_some(v));
-        let recycled = reused.is_some();
-        let values = match reused {
-            Some(mut values) => {
-                // SAFETY: MaybeUninit<T> has T's layout, and the memory is initialised already;
-                // `fill_batch` overwrites every element with a valid value (T is Copy: nothing
-                // to drop).
-                let dst =
-                    unsafe { &mut *(values.as_mut_slice() as *mut [T] as *mut [MaybeUninit<T>]) };
-                fill_batch(dst, numel, samples, channels, pool);
-                values
-            }
-            None => {
-                // No zero fill: every element is written below (fresh memory is the costly
-                // part).
-                let mut values: Vec<T> = Vec::with_capacity(total);
-                fill_batch(
-                    &mut values.spare_capacity_mut()[..total],
-                    numel,
-                    samples,
-                    channels,
-                    pool,
-                );
-                // SAFETY: `fill_batch` wrote all `numel` elements of each sample's chunk.
-                unsafe { values.set_len(total) };
-                values
-            }
-        };
-        let array = ArrayD::from_shape_vec(IxDyn(shape), values)
-            .map_err(|e| LoaderError::Internal(format!("a batch of shape {shape:?}: {e}")))?;
-        Ok((array, recycled))
-    }
     macro_rules! build_as {
         ($variant:ident) => {{
             let reuse = match reuse {
                 Some(Tensors::$variant(a)) => Some(a),
                 _ => None,
             };
-            let (array, recycled) = build(shape, samples, channels, reuse, pool)?;
+            let (array, recycled) = build_with(shape, reuse, pool, |i, dst| {
+                fill_sample(dst, samples[i], channels)
+            })?;
             Ok((Tensors::$variant(array), recycled))
         }};
+    }
+    let numel: usize = shape.iter().skip(1).product();
+    if numel > 0 && shape.first() != Some(&samples.len()) {
+        return Err(LoaderError::Internal(format!(
+            "a batch of shape {shape:?} from {} samples",
+            samples.len()
+        )));
     }
     match dtype {
         DType::Bool => build_as!(Bool),
@@ -400,6 +365,51 @@ pub(crate) fn build_tensors_into(
         DType::F32 => build_as!(F32),
         DType::F64 => build_as!(F64),
     }
+}
+
+/// A batch of shape `shape` (`[B, …]`), each sample's chunk written by `write(i, chunk)`
+/// (every element of it), into `reuse`'s memory when it is an array of that shape (a batch
+/// given back with `Loader::recycle`); also says whether it was.
+pub(crate) fn build_with<T: Copy + Send>(
+    shape: &[usize],
+    reuse: Option<ArrayD<T>>,
+    pool: Option<&rayon::ThreadPool>,
+    write: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
+) -> Result<(ArrayD<T>, bool), LoaderError> {
+    let count = shape.first().copied().unwrap_or(0);
+    let numel: usize = shape.iter().skip(1).product();
+    let total = numel * count;
+    let reused = reuse
+        .filter(|a| a.shape() == shape && a.is_standard_layout())
+        .map(ArrayD::into_raw_vec_and_offset)
+        .and_then(|(v, offset)| (offset.unwrap_or(0) == 0 && v.len() == total).then_some(v));
+    let recycled = reused.is_some();
+    let values = match reused {
+        Some(mut values) => {
+            // SAFETY: MaybeUninit<T> has T's layout, and the memory is initialised already;
+            // `write` overwrites every element with a valid value (T is Copy: nothing to drop).
+            let dst = unsafe { &mut *(values.as_mut_slice() as *mut [T] as *mut [MaybeUninit<T>]) };
+            fill_each(dst, numel, count, pool, write);
+            values
+        }
+        None => {
+            // No zero fill: every element is written below (fresh memory is the costly part).
+            let mut values: Vec<T> = Vec::with_capacity(total);
+            fill_each(
+                &mut values.spare_capacity_mut()[..total],
+                numel,
+                count,
+                pool,
+                write,
+            );
+            // SAFETY: `write` wrote all `numel` elements of each sample's chunk.
+            unsafe { values.set_len(total) };
+            values
+        }
+    };
+    let array = ArrayD::from_shape_vec(IxDyn(shape), values)
+        .map_err(|e| LoaderError::Internal(format!("a batch of shape {shape:?}: {e}")))?;
+    Ok((array, recycled))
 }
 
 /// [`build_tensors_into`] fresh memory.

@@ -99,33 +99,88 @@ pub(crate) fn fill_sample<T: Element>(
     }
 }
 
-/// Writes `samples` (each one sample of `numel` elements) into `dst`, one after the other:
-/// on `pool`'s threads, a sample each at a time, when there is a pool. Every element is written
-/// with the same value either way.
-pub(crate) fn fill_batch<T: Element>(
+/// Has `write(i, chunk)` write every element of sample `i`'s chunk of `dst` (`count` chunks of
+/// `numel` elements): on `pool`'s threads, a sample each at a time, when there is a pool.
+pub(crate) fn fill_each<T: Send>(
     dst: &mut [MaybeUninit<T>],
     numel: usize,
-    samples: &[&[u8]],
-    channels: Option<usize>,
+    count: usize,
     pool: Option<&rayon::ThreadPool>,
+    write: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
 ) {
-    assert_eq!(dst.len(), numel * samples.len(), "batch size");
+    assert_eq!(dst.len(), numel * count, "batch size");
     if numel == 0 {
         return;
     }
     match pool {
-        Some(pool) if samples.len() > 1 => {
+        Some(pool) if count > 1 => {
             use rayon::prelude::*;
             pool.install(|| {
                 dst.par_chunks_mut(numel)
-                    .zip(samples.par_iter())
-                    .for_each(|(dst, src)| fill_sample(dst, src, channels));
+                    .enumerate()
+                    .for_each(|(i, dst)| write(i, dst));
             });
         }
         _ => {
-            for (dst, src) in dst.chunks_exact_mut(numel).zip(samples) {
-                fill_sample(dst, src, channels);
+            for (i, dst) in dst.chunks_exact_mut(numel).enumerate() {
+                write(i, dst);
             }
         }
+    }
+}
+
+/// Writes one sample (`src`: little-endian `T`s, C order, of `shape`) into `dst` with the
+/// `reversed` axes reversed and `f` applied to each value, in one pass: the axes after the last
+/// reversed one are read as runs, forward. Every element of `dst` is written.
+pub(crate) fn fill_flipped<T: Element, U>(
+    dst: &mut [MaybeUninit<U>],
+    src: &[u8],
+    shape: &[usize],
+    reversed: &[bool],
+    f: impl Fn(T) -> U + Copy,
+) {
+    let size = std::mem::size_of::<T>();
+    assert_eq!(src.len(), dst.len() * size, "sample size");
+    let k = reversed.iter().rposition(|&r| r).map_or(0, |d| d + 1);
+    let inner: usize = shape[k..].iter().product();
+    let dims: Vec<(usize, usize, bool)> = (0..k)
+        .map(|d| (shape[d], shape[d + 1..].iter().product(), reversed[d]))
+        .collect();
+    if dst.is_empty() {
+        return;
+    }
+    let mut written = 0;
+    runs(&dims, 0, &mut |at| {
+        // A copy of its own: what `f` captured stays in registers over the loop (through a
+        // reference, every store to `out` might change it).
+        let map = f;
+        let out = &mut dst[written..written + inner];
+        if T::ANY_BITS && cfg!(target_endian = "little") {
+            let values = src.as_ptr().cast::<T>();
+            for (j, d) in out.iter_mut().enumerate() {
+                // SAFETY: `at + j` is below the sample's element count (`runs` walks the
+                // sample's own shape), and `src` holds that many `T`s (asserted above), any bit
+                // pattern of which is a value, stored in the host's byte order; unaligned reads.
+                d.write(map(unsafe { values.add(at + j).read_unaligned() }));
+            }
+        } else {
+            let run = &src[at * size..(at + inner) * size];
+            for (d, s) in out.iter_mut().zip(run.chunks_exact(size)) {
+                d.write(map(T::from_le(s)));
+            }
+        }
+        written += inner;
+    });
+}
+
+/// Calls `run` with the offset of each run, in the order a C-order walk of `dims` (each axis's
+/// length, stride and whether it is read backwards) meets them.
+fn runs(dims: &[(usize, usize, bool)], at: usize, run: &mut impl FnMut(usize)) {
+    let Some((&(n, stride, reversed), rest)) = dims.split_first() else {
+        return run(at);
+    };
+    for i in 0..n {
+        let j = if reversed { n - 1 - i } else { i };
+        runs(rest, at + j * stride, run);
     }
 }

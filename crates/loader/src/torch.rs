@@ -15,7 +15,7 @@ use tch::{Device, Kind, Tensor};
 use voxlake_format::DType;
 
 use crate::LoaderError;
-use crate::fill::{Element, fill_batch};
+use crate::fill::{Element, fill_each, fill_sample};
 
 /// A libtorch tensor in a batch (a newtype so batches stay `Clone` and comparable).
 #[derive(Debug)]
@@ -269,9 +269,11 @@ pub(crate) unsafe fn fill_raw(
     ) {
         assert!(dst.cast::<T>().is_aligned(), "batch memory alignment");
         let len = numel * samples.len();
-        // SAFETY: the caller's contract; `fill_batch` writes every element.
+        // SAFETY: the caller's contract; `fill_sample` writes every element.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst.cast::<MaybeUninit<T>>(), len) };
-        fill_batch(dst, numel, samples, channels, pool);
+        fill_each(dst, numel, samples.len(), pool, |i, dst| {
+            fill_sample(dst, samples[i], channels);
+        });
     }
     // SAFETY (each arm): the caller's contract, for the element type of `dtype`.
     unsafe {

@@ -36,6 +36,7 @@
 //! # }
 //! ```
 
+mod direct;
 mod named;
 
 use std::sync::Arc;
@@ -45,6 +46,9 @@ use voxlake_format::SampleSpec;
 
 use crate::batch::{Batch, Tensors};
 
+pub(crate) use direct::Direct;
+#[cfg(test)]
+pub(crate) use direct::tests as direct_tests;
 pub use named::Augment;
 pub use rand::Rng;
 
@@ -133,6 +137,9 @@ pub(crate) struct Transforms {
     pub batch: Option<Arc<BatchFn>>,
     /// Transforms chosen by name, made into `sample` once the table's sample is known.
     pub named: Vec<Augment>,
+    /// The named transforms as the copy into the batch makes them, where it can (`sample`
+    /// makes the same values where the copy cannot: a device, channels first).
+    pub direct: Option<Arc<Direct>>,
 }
 
 impl Transforms {
@@ -154,6 +161,7 @@ impl Transforms {
             output: Some(output),
             batch: self.batch.clone(),
             named: Vec::new(),
+            direct: Direct::of(&self.named, input).map(Arc::new),
         })
     }
 }
@@ -188,6 +196,7 @@ impl std::fmt::Debug for Transforms {
             .field("output", &self.output)
             .field("batch", &self.batch.is_some())
             .field("named", &self.named)
+            .field("direct", &self.direct)
             .finish()
     }
 }

@@ -137,11 +137,91 @@ pub(crate) fn resolve(
     let output = SampleSpec::new(fields).map_err(|e| e.to_string())?;
     let augments = augments.to_vec();
     let run = move |sample: &mut Sample<'_>, rng: &mut TransformRng| {
-        augments
-            .iter()
-            .try_for_each(|a| apply(a, sample, &moved, rng))
+        let mut i = 0;
+        while i < augments.len() {
+            if !matches!(augments[i], Augment::Flip { .. }) {
+                apply(&augments[i], sample, &moved, rng)?;
+                i += 1;
+                continue;
+            }
+            // Flips in a row are drawn in order as one set of reversed axes, and made with a
+            // normalization right after them in one pass over the sample.
+            let mut reversed = vec![false; sample.tensor.shape().len()];
+            while let Some(Augment::Flip { axes, p }) = augments.get(i) {
+                for &axis in axes {
+                    if rng.random_bool(*p) {
+                        reversed[axis] ^= true;
+                    }
+                }
+                i += 1;
+            }
+            let normalize = match augments.get(i) {
+                Some(Augment::Normalize { mean, std })
+                    if matches!(sample.tensor, Tensors::F32(_) | Tensors::F64(_)) =>
+                {
+                    i += 1;
+                    Some((*mean, *std))
+                }
+                _ => None,
+            };
+            flips(sample, &moved, &reversed, normalize);
+        }
+        Ok(())
     };
     Ok((Arc::new(run), output))
+}
+
+/// The `reversed` axes of the first field and the `moved` ones reversed, in one pass each, the
+/// first field normalized on the way where `normalize` is given (an `f32` or `f64` tensor).
+fn flips(
+    sample: &mut Sample<'_>,
+    moved: &[String],
+    reversed: &[bool],
+    normalize: Option<(f64, f64)>,
+) {
+    if !reversed.contains(&true) {
+        if let Some((mean, std)) = normalize {
+            normalize_in_place(&mut sample.tensor, mean, std);
+        }
+        return;
+    }
+    sample.tensor = match (
+        std::mem::replace(&mut sample.tensor, placeholder()),
+        normalize,
+    ) {
+        // As `(x - mean) / std` in the tensor's own type, like `Augment::Normalize`.
+        (Tensors::F32(a), Some((mean, std))) => {
+            let (mean, std) = (mean as f32, std as f32);
+            Tensors::F32(flip_map(a, reversed, |v| (v - mean) / std))
+        }
+        (Tensors::F64(a), Some((mean, std))) => {
+            Tensors::F64(flip_map(a, reversed, |v| (v - mean) / std))
+        }
+        (t, _) => map_tensor!(t, a => flip_map(a, reversed, |v| v)),
+    };
+    for (name, value) in &mut sample.more {
+        if let FieldValue::Tensor(t) = value
+            && moved.iter().any(|m| **m == **name)
+        {
+            let t = std::mem::replace(t, placeholder());
+            *value = FieldValue::Tensor(map_tensor!(t, a => flip_map(a, reversed, |v| v)));
+        }
+    }
+}
+
+/// `(x - mean) / std` on a float tensor, in place and in its own type.
+fn normalize_in_place(t: &mut Tensors, mean: f64, std: f64) -> bool {
+    match t {
+        Tensors::F32(a) => {
+            let (mean, std) = (mean as f32, std as f32);
+            a.mapv_inplace(|v| (v - mean) / std);
+        }
+        Tensors::F64(a) => a.mapv_inplace(|v| (v - mean) / std),
+        Tensors::F16(a) => a.mapv_inplace(|v| f16::from_f64((v.to_f64() - mean) / std)),
+        Tensors::BF16(a) => a.mapv_inplace(|v| bf16::from_f64((v.to_f64() - mean) / std)),
+        _ => return false,
+    }
+    true
 }
 
 /// Runs `augment` on `sample`, the geometric ones on the first field and the `moved` ones.
@@ -153,11 +233,13 @@ fn apply(
 ) -> Result<(), TransformError> {
     match augment {
         Augment::Flip { axes, p } => {
+            let mut reversed = vec![false; sample.tensor.shape().len()];
             for &axis in axes {
                 if rng.random_bool(*p) {
-                    each_moved(sample, moved, &mut |t| map_tensor!(t, a => flip(a, axis)));
+                    reversed[axis] ^= true;
                 }
             }
+            flips(sample, moved, &reversed, None);
         }
         Augment::Crop { shape } => {
             let from = sample.tensor.shape();
@@ -179,22 +261,10 @@ fn apply(
                 &mut |t| map_tensor!(t, a => window(&a, &windows, shape)),
             );
         }
+        // In the tensor's own type, as `(x - mean) / std` in numpy or torch computes it.
         Augment::Normalize { mean, std } => {
-            let (mean, std) = (*mean, *std);
-            match &mut sample.tensor {
-                // In the tensor's own type, as `(x - mean) / std` in numpy or torch computes it.
-                Tensors::F32(a) => {
-                    let (mean, std) = (mean as f32, std as f32);
-                    a.mapv_inplace(|v| (v - mean) / std);
-                }
-                Tensors::F64(a) => a.mapv_inplace(|v| (v - mean) / std),
-                Tensors::F16(a) => {
-                    a.mapv_inplace(|v| f16::from_f64((v.to_f64() - mean) / std));
-                }
-                Tensors::BF16(a) => {
-                    a.mapv_inplace(|v| bf16::from_f64((v.to_f64() - mean) / std));
-                }
-                t => return Err(format!("normalize: a {} tensor", t.dtype()).into()),
+            if !normalize_in_place(&mut sample.tensor, *mean, *std) {
+                return Err(format!("normalize: a {} tensor", sample.tensor.dtype()).into());
             }
         }
         Augment::Cast(to) if sample.tensor.dtype() == *to => {}
@@ -228,29 +298,54 @@ fn placeholder() -> Tensors {
     Tensors::Bool(ArrayD::default(vec![0]))
 }
 
-/// `a` with axis `axis` reversed, in place and in C order (an ndarray view with a negative
-/// stride would make every later pass walk it element by element).
-fn flip<T: Clone>(a: ArrayD<T>, axis: usize) -> ArrayD<T> {
+/// `a` with the `reversed` axes reversed and `f` applied to each value, in one pass and in
+/// place, in C order (an ndarray view with negative strides would make every later pass walk it
+/// element by element). The axes after the last reversed one move as runs; each run is swapped
+/// with its mirror image (or mapped alone where it is its own).
+fn flip_map<T: Copy>(a: ArrayD<T>, reversed: &[bool], f: impl Fn(T) -> T) -> ArrayD<T> {
     let mut a = match a.is_standard_layout() {
         true => a,
         false => a.as_standard_layout().into_owned(),
     };
-    let n = a.shape()[axis];
-    let inner: usize = a.shape()[axis + 1..].iter().product();
-    let Some(values) = a.as_slice_mut().filter(|_| n * inner > 0) else {
-        return a;
-    };
-    for block in values.chunks_exact_mut(n * inner) {
-        if inner == 1 {
-            block.reverse();
-            continue;
-        }
-        for i in 0..n / 2 {
-            let (low, high) = block.split_at_mut((n - 1 - i) * inner);
-            low[i * inner..(i + 1) * inner].swap_with_slice(&mut high[..inner]);
-        }
+    let shape = a.shape().to_vec();
+    let k = reversed.iter().rposition(|&r| r).map_or(0, |d| d + 1);
+    let inner: usize = shape[k..].iter().product();
+    let dims: Vec<(usize, usize, bool)> = (0..k)
+        .map(|d| (shape[d], shape[d + 1..].iter().product(), reversed[d]))
+        .collect();
+    if let Some(values) = a.as_slice_mut().filter(|v| !v.is_empty()) {
+        mirror_runs(values, &dims, 0, 0, inner, &f);
     }
     a
+}
+
+/// The runs of `inner` values at offset `at` (and below, over `dims`: each axis's length,
+/// stride and whether it is reversed) swapped with their mirror images at `mirror`, `f`
+/// applied to every value once.
+fn mirror_runs<T: Copy>(
+    values: &mut [T],
+    dims: &[(usize, usize, bool)],
+    at: usize,
+    mirror: usize,
+    inner: usize,
+    f: &impl Fn(T) -> T,
+) {
+    let Some((&(n, stride, reversed), rest)) = dims.split_first() else {
+        if at < mirror {
+            let (low, high) = values.split_at_mut(mirror);
+            for (x, y) in low[at..at + inner].iter_mut().zip(&mut high[..inner]) {
+                (*x, *y) = (f(*y), f(*x));
+            }
+        } else if at == mirror {
+            values[at..at + inner].iter_mut().for_each(|x| *x = f(*x));
+        }
+        // at > mirror: swapped when its mirror image was visited.
+        return;
+    };
+    for i in 0..n {
+        let j = if reversed { n - 1 - i } else { i };
+        mirror_runs(values, rest, at + i * stride, mirror + j * stride, inner, f);
+    }
 }
 
 /// `a`'s `windows` (per axis: the range read, the range written, of one length) in zeros of
@@ -519,8 +614,8 @@ mod layout_tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// `flip` and `window` in C order give what ndarray's views give, for any shape, axis
-        /// and window.
+        /// `flip_map` and `window` in C order give what ndarray's views give, for any shape,
+        /// reversed axes and window.
         #[test]
         fn flips_and_windows_match_ndarrays_views(
             shape in proptest::collection::vec(1usize..5, 1..5),
@@ -533,9 +628,20 @@ mod layout_tests {
             let axis = axis.index(shape.len());
             let mut view = a.clone();
             view.invert_axis(ndarray::Axis(axis));
-            let flipped = flip(a.clone(), axis);
+            let mut reversed = vec![false; shape.len()];
+            reversed[axis] = true;
+            let flipped = flip_map(a.clone(), &reversed, |v| v);
             prop_assert!(flipped.is_standard_layout());
             prop_assert_eq!(&flipped, &view);
+            // Every other axis too, each value doubled on the way.
+            let mut view = a.mapv(|v| 2 * v);
+            for (d, r) in reversed.iter_mut().enumerate() {
+                *r = d % 2 == 0 || d == axis;
+                if *r {
+                    view.invert_axis(ndarray::Axis(d));
+                }
+            }
+            prop_assert_eq!(flip_map(a.clone(), &reversed, |v| 2 * v), view);
             let to = &to[..shape.len()];
             let windows: Vec<_> = shape.iter().zip(to).zip(&at).map(|((&n, &m), at)| {
                 let o = at.index(n.abs_diff(m) + 1);
