@@ -694,6 +694,12 @@ def test_batch_transform_errors_name_the_batch_and_keep_the_cause(table):
             next(iter(voxlake.Loader(table, batch_size=8, batch_transform=bad)))
     with pytest.raises(voxlake.OptionError, match="batch_transform: expected a callable"):
         voxlake.Loader(table, batch_transform=3)
+    # A callable that asks its own loader (whose loop waits for it) is refused, not hung.
+    holder = []
+    loader = voxlake.Loader(table, batch_size=8, batch_transform=lambda b, r: holder[0].stats())
+    holder.append(loader)
+    with pytest.raises(voxlake.VoxlakeError, match="a batch_transform cannot use a Loader"):
+        next(iter(loader))
 
 
 def test_a_loader_in_its_batch_transform_closes_and_exits_at_once(table):

@@ -54,6 +54,17 @@ pub(crate) fn at_exit(py: Python<'_>) {
     });
 }
 
+std::thread_local! {
+    /// Whether this thread is in a callable's call (a loader's own thread).
+    static IN_CALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is running a `batch_transform` callable: it may not wait for a loader,
+/// whose consumer may be waiting for it.
+pub(crate) fn in_call() -> bool {
+    IN_CALL.with(std::cell::Cell::get)
+}
+
 /// A call counted in [`CALLING`] while it lives.
 struct Calling;
 
@@ -63,6 +74,15 @@ impl Calling {
         CALLING.fetch_add(1, Ordering::SeqCst);
         let call = Calling;
         (!EXITING.load(Ordering::SeqCst)).then_some(call)
+    }
+}
+
+/// Clears [`IN_CALL`] when a call ends, however it ends.
+struct Reset;
+
+impl Drop for Reset {
+    fn drop(&mut self) {
+        IN_CALL.with(|c| c.set(false));
     }
 }
 
@@ -119,7 +139,7 @@ pub(crate) fn apply(
             type_name(v)
         )));
     }
-    let f: Arc<Py<PyAny>> = Arc::new(v.clone().unbind());
+    let f = v.clone().unbind();
     let shared = shared.clone();
     Ok(b.with_batch_transform(move |batch, rng| run(&f, &shared, batch, rng)))
 }
@@ -136,17 +156,21 @@ fn run(
     let Some(_calling) = Calling::start() else {
         return Err("the Python interpreter is exiting".into());
     };
+    IN_CALL.with(|c| c.set(true));
+    let _reset = Reset;
     let done = Python::try_attach(|py| {
-        call(py, f, batch, seed, labels).map_err(|e| {
-            let message = format!("batch_transform raised {}", e.value(py));
-            let message = match e.get_type(py).name() {
-                Ok(name) => format!("batch_transform raised {name}: {}", e.value(py)),
-                Err(_) => message,
-            };
-            if let Ok(mut raised) = shared.raised.lock() {
-                *raised = Some(e);
+        call(py, f, batch, seed, labels).map_err(|failed| match failed {
+            Failed::Raised(e) => {
+                let message = match e.get_type(py).name() {
+                    Ok(name) => format!("batch_transform raised {name}: {}", e.value(py)),
+                    Err(_) => format!("batch_transform raised {}", e.value(py)),
+                };
+                if let Ok(mut raised) = shared.raised.lock() {
+                    *raised = Some(e);
+                }
+                message
             }
-            message
+            Failed::Refused(e) => e.value(py).to_string(),
         })
     });
     match done {
@@ -163,6 +187,20 @@ struct Lent<'py> {
     bf16: bool,
 }
 
+/// How a call failed.
+enum Failed {
+    /// The callable raised this.
+    Raised(PyErr),
+    /// What it returned (or lending the batch) failed: this says why.
+    Refused(PyErr),
+}
+
+impl From<PyErr> for Failed {
+    fn from(e: PyErr) -> Self {
+        Failed::Refused(e)
+    }
+}
+
 /// The call: the batch lent as a dict, the callable's answer taken back into `batch`.
 fn call(
     py: Python<'_>,
@@ -170,7 +208,7 @@ fn call(
     batch: &mut Batch,
     seed: u64,
     labels: LabelColumn,
-) -> PyResult<()> {
+) -> Result<(), Failed> {
     let rng = py
         .import("numpy.random")?
         .call_method1("default_rng", (seed,))?;
@@ -205,7 +243,7 @@ fn call(
     labels.set_items(&given, &batch.labels)?;
     given.set_item("id", PyList::new(py, &batch.ids)?)?;
 
-    let answer = f.bind(py).call1((&given, rng))?;
+    let answer = f.bind(py).call1((&given, rng)).map_err(Failed::Raised)?;
     // What the callable left in the dict it got, updated with what it returned.
     let out = given.copy()?;
     if !answer.is_none() {
@@ -225,7 +263,8 @@ fn call(
                 return Err(config(format!(
                     "batch_transform returned key {key:?}, which the batch does not have (its fields, {}): add new keys after the loader",
                     OWN_KEYS.join(", ")
-                )));
+                ))
+                .into());
             }
         }
         out.update(answer.as_mapping())?;

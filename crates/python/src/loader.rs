@@ -71,6 +71,12 @@ impl Loader {
     /// The inner state, its lock waited for with the GIL released (the thread holding it may
     /// be waiting for the GIL).
     fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Inner>> {
+        if crate::batch_transform::in_call() {
+            // The loop that waits for this batch holds the lock: waiting here would hang both.
+            return Err(config(
+                "a batch_transform cannot use a Loader (its loop waits for the batch being transformed)",
+            ));
+        }
         loop {
             match self.inner.try_lock() {
                 Ok(inner) => return Ok(inner),
