@@ -46,6 +46,10 @@ static CALLING: AtomicUsize = AtomicUsize::new(0);
 #[pyfunction]
 pub(crate) fn at_exit(py: Python<'_>) {
     EXITING.store(true, Ordering::SeqCst);
+    if CALLING.load(Ordering::SeqCst) == 0 {
+        // Nothing to wait for: the GIL is kept (other threads stay as they were at exit).
+        return;
+    }
     py.detach(|| {
         let start = Instant::now();
         while CALLING.load(Ordering::SeqCst) > 0 && start.elapsed() < EXIT_WAIT {
