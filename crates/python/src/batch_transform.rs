@@ -232,6 +232,8 @@ fn call(
         let slot = batch
             .field_mut(name)
             .ok_or_else(|| config(format!("internal error: no tensor field {name}")))?;
+        // A batch's tensors are in standard layout (the loader builds them so): the array lent
+        // is a view of them, and what the callable writes into it stays in the batch.
         let tensors = std::mem::replace(slot, Tensors::U8(ArrayD::zeros(IxDyn(&[0]))));
         let bf16 = matches!(tensors, Tensors::BF16(_));
         let owner = Bound::new(py, TensorOwner::new(tensors, None))?;

@@ -376,8 +376,8 @@ impl Loader {
 /// `builder.build()` (the table opened: round trips to the store) on its own thread, waited for
 /// with the GIL released and Ctrl-C looked for every 50 ms: an interrupt ends the wait with
 /// `KeyboardInterrupt`, and the thread's loader, when it comes, is dropped. `built` runs on
-/// that thread with the loader built (the loader's own thread may already be waiting for it,
-/// and may hold the GIL).
+/// that thread with the loader built, without the GIL (the loader's own thread may already be
+/// waiting for it: a batch transform waits for the table's label column).
 fn build_interruptibly(
     py: Python<'_>,
     builder: voxlake_loader::LoaderBuilder,
