@@ -8,7 +8,7 @@ use ndarray::{ArrayD, IxDyn};
 use voxlake_format::DType;
 
 use crate::LoaderError;
-use crate::fill::{fill_each, fill_sample};
+use crate::fill::{Dest, fill_each, fill_sample};
 
 /// A batch of samples.
 #[derive(Debug, Clone)]
@@ -338,7 +338,7 @@ pub(crate) fn build_tensors_into(
                 _ => None,
             };
             let (array, recycled) = build_with(shape, reuse, pool, |i, dst| {
-                fill_sample(dst, samples[i], channels)
+                fill_sample(dst, samples[i], channels, Dest::Batch)
             })?;
             Ok((Tensors::$variant(array), recycled))
         }};

@@ -15,7 +15,7 @@ use tch::{Device, Kind, Tensor};
 use voxlake_format::DType;
 
 use crate::LoaderError;
-use crate::fill::{Element, fill_each, fill_sample};
+use crate::fill::{Dest, Element, fill_each, fill_sample};
 
 /// A libtorch tensor in a batch (a newtype so batches stay `Clone` and comparable).
 #[derive(Debug)]
@@ -272,7 +272,7 @@ pub(crate) unsafe fn fill_raw(
         // SAFETY: the caller's contract; `fill_sample` writes every element.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst.cast::<MaybeUninit<T>>(), len) };
         fill_each(dst, numel, samples.len(), pool, |i, dst| {
-            fill_sample(dst, samples[i], channels);
+            fill_sample(dst, samples[i], channels, Dest::Batch);
         });
     }
     // SAFETY (each arm): the caller's contract, for the element type of `dtype`.

@@ -9,7 +9,7 @@ use voxlake_format::DType;
 
 use super::{Tensors, build_tensors};
 use crate::LoaderError;
-use crate::fill::{Element, fill_sample};
+use crate::fill::{Dest, Element, fill_sample};
 
 impl Tensors {
     /// One sample of `shape` from its little-endian C-order `bytes` (checked by the caller),
@@ -45,7 +45,7 @@ impl Tensors {
                     values.len(),
                 )
             };
-            fill_sample(dst, bytes, None);
+            fill_sample(dst, bytes, None, Dest::Near);
             true
         }
         let spare = spares.lock().ok().and_then(|mut spares| {
