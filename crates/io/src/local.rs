@@ -5,9 +5,10 @@
 //! fault per 4 KiB and a copy out of the page cache on every read (most of the loader's page
 //! faults and system time; a pool of recycled buffers removes the first two, not the copy).
 //! Here a range of at least `MAPPED_MIN`
-//! bytes (the tensor chunks) is mapped instead (`mmap`, populated in one call): the `Bytes`
-//! handed out are the page cache's pages themselves, unmapped when the last of them (the decoded
-//! row group's views) is dropped. Every other call goes to `LocalFileSystem` unchanged.
+//! bytes (the tensor chunks) is a view of the file's mapping instead (one per file, kept while
+//! the store lives, the range's page table entries filled in one call: `maps`): the `Bytes`
+//! handed out are the page cache's pages themselves. Every other call goes to
+//! `LocalFileSystem` unchanged.
 //!
 //! Data files of a Delta table are never rewritten in place, so a mapping sees fixed bytes; a
 //! file deleted meanwhile (a vacuum) stays readable through it. A file *truncated* under a
@@ -18,6 +19,7 @@
 //! for passing reasons, ranges are read, and a failure is an error naming the file. Ranges of
 //! at least `MAPPED_MIN` bytes are read there into recycled buffers (`pool`).
 
+mod maps;
 pub(crate) mod pool;
 
 use std::ops::Range;
@@ -59,6 +61,8 @@ pub struct MappedLocalStore {
     map: bool,
     /// Buffers for the large ranges that are read (files that are not mapped).
     pool: Arc<pool::BufferPool>,
+    /// The files' mappings, kept while the store lives.
+    maps: Arc<maps::FileMaps>,
 }
 
 impl MappedLocalStore {
@@ -68,6 +72,7 @@ impl MappedLocalStore {
             inner: LocalFileSystem::new(),
             map: true,
             pool: Arc::default(),
+            maps: Arc::default(),
         }
     }
 
@@ -192,14 +197,25 @@ impl MappedLocalStore {
     async fn read_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let path = self.inner.path_to_filesystem(location)?;
         let ranges = ranges.to_vec();
-        let (pool, map) = (self.pool.clone(), self.map);
+        let (pool, map, maps) = (self.pool.clone(), self.map, self.maps.clone());
         tokio::task::spawn_blocking(move || {
             let file = std::fs::File::open(&path).map_err(|e| io_error(&path, e))?;
-            let size = file.metadata().map_err(|e| io_error(&path, e))?.len();
+            let metadata = file.metadata().map_err(|e| io_error(&path, e))?;
+            let size = metadata.len();
             let map = map && on_local_filesystem(&file);
             ranges
                 .into_iter()
-                .map(|range| read_range(&file, &path, size, map, &pool, range))
+                .map(|range| {
+                    let large = range.start <= range.end
+                        && range.end - range.start >= MAPPED_MIN as u64
+                        && range.end <= size;
+                    match map && large {
+                        true => maps
+                            .range(&file, &path, &metadata, range)
+                            .map_err(|e| io_error(&path, e)),
+                        false => read_range(&file, &path, size, map, &pool, range),
+                    }
+                })
                 .collect()
         })
         .await
@@ -250,17 +266,26 @@ mod tests {
                 "range {range:?}"
             );
         }
-        // The three large ranges are mappings of the file; the small one was read.
+        // The three large ranges are views of the file's one mapping; the small one was read.
         let linux = cfg!(target_os = "linux");
-        assert_eq!(mappings_of(&file), if linux { 3 } else { 0 });
-        // Slices of a mapped range (the decoder's views) outlive the rest of it, and the
-        // mapping goes with the last of them.
+        assert_eq!(mappings_of(&file), usize::from(linux));
+        // The mapping is kept for the next reads, and goes with the store and the last view
+        // (the decoder's slices of a range outlive the rest of it).
         let view = got[1].slice(100..200);
         drop(got);
+        let again = store
+            .get_ranges(&location, &[0..2_000_000, 0..1])
+            .await
+            .unwrap();
+        assert!(again[0].as_ref() == &data[..2_000_000]);
+        assert_eq!(mappings_of(&file), usize::from(linux));
+        drop(store);
+        drop(again);
         assert!(view.as_ref() == &data[2_500_103..2_500_203]);
         assert_eq!(mappings_of(&file), usize::from(linux));
         drop(view);
         assert_eq!(mappings_of(&file), 0);
+        let store = MappedLocalStore::new();
 
         // Past the end: an error naming the file, whether mapped or read.
         for range in [4_000_000..5_000_001u64, 4_999_990..5_000_001] {
@@ -350,5 +375,29 @@ mod tests {
         assert_eq!(mappings_of(&file), usize::from(cfg!(target_os = "linux")));
         std::fs::remove_file(&file).unwrap();
         assert!(got[0].as_ref() == &data[1..2_999_999]);
+    }
+
+    #[tokio::test]
+    async fn a_file_replaced_under_its_name_is_mapped_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data");
+        let store = MappedLocalStore::new();
+        let mut views = Vec::new();
+        for (round, len) in [(1u8, 3_000_000usize), (2, 3_000_000), (3, 2_000_000)] {
+            // Written under another name and renamed over it: a new inode (and a new length).
+            let data = vec![round; len];
+            std::fs::write(dir.path().join("next"), &data).unwrap();
+            std::fs::rename(dir.path().join("next"), &file).unwrap();
+            let location = Path::from_filesystem_path(&file).unwrap();
+            let ranges = [0..len as u64, 0..1];
+            let got = store.get_ranges(&location, &ranges).await.unwrap();
+            assert!(got[0].as_ref() == &data[..], "round {round}");
+            views.push((round, got));
+        }
+        // Each view still reads the file it was made of.
+        for (round, got) in &views {
+            assert!(got[0].iter().all(|b| b == round), "round {round}");
+        }
+        assert_eq!(store.maps.held(), (1, 2_000_000), "one file's mapping kept");
     }
 }
