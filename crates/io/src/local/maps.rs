@@ -202,7 +202,12 @@ mod tests {
             if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
                 ours = line.ends_with(name.to_str().unwrap());
             } else if ours && let Some(v) = line.strip_prefix("Rss:") {
-                kb += v.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap();
+                kb += v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap();
             }
         }
         kb
@@ -220,7 +225,9 @@ mod tests {
         let file = std::fs::File::open(&path).unwrap();
         let metadata = file.metadata().unwrap();
         let a = maps.range(&file, &path, &metadata, 0..(2 << 20)).unwrap();
-        let b = maps.range(&file, &path, &metadata, (2 << 20)..(4 << 20)).unwrap();
+        let b = maps
+            .range(&file, &path, &metadata, (2 << 20)..(4 << 20))
+            .unwrap();
         assert!(resident_kb(&path) >= 4 << 10, "{} kB", resident_kb(&path));
         drop(a);
         let left = resident_kb(&path);
