@@ -317,6 +317,29 @@ macro_rules! map_tensor {
 }
 pub(crate) use map_tensor;
 
+/// `$each!(Variant)` with the [`Tensors`] variant of element type `$dtype`: the one list of the
+/// element types, for code that builds tensors of a type known only at run time.
+macro_rules! by_dtype {
+    ($dtype:expr, $each:ident) => {
+        match $dtype {
+            voxlake_format::DType::Bool => $each!(Bool),
+            voxlake_format::DType::I8 => $each!(I8),
+            voxlake_format::DType::I16 => $each!(I16),
+            voxlake_format::DType::I32 => $each!(I32),
+            voxlake_format::DType::I64 => $each!(I64),
+            voxlake_format::DType::U8 => $each!(U8),
+            voxlake_format::DType::U16 => $each!(U16),
+            voxlake_format::DType::U32 => $each!(U32),
+            voxlake_format::DType::U64 => $each!(U64),
+            voxlake_format::DType::F16 => $each!(F16),
+            voxlake_format::DType::BF16 => $each!(BF16),
+            voxlake_format::DType::F32 => $each!(F32),
+            voxlake_format::DType::F64 => $each!(F64),
+        }
+    };
+}
+pub(crate) use by_dtype;
+
 mod sample;
 
 /// Builds the tensor batch of `samples.len()` samples of shape `shape[1..]` from per-sample
@@ -350,21 +373,7 @@ pub(crate) fn build_tensors_into(
             samples.len()
         )));
     }
-    match dtype {
-        DType::Bool => build_as!(Bool),
-        DType::I8 => build_as!(I8),
-        DType::I16 => build_as!(I16),
-        DType::I32 => build_as!(I32),
-        DType::I64 => build_as!(I64),
-        DType::U8 => build_as!(U8),
-        DType::U16 => build_as!(U16),
-        DType::U32 => build_as!(U32),
-        DType::U64 => build_as!(U64),
-        DType::F16 => build_as!(F16),
-        DType::BF16 => build_as!(BF16),
-        DType::F32 => build_as!(F32),
-        DType::F64 => build_as!(F64),
-    }
+    by_dtype!(dtype, build_as)
 }
 
 /// A batch of shape `shape` (`[B, …]`), each sample's chunk written by `write(i, chunk)`

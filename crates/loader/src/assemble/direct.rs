@@ -142,21 +142,12 @@ fn flipped(
         })?;
         Ok(built.0)
     }
-    Ok(match dtype {
-        DType::Bool => Tensors::Bool(build(shape, samples, reversed, pool)?),
-        DType::I8 => Tensors::I8(build(shape, samples, reversed, pool)?),
-        DType::I16 => Tensors::I16(build(shape, samples, reversed, pool)?),
-        DType::I32 => Tensors::I32(build(shape, samples, reversed, pool)?),
-        DType::I64 => Tensors::I64(build(shape, samples, reversed, pool)?),
-        DType::U8 => Tensors::U8(build(shape, samples, reversed, pool)?),
-        DType::U16 => Tensors::U16(build(shape, samples, reversed, pool)?),
-        DType::U32 => Tensors::U32(build(shape, samples, reversed, pool)?),
-        DType::U64 => Tensors::U64(build(shape, samples, reversed, pool)?),
-        DType::F16 => Tensors::F16(build(shape, samples, reversed, pool)?),
-        DType::BF16 => Tensors::BF16(build(shape, samples, reversed, pool)?),
-        DType::F32 => Tensors::F32(build(shape, samples, reversed, pool)?),
-        DType::F64 => Tensors::F64(build(shape, samples, reversed, pool)?),
-    })
+    macro_rules! one {
+        ($variant:ident) => {
+            Tensors::$variant(build(shape, samples, reversed, pool)?)
+        };
+    }
+    Ok(batch::by_dtype!(dtype, one))
 }
 
 #[cfg(test)]
