@@ -152,7 +152,10 @@ def _rows(samples: Iterator[Mapping[str, Any]],
             if dtype == _TEXT:
                 if not isinstance(value, str):
                     raise ConfigError(f"write: sample '{sample_id}' field '{name}' is {type(value).__name__}, the first sample's text")
-                parts.append(value.encode("utf-8"))
+                try:
+                    parts.append(value.encode("utf-8"))
+                except UnicodeEncodeError as e:
+                    raise ConfigError(f"write: sample '{sample_id}' field '{name}' is not UTF-8 text: {e}") from e
                 continue
             if not isinstance(value, np.ndarray) or list(value.shape) != shape \
                     or _DTYPES.get(value.dtype.name) != dtype:

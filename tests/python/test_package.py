@@ -595,6 +595,12 @@ def test_transforms_by_name_are_exact_and_repeat_after_a_resume(table):
             voxlake.Loader(table, batch_size=8, transforms=bad).rank()
 
 
+def failing_batch_transform(batch, rng):
+    """A batch transform that raises on the batch holding row s0050 (the DataLoader tests')."""
+    if "s0050.npy" in [os.path.basename(i) for i in batch["id"]]:
+        raise ValueError("no augmentation for s0050")
+
+
 def offset_by_batch(batch, rng):
     """A batch transform: each batch's tensor plus one random integer, drawn from `rng`, in
     place; the loader's thread and the draw noted in the batch's label column."""
@@ -687,7 +693,8 @@ def test_batch_transform_errors_name_the_batch_and_keep_the_cause(table):
     for bad, match in [(lambda b, r: {"tensor": b["tensor"][:3]}, r"field \"tensor\" of shape \[3, 2, 3, 4\]: its first axis is the batch's 8"),
                        (lambda b, r: {"mask": b["tensor"]}, r"returned key \"mask\", which the batch does not have"),
                        (lambda b, r: {"id": ["x"] * 8}, r"changed \"id\": text fields and ids are read only"),
-                       (lambda b, r: {"label": b["label"][:2]}, r"\"label\" of shape \[2\], not the batch's \[8\]"),
+                       (lambda b, r: {"label": b["label"][:2]}, r"\"label\" of shape \[2\] and dtype int64, not the batch's \[8\] of integers"),
+                       (lambda b, r: {"label": b["label"] * 0.5}, r"\"label\" of shape \[8\] and dtype float64, not the batch's \[8\] of integers"),
                        (lambda b, r: {"tensor": b["tensor"].astype(np.complex64)}, "numpy dtype complex64"),
                        (lambda b, r: [b], "returned list, not a dict or None")]:
         with pytest.raises(voxlake.VoxlakeError, match=match):
@@ -727,6 +734,27 @@ it = iter(voxlake.Loader({table!r}, batch_size=8, prefetch=4, batch_transform=sp
 next(it)
 print("one batch", flush=True)
 """
+    # A process forked while a call is under way has none of it: its exit does not wait for it.
+    forking = f"""
+import os, sys, time, voxlake
+def spin(batch, rng):
+    end = time.monotonic() + 3.0
+    while time.monotonic() < end:
+        pass
+it = iter(voxlake.Loader({table!r}, batch_size=8, batch_transform=spin))
+next(it)
+time.sleep(0.5)  # the loader's thread is in its next call
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)
+start = time.monotonic()
+os.waitpid(pid, 0)
+print("child exited in %.1f s" % (time.monotonic() - start), flush=True)
+os._exit(0)
+"""
+    done = subprocess.run([sys.executable, "-c", forking], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.split()[3]) < 2.5, done.stdout
     for _ in range(4):  # a thread ended by the finalizing interpreter aborted 1 run in 3
         start = time.monotonic()
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
@@ -770,6 +798,9 @@ def test_write_then_load_round_trips_and_a_rerun_adds_what_is_missing(tmp_path):
         again = voxlake.write(table, (sample(i, fields) for i in range(30, 50)), progress=False)
         assert (again["rows"], again["already_present"]) == (10, 10)
         assert len(ids_of(voxlake.Loader(table, batch_size=8))) == 50
+    with pytest.raises(voxlake.ConfigError, match="sample 'w001' field 'site' is not UTF-8 text"):
+        voxlake.write(str(tmp_path / "surrogate"), [{**sample(0, 4), "site": "x"}, {**sample(1, 4), "site": "\ud800"}],
+                      progress=False)
     with pytest.raises(voxlake.ConfigError, match="sample 'w002' field 'tensor' is float64"):
         voxlake.write(str(tmp_path / "bad"), [sample(1, 1), {"id": "w002", "tensor": np.zeros((2, 3, 4))}],
                       progress=False)

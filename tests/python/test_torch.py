@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 import voxlake  # noqa: E402
 from voxlake.torch import DataLoader, Dataset  # noqa: E402
 
-from test_package import ROWS, TARGET, cube, number, offset_by_batch, table  # noqa: E402,F401
+from test_package import ROWS, TARGET, cube, failing_batch_transform, number, offset_by_batch, table  # noqa: E402,F401
 
 KW = dict(batch_size=8, shuffle=True, seed=5, rank=0, world_size=1)
 
@@ -110,6 +110,16 @@ def test_a_batch_transform_runs_in_each_worker(table, context):
             assert np.all(shift == shift.flat[0]) and shift.flat[0] >= 1, sample_id
         ids += b["id"]
     every_row_once(ids, 1)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_batch_transform_that_raises_in_a_worker_is_raised_in_the_main_process(table, context):
+    ds = Dataset(table, batch_transform=failing_batch_transform, **KW)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=context,
+                                     timeout=30)
+    with pytest.raises(voxlake.VoxlakeError, match="batch_transform raised ValueError: no augmentation for s0050"):
+        for _ in dl:
+            pass
 
 
 @pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])

@@ -323,23 +323,26 @@ impl BatchBuilder {
 
     /// Adds `row`, whose text fields are UTF-8 (checked by whoever made the row: the writer).
     pub(crate) fn push(&mut self, row: Row) -> Result<(), CompactError> {
-        for (builder, bytes) in self.fields.iter().zip(&row.fields) {
-            if let FieldBuilder::Text(_) = builder
-                && std::str::from_utf8(bytes).is_err()
-            {
-                return Err(CompactError::Internal(format!(
-                    "row '{}': a text field is not UTF-8",
-                    row.key
-                )));
-            }
-        }
+        // Each text field checked once, before anything of the row is appended.
+        let texts = self
+            .fields
+            .iter()
+            .zip(&row.fields)
+            .map(|(builder, bytes)| match builder {
+                FieldBuilder::Text(_) => std::str::from_utf8(bytes).map(Some),
+                FieldBuilder::Tensor(..) => Ok(None),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                CompactError::Internal(format!("row '{}': a text field is not UTF-8: {e}", row.key))
+            })?;
         self.ids.append_value(&row.key);
         self.labels.append_option(row.label);
-        for (builder, bytes) in self.fields.iter_mut().zip(&row.fields) {
-            match builder {
-                FieldBuilder::Tensor(b, _) => b.append_value(bytes),
-                // Checked above.
-                FieldBuilder::Text(b) => b.append_value(std::str::from_utf8(bytes).unwrap_or("")),
+        for ((builder, bytes), text) in self.fields.iter_mut().zip(&row.fields).zip(texts) {
+            match (builder, text) {
+                (FieldBuilder::Text(b), Some(text)) => b.append_value(text),
+                (FieldBuilder::Text(b), None) => b.append_value(""),
+                (FieldBuilder::Tensor(b, _), _) => b.append_value(bytes),
             }
         }
         if let Some(c) = &mut self.checksums {

@@ -58,6 +58,13 @@ pub(crate) fn at_exit(py: Python<'_>) {
     });
 }
 
+/// Registered with `os.register_at_fork`: a child process has none of its parent's threads, so
+/// none of their calls under way (its exit hook must not wait for them).
+#[pyfunction]
+pub(crate) fn after_fork_in_child() {
+    CALLING.store(0, Ordering::SeqCst);
+}
+
 std::thread_local! {
     /// Whether this thread is in a callable's call (a loader's own thread).
     static IN_CALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -369,24 +376,27 @@ fn read_only(out: &Bound<'_, PyDict>, key: &str, was: &[String]) -> PyResult<()>
 /// The labels the callable left in `out` (`label`, with `label_valid` where nulls may be).
 fn labels_of(out: &Bound<'_, PyDict>, len: usize, nullable: bool) -> PyResult<Vec<Option<i64>>> {
     let np = out.py().import("numpy")?;
-    let column = |key: &str, dtype: &str| -> PyResult<Bound<'_, PyAny>> {
+    // Kinds numpy converts without loss: labels are integers, validity bools (a float label
+    // would be truncated by a cast, so it is refused instead).
+    let column = |key: &str, kinds: &str| -> PyResult<Bound<'_, PyAny>> {
         let v = out
             .get_item(key)?
             .ok_or_else(|| config(format!("batch_transform dropped {key:?}")))?;
-        let a = np.call_method1("asarray", (v, dtype))?;
+        let a = np.call_method1("asarray", (v,))?;
         let shape: Vec<usize> = a.getattr("shape")?.extract()?;
-        if shape != [len] {
+        let kind: String = a.getattr("dtype")?.getattr("kind")?.extract()?;
+        if shape != [len] || !kinds.contains(kind.as_str()) {
+            let dtype: String = a.getattr("dtype")?.getattr("name")?.extract()?;
             return Err(config(format!(
-                "batch_transform returned {key:?} of shape {shape:?}, not the batch's [{len}]"
+                "batch_transform returned {key:?} of shape {shape:?} and dtype {dtype}, not the batch's [{len}] of {}",
+                if kinds == "b" { "bools" } else { "integers" }
             )));
         }
         Ok(a)
     };
-    let values: Vec<i64> = column("label", "int64")?
-        .call_method0("tolist")?
-        .extract()?;
+    let values: Vec<i64> = column("label", "iub")?.call_method0("tolist")?.extract()?;
     let valid: Vec<bool> = match nullable {
-        true => column("label_valid", "bool")?
+        true => column("label_valid", "b")?
             .call_method0("tolist")?
             .extract()?,
         false => vec![true; len],

@@ -51,6 +51,14 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.py()
         .import("atexit")?
         .call_method1("register", (at_exit,))?;
+    let kwargs = pyo3::types::PyDict::new(m.py());
+    kwargs.set_item(
+        "after_in_child",
+        wrap_pyfunction!(batch_transform::after_fork_in_child, m)?,
+    )?;
+    m.py()
+        .import("os")?
+        .call_method("register_at_fork", (), Some(&kwargs))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add(
         "DEFAULT_MEMORY_BUDGET",

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use ndarray::ArrayD;
 use voxlake_format::DType;
 
-use super::{Tensors, build_tensors};
+use super::Tensors;
 use crate::LoaderError;
 use crate::fill::{Dest, Element, fill_sample};
 
@@ -19,8 +19,19 @@ impl Tensors {
         shape: &[usize],
         bytes: &[u8],
     ) -> Result<Tensors, LoaderError> {
+        // Read at once by the transform: written into the caches, not past them.
         let batch_shape: Vec<usize> = std::iter::once(1).chain(shape.iter().copied()).collect();
-        let batch = build_tensors(dtype, &batch_shape, &[bytes], None)?;
+        macro_rules! one {
+            ($variant:ident) => {
+                Tensors::$variant(
+                    super::build_with(&batch_shape, None, None, |_, dst| {
+                        fill_sample(dst, bytes, None, Dest::Near)
+                    })?
+                    .0,
+                )
+            };
+        }
+        let batch = super::by_dtype!(dtype, one);
         Ok(map_tensor!(batch, a => a.index_axis_move(ndarray::Axis(0), 0)))
     }
 
