@@ -6,7 +6,9 @@ ratio to the run without transforms, per round, for
 - `batch_transform=` with the same flip + normalize in numpy (per batch).
 Needs the package built in release (`maturin develop --release`).
 
-    python benches/compare/transforms.py TABLE [ROUNDS=4]
+    python benches/compare/transforms.py TABLE [ROUNDS=4] [MODE ...]
+
+(MODEs: a subset of the modes below, by name; "none" always runs.)
 """
 
 import sys
@@ -52,8 +54,14 @@ def samples_per_s(table: str, options: Dict[str, Any]) -> float:
 def main() -> None:
     table = sys.argv[1]
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+    chosen = set(sys.argv[3:]) | {"none"} if len(sys.argv) > 3 else set(MODES)
+    unknown = chosen - set(MODES)
+    if unknown:
+        sys.exit(f"unknown modes {sorted(unknown)}; the modes are {list(MODES)}")
     for r in range(rounds):
-        rates = {name: samples_per_s(table, options) for name, options in MODES.items()}
+        rates = {
+            name: samples_per_s(table, options) for name, options in MODES.items() if name in chosen
+        }
         plain = rates["none"]
         print(f"round {r}: " + ", ".join(
             f"{name} {rate:.0f}/s ({rate / plain:.2f})" for name, rate in rates.items()), flush=True)

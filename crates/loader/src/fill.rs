@@ -7,6 +7,10 @@ use std::mem::MaybeUninit;
 
 use half::f16;
 
+mod flipped;
+
+pub(crate) use flipped::fill_flipped;
+
 /// An element type the loader can fill from little-endian bytes.
 pub(crate) trait Element: Copy + Send + Sync + 'static {
     /// Whether every bit pattern is a valid value (so bytes may be copied as they are).
@@ -130,62 +134,6 @@ pub(crate) fn fill_each<T: Send>(
                 write(i, dst);
             }
         }
-    }
-}
-
-/// Writes one sample (`src`: little-endian `T`s, C order, of `shape`) into `dst` with the
-/// `reversed` axes reversed and `f` applied to each value, in one pass: the axes after the last
-/// reversed one are read as runs, forward. Every element of `dst` is written.
-pub(crate) fn fill_flipped<T: Element, U>(
-    dst: &mut [MaybeUninit<U>],
-    src: &[u8],
-    shape: &[usize],
-    reversed: &[bool],
-    f: impl Fn(T) -> U + Copy,
-) {
-    let size = std::mem::size_of::<T>();
-    assert_eq!(src.len(), dst.len() * size, "sample size");
-    let k = reversed.iter().rposition(|&r| r).map_or(0, |d| d + 1);
-    let inner: usize = shape[k..].iter().product();
-    let dims: Vec<(usize, usize, bool)> = (0..k)
-        .map(|d| (shape[d], shape[d + 1..].iter().product(), reversed[d]))
-        .collect();
-    if dst.is_empty() {
-        return;
-    }
-    let mut written = 0;
-    runs(&dims, 0, &mut |at| {
-        // A copy of its own: what `f` captured stays in registers over the loop (through a
-        // reference, every store to `out` might change it).
-        let map = f;
-        let out = &mut dst[written..written + inner];
-        if T::ANY_BITS && cfg!(target_endian = "little") {
-            let values = src.as_ptr().cast::<T>();
-            for (j, d) in out.iter_mut().enumerate() {
-                // SAFETY: `at + j` is below the sample's element count (`runs` walks the
-                // sample's own shape), and `src` holds that many `T`s (asserted above), any bit
-                // pattern of which is a value, stored in the host's byte order; unaligned reads.
-                d.write(map(unsafe { values.add(at + j).read_unaligned() }));
-            }
-        } else {
-            let run = &src[at * size..(at + inner) * size];
-            for (d, s) in out.iter_mut().zip(run.chunks_exact(size)) {
-                d.write(map(T::from_le(s)));
-            }
-        }
-        written += inner;
-    });
-}
-
-/// Calls `run` with the offset of each run, in the order a C-order walk of `dims` (each axis's
-/// length, stride and whether it is read backwards) meets them.
-fn runs(dims: &[(usize, usize, bool)], at: usize, run: &mut impl FnMut(usize)) {
-    let Some((&(n, stride, reversed), rest)) = dims.split_first() else {
-        return run(at);
-    };
-    for i in 0..n {
-        let j = if reversed { n - 1 - i } else { i };
-        runs(rest, at + j * stride, run);
     }
 }
 
