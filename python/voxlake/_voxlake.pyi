@@ -52,6 +52,7 @@ class Loader:
         columns: List[str] = ...,
         uneven: str = ...,
         verify_checksums: bool = ...,
+        keep_row_groups: bool = ...,
         node_affinity: Union[Tuple[int, int], str] = ...,
         row_group_prefetch: int = ...,
         assembly_threads: int = ...,

@@ -90,6 +90,9 @@ pub(super) struct BenchArgs {
     /// Skip the row checksum verification.
     #[arg(long)]
     pub(super) no_verify: bool,
+    /// Read every row group every epoch: none kept in the memory budget between epochs.
+    #[arg(long)]
+    pub(super) no_keep: bool,
     /// Rows that do not divide evenly over the ranks: `pad` (repeat a few) or `drop`.
     #[arg(long, default_value = "pad")]
     pub(super) uneven: Uneven,

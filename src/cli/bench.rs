@@ -85,7 +85,8 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
         .with_channels_first(args.channels_first)
         .with_drop_last(args.drop_last)
         .with_uneven(args.uneven)
-        .with_verify_checksums(!args.no_verify);
+        .with_verify_checksums(!args.no_verify)
+        .with_keep_row_groups(!args.no_keep);
     if args.shuffle {
         builder = builder.with_shuffle(args.seed, args.shuffle_buffer);
     }

@@ -94,6 +94,7 @@ pub(super) fn write(
         "cache_bytes_read": stats.stream.cache.bytes_read,
         "cache_corrupt": stats.stream.cache.corrupt,
         "row_groups": stats.stream.row_groups,
+        "kept_row_groups_reused": stats.stream.kept_hits,
         "recycled_batches": stats.recycled,
         "staging_waits": stats.staging_waits,
         "loosened_rows": stats.loosened_rows,

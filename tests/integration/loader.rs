@@ -899,3 +899,63 @@ proptest::proptest! {
         }
     }
 }
+
+/// Row groups kept in the memory budget between epochs: with a budget that holds the table,
+/// every later epoch takes its row groups back without reading them; with the smallest budget
+/// `build()` accepts, fewer; either way the same batches, bit for bit, as a run that keeps
+/// none.
+#[tokio::test]
+async fn row_groups_kept_in_the_budget_are_not_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    // 10 row groups of 4 cubes (1.44 MB each) in files of about 3 MB.
+    let table = table_of(dir.path(), 40, 31, 4, 3_000_000).await;
+    let builder = |budget: u64| {
+        Loader::builder(table.to_str().unwrap())
+            .with_batch_size(5)
+            .with_shuffle(9, 40)
+            .with_epochs(3)
+            .with_memory_budget(budget)
+    };
+    // Batches and (row groups delivered, of them not read) of a whole run.
+    let run = |builder: voxlake::LoaderBuilder| {
+        std::thread::spawn(move || {
+            let mut loader = builder.build().unwrap();
+            let batches: Vec<Batch> = loader.by_ref().map(Result::unwrap).collect();
+            let stream = loader.stats().stream;
+            (batches, stream.row_groups, stream.kept_hits)
+        })
+        .join()
+        .unwrap()
+    };
+    let smallest = smallest_budget(&build_err(builder(1 << 20)).to_string());
+    for budget in [256 << 20, smallest] {
+        let (kept, groups, reused) = run(builder(budget));
+        assert_eq!(groups, 30);
+        match budget == smallest {
+            false => assert_eq!(reused, 20, "epochs 1 and 2 read nothing"),
+            true => assert!(reused < 20, "{reused} of 20 kept in the smallest budget"),
+        }
+        let (none, groups, reused) = run(builder(budget).with_keep_row_groups(false));
+        assert_eq!((groups, reused), (30, 0));
+        assert_eq!(ids(&kept), ids(&none));
+        for (a, b) in kept.iter().zip(&none) {
+            assert!(
+                a.tensors.as_bytes() == b.tensors.as_bytes() && a.labels == b.labels,
+                "batch {} of epoch {}",
+                a.index,
+                a.epoch
+            );
+        }
+        // Every row once an epoch.
+        for epoch in 0..3 {
+            let mut rows: Vec<&String> = kept
+                .iter()
+                .filter(|b| b.epoch == epoch)
+                .flat_map(|b| &b.ids)
+                .collect();
+            rows.sort();
+            rows.dedup();
+            assert_eq!(rows.len(), 40, "epoch {epoch}");
+        }
+    }
+}

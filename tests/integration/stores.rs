@@ -432,7 +432,9 @@ fn epoch_ids(table: &str, options: HashMap<String, String>, epochs: u64) -> Vec<
         .with_storage_options(options)
         .with_batch_size(4)
         .with_epochs(epochs)
-        .with_shuffle(11, 8);
+        .with_shuffle(11, 8)
+        // Every epoch reads the store (what these tests count), none kept in memory.
+        .with_keep_row_groups(false);
     std::thread::spawn(move || {
         builder
             .build()
@@ -928,7 +930,9 @@ async fn random_faults_over_epochs(backend: Backend) {
             .with_storage_options(options)
             .with_batch_size(4)
             .with_epochs(3)
-            .with_shuffle(5, 8);
+            .with_shuffle(5, 8)
+            // Every epoch reads through the faults, none kept in memory.
+            .with_keep_row_groups(false);
         std::thread::spawn(move || builder.build().unwrap().collect::<Vec<_>>())
             .join()
             .unwrap()

@@ -87,6 +87,24 @@ def test_batches_are_numpy_views_of_the_rust_buffer(table):
     assert loader.stats()["version"] == loader.version
 
 
+def test_row_groups_are_kept_between_epochs_unless_told_not_to(table):
+    """Later epochs take the row groups kept in the memory budget back instead of reading them
+    (stats' row_groups_reused), with the same batches as a loader that reads every epoch."""
+    def run(**options):
+        loader = voxlake.Loader(table, batch_size=8, shuffle=True, seed=3, epochs=3, **options)
+        batches = [(list(b["id"]), b["tensor"].copy()) for b in loader]
+        return batches, loader.stats()
+
+    groups = (ROWS + 7) // 8
+    kept, stats = run()
+    assert (stats["row_groups"], stats["row_groups_reused"]) == (3 * groups, 2 * groups), stats
+    read, stats = run(keep_row_groups=False)
+    assert (stats["row_groups"], stats["row_groups_reused"]) == (3 * groups, 0), stats
+    assert [ids for ids, _ in kept] == [ids for ids, _ in read]
+    for (_, a), (_, b) in zip(kept, read):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_every_row_once_an_epoch_over_ranks(table, world):
     per_rank = []

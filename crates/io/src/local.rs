@@ -35,6 +35,48 @@ use object_store::path::Path;
 /// few system calls, worth it only where a copy costs more.
 pub(crate) const MAPPED_MIN: usize = 1 << 20;
 
+/// Reads in the pages of `bytes` that are not in memory now, as a mapped range's are when it is
+/// read (`MADV_POPULATE_READ`): memory held across epochs (a kept row group's views of a
+/// mapping) whose pages were reclaimed meanwhile is read back here, and a page that cannot be
+/// read is this error instead of a `SIGBUS` when it is used. On other memory (the heap) it only
+/// walks the page tables. Nothing is done on kernels without the call (before Linux 5.14) and
+/// on systems other than Linux.
+///
+/// ```
+/// let data = vec![7u8; 3 << 20];
+/// voxlake_io::local::fault_in(&data).unwrap();
+/// ```
+pub fn fault_in(bytes: &[u8]) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let page = 4096usize;
+        let start = bytes.as_ptr() as usize & !(page - 1);
+        let end = (bytes.as_ptr() as usize + bytes.len()).div_ceil(page) * page;
+        // SAFETY: [start, end) are the pages that hold `bytes`, all mapped while `bytes` is
+        // borrowed; reading them in changes no byte of them.
+        let done = unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                end - start,
+                libc::MADV_POPULATE_READ,
+            )
+        };
+        if done != 0 {
+            let e = std::io::Error::last_os_error();
+            // EINVAL: a kernel without MADV_POPULATE_READ; the pages fault in when read.
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(e);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = bytes;
+    Ok(())
+}
+
 /// `LocalFileSystem` rooted at `/`, with large range reads mapped from the page cache.
 ///
 /// ```

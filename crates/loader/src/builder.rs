@@ -245,7 +245,8 @@ impl LoaderBuilder {
     /// Bytes for everything the loader holds (default 1 GiB): the table's file list (~80 bytes
     /// a file), the batches queued for you, being assembled, yours and two recycled spares, and
     /// the rest for row groups fetched, decoded and buffered, of which the shuffle buffer takes
-    /// at most half. `build()` refuses a budget that cannot stream the table, naming the
+    /// at most half, and what no read asks for to keep row groups between epochs
+    /// ([`with_keep_row_groups`](Self::with_keep_row_groups)). `build()` refuses a budget that cannot stream the table, naming the
     /// smallest that can. Not in it: footers (at most `FOOTER_CACHE_BYTES`, 64 MiB, of the
     /// most recently used) and the open's own peak (deltalake's replay of the log).
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {

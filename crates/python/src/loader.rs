@@ -297,8 +297,10 @@ impl Loader {
 
     /// What the pass under way has done so far: the table version it reads, samples and
     /// batches handed out, batches
-    /// whose buffers were given back and filled again (`recycled`), the first batch's time and
-    /// the time spent waiting for batches and in `batch_transform` (seconds).
+    /// whose buffers were given back and filled again (`recycled`), row groups delivered and how
+    /// many of them were kept in the memory budget since an earlier epoch (`row_groups_reused`:
+    /// not read again), the first batch's time and the time spent waiting for batches and in
+    /// `batch_transform` (seconds).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let (stats, version) = self.with_running(py, |r| (r.loader.stats(), r.loader.version()))?;
         let out = PyDict::new(py);
@@ -306,6 +308,8 @@ impl Loader {
         out.set_item("samples", stats.samples)?;
         out.set_item("batches", stats.batches)?;
         out.set_item("recycled", stats.recycled)?;
+        out.set_item("row_groups", stats.stream.row_groups)?;
+        out.set_item("row_groups_reused", stats.stream.kept_hits)?;
         out.set_item("first_batch_s", stats.first_batch.as_secs_f64())?;
         out.set_item("consumer_wait_s", stats.consumer_wait.as_secs_f64())?;
         out.set_item("batch_transform_s", stats.batch_transform.as_secs_f64())?;

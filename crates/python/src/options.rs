@@ -378,6 +378,12 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
         apply: |b, _, v| Ok(b.with_verify_checksums(value("verify_checksums", v, "a bool")?)),
     },
     LoaderOption {
+        name: "keep_row_groups",
+        kind: "bool",
+        doc: "Keep row groups from one epoch to the next in the memory budget's free room, so a later epoch takes them back without reading them (default True; a table that fits the budget is read once a job).",
+        apply: |b, _, v| Ok(b.with_keep_row_groups(value("keep_row_groups", v, "a bool")?)),
+    },
+    LoaderOption {
         name: "node_affinity",
         kind: "tuple[int, int] | str",
         doc: "Keep each node's ranks on the same files every epoch (a node's cache then holds its next epoch): (node, nodes), or \"env\" for the launcher's.",

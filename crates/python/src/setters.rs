@@ -37,6 +37,7 @@ pub(crate) const SETTERS: &[(&str, &str)] = &[
     ("with_columns", "option columns"),
     ("with_uneven", "option uneven"),
     ("with_verify_checksums", "option verify_checksums"),
+    ("with_keep_row_groups", "option keep_row_groups"),
     ("with_node_affinity", "option node_affinity"),
     ("with_node_affinity_from_env", "option node_affinity"),
     ("with_assembly_threads", "option assembly_threads"),

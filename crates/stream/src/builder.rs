@@ -7,6 +7,7 @@ use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
 use voxlake_table::{Snapshot, TableOptions};
 
 use crate::error::StreamError;
+use crate::kept::Kept;
 use crate::pipeline::{Inner, TableStream};
 use crate::read_options::ReadOptions;
 use crate::stats::Counters;
@@ -85,8 +86,8 @@ impl StreamBuilder {
         self
     }
 
-    /// Bytes that fetched and decoded row groups not yet released may hold (default 1 GiB, as
-    /// the loader's budget).
+    /// Bytes that fetched and decoded row groups not yet released, and those kept between
+    /// epochs, may hold (default 1 GiB, as the loader's budget).
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = bytes.max(1);
         self
@@ -160,6 +161,7 @@ impl StreamBuilder {
                 slots: Slots::new(depth),
                 max_in_flight,
                 counters: Counters::default(),
+                kept: Arc::new(Kept::new(self.read.keep)),
             }),
         }
     }

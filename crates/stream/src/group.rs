@@ -7,10 +7,12 @@ use tokio::sync::OwnedSemaphorePermit;
 use voxlake_table::rows::copy_rows;
 
 use crate::error::StreamError;
+use crate::kept::{Kept, KeptGroup, Share, keep_key};
 use voxlake_plan::order::Unit;
 
 /// A decoded row group, with its share of the memory budget: the budget is given back when
-/// the last clone of this value is dropped.
+/// the last clone of this value is dropped (or kept with the row group for the next epoch's
+/// read of it, while no read waits for budget).
 #[derive(Debug, Clone)]
 pub struct RowGroupBatch {
     /// The projected columns of the row group (of some of its rows after [`take`](Self::take)).
@@ -22,7 +24,7 @@ pub struct RowGroupBatch {
     /// `None` while `batch` holds every row of the row group; after [`take`](Self::take), row
     /// `i` of `batch` is row `rows[i]` of the row group.
     rows: Option<Arc<[u64]>>,
-    permit: Arc<OwnedSemaphorePermit>,
+    share: Arc<Share>,
     /// Under a filter: the row group's first row in the file and the rows of it selected
     /// (the unit's rows count only those).
     file_rows: Option<(u64, Option<Arc<[u32]>>)>,
@@ -40,9 +42,49 @@ impl RowGroupBatch {
             unit,
             position,
             rows: None,
-            permit: Arc::new(permit),
+            share: Arc::new(Share::new(permit)),
             file_rows: None,
         }
+    }
+
+    /// A row group kept since an earlier read of it, as `unit` at `position`.
+    pub(crate) fn from_kept(
+        group: KeptGroup,
+        unit: Arc<Unit>,
+        position: u64,
+        kept: &Arc<Kept>,
+    ) -> Self {
+        let KeptGroup {
+            batch,
+            permit,
+            file_rows,
+        } = group;
+        let mut batch = RowGroupBatch::new(batch, unit, position, permit);
+        batch.file_rows = file_rows;
+        batch.kept_in(kept)
+    }
+
+    /// Has the row group kept in `kept` when its last clone is dropped.
+    pub(crate) fn kept_in(mut self, kept: &Arc<Kept>) -> Self {
+        if self.rows.is_none() {
+            let group = (self.batch.clone(), self.file_rows.clone());
+            Share::keep_in(&mut self.share, kept, keep_key(&self.unit), group);
+        }
+        self
+    }
+
+    /// The row group `share` holds (a whole one, read for another unit still in use), as
+    /// `unit` at `position`: its memory and budget share are that read's.
+    pub(crate) fn sharing(share: Arc<Share>, unit: Arc<Unit>, position: u64) -> Option<Self> {
+        let (batch, file_rows) = share.whole()?;
+        Some(RowGroupBatch {
+            batch,
+            unit,
+            position,
+            rows: None,
+            file_rows,
+            share,
+        })
     }
 
     /// Index of the file in the snapshot.
@@ -95,13 +137,8 @@ impl RowGroupBatch {
             .into();
         let batch = copy_rows(&self.batch, indices).map_err(|e| fail(e.to_string()))?;
         let total = self.batch.num_rows().max(1);
-        let permit = match Arc::try_unwrap(self.permit) {
-            Ok(mut permit) => {
-                let held = permit.num_permits();
-                let keep = (held * indices.len()).div_ceil(total).clamp(1, held.max(1));
-                drop(permit.split(held - keep));
-                Arc::new(permit)
-            }
+        let share = match Arc::try_unwrap(self.share) {
+            Ok(share) => Arc::new(share.for_rows(indices.len(), total)),
             Err(shared) => shared,
         };
         Ok(RowGroupBatch {
@@ -109,7 +146,7 @@ impl RowGroupBatch {
             unit: self.unit,
             position: self.position,
             rows: Some(rows),
-            permit,
+            share,
             file_rows: self.file_rows,
         })
     }

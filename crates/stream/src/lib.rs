@@ -20,6 +20,7 @@
 mod builder;
 mod error;
 mod group;
+mod kept;
 mod pipeline;
 mod read_options;
 mod stats;

@@ -16,6 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::StreamError;
 use crate::group::RowGroupBatch;
+use crate::kept::Kept;
 use crate::stats::{BudgetProgress, Counters, GroupBudget, StreamStats};
 use voxlake_io::ahead::spawn_ahead;
 use voxlake_io::inflight::{Metered, Slots};
@@ -30,6 +31,8 @@ use voxlake_table::{Snapshot, TableError};
 const FOOTERS_AHEAD: usize = 16;
 
 mod read;
+
+use read::Obtained;
 
 /// Streams the row groups of a pinned snapshot for one shard, epoch by epoch.
 ///
@@ -72,6 +75,8 @@ pub(crate) struct Inner {
     pub(crate) slots: Arc<Slots>,
     pub(crate) max_in_flight: usize,
     pub(crate) counters: Counters,
+    /// Row groups kept in the budget for the next epoch's reads of them.
+    pub(crate) kept: Arc<Kept>,
 }
 
 impl TableStream {
@@ -130,6 +135,7 @@ impl TableStream {
             read_latency: self.inner.slots.read_latency().unwrap_or_default(),
             store_bytes: self.inner.snapshot.store_bytes_fetched(),
             reasked: self.inner.snapshot.store_reads_reasked(),
+            kept_hits: c.kept_hits.load(Ordering::Relaxed),
             cache: self
                 .inner
                 .snapshot
@@ -244,15 +250,20 @@ impl TableStream {
     /// the rank's reading order.
     pub async fn read_unit(&self, unit: Unit, position: u64) -> Result<RowGroupBatch, StreamError> {
         let inner = &self.inner;
-        let reserved = inner.reserve(&unit).await?;
+        let unit = Arc::new(unit);
         let file = unit.file;
-        inner
-            .caught(
-                Stage::Fetch,
-                file,
-                inner.finish_read(Arc::new(unit), position, reserved),
-            )
-            .await
+        match inner.reserve(&unit).await? {
+            Obtained::Reserved(reserved) => {
+                inner
+                    .caught(
+                        Stage::Fetch,
+                        file,
+                        inner.finish_read(unit, position, reserved),
+                    )
+                    .await
+            }
+            reused => inner.reuse(reused, unit, position).await,
+        }
     }
 
     fn plan_stream(
@@ -313,24 +324,29 @@ impl TableStream {
             units.and_then(move |(position, unit)| {
                 let inner = inner.clone();
                 async move {
-                    let reserved = inner.reserve(&unit).await?;
-                    Ok((position, unit, reserved))
+                    let obtained = inner.reserve(&unit).await?;
+                    Ok((position, unit, obtained))
                 }
             })
         };
         let (slots, most) = (inner.slots.clone(), inner.max_in_flight);
         reserve
-            .map_ok(move |(position, unit, reserved)| {
+            .map_ok(move |(position, unit, obtained)| {
                 let inner = inner.clone();
                 let slots = slots.clone();
                 async move {
+                    let unit = Arc::new(unit);
+                    let reserved = match obtained {
+                        Obtained::Reserved(reserved) => reserved,
+                        reused => return inner.reuse(reused, unit, position).await,
+                    };
                     let slot = slots.acquire().await?;
                     let file = unit.file;
                     let read = inner
                         .caught(
                             Stage::Fetch,
                             file,
-                            inner.finish_read(Arc::new(unit), position, reserved),
+                            inner.finish_read(unit, position, reserved),
                         )
                         .await?;
                     slot.done();

@@ -12,7 +12,7 @@ use voxlake_table::hooks::Hooks;
 /// use voxlake_stream::ReadOptions;
 ///
 /// let read = ReadOptions::default();
-/// assert!(read.verify && read.columns.is_none() && read.uneven == Uneven::Pad);
+/// assert!(read.verify && read.keep && read.columns.is_none() && read.uneven == Uneven::Pad);
 /// ```
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
@@ -23,6 +23,9 @@ pub struct ReadOptions {
     pub verify: bool,
     /// Pad or drop the rows that do not divide evenly over the ranks.
     pub uneven: Uneven,
+    /// Keep row groups in the memory budget's free room from one epoch to the next, so a later
+    /// epoch takes them back instead of reading them again.
+    pub keep: bool,
     /// A test's fault hooks (feature `fault-hooks`; none otherwise).
     pub hooks: Hooks,
 }
@@ -33,6 +36,7 @@ impl Default for ReadOptions {
             columns: None,
             verify: true,
             uneven: Uneven::Pad,
+            keep: true,
             hooks: Hooks::default(),
         }
     }
@@ -65,6 +69,17 @@ macro_rules! read_options_setters {
         /// rank gets the same number of rows, the last ones wrapping onto the epoch's first).
         pub fn with_uneven(mut self, uneven: $crate::__macro::Uneven) -> Self {
             self.$field.uneven = uneven;
+            self
+        }
+
+        /// Keep row groups from one epoch to the next in the memory budget's room (default on):
+        /// a row group the epoch is done with keeps its share of the budget, unless a read is
+        /// waiting for it, and a later epoch takes it back instead of fetching, decoding and
+        /// checking it again; reads let go of the least recently kept when they need the room.
+        /// So a table that fits the budget is read once a job, and resident memory stays
+        /// within the budget (it fills it). Off: every epoch reads every row group.
+        pub fn with_keep_row_groups(mut self, keep: bool) -> Self {
+            self.$field.keep = keep;
             self
         }
 

@@ -16,6 +16,8 @@ pub(crate) struct Counters {
     pub(crate) reserved_units: AtomicU64,
     /// The budget (KiB) the head of the line waits for; 0 when none waits.
     pub(crate) waiting_kib: AtomicU64,
+    /// Row groups taken back from those kept since an earlier epoch (not read again).
+    pub(crate) kept_hits: AtomicU64,
 }
 
 /// Where the budget stands: for telling a stalled pipeline from a slow one.
@@ -67,6 +69,9 @@ pub struct StreamStats {
     pub store_bytes: u64,
     /// Reads of the store asked again because they stalled (`voxlake_io::reask`).
     pub reasked: u64,
+    /// Row groups delivered from those kept in the memory budget since an earlier epoch's read
+    /// of them (counted in `row_groups`, not fetched or decoded again).
+    pub kept_hits: u64,
     /// The disk cache's counters (zero without one).
     pub cache: voxlake_io::cache::CacheStats,
 }

@@ -33,7 +33,9 @@ fn run_with(
         .with_storage_options(options)
         .with_batch_size(4)
         .with_epochs(epochs)
-        .with_shuffle(11, 8);
+        .with_shuffle(11, 8)
+        // Every epoch reads its row groups (through the cache), none kept in memory.
+        .with_keep_row_groups(false);
     builder = match cache {
         Some((dir, max)) => builder.with_cache(dir, max),
         None => builder.with_cache_choice(voxlake::io::cache::CacheChoice::Off),

@@ -3,6 +3,36 @@
 //! decoded with a panic in any stage an error naming the file, and only its kept rows handed on.
 
 use super::*;
+use crate::kept::KeptGroup;
+
+/// Buffers smaller than this are not read in again when a kept row group is reused: mappings
+/// only hold the large ones (`voxlake_io::local`).
+const FAULT_IN_MIN: usize = 64 << 10;
+
+/// Reads in the pages of `batch`'s large buffers ([`voxlake_io::local::fault_in`]).
+fn fault_in(batch: &RecordBatch) -> std::io::Result<()> {
+    fn buffers(data: &arrow_data::ArrayData) -> std::io::Result<()> {
+        for buffer in data.buffers() {
+            if buffer.len() >= FAULT_IN_MIN {
+                voxlake_io::local::fault_in(buffer.as_slice())?;
+            }
+        }
+        data.child_data().iter().try_for_each(buffers)
+    }
+    batch
+        .columns()
+        .iter()
+        .try_for_each(|column| buffers(&column.to_data()))
+}
+
+/// What a unit's read starts from: its row group kept since an earlier epoch, or its budget
+/// share to read it with.
+pub(super) enum Obtained {
+    Kept(KeptGroup),
+    /// The row group as a read still in use holds it.
+    Shared(Arc<crate::kept::Share>),
+    Reserved(Reserved),
+}
 
 /// A row group's budget share, taken before it is read.
 pub(super) struct Reserved {
@@ -114,16 +144,78 @@ impl Inner {
         }
         drop(permit.split(permit.num_permits() - keep));
         let batch = RowGroupBatch::new(batch, unit, position, permit);
-        Ok(match group {
+        let batch = match group {
             Some((first_row, selected)) => batch.with_file_rows(first_row, selected),
             None => batch,
-        })
+        };
+        Ok(batch.kept_in(&self.kept))
+    }
+
+    /// The unit's row group as a read in use holds it, or as kept since an earlier epoch
+    /// (checked when it was read; its pages read in again where they were let go meanwhile:
+    /// an error here, not a fault later).
+    pub(super) async fn reuse(
+        &self,
+        obtained: Obtained,
+        unit: Arc<Unit>,
+        position: u64,
+    ) -> Result<RowGroupBatch, StreamError> {
+        let group = match obtained {
+            Obtained::Kept(group) => group,
+            Obtained::Shared(share) => {
+                let batch = RowGroupBatch::sharing(share, unit, position).ok_or_else(|| {
+                    StreamError::Internal("a shared row group that is not whole".into())
+                })?;
+                self.count_reuse(batch.batch.num_rows());
+                return Ok(batch);
+            }
+            Obtained::Reserved(_) => {
+                return Err(StreamError::Internal(
+                    "a reserved unit taken for a kept one".into(),
+                ));
+            }
+        };
+        let file = unit.file;
+        let batch = group.batch.clone();
+        let faulted = tokio::task::spawn_blocking(move || fault_in(&batch))
+            .await
+            .map_err(|e| StreamError::Internal(format!("reading a kept row group in: {e}")))?;
+        if let Err(e) = faulted {
+            let reason = format!(
+                "row group {}, kept in memory since an earlier epoch: its pages could not be read in again: {e}",
+                unit.row_group
+            );
+            return Err(StreamError::from(TableError::Parquet {
+                location: self.snapshot.location().to_string(),
+                file: self.snapshot.files().at(file).path().to_string(),
+                source: parquet::errors::ParquetError::External(reason.into()),
+            }));
+        }
+        self.count_reuse(group.batch.num_rows());
+        Ok(RowGroupBatch::from_kept(group, unit, position, &self.kept))
+    }
+
+    /// Counts a row group of `rows` delivered without a read of its own.
+    fn count_reuse(&self, rows: usize) {
+        let c = &self.counters;
+        c.reserved_units.fetch_add(1, Ordering::SeqCst);
+        c.kept_hits.fetch_add(1, Ordering::Relaxed);
+        c.row_groups.fetch_add(1, Ordering::Relaxed);
+        c.rows.fetch_add(rows as u64, Ordering::Relaxed);
     }
 
     /// Takes this row group's share of the budget: its projected chunks as fetched plus as
-    /// decoded (a group larger than the whole budget is an error naming it). Returns
-    /// the permit, the projection (the read reuses it) and what the group holds once decoded.
-    pub(super) async fn reserve(&self, unit: &Unit) -> Result<Reserved, StreamError> {
+    /// decoded (a group larger than the whole budget is an error naming it), letting go of
+    /// kept row groups to make room. Returns the permit, the projection (the read reuses it)
+    /// and what the group holds once decoded; or the row group itself where it was kept.
+    pub(super) async fn reserve(&self, unit: &Unit) -> Result<Obtained, StreamError> {
+        let key = crate::kept::keep_key(unit);
+        if let Some(group) = self.kept.take(key) {
+            return Ok(Obtained::Kept(group));
+        }
+        if let Some(share) = self.kept.live(key) {
+            return Ok(Obtained::Shared(share));
+        }
         let meta = self.snapshot.reader_metadata(unit.file).await?;
         let projection = self.snapshot.projection(&meta, &self.columns)?;
         let GroupBudget { peak, held, .. } = group_budget(
@@ -150,7 +242,10 @@ impl Inner {
         let start = Instant::now();
         let c = &self.counters;
         c.waiting_kib.store(u64::from(kib), Ordering::SeqCst);
+        let waiting = self.kept.waiting();
+        self.kept.make_room(&waiting, &self.budget, kib as usize);
         let permit = self.budget.clone().acquire_many_owned(kib).await;
+        drop(waiting);
         // Counted before the wait is cleared: a check in between sees a unit on its way, not
         // a stall (the loader's stall check).
         if permit.is_ok() {
@@ -160,11 +255,11 @@ impl Inner {
         let permit = permit.map_err(|e| StreamError::Internal(e.to_string()))?;
         c.budget_wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(Reserved {
+        Ok(Obtained::Reserved(Reserved {
             permit,
             projection,
             held,
-        })
+        }))
     }
 
     /// Fetches and decodes a row group.
