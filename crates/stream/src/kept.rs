@@ -276,6 +276,31 @@ mod tests {
         }
     }
 
+    /// A whole row group in use is found live (a read shares it); once its last holder is
+    /// dropped it is kept with its share, and a row group with rows copied out is let go.
+    #[test]
+    fn a_row_group_in_use_is_shared_then_kept() {
+        let budget = Arc::new(Semaphore::new(100));
+        let kept = Arc::new(Kept::new(true));
+        let whole = group(&budget, 30);
+        let mut share = Arc::new(Share::new(whole.permit));
+        Share::keep_in(&mut share, &kept, (3, 1), (whole.batch, None));
+        let shared = kept.live((3, 1)).expect("in use");
+        assert!(Arc::ptr_eq(&shared, &share) && shared.whole().is_some());
+        assert!(kept.live((3, 0)).is_none());
+        drop((share, shared));
+        assert!(kept.live((3, 1)).is_none(), "no longer in use");
+        assert_eq!(kept.held(), (1, 30), "kept with its share");
+        let back = kept.take((3, 1)).unwrap();
+        // Rows copied out of it: the rest of its share given back, nothing kept.
+        let mut share = Arc::new(Share::new(back.permit));
+        Share::keep_in(&mut share, &kept, (3, 1), (back.batch, None));
+        let rows = Arc::try_unwrap(share).unwrap().for_rows(1, 3);
+        assert_eq!(budget.available_permits(), 90);
+        drop(rows);
+        assert_eq!((kept.held(), budget.available_permits()), ((0, 0), 100));
+    }
+
     #[test]
     fn room_is_made_oldest_first_and_nothing_is_kept_while_a_read_waits() {
         let budget = Arc::new(Semaphore::new(100));
