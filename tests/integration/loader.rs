@@ -590,10 +590,10 @@ async fn budgets_either_stream_or_fail_never_hang() {
     )
     .to_string();
     let smallest = smallest_budget(&e);
-    // The stream's share (2 held + 1 being read: 2.88 MB) and the 6 batches of 1.44 MB the
+    // The stream's share (2 held + 1 being read: 2.88 MB) and the 8 batches of 1.44 MB the
     // loader keeps outside it.
     // (Column chunks are a little larger than their tensors: ids, labels, page headers.)
-    let expected: u64 = 2 * 720_000 + 2 * 720_000 + 6 * 4 * 360_000;
+    let expected: u64 = 2 * 720_000 + 2 * 720_000 + 8 * 4 * 360_000;
     assert!(
         smallest >= expected && smallest < expected + expected / 20,
         "{e}"

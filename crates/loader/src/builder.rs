@@ -57,8 +57,10 @@ pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
 /// Files whose row groups are read round-robin when shuffling.
 pub(crate) const INTERLEAVE: usize = 4;
 
-/// Batches given back with `Loader::recycle` kept for reuse.
-pub(crate) const RECYCLED_SPARES: usize = 2;
+/// Batches given back with `Loader::recycle` kept for reuse: enough that the loader's and the
+/// loop's paces drifting apart neither drops one nor makes a fresh one mid-epoch (each fresh
+/// batch's pages are faulted and zeroed: docs/benchmarks.md).
+pub(crate) const RECYCLED_SPARES: usize = 4;
 
 /// Batches the loader holds outside the stream: `prefetch` queued for the caller, the one
 /// being assembled, the caller's, and the recycled spares.
@@ -243,7 +245,7 @@ impl LoaderBuilder {
     }
 
     /// Bytes for everything the loader holds (default 1 GiB): the table's file list (~80 bytes
-    /// a file), the batches queued for you, being assembled, yours and two recycled spares, and
+    /// a file), the batches queued for you, being assembled, yours and four recycled spares, and
     /// the rest for row groups fetched, decoded and buffered, of which the shuffle buffer takes
     /// at most half, and what no read asks for to keep row groups between epochs
     /// ([`with_keep_row_groups`](Self::with_keep_row_groups)). `build()` refuses a budget that cannot stream the table, naming the
