@@ -119,6 +119,26 @@ impl Drop for Share {
     }
 }
 
+/// Buffers smaller than this are not read in again when a kept row group is reused: mappings
+/// only hold the large ones (`voxlake_io::local`).
+const FAULT_IN_MIN: usize = 64 << 10;
+
+/// Reads in the pages of `batch`'s large buffers ([`voxlake_io::local::fault_in`]).
+pub(crate) fn fault_in(batch: &RecordBatch) -> std::io::Result<()> {
+    fn buffers(data: &arrow_data::ArrayData) -> std::io::Result<()> {
+        for buffer in data.buffers() {
+            if buffer.len() >= FAULT_IN_MIN {
+                voxlake_io::local::fault_in(buffer.as_slice())?;
+            }
+        }
+        data.child_data().iter().try_for_each(buffers)
+    }
+    batch
+        .columns()
+        .iter()
+        .try_for_each(|column| buffers(&column.to_data()))
+}
+
 /// The row groups a stream keeps (see the module's documentation).
 #[derive(Debug, Default)]
 pub(crate) struct Kept {

@@ -262,7 +262,7 @@ impl TableStream {
                     )
                     .await
             }
-            reused => inner.reuse(reused, unit, position).await,
+            Obtained::Reused(reused) => inner.reuse(reused, unit, position).await,
         }
     }
 
@@ -338,7 +338,9 @@ impl TableStream {
                     let unit = Arc::new(unit);
                     let reserved = match obtained {
                         Obtained::Reserved(reserved) => reserved,
-                        reused => return inner.reuse(reused, unit, position).await,
+                        Obtained::Reused(reused) => {
+                            return inner.reuse(reused, unit, position).await;
+                        }
                     };
                     let slot = slots.acquire().await?;
                     let file = unit.file;

@@ -1,37 +1,23 @@
-//! One unit's read, as every stream of the pipeline does it: its share of the memory budget
-//! reserved, a read slot taken (reads in flight sized to the store), the row group fetched and
-//! decoded with a panic in any stage an error naming the file, and only its kept rows handed on.
+//! One unit's read, as every stream of the pipeline does it: its row group taken back where it
+//! was kept or is in use (`kept`), else its share of the memory budget reserved, a read slot
+//! taken (reads in flight sized to the store), the row group fetched and decoded with a panic
+//! in any stage an error naming the file, and only its kept rows handed on.
 
 use super::*;
-use crate::kept::KeptGroup;
+use crate::kept::{KeptGroup, Share};
 
-/// Buffers smaller than this are not read in again when a kept row group is reused: mappings
-/// only hold the large ones (`voxlake_io::local`).
-const FAULT_IN_MIN: usize = 64 << 10;
-
-/// Reads in the pages of `batch`'s large buffers ([`voxlake_io::local::fault_in`]).
-fn fault_in(batch: &RecordBatch) -> std::io::Result<()> {
-    fn buffers(data: &arrow_data::ArrayData) -> std::io::Result<()> {
-        for buffer in data.buffers() {
-            if buffer.len() >= FAULT_IN_MIN {
-                voxlake_io::local::fault_in(buffer.as_slice())?;
-            }
-        }
-        data.child_data().iter().try_for_each(buffers)
-    }
-    batch
-        .columns()
-        .iter()
-        .try_for_each(|column| buffers(&column.to_data()))
+/// What a unit's read starts from: its row group as already read, or its budget share to read
+/// it with.
+pub(super) enum Obtained {
+    Reused(Reused),
+    Reserved(Reserved),
 }
 
-/// What a unit's read starts from: its row group kept since an earlier epoch, or its budget
-/// share to read it with.
-pub(super) enum Obtained {
+/// A unit's row group that is not read again: kept since an earlier epoch, or as a read still
+/// in use holds it.
+pub(super) enum Reused {
     Kept(KeptGroup),
-    /// The row group as a read still in use holds it.
-    Shared(Arc<crate::kept::Share>),
-    Reserved(Reserved),
+    Shared(Arc<Share>),
 }
 
 /// A row group's budget share, taken before it is read.
@@ -156,28 +142,23 @@ impl Inner {
     /// an error here, not a fault later).
     pub(super) async fn reuse(
         &self,
-        obtained: Obtained,
+        reused: Reused,
         unit: Arc<Unit>,
         position: u64,
     ) -> Result<RowGroupBatch, StreamError> {
-        let group = match obtained {
-            Obtained::Kept(group) => group,
-            Obtained::Shared(share) => {
+        let group = match reused {
+            Reused::Kept(group) => group,
+            Reused::Shared(share) => {
                 let batch = RowGroupBatch::sharing(share, unit, position).ok_or_else(|| {
                     StreamError::Internal("a shared row group that is not whole".into())
                 })?;
                 self.count_reuse(batch.batch.num_rows());
                 return Ok(batch);
             }
-            Obtained::Reserved(_) => {
-                return Err(StreamError::Internal(
-                    "a reserved unit taken for a kept one".into(),
-                ));
-            }
         };
         let file = unit.file;
         let batch = group.batch.clone();
-        let faulted = tokio::task::spawn_blocking(move || fault_in(&batch))
+        let faulted = tokio::task::spawn_blocking(move || crate::kept::fault_in(&batch))
             .await
             .map_err(|e| StreamError::Internal(format!("reading a kept row group in: {e}")))?;
         if let Err(e) = faulted {
@@ -211,10 +192,10 @@ impl Inner {
     pub(super) async fn reserve(&self, unit: &Unit) -> Result<Obtained, StreamError> {
         let key = crate::kept::keep_key(unit);
         if let Some(group) = self.kept.take(key) {
-            return Ok(Obtained::Kept(group));
+            return Ok(Obtained::Reused(Reused::Kept(group)));
         }
         if let Some(share) = self.kept.live(key) {
-            return Ok(Obtained::Shared(share));
+            return Ok(Obtained::Reused(Reused::Shared(share)));
         }
         let meta = self.snapshot.reader_metadata(unit.file).await?;
         let projection = self.snapshot.projection(&meta, &self.columns)?;
