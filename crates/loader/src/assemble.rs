@@ -62,11 +62,39 @@ pub(crate) struct Assembler {
     pub recycled: Arc<Mutex<Vec<Tensors>>>,
     /// Samples a per-sample transform handed back, for the next ones to be read into.
     pub spare_samples: Mutex<Vec<Tensors>>,
+    /// Memory for the first batch, faulted in while its row groups are read.
+    pub ahead: Mutex<Option<Tensors>>,
     /// Threads that copy each batch's samples in parallel (`None`: the producer's thread).
     pub pool: Option<Arc<rayon::ThreadPool>>,
 }
 
 impl Assembler {
+    /// Puts a batch of `rows` rows in faulted-in memory among the recycled ones, for the first
+    /// batch: made while the first row groups are read, it spares that batch the page faults
+    /// of fresh memory. Not for a device's batches (they are libtorch's).
+    pub(crate) fn prefault_spare(&self, rows: usize) -> Result<(), LoaderError> {
+        #[cfg(feature = "tch")]
+        if self.device.is_some() {
+            return Ok(());
+        }
+        let first = self.spec.first();
+        let channels = self.channels.filter(|_| self.transforms.direct.is_none());
+        let spare = batch::prefaulted(first.dtype(), &self.batch_shape(first, rows, channels))?;
+        if let Ok(mut ahead) = self.ahead.lock() {
+            *ahead = Some(spare);
+        }
+        Ok(())
+    }
+
+    /// Memory for the next batch's first field: a batch given back (and so `true`), else the
+    /// one faulted in ahead for the first batch.
+    pub(crate) fn reusable(&self) -> (Option<Tensors>, bool) {
+        match self.recycled.lock().ok().and_then(|mut r| r.pop()) {
+            Some(given) => (Some(given), true),
+            None => (self.ahead.lock().ok().and_then(|mut a| a.take()), false),
+        }
+    }
+
     /// [`assemble`](Self::assemble), with a panic in it reported as an error.
     pub(crate) fn assemble_caught(
         &self,
@@ -287,7 +315,7 @@ impl Assembler {
         }
         let first = self.spec.first();
         let tensors = if has_tensors {
-            let reuse = self.recycled.lock().ok().and_then(|mut r| r.pop());
+            let (reuse, given) = self.reusable();
             let (tensors, recycled) = batch::build_tensors_into(
                 first.dtype(),
                 &self.batch_shape(first, rows.len(), self.channels),
@@ -296,7 +324,7 @@ impl Assembler {
                 reuse,
                 self.pool.as_deref(),
             )?;
-            if recycled {
+            if recycled && given {
                 self.counters.recycled.fetch_add(1, Ordering::Relaxed);
             }
             tensors

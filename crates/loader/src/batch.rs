@@ -421,6 +421,29 @@ pub(crate) fn build_with<T: Copy + Send>(
     Ok((array, recycled))
 }
 
+/// A batch of zeros of `dtype` and `shape`, its pages faulted in now (one write a page): memory
+/// that the first batches are then assembled into without the kernel zeroing it under them.
+pub(crate) fn prefaulted(dtype: DType, shape: &[usize]) -> Result<Tensors, LoaderError> {
+    fn one<T: Copy + Default>(shape: &[usize]) -> Result<ArrayD<T>, LoaderError> {
+        let total = shape.iter().product();
+        let mut values = vec![T::default(); total];
+        let step = (4096 / std::mem::size_of::<T>().max(1)).max(1);
+        for value in values.iter_mut().step_by(step) {
+            // SAFETY: a valid, aligned element of `values`. Volatile: a plain store of a zero
+            // into zeroed memory may be left out, and the page with it.
+            unsafe { std::ptr::write_volatile(value, T::default()) };
+        }
+        ArrayD::from_shape_vec(IxDyn(shape), values)
+            .map_err(|e| LoaderError::Internal(format!("a batch of shape {shape:?}: {e}")))
+    }
+    macro_rules! one {
+        ($variant:ident) => {
+            Tensors::$variant(one(shape)?)
+        };
+    }
+    Ok(by_dtype!(dtype, one))
+}
+
 /// [`build_tensors_into`] fresh memory.
 pub(crate) fn build_tensors(
     dtype: DType,
@@ -472,6 +495,28 @@ mod tests {
                 "{dtype} {channels:?}"
             );
         }
+    }
+
+    /// Memory faulted in ahead is a batch of zeros of the type and shape asked for, which a
+    /// batch of that shape is then built into.
+    #[test]
+    fn a_prefaulted_batch_is_zeros_of_its_type_and_takes_a_batch() {
+        let spare = prefaulted(DType::F16, &[2, 3000]).unwrap();
+        let Tensors::F16(a) = &spare else {
+            panic!("{spare:?}")
+        };
+        assert_eq!(a.shape(), &[2, 3000]);
+        assert!(a.iter().all(|v| v.to_f32() == 0.0));
+        let bytes = vec![0x3cu8; 3000 * 2];
+        let samples = [&bytes[..], &bytes[..]];
+        let (built, reused) =
+            build_tensors_into(DType::F16, &[2, 3000], &samples, None, Some(spare), None).unwrap();
+        assert!(reused);
+        assert_eq!(built.as_bytes().unwrap(), [&bytes[..], &bytes[..]].concat());
+        let Tensors::U8(a) = prefaulted(DType::U8, &[1, 5]).unwrap() else {
+            panic!("u8")
+        };
+        assert_eq!(a.shape(), &[1, 5]);
     }
 
     #[test]

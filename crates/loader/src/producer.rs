@@ -121,6 +121,11 @@ impl Producer {
         let ahead = u64::from(self.rank < at.ahead);
         let mut delivered = at.batches_of(self.rank);
         let mut stream = self.stream.pieces(epoch, pieces, from);
+        if epoch == self.start.epoch {
+            // The stream reads in its own task meanwhile: the first batch's memory is ready
+            // when its row groups are.
+            self.assembler.prefault_spare(self.settings.batch_size)?;
+        }
         let mut stall_check = tokio::time::interval(STALL_CHECK);
         stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut stalled: Option<(voxlake_stream::BudgetProgress, u32)> = None;

@@ -206,6 +206,7 @@ impl LoaderBuilder {
             feed,
             recycled: recycled.clone(),
             spare_samples: Mutex::default(),
+            ahead: Mutex::default(),
             pool,
         })
     }

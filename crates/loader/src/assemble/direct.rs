@@ -44,10 +44,10 @@ impl Assembler {
         };
         let first_bytes = bytes(0);
         let batch_shape = self.batch_shape(self.spec.first(), rows.len(), None);
-        let reuse = self.recycled.lock().ok().and_then(|mut r| r.pop());
+        let (reuse, given) = self.reusable();
         let (first, recycled) =
             first_field(direct, &batch_shape, &first_bytes, &reversed, reuse, pool)?;
-        if recycled {
+        if recycled && given {
             self.counters.recycled.fetch_add(1, Ordering::Relaxed);
         }
         let mut values = vec![None];
