@@ -52,7 +52,11 @@ pub fn fault_in(bytes: &[u8]) -> std::io::Result<()> {
         if bytes.is_empty() {
             return Ok(());
         }
-        let page = 4096usize;
+        // SAFETY: sysconf reads a constant of the system; no memory is passed.
+        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            n if n > 0 => n as usize,
+            _ => 4096,
+        };
         let start = bytes.as_ptr() as usize & !(page - 1);
         let end = (bytes.as_ptr() as usize + bytes.len()).div_ceil(page) * page;
         // SAFETY: [start, end) are the pages that hold `bytes`, all mapped while `bytes` is

@@ -69,17 +69,17 @@ pub(crate) struct Assembler {
 }
 
 impl Assembler {
-    /// Puts a batch of `rows` rows in faulted-in memory among the recycled ones, for the first
-    /// batch: made while the first row groups are read, it spares that batch the page faults
-    /// of fresh memory. Not for a device's batches (they are libtorch's).
+    /// Makes the first batch's memory (`rows` rows, faulted in) while its row groups are read,
+    /// sparing that batch the page faults of fresh memory ([`reusable`](Self::reusable) hands it
+    /// out). Not for a device's batches (they are libtorch's).
     pub(crate) fn prefault_spare(&self, rows: usize) -> Result<(), LoaderError> {
         #[cfg(feature = "tch")]
         if self.device.is_some() {
             return Ok(());
         }
         let first = self.spec.first();
-        let channels = self.channels.filter(|_| self.transforms.direct.is_none());
-        let spare = batch::prefaulted(first.dtype(), &self.batch_shape(first, rows, channels))?;
+        let shape = self.batch_shape(first, rows, self.channels);
+        let spare = batch::prefaulted(first.dtype(), &shape)?;
         if let Ok(mut ahead) = self.ahead.lock() {
             *ahead = Some(spare);
         }

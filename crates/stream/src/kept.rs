@@ -65,13 +65,17 @@ impl Share {
     }
 
     /// Has the whole row group `group` kept in `kept` as `key` when `share` is dropped, and
-    /// notes it there as in use meanwhile; nothing where `share` is not the only reference.
+    /// notes it there as in use meanwhile; nothing where `share` is not the only reference or
+    /// `kept` keeps nothing.
     pub(crate) fn keep_in(
         share: &mut Arc<Share>,
         kept: &Arc<Kept>,
         key: GroupKey,
         group: (RecordBatch, FileRows),
     ) {
+        if !kept.enabled {
+            return;
+        }
         if let Some(only) = Arc::get_mut(share) {
             let (batch, file_rows) = group;
             only.keep = Some(Keep {
@@ -214,10 +218,8 @@ impl Kept {
     }
 
     /// Notes `share` as row group `key` read and in use (see [`live`](Self::live)).
-    pub(crate) fn register(&self, key: GroupKey, share: Weak<Share>) {
-        if self.enabled {
-            self.lock().live.insert(key, share);
-        }
+    fn register(&self, key: GroupKey, share: Weak<Share>) {
+        self.lock().live.insert(key, share);
     }
 
     /// Row group `key` as a read in use now holds it, if one does.
@@ -319,6 +321,14 @@ mod tests {
         assert_eq!(budget.available_permits(), 90);
         drop(rows);
         assert_eq!((kept.held(), budget.available_permits()), ((0, 0), 100));
+        // A stream that keeps nothing neither shares nor keeps.
+        let off = Arc::new(Kept::new(false));
+        let whole = group(&budget, 30);
+        let mut share = Arc::new(Share::new(whole.permit));
+        Share::keep_in(&mut share, &off, (3, 1), (whole.batch, None));
+        assert!(off.live((3, 1)).is_none() && share.whole().is_none());
+        drop(share);
+        assert_eq!((off.held(), budget.available_permits()), ((0, 0), 100));
     }
 
     #[test]
