@@ -3,6 +3,10 @@
 # `voxlake bench TABLE --shuffle` with row checksums verified (the default), without them, and
 # without reading the values, alternated for ROUNDS rounds; each as GB/s of the files' bytes
 # read and as a fraction of `cat`'s GB/s in the same round.
+# The page cache's folios weigh on both (a mapped read fills a page table entry per 4 KiB page
+# but one per 2 MiB huge folio): the share of the table's pages in huge folios is printed. With
+# EVICT=1 the table's pages are dropped from the page cache first and read back by one untimed
+# voxlake epoch, as a job's first epoch reads them from disk.
 #   benches/local/vs_cat.sh [TABLE=the 4,000-cube demo table] [ROUNDS=5]   (BIN: release binaries)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,7 +20,39 @@ fi
 rounds=${2:-5}
 files=("$table"/*.parquet)
 bytes=$(du -cb "${files[@]}" | tail -1 | cut -f1)
-cat "${files[@]}" >/dev/null
+if [ "${EVICT:-0}" = 1 ]; then
+  python3 - "${files[@]}" <<'PY'
+import os, sys
+for f in sys.argv[1:]:
+    fd = os.open(f, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+PY
+  "$bin/voxlake" bench "$table" --shuffle --seed 1 >/dev/null 2>&1
+else
+  cat "${files[@]}" >/dev/null
+fi
+huge_share() { # the share of the files' pages that a mapping maps 2 MiB at a time (Linux)
+  python3 - "${files[@]}" <<'PY'
+import mmap, os, sys
+total = huge = 0
+for f in sys.argv[1:]:
+    with open(f, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        m = mmap.mmap(fh.fileno(), size, prot=mmap.PROT_READ)
+        m.madvise(22)  # MADV_POPULATE_READ
+        smaps = open("/proc/self/smaps").read()
+        at = smaps.find(os.path.realpath(f))
+        for line in smaps[at:].splitlines()[1:40]:
+            if line.startswith("FilePmdMapped:"):
+                huge += int(line.split()[1])
+                break
+        total += size // 1024
+        m.close()
+print("%.2f" % (huge / max(total, 1)))
+PY
+}
+echo "page cache: $(huge_share) of the table's pages in huge folios"
 gbps() { # extra bench arguments; prints tensor GB/s
   "$bin/voxlake" bench "$table" --shuffle --seed 1 --json "$@" 2>/dev/null |
     python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.2f" % (d["bytes_fetched"] / d["seconds"] / 1e9))'

@@ -148,7 +148,14 @@ impl FileMaps {
         }
         // SAFETY: the file is an immutable Delta data file (see `local`'s note on truncation);
         // the mapping is read-only and lives as long as the `Bytes` that view it and this table.
-        let map = Arc::new(unsafe { MmapOptions::new().len(id.len as usize).map(file) }?);
+        let map = unsafe { MmapOptions::new().len(id.len as usize).map(file) }?;
+        // Pages read in through this mapping come into the page cache as huge folios, which
+        // later reads map with one entry per 2 MiB instead of 512: filling and dropping page
+        // table entries was a third of a mapped epoch's CPU (docs/benchmarks.md). Advice only:
+        // a kernel or file system without huge folios maps pages as before.
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(Advice::HugePage);
+        let map = Arc::new(map);
         if let Some(old) = kept.by_path.insert(
             path.to_path_buf(),
             FileMap {
@@ -211,6 +218,45 @@ mod tests {
             }
         }
         kb
+    }
+
+    /// The `VmFlags` of this process's mappings of `file` (`/proc/self/smaps`).
+    #[cfg(target_os = "linux")]
+    fn vm_flags(file: &Path) -> Vec<String> {
+        let name = file.canonicalize().unwrap();
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut ours = false;
+        let mut flags = Vec::new();
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or_default();
+            if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+                ours = line.ends_with(name.to_str().unwrap());
+            } else if ours && let Some(v) = line.strip_prefix("VmFlags:") {
+                flags.extend(v.split_whitespace().map(String::from));
+            }
+        }
+        flags
+    }
+
+    /// A file's mapping asks for huge pages (`hg`: `MADV_HUGEPAGE`), so what it reads in comes
+    /// as huge folios, mapped 2 MiB an entry by later reads.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_files_mapping_asks_for_huge_pages() {
+        if !Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+            return; // a kernel without transparent huge pages refuses the advice
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        std::fs::write(&path, vec![3u8; 4 << 20]).unwrap();
+        let maps = FileMaps::default();
+        let file = std::fs::File::open(&path).unwrap();
+        let view = maps
+            .range(&file, &path, &file.metadata().unwrap(), 0..(3 << 20))
+            .unwrap();
+        assert!(view.iter().all(|&b| b == 3));
+        let flags = vm_flags(&path);
+        assert!(flags.iter().any(|f| f == "hg"), "{flags:?}");
     }
 
     /// A view's pages are resident while it lives and not after (the page cache keeps them):
