@@ -819,6 +819,107 @@ async fn flipped_bits_are_caught_or_harmless_and_truncation_is_an_error() {
     }
 }
 
+/// One corrupt row (a byte flipped in the middle of a tensor chunk): a stream checking on read
+/// refuses its row group; one leaving the checks to its consumer hands it out and
+/// `check_row` names that row alone, each time it is asked; the loader, which checks each row
+/// as it copies it, ends with the error, having delivered only whole rows.
+#[tokio::test]
+async fn a_corrupt_row_is_caught_on_read_on_use_and_by_the_loader() {
+    use futures::StreamExt;
+    use voxlake::stream::{ReadOptions, TableStream, Verify};
+    let dir = tempfile::tempdir().unwrap();
+    let table = table_of(dir.path(), 8, 21, 4, 1 << 30).await;
+    let victim = data_files(&table).remove(0);
+    let reader =
+        parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&victim).unwrap())
+            .unwrap();
+    use parquet::file::reader::FileReader;
+    let chunk = reader
+        .metadata()
+        .row_group(0)
+        .columns()
+        .iter()
+        .find(|c| c.column_path().string() == "tensor")
+        .unwrap()
+        .clone();
+    let (start, len) = chunk.byte_range();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[(start + len / 2) as usize] ^= 0x10;
+    std::fs::write(&victim, bytes).unwrap();
+    let path = table.to_str().unwrap();
+    let stream = |verify| async move {
+        let read = ReadOptions {
+            verify,
+            ..ReadOptions::default()
+        };
+        let stream = TableStream::builder(path)
+            .with_read_options(read)
+            .build()
+            .await
+            .unwrap();
+        stream.epoch(0).collect::<Vec<_>>().await
+    };
+    let on_read = stream(Verify::OnRead).await;
+    let e = on_read
+        .iter()
+        .find_map(|r| r.as_ref().err())
+        .expect("refused on read");
+    assert!(e.to_string().contains("CRC-32"), "{e}");
+    let on_use = stream(Verify::OnUse).await;
+    let groups: Vec<_> = on_use.into_iter().map(Result::unwrap).collect();
+    let mut bad = Vec::new();
+    for g in &groups {
+        for i in 0..g.batch.num_rows() {
+            if let Err(e) = g.check_row(i) {
+                let again = g.check_row(i).unwrap_err().to_string();
+                assert_eq!(e.to_string(), again, "a corrupt row fails every time");
+                bad.push((g.row_group(), i, again));
+            }
+        }
+    }
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].2.contains("CRC-32") && bad[0].2.contains("row group 0"),
+        "{bad:?}"
+    );
+    // The loader: an error naming the row, and every row it delivered before it whole.
+    let builder = Loader::builder(path).with_batch_size(1);
+    let (delivered, error) = std::thread::spawn(move || {
+        let mut loader = builder.build().unwrap();
+        let mut delivered = Vec::new();
+        loop {
+            match loader.next() {
+                Some(Ok(b)) => delivered.push(b),
+                Some(Err(e)) => return (delivered, Some(e.to_string())),
+                None => return (delivered, None),
+            }
+        }
+    })
+    .join()
+    .unwrap();
+    let error = error.expect("the loader ends with the error");
+    assert!(
+        error.contains("CRC-32") && error.contains("corrupt"),
+        "{error}"
+    );
+    assert!(delivered.len() < 8);
+    for b in &delivered {
+        let (label, bytes) = cube_bytes(21, index_of(&b.ids[0]));
+        let got: Vec<u8> = b
+            .tensors
+            .as_f32()
+            .unwrap()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert!(
+            got == bytes && b.labels[0] == Some(label),
+            "{} delivered changed",
+            b.ids[0]
+        );
+    }
+}
+
 /// Tables of 12 cubes in row groups of `rows` rows (uniform), made once per size.
 fn uniform_table(rows: usize) -> PathBuf {
     use std::sync::{Mutex, OnceLock};

@@ -121,6 +121,32 @@ impl Assembler {
         })
     }
 
+    /// Checks the row of sample `i` against its checksum (the stream leaves that to the
+    /// loader): for the copy of the batch's first field ([`Check`](crate::fill::Check)), which
+    /// checks each row just before it copies it.
+    fn row_check(&self, rows: &[Row]) -> impl Fn(usize) -> Result<(), LoaderError> + Sync {
+        |i: usize| match rows.get(i) {
+            Some(r) => r.group.data.check_row(r.index).map_err(LoaderError::Stream),
+            None => Err(LoaderError::Internal(format!(
+                "sample {i} of a batch of {} rows",
+                rows.len()
+            ))),
+        }
+    }
+
+    /// Checks every row against its checksum, on the pool's threads: before a copy that does
+    /// not check each row itself (a per-sample transform's, a device's staging).
+    fn check_rows(&self, rows: &[Row]) -> Result<(), LoaderError> {
+        let check = |r: &Row| r.group.data.check_row(r.index).map_err(LoaderError::Stream);
+        match &self.pool {
+            Some(pool) if rows.len() > 1 => {
+                use rayon::prelude::*;
+                pool.install(|| rows.par_iter().try_for_each(check))
+            }
+            _ => rows.iter().try_for_each(check),
+        }
+    }
+
     /// Whether the stream reads field `field` (a projection may leave fields out).
     fn reads(&self, rows: &[Row], field: usize) -> bool {
         rows.first()
@@ -134,6 +160,7 @@ impl Assembler {
         if self.reads(rows, 0)
             && let Some(f) = &self.transforms.sample
         {
+            self.check_rows(rows)?;
             let transformed = self.transform_samples(f, rows, epoch)?;
             // Checked readable by `transform_samples`: borrowed, not copied, on little-endian
             // hosts.
@@ -240,6 +267,7 @@ impl Assembler {
                 .iter()
                 .map(|(i, _)| bytes(&values[*i]))
                 .collect();
+            let check = self.row_check(rows);
             let mut tensors: Vec<Tensors> = match &self.feed {
                 None => tensor_fields
                     .iter()
@@ -251,12 +279,13 @@ impl Assembler {
                             spec.shape(),
                             samples,
                             channels,
-                            self.pool.as_deref(),
+                            (self.pool.as_deref(), (*i == 0).then_some(&check as _)),
                         )
                         .map(Tensors::Tch)
                     })
                     .collect::<Result<_, _>>()?,
                 Some(feed) => {
+                    self.check_rows(rows)?;
                     let failed = |message: String| LoaderError::Device {
                         device: format!("{device:?}"),
                         object: format!("batch {index} of epoch {epoch}"),
@@ -314,6 +343,9 @@ impl Assembler {
             return Ok(self.batch_of(rows, first, more, Some(labels), epoch, index));
         }
         let first = self.spec.first();
+        // Rows are checked as they are copied (once: a transform's rows, checked before it ran,
+        // are not read again).
+        let check = self.row_check(rows);
         let tensors = if has_tensors {
             let (reuse, given) = self.reusable();
             let (tensors, recycled) = batch::build_tensors_into(
@@ -323,6 +355,7 @@ impl Assembler {
                 self.channels,
                 reuse,
                 self.pool.as_deref(),
+                Some(&check),
             )?;
             if recycled && given {
                 self.counters.recycled.fetch_add(1, Ordering::Relaxed);
@@ -342,6 +375,7 @@ impl Assembler {
                     None,
                     None,
                     self.pool.as_deref(),
+                    None,
                 )?;
                 others.push((i, built.0));
             }

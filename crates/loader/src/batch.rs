@@ -8,7 +8,7 @@ use ndarray::{ArrayD, IxDyn};
 use voxlake_format::DType;
 
 use crate::LoaderError;
-use crate::fill::{Dest, fill_each, fill_sample};
+use crate::fill::{Check, Dest, fill_each, fill_sample};
 
 /// A batch of samples.
 #[derive(Debug, Clone)]
@@ -353,6 +353,7 @@ pub(crate) fn build_tensors_into(
     channels: Option<usize>,
     reuse: Option<Tensors>,
     pool: Option<&rayon::ThreadPool>,
+    check: Check<'_>,
 ) -> Result<(Tensors, bool), LoaderError> {
     macro_rules! build_as {
         ($variant:ident) => {{
@@ -360,7 +361,7 @@ pub(crate) fn build_tensors_into(
                 Some(Tensors::$variant(a)) => Some(a),
                 _ => None,
             };
-            let (array, recycled) = build_with(shape, reuse, pool, |i, dst| {
+            let (array, recycled) = build_with(shape, reuse, pool, check, |i, dst| {
                 fill_sample(dst, samples[i], channels, Dest::Batch)
             })?;
             Ok((Tensors::$variant(array), recycled))
@@ -383,6 +384,7 @@ pub(crate) fn build_with<T: Copy + Send>(
     shape: &[usize],
     reuse: Option<ArrayD<T>>,
     pool: Option<&rayon::ThreadPool>,
+    check: Check<'_>,
     write: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
 ) -> Result<(ArrayD<T>, bool), LoaderError> {
     let count = shape.first().copied().unwrap_or(0);
@@ -398,7 +400,7 @@ pub(crate) fn build_with<T: Copy + Send>(
             // SAFETY: MaybeUninit<T> has T's layout, and the memory is initialised already;
             // `write` overwrites every element with a valid value (T is Copy: nothing to drop).
             let dst = unsafe { &mut *(values.as_mut_slice() as *mut [T] as *mut [MaybeUninit<T>]) };
-            fill_each(dst, numel, count, pool, write);
+            fill_each(dst, numel, count, pool, check, write)?;
             values
         }
         None => {
@@ -409,8 +411,9 @@ pub(crate) fn build_with<T: Copy + Send>(
                 numel,
                 count,
                 pool,
+                check,
                 write,
-            );
+            )?;
             // SAFETY: `write` wrote all `numel` elements of each sample's chunk.
             unsafe { values.set_len(total) };
             values
@@ -451,7 +454,7 @@ pub(crate) fn build_tensors(
     samples: &[&[u8]],
     channels: Option<usize>,
 ) -> Result<Tensors, LoaderError> {
-    Ok(build_tensors_into(dtype, shape, samples, channels, None, None)?.0)
+    Ok(build_tensors_into(dtype, shape, samples, channels, None, None, None)?.0)
 }
 
 #[cfg(test)]
@@ -488,7 +491,8 @@ mod tests {
         ] {
             let serial = build_tensors(dtype, &shape, &refs, channels).unwrap();
             let (parallel, _) =
-                build_tensors_into(dtype, &shape, &refs, channels, None, Some(&pool)).unwrap();
+                build_tensors_into(dtype, &shape, &refs, channels, None, Some(&pool), None)
+                    .unwrap();
             assert_eq!(
                 serial.as_bytes(),
                 parallel.as_bytes(),
@@ -509,8 +513,16 @@ mod tests {
         assert!(a.iter().all(|v| v.to_f32() == 0.0));
         let bytes = vec![0x3cu8; 3000 * 2];
         let samples = [&bytes[..], &bytes[..]];
-        let (built, reused) =
-            build_tensors_into(DType::F16, &[2, 3000], &samples, None, Some(spare), None).unwrap();
+        let (built, reused) = build_tensors_into(
+            DType::F16,
+            &[2, 3000],
+            &samples,
+            None,
+            Some(spare),
+            None,
+            None,
+        )
+        .unwrap();
         assert!(reused);
         assert_eq!(built.as_bytes().unwrap(), [&bytes[..], &bytes[..]].concat());
         let Tensors::U8(a) = prefaulted(DType::U8, &[1, 5]).unwrap() else {
@@ -526,7 +538,8 @@ mod tests {
         let first = build_tensors(DType::I32, &[1, 2, 3], &[&a], None).unwrap();
         let memory = first.as_bytes().unwrap().as_ptr();
         let (second, recycled) =
-            build_tensors_into(DType::I32, &[1, 2, 3], &[&b], None, Some(first), None).unwrap();
+            build_tensors_into(DType::I32, &[1, 2, 3], &[&b], None, Some(first), None, None)
+                .unwrap();
         assert!(recycled);
         assert_eq!(second.as_bytes().unwrap(), b.as_slice());
         assert_eq!(
@@ -535,14 +548,23 @@ mod tests {
             "the same memory"
         );
         // Another shape or type: fresh memory, right values.
-        let (third, recycled) =
-            build_tensors_into(DType::I32, &[1, 3, 2], &[&a], None, Some(second), None).unwrap();
+        let (third, recycled) = build_tensors_into(
+            DType::I32,
+            &[1, 3, 2],
+            &[&a],
+            None,
+            Some(second),
+            None,
+            None,
+        )
+        .unwrap();
         assert!(!recycled);
         assert_eq!(third.as_bytes().unwrap(), a.as_slice());
         let Tensors::I32(t) = &third else { panic!() };
         assert_eq!(t.shape(), &[1, 3, 2]);
         let (floats, recycled) =
-            build_tensors_into(DType::F32, &[1, 2, 3], &[&a], None, Some(third), None).unwrap();
+            build_tensors_into(DType::F32, &[1, 2, 3], &[&a], None, Some(third), None, None)
+                .unwrap();
         assert!(!recycled);
         assert_eq!(floats.dtype(), DType::F32);
     }

@@ -159,7 +159,8 @@ impl<C: Copier> DeviceFeed<C> {
         for (field, &(offset, _, numel)) in fields.iter().zip(&offsets) {
             // SAFETY: as above, for the field's `rows * numel` elements at `offset`, inside the
             // `used <= capacity` bytes; the offset is a multiple of 8, so aligned for every
-            // element type, and the fields' ranges do not overlap.
+            // element type, and the fields' ranges do not overlap. The rows were checked
+            // before (the caller's `check_rows`), so no check fails here.
             unsafe {
                 fill_raw(
                     base.add(offset),
@@ -167,9 +168,10 @@ impl<C: Copier> DeviceFeed<C> {
                     numel,
                     field.samples,
                     None,
-                    pool,
+                    (pool, None),
                 )
-            };
+            }
+            .map_err(|e| e.to_string())?;
         }
         let staged = buffer
             .f_narrow(0, 0, used as i64)

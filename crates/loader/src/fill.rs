@@ -7,6 +7,8 @@ use std::mem::MaybeUninit;
 
 use half::f16;
 
+use crate::LoaderError;
+
 mod flipped;
 
 pub(crate) use flipped::fill_flipped;
@@ -107,18 +109,32 @@ pub(crate) fn fill_sample<T: Element>(
     }
 }
 
+/// Checks sample `i`'s row (its checksum) just before the sample is copied, on the thread that
+/// copies it: the check reads the row's bytes into that core's cache, where the copy finds
+/// them, instead of both reading them from memory.
+pub(crate) type Check<'a> = Option<&'a (dyn Fn(usize) -> Result<(), LoaderError> + Sync)>;
+
 /// Has `write(i, chunk)` write every element of sample `i`'s chunk of `dst` (`count` chunks of
-/// `numel` elements): on `pool`'s threads, a sample each at a time, when there is a pool.
+/// `numel` elements), `check(i)` first: on `pool`'s threads, a sample each at a time, when
+/// there is a pool. A failed check is the error (the batch is not to be used).
 pub(crate) fn fill_each<T: Send>(
     dst: &mut [MaybeUninit<T>],
     numel: usize,
     count: usize,
     pool: Option<&rayon::ThreadPool>,
+    check: Check<'_>,
     write: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
-) {
+) -> Result<(), LoaderError> {
     assert_eq!(dst.len(), numel * count, "batch size");
+    let one = |i: usize, dst: &mut [MaybeUninit<T>]| {
+        if let Some(check) = check {
+            check(i)?;
+        }
+        write(i, dst);
+        Ok(())
+    };
     if numel == 0 {
-        return;
+        return (0..count).try_for_each(|i| one(i, &mut []));
     }
     match pool {
         Some(pool) if count > 1 => {
@@ -126,14 +142,13 @@ pub(crate) fn fill_each<T: Send>(
             pool.install(|| {
                 dst.par_chunks_mut(numel)
                     .enumerate()
-                    .for_each(|(i, dst)| write(i, dst));
-            });
+                    .try_for_each(|(i, dst)| one(i, dst))
+            })
         }
-        _ => {
-            for (i, dst) in dst.chunks_exact_mut(numel).enumerate() {
-                write(i, dst);
-            }
-        }
+        _ => dst
+            .chunks_exact_mut(numel)
+            .enumerate()
+            .try_for_each(|(i, dst)| one(i, dst)),
     }
 }
 

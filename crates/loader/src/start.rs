@@ -8,7 +8,7 @@ use std::time::Instant;
 use voxlake_delta::AsOf;
 use voxlake_plan::plan::Shard;
 use voxlake_plan::resume::OrderSettings;
-use voxlake_stream::{ReadOptions, StreamError, TableStream, default_columns};
+use voxlake_stream::{ReadOptions, StreamError, TableStream, Verify, default_columns};
 use voxlake_table::{Snapshot, TableOptions};
 
 use voxlake_format::SampleSpec;
@@ -293,6 +293,11 @@ impl LoaderBuilder {
             .with_shard(shard)
             .with_read_options(ReadOptions {
                 columns: Some(columns.unwrap_or_else(|| default_columns(&snapshot))),
+                // Each row is checked as it is copied into a batch (`Assembler::check_rows`).
+                verify: match self.read.verify {
+                    Verify::OnRead => Verify::OnUse,
+                    other => other,
+                },
                 ..self.read.clone()
             })
             .with_shuffle(settings.shuffle)

@@ -15,7 +15,7 @@ use tch::{Device, Kind, Tensor};
 use voxlake_format::DType;
 
 use crate::LoaderError;
-use crate::fill::{Dest, Element, fill_each, fill_sample};
+use crate::fill::{Check, Dest, Element, fill_each, fill_sample};
 
 /// A libtorch tensor in a batch (a newtype so batches stay `Clone` and comparable).
 #[derive(Debug)]
@@ -119,7 +119,7 @@ pub(crate) fn assemble_cpu(
     sample_shape: &[usize],
     samples: &[&[u8]],
     channels: Option<usize>,
-    pool: Option<&rayon::ThreadPool>,
+    (pool, check): (Option<&rayon::ThreadPool>, Check<'_>),
 ) -> Result<TchTensor, LoaderError> {
     let kind = kind_of(dtype)?;
     let numel: usize = sample_shape.iter().product();
@@ -136,7 +136,7 @@ pub(crate) fn assemble_cpu(
         None => shape.extend(sample_shape.iter().map(|&d| d as i64)),
     }
     let host = Tensor::empty(shape.as_slice(), (kind, Device::Cpu));
-    fill(&host, dtype, numel, samples, channels, pool);
+    fill(&host, dtype, numel, samples, channels, (pool, check))?;
     Ok(TchTensor(host))
 }
 
@@ -223,8 +223,8 @@ fn fill(
     numel: usize,
     samples: &[&[u8]],
     channels: Option<usize>,
-    pool: Option<&rayon::ThreadPool>,
-) {
+    (pool, check): (Option<&rayon::ThreadPool>, Check<'_>),
+) -> Result<(), LoaderError> {
     let len = numel * samples.len();
     assert_eq!(host.numel(), len, "tensor size");
     assert_eq!(
@@ -241,13 +241,13 @@ fn fill(
             numel,
             samples,
             channels,
-            pool,
+            (pool, check),
         )
     }
 }
 
 /// Writes `samples` (each `numel` elements of `dtype`) to `dst`, channels moved first when
-/// `channels` is set.
+/// `channels` is set, `check(i)` before sample `i` (see [`Check`]).
 ///
 /// # Safety
 /// `dst` must be valid for writes of `numel * samples.len()` elements of `dtype`, aligned for
@@ -258,39 +258,40 @@ pub(crate) unsafe fn fill_raw(
     numel: usize,
     samples: &[&[u8]],
     channels: Option<usize>,
-    pool: Option<&rayon::ThreadPool>,
-) {
+    (pool, check): (Option<&rayon::ThreadPool>, Check<'_>),
+) -> Result<(), LoaderError> {
     unsafe fn typed<T: Element>(
         dst: *mut u8,
         numel: usize,
         samples: &[&[u8]],
         channels: Option<usize>,
-        pool: Option<&rayon::ThreadPool>,
-    ) {
+        (pool, check): (Option<&rayon::ThreadPool>, Check<'_>),
+    ) -> Result<(), LoaderError> {
         assert!(dst.cast::<T>().is_aligned(), "batch memory alignment");
         let len = numel * samples.len();
         // SAFETY: the caller's contract; `fill_sample` writes every element.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst.cast::<MaybeUninit<T>>(), len) };
-        fill_each(dst, numel, samples.len(), pool, |i, dst| {
+        fill_each(dst, numel, samples.len(), pool, check, |i, dst| {
             fill_sample(dst, samples[i], channels, Dest::Batch);
-        });
+        })
     }
+    let with = (pool, check);
     // SAFETY (each arm): the caller's contract, for the element type of `dtype`.
     unsafe {
         match dtype {
-            DType::Bool => typed::<bool>(dst, numel, samples, channels, pool),
-            DType::I8 => typed::<i8>(dst, numel, samples, channels, pool),
-            DType::I16 => typed::<i16>(dst, numel, samples, channels, pool),
-            DType::I32 => typed::<i32>(dst, numel, samples, channels, pool),
-            DType::I64 => typed::<i64>(dst, numel, samples, channels, pool),
-            DType::U8 => typed::<u8>(dst, numel, samples, channels, pool),
-            DType::U16 => typed::<u16>(dst, numel, samples, channels, pool),
-            DType::U32 => typed::<u32>(dst, numel, samples, channels, pool),
-            DType::U64 => typed::<u64>(dst, numel, samples, channels, pool),
-            DType::F16 => typed::<f16>(dst, numel, samples, channels, pool),
-            DType::BF16 => typed::<half::bf16>(dst, numel, samples, channels, pool),
-            DType::F32 => typed::<f32>(dst, numel, samples, channels, pool),
-            DType::F64 => typed::<f64>(dst, numel, samples, channels, pool),
+            DType::Bool => typed::<bool>(dst, numel, samples, channels, with),
+            DType::I8 => typed::<i8>(dst, numel, samples, channels, with),
+            DType::I16 => typed::<i16>(dst, numel, samples, channels, with),
+            DType::I32 => typed::<i32>(dst, numel, samples, channels, with),
+            DType::I64 => typed::<i64>(dst, numel, samples, channels, with),
+            DType::U8 => typed::<u8>(dst, numel, samples, channels, with),
+            DType::U16 => typed::<u16>(dst, numel, samples, channels, with),
+            DType::U32 => typed::<u32>(dst, numel, samples, channels, with),
+            DType::U64 => typed::<u64>(dst, numel, samples, channels, with),
+            DType::F16 => typed::<f16>(dst, numel, samples, channels, with),
+            DType::BF16 => typed::<half::bf16>(dst, numel, samples, channels, with),
+            DType::F32 => typed::<f32>(dst, numel, samples, channels, with),
+            DType::F64 => typed::<f64>(dst, numel, samples, channels, with),
         }
     }
 }
@@ -316,13 +317,15 @@ mod tests {
         let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         let shape = [2, 3, 4];
         for channels in [None, Some(4)] {
-            let t = Tensors::Tch(assemble_cpu(DType::F32, &shape, &refs, channels, None).unwrap());
+            let t = Tensors::Tch(
+                assemble_cpu(DType::F32, &shape, &refs, channels, (None, None)).unwrap(),
+            );
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(2)
                 .build()
                 .unwrap();
             let parallel = Tensors::Tch(
-                assemble_cpu(DType::F32, &shape, &refs, channels, Some(&pool)).unwrap(),
+                assemble_cpu(DType::F32, &shape, &refs, channels, (Some(&pool), None)).unwrap(),
             );
             assert_eq!(t.as_bytes(), parallel.as_bytes(), "one thread and a pool");
             let batch_shape: Vec<usize> = match channels {
@@ -343,7 +346,7 @@ mod tests {
         // A CUDA batch arrives in stored layout and is permuted there: here, on the CPU.
         let owned = samples();
         let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-        let stored = assemble_cpu(DType::F32, &[2, 3, 4], &refs, None, None).unwrap();
+        let stored = assemble_cpu(DType::F32, &[2, 3, 4], &refs, None, (None, None)).unwrap();
         let moved = Tensors::Tch(TchTensor(channels_first(stored.0, Some(4)).unwrap()));
         let nd = crate::batch::build_tensors(DType::F32, &[3, 4, 2, 3], &refs, Some(4)).unwrap();
         assert_eq!(moved.shape(), vec![3, 4, 2, 3]);

@@ -9,7 +9,7 @@ use voxlake_table::{Snapshot, TableOptions};
 use crate::error::StreamError;
 use crate::kept::Kept;
 use crate::pipeline::{Inner, TableStream};
-use crate::read_options::ReadOptions;
+use crate::read_options::{ReadOptions, Verify};
 use crate::stats::Counters;
 use voxlake_io::depth::Depth;
 use voxlake_io::inflight::Slots;
@@ -134,7 +134,7 @@ impl StreamBuilder {
             self.read
                 .columns
                 .unwrap_or_else(|| default_columns(&snapshot)),
-            self.read.verify,
+            self.read.verify != Verify::Off,
             &snapshot,
         );
         TableStream {
@@ -156,6 +156,7 @@ impl StreamBuilder {
                 snapshot,
                 columns,
                 hooks: self.read.hooks,
+                verify: self.read.verify,
                 budget: Arc::new(Semaphore::new(kib)),
                 budget_bytes: kib as u64 * 1024,
                 slots: Slots::new(depth),

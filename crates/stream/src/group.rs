@@ -7,7 +7,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use voxlake_table::rows::copy_rows;
 
 use crate::error::StreamError;
-use crate::kept::{Kept, KeptGroup, Share, keep_key};
+use crate::kept::{Checks, Kept, KeptGroup, Share, keep_key};
 use voxlake_plan::order::Unit;
 
 /// A decoded row group, with its share of the memory budget: the budget is given back when
@@ -28,6 +28,8 @@ pub struct RowGroupBatch {
     /// Under a filter: the row group's first row in the file and the rows of it selected
     /// (the unit's rows count only those).
     file_rows: Option<(u64, Option<Arc<[u32]>>)>,
+    /// Where the consumer checks each row before it uses it ([`check_row`](Self::check_row)).
+    checks: Checks,
 }
 
 impl RowGroupBatch {
@@ -44,6 +46,7 @@ impl RowGroupBatch {
             rows: None,
             share: Arc::new(Share::new(permit)),
             file_rows: None,
+            checks: None,
         }
     }
 
@@ -58,16 +61,22 @@ impl RowGroupBatch {
             batch,
             permit,
             file_rows,
+            checks,
         } = group;
         let mut batch = RowGroupBatch::new(batch, unit, position, permit);
         batch.file_rows = file_rows;
+        batch.checks = checks;
         batch.kept_in(kept)
     }
 
     /// Has the row group kept in `kept` when its last clone is dropped.
     pub(crate) fn kept_in(mut self, kept: &Arc<Kept>) -> Self {
         if self.rows.is_none() {
-            let group = (self.batch.clone(), self.file_rows.clone());
+            let group = (
+                self.batch.clone(),
+                self.file_rows.clone(),
+                self.checks.clone(),
+            );
             Share::keep_in(&mut self.share, kept, keep_key(&self.unit), group);
         }
         self
@@ -76,7 +85,7 @@ impl RowGroupBatch {
     /// The row group `share` holds (a whole one, read for another unit still in use), as
     /// `unit` at `position`: its memory and budget share are that read's.
     pub(crate) fn sharing(share: Arc<Share>, unit: Arc<Unit>, position: u64) -> Option<Self> {
-        let (batch, file_rows) = share.whole()?;
+        let (batch, file_rows, checks) = share.whole()?;
         Some(RowGroupBatch {
             batch,
             unit,
@@ -84,6 +93,7 @@ impl RowGroupBatch {
             rows: None,
             file_rows,
             share,
+            checks,
         })
     }
 
@@ -136,6 +146,11 @@ impl RowGroupBatch {
             .ok_or_else(|| fail(format!("an index past its {} rows", self.batch.num_rows())))?
             .into();
         let batch = copy_rows(&self.batch, indices).map_err(|e| fail(e.to_string()))?;
+        // The copy's rows are checked as they are used, like the row group's.
+        let checks = match &self.checks {
+            Some(checks) => checks.for_copy(&batch)?.map(Arc::new),
+            None => None,
+        };
         let total = self.batch.num_rows().max(1);
         let share = match Arc::try_unwrap(self.share) {
             Ok(share) => Arc::new(share.for_rows(indices.len(), total)),
@@ -148,6 +163,7 @@ impl RowGroupBatch {
             rows: Some(rows),
             share,
             file_rows: self.file_rows,
+            checks,
         })
     }
 
@@ -162,6 +178,23 @@ impl RowGroupBatch {
                 Some(first + u64::from(*selected.get(usize::try_from(row).ok()?)?))
             }
         }
+    }
+
+    /// Checks row `i` of [`batch`](Self::batch) against its checksum where the stream leaves
+    /// that to its consumer ([`Verify::OnUse`](crate::Verify::OnUse); else there is nothing
+    /// left to check): a row found whole is not read again, a corrupt one is an error naming
+    /// file, row group, row and id, each time it is checked.
+    pub fn check_row(&self, i: usize) -> Result<(), StreamError> {
+        match &self.checks {
+            Some(checks) => Ok(checks.check(i)?),
+            None => Ok(()),
+        }
+    }
+
+    /// Has the consumer check the rows with `checks` ([`check_row`](Self::check_row)).
+    pub(crate) fn with_checks(mut self, checks: Checks) -> Self {
+        self.checks = checks;
+        self
     }
 
     /// Marks the batch as the rows `selected` (all: `None`) of its row group, whose first row

@@ -24,6 +24,13 @@ pub(crate) type GroupKey = (usize, usize);
 /// Under a filter: the row group's first row in the file and the rows of it selected.
 pub(crate) type FileRows = Option<(u64, Option<Arc<[u32]>>)>;
 
+/// Its rows' checks, where the consumer checks each row before using it (`Verify::OnUse`).
+pub(crate) type Checks = Option<Arc<voxlake_table::checksums::RowChecks>>;
+
+/// A whole row group as kept and shared: its columns, the rows of the file they are, their
+/// checks (which remember the rows found whole).
+pub(crate) type Whole = (RecordBatch, FileRows, Checks);
+
 /// The row group a unit reads, as its kept and shared reads know it.
 pub(crate) fn keep_key(unit: &Unit) -> GroupKey {
     (unit.file, unit.row_group)
@@ -36,6 +43,7 @@ pub(crate) struct KeptGroup {
     pub(crate) batch: RecordBatch,
     pub(crate) permit: OwnedSemaphorePermit,
     pub(crate) file_rows: FileRows,
+    pub(crate) checks: Checks,
 }
 
 /// A row group's budget share, and where the row group goes once the last holder of the share
@@ -52,6 +60,7 @@ struct Keep {
     to: Weak<Kept>,
     batch: RecordBatch,
     file_rows: FileRows,
+    checks: Checks,
     key: GroupKey,
 }
 
@@ -67,21 +76,17 @@ impl Share {
     /// Has the whole row group `group` kept in `kept` as `key` when `share` is dropped, and
     /// notes it there as in use meanwhile; nothing where `share` is not the only reference or
     /// `kept` keeps nothing.
-    pub(crate) fn keep_in(
-        share: &mut Arc<Share>,
-        kept: &Arc<Kept>,
-        key: GroupKey,
-        group: (RecordBatch, FileRows),
-    ) {
+    pub(crate) fn keep_in(share: &mut Arc<Share>, kept: &Arc<Kept>, key: GroupKey, group: Whole) {
         if !kept.enabled {
             return;
         }
         if let Some(only) = Arc::get_mut(share) {
-            let (batch, file_rows) = group;
+            let (batch, file_rows, checks) = group;
             only.keep = Some(Keep {
                 to: Arc::downgrade(kept),
                 batch,
                 file_rows,
+                checks,
                 key,
             });
             kept.register(key, Arc::downgrade(share));
@@ -89,9 +94,13 @@ impl Share {
     }
 
     /// The whole row group this share keeps, if it does.
-    pub(crate) fn whole(&self) -> Option<(RecordBatch, FileRows)> {
+    pub(crate) fn whole(&self) -> Option<Whole> {
         let keep = self.keep.as_ref()?;
-        Some((keep.batch.clone(), keep.file_rows.clone()))
+        Some((
+            keep.batch.clone(),
+            keep.file_rows.clone(),
+            keep.checks.clone(),
+        ))
     }
 
     /// The share of `rows` of the row group's `total` copied out of it: the rest of the budget
@@ -117,6 +126,7 @@ impl Drop for Share {
                 batch: keep.batch,
                 permit,
                 file_rows: keep.file_rows,
+                checks: keep.checks,
             };
             kept.put(keep.key, group);
         }
@@ -295,6 +305,7 @@ mod tests {
             batch,
             permit: budget.clone().try_acquire_many_owned(kib).unwrap(),
             file_rows: None,
+            checks: None,
         }
     }
 
@@ -306,7 +317,7 @@ mod tests {
         let kept = Arc::new(Kept::new(true));
         let whole = group(&budget, 30);
         let mut share = Arc::new(Share::new(whole.permit));
-        Share::keep_in(&mut share, &kept, (3, 1), (whole.batch, None));
+        Share::keep_in(&mut share, &kept, (3, 1), (whole.batch, None, None));
         let shared = kept.live((3, 1)).expect("in use");
         assert!(Arc::ptr_eq(&shared, &share) && shared.whole().is_some());
         assert!(kept.live((3, 0)).is_none());
@@ -316,7 +327,7 @@ mod tests {
         let back = kept.take((3, 1)).unwrap();
         // Rows copied out of it: the rest of its share given back, nothing kept.
         let mut share = Arc::new(Share::new(back.permit));
-        Share::keep_in(&mut share, &kept, (3, 1), (back.batch, None));
+        Share::keep_in(&mut share, &kept, (3, 1), (back.batch, None, None));
         let rows = Arc::try_unwrap(share).unwrap().for_rows(1, 3);
         assert_eq!(budget.available_permits(), 90);
         drop(rows);
@@ -325,7 +336,7 @@ mod tests {
         let off = Arc::new(Kept::new(false));
         let whole = group(&budget, 30);
         let mut share = Arc::new(Share::new(whole.permit));
-        Share::keep_in(&mut share, &off, (3, 1), (whole.batch, None));
+        Share::keep_in(&mut share, &off, (3, 1), (whole.batch, None, None));
         assert!(off.live((3, 1)).is_none() && share.whole().is_none());
         drop(share);
         assert_eq!((off.held(), budget.available_permits()), ((0, 0), 100));

@@ -36,5 +36,5 @@ pub use builder::{StreamBuilder, default_columns};
 pub use error::StreamError;
 pub use group::RowGroupBatch;
 pub use pipeline::TableStream;
-pub use read_options::ReadOptions;
+pub use read_options::{ReadOptions, Verify};
 pub use stats::{BudgetProgress, GroupBudget, StreamStats};

@@ -69,6 +69,8 @@ pub(crate) struct Inner {
     pub(crate) rows_per_file: Vec<u64>,
     pub(crate) columns: Vec<String>,
     pub(crate) hooks: Hooks,
+    /// When rows are checked: on read here, or by the consumer (their checks handed out).
+    pub(crate) verify: crate::Verify,
     pub(crate) budget: Arc<Semaphore>,
     pub(crate) budget_bytes: u64,
     /// Row-group reads in flight (see `depth`), and their most.

@@ -9,18 +9,19 @@ use voxlake_table::hooks::Hooks;
 ///
 /// ```
 /// use voxlake_plan::order::Uneven;
-/// use voxlake_stream::ReadOptions;
+/// use voxlake_stream::{ReadOptions, Verify};
 ///
 /// let read = ReadOptions::default();
-/// assert!(read.verify && read.keep && read.columns.is_none() && read.uneven == Uneven::Pad);
+/// assert!(read.verify == Verify::OnRead && read.keep && read.columns.is_none());
+/// assert_eq!(read.uneven, Uneven::Pad);
 /// ```
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
     /// Columns to read (`None`: id, label and every field of the sample): only their byte
     /// ranges are fetched.
     pub columns: Option<Vec<String>>,
-    /// Verify each row's checksum where the table has them and whole rows are read.
-    pub verify: bool,
+    /// When each row's checksum is verified (where the table has them and whole rows are read).
+    pub verify: Verify,
     /// Pad or drop the rows that do not divide evenly over the ranks.
     pub uneven: Uneven,
     /// Keep row groups in the memory budget's free room from one epoch to the next, so a later
@@ -34,12 +35,29 @@ impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
             columns: None,
-            verify: true,
+            verify: Verify::OnRead,
             uneven: Uneven::Pad,
             keep: true,
             hooks: Hooks::default(),
         }
     }
+}
+
+/// When a stream's rows are checked against their checksums (`row_crc32`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verify {
+    /// Never (the checksum column is not read).
+    Off,
+    /// As each row group is read, on the decode pool: a row group is handed out only once
+    /// every row of it is found whole.
+    OnRead,
+    /// By the consumer, each row just before it uses it
+    /// ([`RowGroupBatch::check_row`](crate::RowGroupBatch::check_row)): the row's bytes come
+    /// from memory once, into the cache its copy reads them from, instead of once for the
+    /// check and again for the copy. A row group is handed out unchecked, so only for a
+    /// consumer that calls `check_row` on every row it uses (the loader does).
+    OnUse,
 }
 
 /// The `with_*` setters of [`ReadOptions`], for a builder with one in its field `$field`:
@@ -58,10 +76,14 @@ macro_rules! read_options_setters {
 
         /// Verify each row's checksum (id, label and every field, where the table has the
         /// `row_crc32` column and whole rows are read; default on): a corrupt row is an error
-        /// naming file, row group, row and id. Costs a CRC-32 of every row on the decode pool:
-        /// a local epoch on 2 cores ran at 0.83 of the rate without it (docs/benchmarks.md).
+        /// naming file, row group, row and id. Costs a CRC-32 of every row
+        /// (docs/benchmarks.md): a stream checks them as it reads each row group, a loader
+        /// each row just before its copy into a batch.
         pub fn with_verify_checksums(mut self, verify: bool) -> Self {
-            self.$field.verify = verify;
+            self.$field.verify = match verify {
+                true => $crate::Verify::OnRead,
+                false => $crate::Verify::Off,
+            };
             self
         }
 

@@ -26,6 +26,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod checksums;
 mod error;
 pub mod filter;
 pub mod hooks;

@@ -7,7 +7,7 @@ use half::{bf16, f16};
 use voxlake_format::DType;
 
 use super::*;
-use crate::fill::{Element, fill_flipped};
+use crate::fill::{Check, Element, fill_flipped};
 use crate::transform::Direct;
 
 impl Assembler {
@@ -45,8 +45,14 @@ impl Assembler {
         let first_bytes = bytes(0);
         let batch_shape = self.batch_shape(self.spec.first(), rows.len(), None);
         let (reuse, given) = self.reusable();
-        let (first, recycled) =
-            first_field(direct, &batch_shape, &first_bytes, &reversed, reuse, pool)?;
+        let check = self.row_check(rows);
+        let (first, recycled) = first_field(
+            direct,
+            &batch_shape,
+            &first_bytes,
+            &reversed,
+            (reuse, pool, Some(&check)),
+        )?;
         if recycled && given {
             self.counters.recycled.fetch_add(1, Ordering::Relaxed);
         }
@@ -74,6 +80,7 @@ impl Assembler {
                         None,
                         None,
                         pool,
+                        None,
                     )?
                     .0
                 }
@@ -94,8 +101,7 @@ fn first_field(
     shape: &[usize],
     samples: &[&[u8]],
     reversed: &[Vec<bool>],
-    reuse: Option<Tensors>,
-    pool: Option<&rayon::ThreadPool>,
+    (reuse, pool, check): (Option<Tensors>, Option<&rayon::ThreadPool>, Check<'_>),
 ) -> Result<(Tensors, bool), LoaderError> {
     let sample = &shape[1..];
     macro_rules! first_as {
@@ -104,7 +110,7 @@ fn first_field(
                 Some(Tensors::$variant(a)) => Some(a),
                 _ => None,
             };
-            let (a, recycled) = batch::build_with(shape, reuse, pool, |i, dst| {
+            let (a, recycled) = batch::build_with(shape, reuse, pool, check, |i, dst| {
                 fill_flipped::<f32, _>(dst, samples[i], sample, &reversed[i], $value)
             })?;
             (Tensors::$variant(a), recycled)
@@ -137,7 +143,7 @@ fn flipped(
         pool: Option<&rayon::ThreadPool>,
     ) -> Result<ndarray::ArrayD<T>, LoaderError> {
         let sample = &shape[1..];
-        let built = batch::build_with(shape, None, pool, |i, dst| {
+        let built = batch::build_with(shape, None, pool, None, |i, dst| {
             fill_flipped::<T, T>(dst, samples[i], sample, &reversed[i], |x| x)
         })?;
         Ok(built.0)
@@ -205,7 +211,7 @@ mod tests {
 
             let reversed = vec![direct.reversed(&mut TransformRng::seed_from_u64(seed), shape.len())];
             let batch: Vec<usize> = std::iter::once(1).chain(shape.iter().copied()).collect();
-            let (got, _) = first_field(&direct, &batch, &[&bytes], &reversed, None, None).unwrap();
+            let (got, _) = first_field(&direct, &batch, &[&bytes], &reversed, (None, None, None)).unwrap();
             let want = sample.tensor.le_bytes().map(|b| b.into_owned());
             prop_assert_eq!(got.as_bytes(), want.as_deref());
             let got_mask = flipped(DType::U8, &batch, &[&mask], &reversed, None).unwrap();

@@ -24,7 +24,7 @@ impl Tensors {
         macro_rules! one {
             ($variant:ident) => {
                 Tensors::$variant(
-                    super::build_with(&batch_shape, None, None, |_, dst| {
+                    super::build_with(&batch_shape, None, None, None, |_, dst| {
                         fill_sample(dst, bytes, None, Dest::Near)
                     })?
                     .0,

@@ -4,6 +4,7 @@
 //! in any stage an error naming the file, and only its kept rows handed on.
 
 use super::*;
+use crate::Verify;
 use crate::kept::{KeptGroup, Share};
 
 /// What a unit's read starts from: its row group as already read, or its budget share to read
@@ -129,7 +130,14 @@ impl Inner {
             group = Some((first_row, selected));
         }
         drop(permit.split(permit.num_permits() - keep));
-        let batch = RowGroupBatch::new(batch, unit, position, permit);
+        let checks = match self.verify {
+            Verify::OnUse => self
+                .snapshot
+                .row_checks(unit.file, unit.row_group, &batch)?
+                .map(Arc::new),
+            _ => None,
+        };
+        let batch = RowGroupBatch::new(batch, unit, position, permit).with_checks(checks);
         let batch = match group {
             Some((first_row, selected)) => batch.with_file_rows(first_row, selected),
             None => batch,
@@ -254,7 +262,13 @@ impl Inner {
             .map_err(StreamError::Internal)?;
         let (batch, timings) = self
             .snapshot
-            .read_row_group_hooked(unit.file, unit.row_group, projection, &self.hooks)
+            .read_row_group_hooked(
+                unit.file,
+                unit.row_group,
+                projection,
+                self.verify == Verify::OnRead,
+                &self.hooks,
+            )
             .await?;
         let c = &self.counters;
         c.fetch_ns

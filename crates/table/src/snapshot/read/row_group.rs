@@ -12,7 +12,7 @@ use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder};
 use parquet::errors::ParquetError;
-use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
+use voxlake_format::CHECKSUM_COLUMN;
 
 use crate::error::TableError;
 use crate::snapshot::Snapshot;
@@ -97,6 +97,7 @@ impl Snapshot {
             index,
             row_group,
             projection,
+            true,
             &crate::hooks::Hooks::default(),
         )
         .await
@@ -106,12 +107,15 @@ impl Snapshot {
     /// group's rows that are read ([`kept_rows`](Self::kept_rows): not deleted, selected by
     /// the filter), taken out of the decoded pages when it keeps only some (on the blocking
     /// pool; copied when it keeps fewer than half, see
-    /// [`copies_kept_rows`](crate::rows::copies_kept_rows)).
+    /// [`copies_kept_rows`](crate::rows::copies_kept_rows)). With `verify`, every row read is
+    /// checked against its checksum where the projection reads it; without, the caller checks
+    /// each row before it uses it ([`row_checks`](Self::row_checks)).
     pub async fn read_row_group_hooked(
         &self,
         index: usize,
         row_group: usize,
         projection: ProjectionMask,
+        verify: bool,
         hooks: &crate::hooks::Hooks,
     ) -> Result<(RecordBatch, ReadTimings), TableError> {
         let metadata = self.view_metadata(index).await?;
@@ -137,27 +141,16 @@ impl Snapshot {
             .map_err(|e| self.task_error("decode", index, e))?
             .map_err(|e| self.file_error(index, ParquetError::ArrowError(e.to_string())))?,
         };
-        if batch.column_by_name(CHECKSUM_COLUMN).is_none() {
+        if !verify || batch.column_by_name(CHECKSUM_COLUMN).is_none() {
             return Ok((batch, timings));
         }
-        // The checksum covers every field the table stores, in order.
-        let fields: Vec<String> = self
-            .stored_sample()
-            .map(|s| s.fields().iter().map(|f| f.name.clone()).collect())
-            .unwrap_or_else(|| vec![TENSOR_COLUMN.to_string()]);
-        let (verified, mismatch) = tokio::task::spawn_blocking(move || {
-            let mismatch = verify_checksums(&batch, &fields);
-            (batch, mismatch)
-        })
-        .await
-        .map_err(|e| self.task_error("verify", index, e))?;
-        if let Some(reason) = mismatch {
-            return Err(TableError::Corrupt {
-                location: self.location.clone(),
-                file: self.path_of(index).to_string(),
-                reason: format!("row group {row_group}, {reason}"),
-            });
-        }
+        let Some(checks) = self.row_checks(index, row_group, &batch)? else {
+            return Ok((batch, timings));
+        };
+        tokio::task::spawn_blocking(move || checks.check_all())
+            .await
+            .map_err(|e| self.task_error("verify", index, e))??;
+        let verified = batch;
         Ok((verified, timings))
     }
 
@@ -402,57 +395,6 @@ pub struct ReadTimings {
 }
 
 type Decoded = (Vec<RecordBatch>, Option<Vec<Range<u64>>>);
-
-/// The first row of `batch` that does not match its recorded checksum, described (also when
-/// the columns it covers, id, label and the tensor `fields` in order, are not there to check:
-/// the projection brings them with it).
-fn verify_checksums(batch: &RecordBatch, fields: &[String]) -> Option<String> {
-    use arrow_array::{Array, BinaryArray, BinaryViewArray, Int64Array, StringArray};
-    let column = |name: &str| batch.column_by_name(name);
-    let sums = column(CHECKSUM_COLUMN)?
-        .as_any()
-        .downcast_ref::<Int64Array>();
-    let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
-    let labels =
-        column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
-    let tensors: Option<Vec<&arrow_array::ArrayRef>> = fields.iter().map(|f| column(f)).collect();
-    let (Some(sums), Some(ids), Some(labels), Some(tensors)) = (sums, ids, labels, tensors) else {
-        return Some(format!(
-            "{CHECKSUM_COLUMN} cannot be checked: {ID_COLUMN} (Utf8), {LABEL_COLUMN} (Int64), {} and {CHECKSUM_COLUMN} (Int64) must all be read",
-            fields.join(", ")
-        ));
-    };
-    fn value(array: &arrow_array::ArrayRef, i: usize) -> &[u8] {
-        if let Some(views) = array.as_any().downcast_ref::<BinaryViewArray>() {
-            views.value(i)
-        } else if let Some(plain) = array.as_any().downcast_ref::<BinaryArray>() {
-            plain.value(i)
-        } else if let Some(text) = array.as_any().downcast_ref::<StringArray>() {
-            text.value(i).as_bytes()
-        } else {
-            &[]
-        }
-    }
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(tensors.len());
-    (0..batch.num_rows()).find_map(|i| {
-        if sums.is_null(i) || ids.is_null(i) {
-            return None;
-        }
-        let label = (!labels.is_null(i)).then(|| labels.value(i));
-        parts.clear();
-        parts.extend(tensors.iter().map(|t| value(t, i)));
-        let (want, got) = (
-            sums.value(i),
-            voxlake_format::row_checksum_of(ids.value(i), label, &parts),
-        );
-        (want != got).then(|| {
-            format!(
-                "row {i} ({}): its CRC-32 is {got:08x}, the table recorded {want:08x} (corrupt data)",
-                ids.value(i)
-            )
-        })
-    })
-}
 
 /// Decodes what the pushed data allows; returns the batches and the ranges still needed.
 fn decode_until_data_needed(decoder: &mut ParquetPushDecoder) -> Result<Decoded, ParquetError> {
