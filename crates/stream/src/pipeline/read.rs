@@ -146,8 +146,8 @@ impl Inner {
     }
 
     /// The unit's row group as a read in use holds it, or as kept since an earlier epoch
-    /// (its rows checked once, on read or at their first use; its pages read in again where they were let go meanwhile:
-    /// an error here, not a fault later).
+    /// (its rows checked once, on read or at their first use; its pages read in again where
+    /// they were let go meanwhile: an error here, not a fault later).
     pub(super) async fn reuse(
         &self,
         reused: Reused,
