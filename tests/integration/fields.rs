@@ -430,22 +430,7 @@ async fn reading_some_fields_reads_only_their_chunks_and_checksums_cover_every_f
     assert!(mask_bytes * 5 < all_bytes, "{mask_bytes} of {all_bytes}");
     // A byte flipped in the mask's chunk is caught by the row checksum, named by row and id.
     let file = voxlake_testkit::data_files(&table).remove(0);
-    let reader =
-        parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&file).unwrap())
-            .unwrap();
-    use parquet::file::reader::FileReader;
-    let chunk = reader
-        .metadata()
-        .row_group(0)
-        .columns()
-        .iter()
-        .find(|c| c.column_path().string() == "mask")
-        .unwrap()
-        .clone();
-    let (start, len) = chunk.byte_range();
-    let mut bytes = std::fs::read(&file).unwrap();
-    bytes[(start + len - 40) as usize] ^= 0x01;
-    std::fs::write(&file, bytes).unwrap();
+    voxlake_testkit::flip_in_chunk(&file, "mask", |start, len| start + len - 40, 0x01);
     let e = first_error(Loader::builder(&path), "a flipped mask byte");
     assert!(e.contains("CRC-32") && e.contains("corrupt"), "{e}");
 }

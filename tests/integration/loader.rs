@@ -830,22 +830,7 @@ async fn a_corrupt_row_is_caught_on_read_on_use_and_by_the_loader() {
     let dir = tempfile::tempdir().unwrap();
     let table = table_of(dir.path(), 8, 21, 4, 1 << 30).await;
     let victim = data_files(&table).remove(0);
-    let reader =
-        parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&victim).unwrap())
-            .unwrap();
-    use parquet::file::reader::FileReader;
-    let chunk = reader
-        .metadata()
-        .row_group(0)
-        .columns()
-        .iter()
-        .find(|c| c.column_path().string() == "tensor")
-        .unwrap()
-        .clone();
-    let (start, len) = chunk.byte_range();
-    let mut bytes = std::fs::read(&victim).unwrap();
-    bytes[(start + len / 2) as usize] ^= 0x10;
-    std::fs::write(&victim, bytes).unwrap();
+    voxlake_testkit::flip_in_chunk(&victim, "tensor", |start, len| start + len / 2, 0x10);
     let path = table.to_str().unwrap();
     let stream = |verify| async move {
         let read = ReadOptions {

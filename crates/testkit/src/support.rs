@@ -227,6 +227,26 @@ pub fn data_files(table: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Flips bit `mask` of one byte of `column`'s chunk in row group 0 of the Parquet `file`: the
+/// byte at `at(start, len)` of the chunk's byte range (a corrupt value, its page intact).
+pub fn flip_in_chunk(file: &Path, column: &str, at: impl Fn(u64, u64) -> u64, mask: u8) {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let reader = SerializedFileReader::new(std::fs::File::open(file).expect("the file"))
+        .expect("a Parquet file");
+    let chunk = reader
+        .metadata()
+        .row_group(0)
+        .columns()
+        .iter()
+        .find(|c| c.column_path().string() == column)
+        .expect("the column")
+        .clone();
+    let (start, len) = chunk.byte_range();
+    let mut bytes = std::fs::read(file).expect("the file");
+    bytes[at(start, len) as usize] ^= mask;
+    std::fs::write(file, bytes).expect("the file written");
+}
+
 /// `compact demo --count COUNT --dir DIR`, which must succeed: DIR holds `cubes/`,
 /// `labels.csv` and `table/`. Returns DIR.
 pub fn compact_demo(dir: &Path, count: usize) -> PathBuf {
