@@ -110,6 +110,10 @@ impl Assembler {
                 .check(Stage::Assemble, &object)
                 .map_err(|e| LoaderError::Stream(StreamError::Internal(e)))?;
             let batch = self.assemble(rows, epoch, index)?;
+            // Checked by the copy already (a row found whole is a bit read again): a path that
+            // copied no tensor field checks here, so no batch leaves unchecked.
+            let check = self.row_check(rows);
+            (0..rows.len()).try_for_each(check)?;
             self.transform_batch(batch, epoch, index)
         }))
         .unwrap_or_else(|panic| {
@@ -272,14 +276,16 @@ impl Assembler {
                 None => tensor_fields
                     .iter()
                     .zip(&samples)
-                    .map(|((i, spec), samples)| {
+                    .enumerate()
+                    .map(|(n, ((i, spec), samples))| {
                         let channels = if *i == 0 { self.channels } else { None };
                         crate::torch::assemble_cpu(
                             spec.dtype(),
                             spec.shape(),
                             samples,
                             channels,
-                            (self.pool.as_deref(), (*i == 0).then_some(&check as _)),
+                            // The first tensor field's copy checks the rows.
+                            (self.pool.as_deref(), (n == 0).then_some(&check as _)),
                         )
                         .map(Tensors::Tch)
                     })
