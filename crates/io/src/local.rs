@@ -227,14 +227,18 @@ pub(crate) fn read_range(
     }
     // SAFETY: the file is an immutable Delta data file (see the module's note on truncation);
     // the mapping is read-only and lives as long as the `Bytes` that view it.
-    let map = unsafe {
-        MmapOptions::new()
-            .offset(range.start)
-            .len(len)
-            .populate()
-            .map(file)
+    let map = unsafe { MmapOptions::new().offset(range.start).len(len).map(file) }
+        .map_err(|e| io_error(path, e))?;
+    // Huge folios for what comes in from disk (see `maps`), then every page read in: a page
+    // that cannot be read is this error, not a `SIGBUS` when it is used.
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    match map.advise(memmap2::Advice::PopulateRead) {
+        // A kernel without MADV_POPULATE_READ (before 5.14): the pages fault in when read.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+        Err(e) => return Err(io_error(path, e)),
+        Ok(()) => {}
     }
-    .map_err(|e| io_error(path, e))?;
     Ok(Bytes::from_owner(map))
 }
 
