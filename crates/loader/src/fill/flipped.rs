@@ -2,19 +2,15 @@
 //! its stored bytes (the copy that makes flips, a normalization and a cast: `assemble/direct`).
 //!
 //! Read with axes reversed, a sample is short runs (the axes after the last reversed one) taken
-//! against memory's order, which the hardware's prefetching does not follow: the walk asks for
-//! each run's lines some runs ahead. (Staging the output in L1 and streaming it into the batch,
-//! as `copy_sample` streams a plain copy, measured slower: docs/benchmarks.md.)
+//! against memory's order. The runs of the last reversed axis lie side by side: they are a loop
+//! of their own, and an odometer over the axes before it moves once a row. The sample's bytes
+//! are in the core's cache when it runs (its row checked just before, `fill::Check`), so the
+//! out-of-order runs cost no trips to memory. (Asking for each run's lines ahead, and staging
+//! the output in L1 to stream it into the batch, measured slower: docs/benchmarks.md.)
 
 use std::mem::MaybeUninit;
 
 use super::Element;
-
-/// How far ahead of the run being read its successors' lines are asked for, in bytes.
-const AHEAD_BYTES: usize = 2 << 10;
-
-/// Lines of a run asked for ahead at most (a longer run is read forward: the hardware follows).
-const AHEAD_LINES: usize = 8;
 
 /// Values mapped at a time: SSE2's four lanes of `f32`.
 const LANES: usize = 4;
@@ -34,17 +30,17 @@ pub(crate) fn fill_flipped<T: Element, U>(
     if dst.is_empty() {
         return;
     }
-    let walk = Walk::new(shape, reversed);
+    let mut walk = Walk::new(shape, reversed);
     let inner = walk.inner;
-    let run_bytes = inner * size;
-    let ahead_runs = (AHEAD_BYTES / run_bytes.max(1)).max(1);
-    let ahead_lines = run_bytes.div_ceil(64).min(AHEAD_LINES);
-    let mut ahead = walk.clone().skip(ahead_runs);
-    for (written, at) in (0..).step_by(inner).zip(walk) {
-        if let Some(next) = ahead.next() {
-            prefetch(&src[next * size..], ahead_lines);
+    // The last walked axis (reversed) is a row of runs `step` apart: a loop of its own, the
+    // odometer moved once a row.
+    let (count, step) = walk.split_last_axis();
+    for (first, row) in walk.zip((0..).step_by(count * inner)) {
+        for j in 0..count {
+            let at = (first as isize + j as isize * step) as usize;
+            let written = row + j * inner;
+            map_run(&mut dst[written..written + inner], src, at, f);
         }
-        map_run(&mut dst[written..written + inner], src, at, f);
     }
 }
 
@@ -88,6 +84,16 @@ impl Walk {
     }
 }
 
+impl Walk {
+    /// Takes the last walked axis out of the odometer: its length and signed step (one run of
+    /// `inner` values when no axis is reversed), walked by the caller for each offset the
+    /// odometer gives.
+    fn split_last_axis(&mut self) -> (usize, isize) {
+        self.at.pop();
+        self.axes.pop().unwrap_or((1, 0))
+    }
+}
+
 impl Iterator for Walk {
     type Item = usize;
 
@@ -108,21 +114,6 @@ impl Iterator for Walk {
         }
         Some(now)
     }
-}
-
-/// Asks memory for the first `lines` cache lines of `bytes` (those it has).
-#[inline(always)]
-fn prefetch(bytes: &[u8], lines: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for line in (0..bytes.len()).step_by(64).take(lines) {
-        // SAFETY: a prefetch reads nothing and cannot fault; the address is within `bytes`.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(line).cast());
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bytes, lines);
 }
 
 /// Writes `out.len()` values from element `at` of `src` (little-endian `T`s), mapped by `f`,
