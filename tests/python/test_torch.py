@@ -66,13 +66,25 @@ def test_exceptions_pickle_and_are_the_builtins_users_catch(table, tmp_path):
 
 
 def broken_copy(table, tmp_path, how: str) -> str:
-    """A copy of `table` with one of its data files corrupt (garbled in the middle) or gone."""
+    """A copy of `table` with one of its data files corrupt (garbled in the middle, or one bit of
+    a tensor flipped, its pages intact: only the row's checksum tells) or gone."""
     copy = str(tmp_path / f"broken-{how}")
     shutil.copytree(table, copy)
     data = sorted(f for f in os.listdir(copy) if f.endswith(".parquet"))
     victim = os.path.join(copy, data[len(data) // 2])
     if how == "missing":
         os.remove(victim)
+    elif how == "flipped":
+        import pyarrow.parquet as pq
+        group = pq.ParquetFile(victim).metadata.row_group(0)
+        chunk = next(group.column(i) for i in range(group.num_columns)
+                     if group.column(i).path_in_schema == "tensor")
+        at = chunk.data_page_offset + chunk.total_compressed_size // 2
+        with open(victim, "r+b") as f:
+            f.seek(at)
+            byte = f.read(1)[0]
+            f.seek(at)
+            f.write(bytes([byte ^ 0x10]))
     else:
         size = os.path.getsize(victim)
         with open(victim, "r+b") as f:
@@ -81,7 +93,7 @@ def broken_copy(table, tmp_path, how: str) -> str:
     return copy
 
 
-@pytest.mark.parametrize("how", ["corrupt", "missing"])
+@pytest.mark.parametrize("how", ["corrupt", "flipped", "missing"])
 @pytest.mark.parametrize("workers,context,persistent", [
     (0, None, False), (2, "fork", False), (2, "spawn", False), (2, "fork", True), (2, "spawn", True),
 ])
@@ -95,6 +107,8 @@ def test_an_error_in_a_worker_is_raised_in_the_main_process(table, tmp_path, how
         for _ in dl:
             pass
     assert ".parquet" in str(caught.value), caught.value
+    if how == "flipped":
+        assert "CRC-32" in str(caught.value), caught.value
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
