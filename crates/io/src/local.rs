@@ -233,12 +233,7 @@ pub(crate) fn read_range(
     // that cannot be read is this error, not a `SIGBUS` when it is used.
     #[cfg(target_os = "linux")]
     let _ = map.advise(memmap2::Advice::HugePage);
-    match map.advise(memmap2::Advice::PopulateRead) {
-        // A kernel without MADV_POPULATE_READ (before 5.14): the pages fault in when read.
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-        Err(e) => return Err(io_error(path, e)),
-        Ok(()) => {}
-    }
+    fault_in(&map).map_err(|e| io_error(path, e))?;
     Ok(Bytes::from_owner(map))
 }
 

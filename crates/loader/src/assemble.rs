@@ -112,8 +112,7 @@ impl Assembler {
             let batch = self.assemble(rows, epoch, index)?;
             // Checked by the copy already (a row found whole is a bit read again): a path that
             // copied no tensor field checks here, so no batch leaves unchecked.
-            let check = self.row_check(rows);
-            (0..rows.len()).try_for_each(check)?;
+            rows.iter().try_for_each(Self::check_row)?;
             self.transform_batch(batch, epoch, index)
         }))
         .unwrap_or_else(|panic| {
@@ -125,12 +124,20 @@ impl Assembler {
         })
     }
 
-    /// Checks the row of sample `i` against its checksum (the stream leaves that to the
-    /// loader): for the copy of the batch's first field ([`Check`](crate::fill::Check)), which
-    /// checks each row just before it copies it.
+    /// Checks `row` against its checksum (the stream leaves that to the loader; once a row).
+    fn check_row(row: &Row) -> Result<(), LoaderError> {
+        row.group
+            .data
+            .check_row(row.index)
+            .map_err(LoaderError::Stream)
+    }
+
+    /// [`check_row`](Self::check_row) of sample `i` of `rows`, for the copy of the batch's
+    /// first field ([`Check`](crate::fill::Check)), which checks each row just before it
+    /// copies it.
     fn row_check(&self, rows: &[Row]) -> impl Fn(usize) -> Result<(), LoaderError> + Sync {
         |i: usize| match rows.get(i) {
-            Some(r) => r.group.data.check_row(r.index).map_err(LoaderError::Stream),
+            Some(r) => Self::check_row(r),
             None => Err(LoaderError::Internal(format!(
                 "sample {i} of a batch of {} rows",
                 rows.len()
@@ -138,16 +145,15 @@ impl Assembler {
         }
     }
 
-    /// Checks every row against its checksum, on the pool's threads: before a copy that does
-    /// not check each row itself (a per-sample transform's, a device's staging).
+    /// Checks every row on the pool's threads: before a copy that does not check each row
+    /// itself (a per-sample transform's, a device's staging).
     fn check_rows(&self, rows: &[Row]) -> Result<(), LoaderError> {
-        let check = |r: &Row| r.group.data.check_row(r.index).map_err(LoaderError::Stream);
         match &self.pool {
             Some(pool) if rows.len() > 1 => {
                 use rayon::prelude::*;
-                pool.install(|| rows.par_iter().try_for_each(check))
+                pool.install(|| rows.par_iter().try_for_each(Self::check_row))
             }
-            _ => rows.iter().try_for_each(check),
+            _ => rows.iter().try_for_each(Self::check_row),
         }
     }
 
@@ -284,8 +290,9 @@ impl Assembler {
                             spec.shape(),
                             samples,
                             channels,
+                            self.pool.as_deref(),
                             // The first tensor field's copy checks the rows.
-                            (self.pool.as_deref(), (n == 0).then_some(&check as _)),
+                            (n == 0).then_some(&check as _),
                         )
                         .map(Tensors::Tch)
                     })

@@ -168,7 +168,8 @@ impl<C: Copier> DeviceFeed<C> {
                     numel,
                     field.samples,
                     None,
-                    (pool, None),
+                    pool,
+                    None,
                 )
             }
             .map_err(|e| e.to_string())?;

@@ -293,7 +293,7 @@ impl LoaderBuilder {
             .with_shard(shard)
             .with_read_options(ReadOptions {
                 columns: Some(columns.unwrap_or_else(|| default_columns(&snapshot))),
-                // Each row is checked as it is copied into a batch (`Assembler::check_rows`).
+                // Each row is checked just before its copy into a batch (`fill::Check`).
                 verify: match self.read.verify {
                     Verify::OnRead => Verify::OnUse,
                     other => other,

@@ -119,7 +119,8 @@ pub(crate) fn assemble_cpu(
     sample_shape: &[usize],
     samples: &[&[u8]],
     channels: Option<usize>,
-    (pool, check): (Option<&rayon::ThreadPool>, Check<'_>),
+    pool: Option<&rayon::ThreadPool>,
+    check: Check<'_>,
 ) -> Result<TchTensor, LoaderError> {
     let kind = kind_of(dtype)?;
     let numel: usize = sample_shape.iter().product();
@@ -136,7 +137,7 @@ pub(crate) fn assemble_cpu(
         None => shape.extend(sample_shape.iter().map(|&d| d as i64)),
     }
     let host = Tensor::empty(shape.as_slice(), (kind, Device::Cpu));
-    fill(&host, dtype, numel, samples, channels, (pool, check))?;
+    fill(&host, dtype, numel, samples, channels, pool, check)?;
     Ok(TchTensor(host))
 }
 
@@ -223,7 +224,8 @@ fn fill(
     numel: usize,
     samples: &[&[u8]],
     channels: Option<usize>,
-    (pool, check): (Option<&rayon::ThreadPool>, Check<'_>),
+    pool: Option<&rayon::ThreadPool>,
+    check: Check<'_>,
 ) -> Result<(), LoaderError> {
     let len = numel * samples.len();
     assert_eq!(host.numel(), len, "tensor size");
@@ -241,7 +243,8 @@ fn fill(
             numel,
             samples,
             channels,
-            (pool, check),
+            pool,
+            check,
         )
     }
 }
@@ -258,14 +261,16 @@ pub(crate) unsafe fn fill_raw(
     numel: usize,
     samples: &[&[u8]],
     channels: Option<usize>,
-    (pool, check): (Option<&rayon::ThreadPool>, Check<'_>),
+    pool: Option<&rayon::ThreadPool>,
+    check: Check<'_>,
 ) -> Result<(), LoaderError> {
     unsafe fn typed<T: Element>(
         dst: *mut u8,
         numel: usize,
         samples: &[&[u8]],
         channels: Option<usize>,
-        (pool, check): (Option<&rayon::ThreadPool>, Check<'_>),
+        pool: Option<&rayon::ThreadPool>,
+        check: Check<'_>,
     ) -> Result<(), LoaderError> {
         assert!(dst.cast::<T>().is_aligned(), "batch memory alignment");
         let len = numel * samples.len();
@@ -275,23 +280,22 @@ pub(crate) unsafe fn fill_raw(
             fill_sample(dst, samples[i], channels, Dest::Batch);
         })
     }
-    let with = (pool, check);
     // SAFETY (each arm): the caller's contract, for the element type of `dtype`.
     unsafe {
         match dtype {
-            DType::Bool => typed::<bool>(dst, numel, samples, channels, with),
-            DType::I8 => typed::<i8>(dst, numel, samples, channels, with),
-            DType::I16 => typed::<i16>(dst, numel, samples, channels, with),
-            DType::I32 => typed::<i32>(dst, numel, samples, channels, with),
-            DType::I64 => typed::<i64>(dst, numel, samples, channels, with),
-            DType::U8 => typed::<u8>(dst, numel, samples, channels, with),
-            DType::U16 => typed::<u16>(dst, numel, samples, channels, with),
-            DType::U32 => typed::<u32>(dst, numel, samples, channels, with),
-            DType::U64 => typed::<u64>(dst, numel, samples, channels, with),
-            DType::F16 => typed::<f16>(dst, numel, samples, channels, with),
-            DType::BF16 => typed::<half::bf16>(dst, numel, samples, channels, with),
-            DType::F32 => typed::<f32>(dst, numel, samples, channels, with),
-            DType::F64 => typed::<f64>(dst, numel, samples, channels, with),
+            DType::Bool => typed::<bool>(dst, numel, samples, channels, pool, check),
+            DType::I8 => typed::<i8>(dst, numel, samples, channels, pool, check),
+            DType::I16 => typed::<i16>(dst, numel, samples, channels, pool, check),
+            DType::I32 => typed::<i32>(dst, numel, samples, channels, pool, check),
+            DType::I64 => typed::<i64>(dst, numel, samples, channels, pool, check),
+            DType::U8 => typed::<u8>(dst, numel, samples, channels, pool, check),
+            DType::U16 => typed::<u16>(dst, numel, samples, channels, pool, check),
+            DType::U32 => typed::<u32>(dst, numel, samples, channels, pool, check),
+            DType::U64 => typed::<u64>(dst, numel, samples, channels, pool, check),
+            DType::F16 => typed::<f16>(dst, numel, samples, channels, pool, check),
+            DType::BF16 => typed::<half::bf16>(dst, numel, samples, channels, pool, check),
+            DType::F32 => typed::<f32>(dst, numel, samples, channels, pool, check),
+            DType::F64 => typed::<f64>(dst, numel, samples, channels, pool, check),
         }
     }
 }
@@ -318,14 +322,14 @@ mod tests {
         let shape = [2, 3, 4];
         for channels in [None, Some(4)] {
             let t = Tensors::Tch(
-                assemble_cpu(DType::F32, &shape, &refs, channels, (None, None)).unwrap(),
+                assemble_cpu(DType::F32, &shape, &refs, channels, None, None).unwrap(),
             );
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(2)
                 .build()
                 .unwrap();
             let parallel = Tensors::Tch(
-                assemble_cpu(DType::F32, &shape, &refs, channels, (Some(&pool), None)).unwrap(),
+                assemble_cpu(DType::F32, &shape, &refs, channels, Some(&pool), None).unwrap(),
             );
             assert_eq!(t.as_bytes(), parallel.as_bytes(), "one thread and a pool");
             let batch_shape: Vec<usize> = match channels {
@@ -346,7 +350,7 @@ mod tests {
         // A CUDA batch arrives in stored layout and is permuted there: here, on the CPU.
         let owned = samples();
         let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-        let stored = assemble_cpu(DType::F32, &[2, 3, 4], &refs, None, (None, None)).unwrap();
+        let stored = assemble_cpu(DType::F32, &[2, 3, 4], &refs, None, None, None).unwrap();
         let moved = Tensors::Tch(TchTensor(channels_first(stored.0, Some(4)).unwrap()));
         let nd = crate::batch::build_tensors(DType::F32, &[3, 4, 2, 3], &refs, Some(4)).unwrap();
         assert_eq!(moved.shape(), vec![3, 4, 2, 3]);

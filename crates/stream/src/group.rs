@@ -7,7 +7,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use voxlake_table::rows::copy_rows;
 
 use crate::error::StreamError;
-use crate::kept::{Checks, Kept, KeptGroup, Share, keep_key};
+use crate::kept::{Checks, Kept, KeptGroup, Share, Whole, keep_key};
 use voxlake_plan::order::Unit;
 
 /// A decoded row group, with its share of the memory budget: the budget is given back when
@@ -57,26 +57,21 @@ impl RowGroupBatch {
         position: u64,
         kept: &Arc<Kept>,
     ) -> Self {
-        let KeptGroup {
-            batch,
-            permit,
-            file_rows,
-            checks,
-        } = group;
-        let mut batch = RowGroupBatch::new(batch, unit, position, permit);
-        batch.file_rows = file_rows;
-        batch.checks = checks;
+        let KeptGroup { whole, permit } = group;
+        let mut batch = RowGroupBatch::new(whole.batch, unit, position, permit);
+        batch.file_rows = whole.file_rows;
+        batch.checks = whole.checks;
         batch.kept_in(kept)
     }
 
     /// Has the row group kept in `kept` when its last clone is dropped.
     pub(crate) fn kept_in(mut self, kept: &Arc<Kept>) -> Self {
         if self.rows.is_none() {
-            let group = (
-                self.batch.clone(),
-                self.file_rows.clone(),
-                self.checks.clone(),
-            );
+            let group = Whole {
+                batch: self.batch.clone(),
+                file_rows: self.file_rows.clone(),
+                checks: self.checks.clone(),
+            };
             Share::keep_in(&mut self.share, kept, keep_key(&self.unit), group);
         }
         self
@@ -85,15 +80,15 @@ impl RowGroupBatch {
     /// The row group `share` holds (a whole one, read for another unit still in use), as
     /// `unit` at `position`: its memory and budget share are that read's.
     pub(crate) fn sharing(share: Arc<Share>, unit: Arc<Unit>, position: u64) -> Option<Self> {
-        let (batch, file_rows, checks) = share.whole()?;
+        let whole = share.whole()?;
         Some(RowGroupBatch {
-            batch,
+            batch: whole.batch,
             unit,
             position,
             rows: None,
-            file_rows,
+            file_rows: whole.file_rows,
             share,
-            checks,
+            checks: whole.checks,
         })
     }
 

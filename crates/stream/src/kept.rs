@@ -27,23 +27,25 @@ pub(crate) type FileRows = Option<(u64, Option<Arc<[u32]>>)>;
 /// Its rows' checks, where the consumer checks each row before using it (`Verify::OnUse`).
 pub(crate) type Checks = Option<Arc<voxlake_table::checksums::RowChecks>>;
 
-/// A whole row group as kept and shared: its columns, the rows of the file they are, their
-/// checks (which remember the rows found whole).
-pub(crate) type Whole = (RecordBatch, FileRows, Checks);
+/// A whole row group as kept and shared: its columns, the rows of the file they are (under a
+/// filter), their checks (which remember the rows found whole).
+#[derive(Debug, Clone)]
+pub(crate) struct Whole {
+    pub(crate) batch: RecordBatch,
+    pub(crate) file_rows: FileRows,
+    pub(crate) checks: Checks,
+}
 
 /// The row group a unit reads, as its kept and shared reads know it.
 pub(crate) fn keep_key(unit: &Unit) -> GroupKey {
     (unit.file, unit.row_group)
 }
 
-/// A kept row group: its decoded columns, what they hold of the budget, and (under a filter)
-/// the rows of the file they are.
+/// A kept row group and what it holds of the budget.
 #[derive(Debug)]
 pub(crate) struct KeptGroup {
-    pub(crate) batch: RecordBatch,
+    pub(crate) whole: Whole,
     pub(crate) permit: OwnedSemaphorePermit,
-    pub(crate) file_rows: FileRows,
-    pub(crate) checks: Checks,
 }
 
 /// A row group's budget share, and where the row group goes once the last holder of the share
@@ -58,9 +60,7 @@ pub(crate) struct Share {
 #[derive(Debug)]
 struct Keep {
     to: Weak<Kept>,
-    batch: RecordBatch,
-    file_rows: FileRows,
-    checks: Checks,
+    whole: Whole,
     key: GroupKey,
 }
 
@@ -81,12 +81,9 @@ impl Share {
             return;
         }
         if let Some(only) = Arc::get_mut(share) {
-            let (batch, file_rows, checks) = group;
             only.keep = Some(Keep {
                 to: Arc::downgrade(kept),
-                batch,
-                file_rows,
-                checks,
+                whole: group,
                 key,
             });
             kept.register(key, Arc::downgrade(share));
@@ -95,12 +92,7 @@ impl Share {
 
     /// The whole row group this share keeps, if it does.
     pub(crate) fn whole(&self) -> Option<Whole> {
-        let keep = self.keep.as_ref()?;
-        Some((
-            keep.batch.clone(),
-            keep.file_rows.clone(),
-            keep.checks.clone(),
-        ))
+        Some(self.keep.as_ref()?.whole.clone())
     }
 
     /// The share of `rows` of the row group's `total` copied out of it: the rest of the budget
@@ -123,10 +115,8 @@ impl Drop for Share {
             && let Some(kept) = keep.to.upgrade()
         {
             let group = KeptGroup {
-                batch: keep.batch,
+                whole: keep.whole,
                 permit,
-                file_rows: keep.file_rows,
-                checks: keep.checks,
             };
             kept.put(keep.key, group);
         }
@@ -302,10 +292,12 @@ mod tests {
         )
         .unwrap();
         KeptGroup {
-            batch,
+            whole: Whole {
+                batch,
+                file_rows: None,
+                checks: None,
+            },
             permit: budget.clone().try_acquire_many_owned(kib).unwrap(),
-            file_rows: None,
-            checks: None,
         }
     }
 
@@ -317,7 +309,7 @@ mod tests {
         let kept = Arc::new(Kept::new(true));
         let whole = group(&budget, 30);
         let mut share = Arc::new(Share::new(whole.permit));
-        Share::keep_in(&mut share, &kept, (3, 1), (whole.batch, None, None));
+        Share::keep_in(&mut share, &kept, (3, 1), whole.whole);
         let shared = kept.live((3, 1)).expect("in use");
         assert!(Arc::ptr_eq(&shared, &share) && shared.whole().is_some());
         assert!(kept.live((3, 0)).is_none());
@@ -327,7 +319,7 @@ mod tests {
         let back = kept.take((3, 1)).unwrap();
         // Rows copied out of it: the rest of its share given back, nothing kept.
         let mut share = Arc::new(Share::new(back.permit));
-        Share::keep_in(&mut share, &kept, (3, 1), (back.batch, None, None));
+        Share::keep_in(&mut share, &kept, (3, 1), back.whole);
         let rows = Arc::try_unwrap(share).unwrap().for_rows(1, 3);
         assert_eq!(budget.available_permits(), 90);
         drop(rows);
@@ -336,7 +328,7 @@ mod tests {
         let off = Arc::new(Kept::new(false));
         let whole = group(&budget, 30);
         let mut share = Arc::new(Share::new(whole.permit));
-        Share::keep_in(&mut share, &off, (3, 1), (whole.batch, None, None));
+        Share::keep_in(&mut share, &off, (3, 1), whole.whole);
         assert!(off.live((3, 1)).is_none() && share.whole().is_none());
         drop(share);
         assert_eq!((off.held(), budget.available_permits()), ((0, 0), 100));

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use memmap2::{Advice, Mmap, MmapOptions};
+use memmap2::{Mmap, MmapOptions};
 
 /// File bytes whose mappings are kept at most (address space: the pages' table entries go
 /// with their views).
@@ -114,13 +114,14 @@ impl FileMaps {
         };
         let map = self.mapping(file, path, id)?;
         let (start, len) = (range.start as usize, (range.end - range.start) as usize);
-        match map.advise_range(Advice::PopulateRead, start, len) {
-            // A kernel without MADV_POPULATE_READ (before 5.14): the pages fault in when read.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            // A page that cannot be read in: an error here, not a SIGBUS later.
-            Err(e) => return Err(e),
-            Ok(()) => {}
-        }
+        let bytes = map.get(start..start + len).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("range {range:?} is past the end of the mapped file"),
+            )
+        })?;
+        // A page that cannot be read in: an error here, not a SIGBUS later.
+        super::fault_in(bytes)?;
         Ok(Bytes::from_owner(View {
             map,
             range: start..start + len,
@@ -154,7 +155,7 @@ impl FileMaps {
         // table entries was a third of a mapped epoch's CPU (docs/benchmarks.md). Advice only:
         // a kernel or file system without huge folios maps pages as before.
         #[cfg(target_os = "linux")]
-        let _ = map.advise(Advice::HugePage);
+        let _ = map.advise(memmap2::Advice::HugePage);
         let map = Arc::new(map);
         if let Some(old) = kept.by_path.insert(
             path.to_path_buf(),
@@ -196,46 +197,43 @@ impl FileMaps {
 mod tests {
     use super::*;
 
-    /// The resident kilobytes of this process's mappings of `file` (`/proc/self/smaps`).
+    /// The fields of this process's mappings of `file` (`/proc/self/smaps`): `(name, value)`.
     #[cfg(target_os = "linux")]
-    fn resident_kb(file: &Path) -> u64 {
+    fn smaps_fields(file: &Path) -> Vec<(String, String)> {
         let name = file.canonicalize().unwrap();
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut ours = false;
-        let mut kb = 0;
+        let mut fields = Vec::new();
         for line in smaps.lines() {
             // A mapping's header starts with its address range (`7f..-7f..`); its fields follow.
             let first = line.split_whitespace().next().unwrap_or_default();
             if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
                 ours = line.ends_with(name.to_str().unwrap());
-            } else if ours && let Some(v) = line.strip_prefix("Rss:") {
-                kb += v
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .unwrap();
+            } else if ours && let Some((key, value)) = line.split_once(':') {
+                fields.push((key.to_string(), value.trim().to_string()));
             }
         }
-        kb
+        fields
     }
 
-    /// The `VmFlags` of this process's mappings of `file` (`/proc/self/smaps`).
+    /// The resident kilobytes of this process's mappings of `file`.
+    #[cfg(target_os = "linux")]
+    fn resident_kb(file: &Path) -> u64 {
+        smaps_fields(file)
+            .iter()
+            .filter(|(k, _)| k == "Rss")
+            .map(|(_, v)| v.trim_end_matches("kB").trim().parse::<u64>().unwrap())
+            .sum()
+    }
+
+    /// The `VmFlags` of this process's mappings of `file`.
     #[cfg(target_os = "linux")]
     fn vm_flags(file: &Path) -> Vec<String> {
-        let name = file.canonicalize().unwrap();
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut ours = false;
-        let mut flags = Vec::new();
-        for line in smaps.lines() {
-            let first = line.split_whitespace().next().unwrap_or_default();
-            if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-                ours = line.ends_with(name.to_str().unwrap());
-            } else if ours && let Some(v) = line.strip_prefix("VmFlags:") {
-                flags.extend(v.split_whitespace().map(String::from));
-            }
-        }
-        flags
+        smaps_fields(file)
+            .iter()
+            .filter(|(k, _)| k == "VmFlags")
+            .flat_map(|(_, v)| v.split_whitespace().map(String::from).collect::<Vec<_>>())
+            .collect()
     }
 
     /// A file's mapping asks for huge pages (`hg`: `MADV_HUGEPAGE`), so what it reads in comes

@@ -51,7 +51,9 @@ impl Assembler {
             &batch_shape,
             &first_bytes,
             &reversed,
-            (reuse, pool, Some(&check)),
+            reuse,
+            pool,
+            Some(&check),
         )?;
         if recycled && given {
             self.counters.recycled.fetch_add(1, Ordering::Relaxed);
@@ -101,7 +103,9 @@ fn first_field(
     shape: &[usize],
     samples: &[&[u8]],
     reversed: &[Vec<bool>],
-    (reuse, pool, check): (Option<Tensors>, Option<&rayon::ThreadPool>, Check<'_>),
+    reuse: Option<Tensors>,
+    pool: Option<&rayon::ThreadPool>,
+    check: Check<'_>,
 ) -> Result<(Tensors, bool), LoaderError> {
     let sample = &shape[1..];
     macro_rules! first_as {
@@ -211,7 +215,7 @@ mod tests {
 
             let reversed = vec![direct.reversed(&mut TransformRng::seed_from_u64(seed), shape.len())];
             let batch: Vec<usize> = std::iter::once(1).chain(shape.iter().copied()).collect();
-            let (got, _) = first_field(&direct, &batch, &[&bytes], &reversed, (None, None, None)).unwrap();
+            let (got, _) = first_field(&direct, &batch, &[&bytes], &reversed, None, None, None).unwrap();
             let want = sample.tensor.le_bytes().map(|b| b.into_owned());
             prop_assert_eq!(got.as_bytes(), want.as_deref());
             let got_mask = flipped(DType::U8, &batch, &[&mask], &reversed, None).unwrap();

@@ -46,7 +46,7 @@ pub(crate) fn fill_flipped<T: Element, U>(
 
 /// The offsets (in elements) of a reversed walk's runs, in the order a C-order walk of the
 /// output meets them: an odometer over the axes up to the last reversed one.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Walk {
     /// Each walked axis's length and signed step (its stride, negated where reversed).
     axes: Vec<(usize, isize)>,
@@ -82,9 +82,7 @@ impl Walk {
             inner,
         }
     }
-}
 
-impl Walk {
     /// Takes the last walked axis out of the odometer: its length and signed step (one run of
     /// `inner` values when no axis is reversed), walked by the caller for each offset the
     /// odometer gives.

@@ -165,7 +165,7 @@ impl Inner {
             }
         };
         let file = unit.file;
-        let batch = group.batch.clone();
+        let batch = group.whole.batch.clone();
         let faulted = tokio::task::spawn_blocking(move || crate::kept::fault_in(&batch))
             .await
             .map_err(|e| StreamError::Internal(format!("reading a kept row group in: {e}")))?;
@@ -180,7 +180,7 @@ impl Inner {
                 source: parquet::errors::ParquetError::External(reason.into()),
             }));
         }
-        self.count_reuse(group.batch.num_rows());
+        self.count_reuse(group.whole.batch.num_rows());
         Ok(RowGroupBatch::from_kept(group, unit, position, &self.kept))
     }
 
