@@ -2,18 +2,19 @@
 //! its stored bytes (the copy that makes flips, a normalization and a cast: `assemble/direct`).
 //!
 //! Read with axes reversed, a sample is short runs (the axes after the last reversed one) taken
-//! against memory's order. The runs of the last reversed axis lie side by side: they are a loop
-//! of their own, and an odometer over the axes before it moves once a row. The sample's bytes
-//! are in the core's cache when it runs (its row checked just before, `fill::Check`), so the
-//! out-of-order runs cost no trips to memory. (Asking for each run's lines ahead, and staging
-//! the output in L1 to stream it into the batch, measured slower: docs/benchmarks.md.)
+//! against memory's order. The runs of the last reversed axis lie side by side: they are a row,
+//! a loop of its own, and an odometer over the axes before it moves once a row. The sample's
+//! bytes are in the core's cache when it runs (its row checked just before, `fill::Check`), so
+//! the out-of-order runs cost no trips to memory; what they cost is instructions. So each run is
+//! a fixed number of vector-wide groups chosen once a sample by the run's length (a loop of two
+//! groups and a tail per run measured slower), a run of one value is a row read backwards a
+//! group at a time, and on x86_64 with AVX2 the groups are eight lanes wide: a division costs
+//! about the same per instruction at either width, so a normalization costs half as much
+//! (docs/benchmarks.md has the figures).
 
 use std::mem::MaybeUninit;
 
 use super::Element;
-
-/// Values mapped at a time: SSE2's four lanes of `f32`.
-const LANES: usize = 4;
 
 /// Writes one sample (`src`: little-endian `T`s, C order, of `shape`) into `dst` with the
 /// `reversed` axes reversed and `f` applied to each value, in one pass: the axes after the last
@@ -30,18 +31,172 @@ pub(crate) fn fill_flipped<T: Element, U>(
     if dst.is_empty() {
         return;
     }
-    let mut walk = Walk::new(shape, reversed);
-    let inner = walk.inner;
-    // The last walked axis (reversed) is a row of runs `step` apart: a loop of its own, the
-    // odometer moved once a row.
-    let (count, step) = walk.split_last_axis();
-    for (first, row) in walk.zip((0..).step_by(count * inner)) {
-        for j in 0..count {
-            let at = (first as isize + j as isize * step) as usize;
-            let written = row + j * inner;
-            map_run(&mut dst[written..written + inner], src, at, f);
-        }
+    let walk = Walk::new(shape, reversed);
+    if !(T::ANY_BITS && cfg!(target_endian = "little")) {
+        // Converted value by value: no group reads the stored bytes as values.
+        let inner = walk.inner;
+        return walk.for_each_row(|row, first, count, step| {
+            for (written, at) in runs(row, first, count, step, inner) {
+                for k in 0..inner {
+                    let from = (at + k) * size;
+                    dst[written + k].write(f(T::from_le(&src[from..from + size])));
+                }
+            }
+        });
     }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (detected just above); the stored values are read as they
+        // are (checked above).
+        return unsafe { in_groups_avx2(dst, src, walk, f) };
+    }
+    // SAFETY: as above, the stored values are read as they are.
+    unsafe { in_groups::<T, U, 4>(dst, src, walk, f) }
+}
+
+/// [`in_groups`] eight lanes wide, compiled for AVX2 (the groups' arithmetic and moves in its
+/// 256-bit registers).
+///
+/// # Safety
+/// The CPU has AVX2, and `T`'s stored bytes are its values (any bit pattern, little-endian host).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn in_groups_avx2<T: Element, U>(
+    dst: &mut [MaybeUninit<U>],
+    src: &[u8],
+    walk: Walk,
+    f: impl Fn(T) -> U + Copy,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { in_groups::<T, U, 8>(dst, src, walk, f) }
+}
+
+/// Writes `walk`'s runs `L` values at a time, the groups of a run chosen once for the sample by
+/// its length: the last group of a run overlaps the one before (writing the same values again)
+/// rather than finishing value by value.
+///
+/// # Safety
+/// `T`'s stored bytes are its values: any bit pattern is one and the host is little-endian.
+#[inline(always)]
+unsafe fn in_groups<T: Element, U, const L: usize>(
+    dst: &mut [MaybeUninit<U>],
+    src: &[u8],
+    walk: Walk,
+    f: impl Fn(T) -> U + Copy,
+) {
+    let inner = walk.inner;
+    // Each run `at` (elements into `src`) written at `written`, by the groups its length takes.
+    macro_rules! each_run {
+        (|$written:ident, $at:ident| $body:expr) => {
+            walk.for_each_row(|row, first, count, step| {
+                for ($written, $at) in runs(row, first, count, step, inner) {
+                    $body
+                }
+            })
+        };
+    }
+    match inner {
+        // One value a run: the last axis reversed, each row read backwards a group at a time.
+        1 => walk.for_each_row(|row, first, count, step| {
+            if count < L || step != -1 {
+                for (written, at) in runs(row, first, count, step, 1) {
+                    dst[written].write(f(read::<T, 1>(src, at)[0]));
+                }
+                return;
+            }
+            let mut j = 0;
+            while j + L <= count {
+                reversed_group::<T, U, L>(dst, src, row + j, first - j - (L - 1), f);
+                j += L;
+            }
+            if j < count {
+                reversed_group::<T, U, L>(dst, src, row + count - L, first + 1 - count, f);
+            }
+        }),
+        2 | 3 => each_run!(|written, at| for k in 0..inner {
+            dst[written + k].write(f(read::<T, 1>(src, at + k)[0]));
+        }),
+        n if n < L => each_run!(|written, at| {
+            group::<T, U, 4>(dst, src, written, at, f);
+            group::<T, U, 4>(dst, src, written + n - 4, at + n - 4, f);
+        }),
+        n if n <= 2 * L => each_run!(|written, at| {
+            group::<T, U, L>(dst, src, written, at, f);
+            group::<T, U, L>(dst, src, written + n - L, at + n - L, f);
+        }),
+        n => each_run!(|written, at| {
+            let mut k = 0;
+            while k + L <= n {
+                group::<T, U, L>(dst, src, written + k, at + k, f);
+                k += L;
+            }
+            if k < n {
+                group::<T, U, L>(dst, src, written + n - L, at + n - L, f);
+            }
+        }),
+    }
+}
+
+/// The `L` values from element `at` of `src`.
+///
+/// # Panics
+/// Where `src` has not `L` values from `at`.
+#[inline(always)]
+fn read<T: Element, const L: usize>(src: &[u8], at: usize) -> [T; L] {
+    let size = std::mem::size_of::<T>();
+    let bytes = &src[at * size..(at + L) * size];
+    debug_assert!(T::ANY_BITS && cfg!(target_endian = "little"));
+    // SAFETY: `bytes` holds `L` `T`s (sliced above), stored as the host holds them, any bit
+    // pattern of which is a value (the callers' contract); an unaligned read.
+    unsafe { bytes.as_ptr().cast::<[T; L]>().read_unaligned() }
+}
+
+/// Writes `L` values from element `at` of `src`, mapped by `f`, at `written` in `dst`.
+#[inline(always)]
+fn group<T: Element, U, const L: usize>(
+    dst: &mut [MaybeUninit<U>],
+    src: &[u8],
+    written: usize,
+    at: usize,
+    f: impl Fn(T) -> U + Copy,
+) {
+    let values = read::<T, L>(src, at);
+    for (d, v) in dst[written..written + L].iter_mut().zip(values) {
+        d.write(f(v));
+    }
+}
+
+/// Writes the `L` values from element `at` of `src` last first, mapped by `f`, at `written`.
+#[inline(always)]
+fn reversed_group<T: Element, U, const L: usize>(
+    dst: &mut [MaybeUninit<U>],
+    src: &[u8],
+    written: usize,
+    at: usize,
+    f: impl Fn(T) -> U + Copy,
+) {
+    let mut values = read::<T, L>(src, at);
+    values.reverse();
+    for (d, v) in dst[written..written + L].iter_mut().zip(values) {
+        d.write(f(v));
+    }
+}
+
+/// A row's runs: where each is written and where it is read (elements), `inner` values each.
+#[inline(always)]
+fn runs(
+    row: usize,
+    first: usize,
+    count: usize,
+    step: isize,
+    inner: usize,
+) -> impl Iterator<Item = (usize, usize)> {
+    (0..count).map(move |j| {
+        (
+            row + j * inner,
+            (first as isize + j as isize * step) as usize,
+        )
+    })
 }
 
 /// The offsets (in elements) of a reversed walk's runs, in the order a C-order walk of the
@@ -83,12 +238,17 @@ impl Walk {
         }
     }
 
-    /// Takes the last walked axis out of the odometer: its length and signed step (one run of
-    /// `inner` values when no axis is reversed), walked by the caller for each offset the
-    /// odometer gives.
-    fn split_last_axis(&mut self) -> (usize, isize) {
+    /// Calls `row(written, first, count, step)` for each row: the last walked axis (reversed)
+    /// taken out of the odometer, its `count` runs `step` apart from `first` (one run of
+    /// `inner` values when no axis is reversed), written from `written` on.
+    #[inline(always)]
+    fn for_each_row(mut self, mut row: impl FnMut(usize, usize, usize, isize)) {
         self.at.pop();
-        self.axes.pop().unwrap_or((1, 0))
+        let (count, step) = self.axes.pop().unwrap_or((1, 0));
+        let inner = self.inner;
+        for (first, written) in self.zip((0..).step_by(count * inner)) {
+            row(written, first, count, step);
+        }
     }
 }
 
@@ -114,85 +274,103 @@ impl Iterator for Walk {
     }
 }
 
-/// Writes `out.len()` values from element `at` of `src` (little-endian `T`s), mapped by `f`,
-/// [`LANES`] at a time: a run's last lanes overlap the ones before (writing the same values
-/// again) rather than finishing one value at a time.
-#[inline(always)]
-fn map_run<T: Element, U>(
-    out: &mut [MaybeUninit<U>],
-    src: &[u8],
-    at: usize,
-    f: impl Fn(T) -> U + Copy,
-) {
-    let size = std::mem::size_of::<T>();
-    let n = out.len();
-    let run = &src[at * size..(at + n) * size];
-    let read = |j: usize| -> T {
-        if T::ANY_BITS && cfg!(target_endian = "little") {
-            // SAFETY: `j < n` and `run` holds `n` `T`s (sliced above), any bit pattern of which
-            // is a value, stored in the host's byte order; unaligned reads.
-            unsafe { run.as_ptr().cast::<T>().add(j).read_unaligned() }
-        } else {
-            T::from_le(&run[j * size..(j + 1) * size])
-        }
-    };
-    if n < LANES {
-        for (j, d) in out.iter_mut().enumerate() {
-            d.write(f(read(j)));
-        }
-        return;
-    }
-    let lanes = |j: usize, out: &mut [MaybeUninit<U>]| {
-        let values: [T; LANES] = std::array::from_fn(|l| read(j + l));
-        for (d, v) in out[j..j + LANES].iter_mut().zip(values) {
-            d.write(f(v));
-        }
-    };
-    let mut j = 0;
-    while j + LANES <= n {
-        lanes(j, out);
-        j += LANES;
-    }
-    if j < n {
-        lanes(n - LANES, out);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A large sample and a small one, each with every choice of reversed axes and a value
-    /// map, land as a walk by index makes them.
+    /// What a walk by index makes of `values` (of `shape`) with the `reversed` axes reversed.
+    fn indexed<V: Copy>(values: &[V], shape: &[usize], reversed: &[bool]) -> Vec<V> {
+        let n = values.len();
+        (0..n)
+            .map(|i| {
+                // The element `i` reads: its index along each axis, mirrored where reversed.
+                let (mut rest, mut from, mut stride) = (i, 0, n);
+                for (d, &len) in shape.iter().enumerate() {
+                    stride /= len;
+                    let j = rest / stride;
+                    rest %= stride;
+                    from += if reversed[d] { len - 1 - j } else { j } * stride;
+                }
+                values[from]
+            })
+            .collect()
+    }
+
+    /// Runs of every length class (one value, two and three, under four, one and two groups
+    /// of four and of eight, longer), each with every choice of reversed axes, land as a walk
+    /// by index makes them: through the four-lane groups, the eight-lane ones and whatever this
+    /// CPU takes, mapped (`f32` → `f32`), as bytes (`u8`) and converted (`bool`).
     #[test]
     fn flipped_samples_land_as_indexed() {
-        for shape in [vec![30usize, 17, 9, 11], vec![3, 4, 5]] {
+        let shapes: [&[usize]; 10] = [
+            &[30, 17, 9, 11],
+            &[3, 4, 5],
+            &[5, 9, 1],
+            &[4, 6, 2],
+            &[6, 3, 3],
+            &[2, 7, 7],
+            &[3, 5, 8],
+            &[3, 3, 13],
+            &[2, 4, 17],
+            &[1, 3, 40],
+        ];
+        for shape in shapes {
             let n: usize = shape.iter().product();
             let values: Vec<f32> = (0..n).map(|v| v as f32 * 0.5 - 7.0).collect();
             let src: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let bytes: Vec<u8> = (0..n).map(|v| (v * 7 % 251) as u8).collect();
+            let bools: Vec<u8> = (0..n).map(|v| u8::from(v % 3 == 0)).collect();
             for mask in 0..1u32 << shape.len() {
                 let reversed: Vec<bool> = (0..shape.len()).map(|d| mask >> d & 1 == 1).collect();
-                let mut want = vec![0.0f32; n];
-                for (i, w) in want.iter_mut().enumerate() {
-                    // The element `i` reads: its index along each axis, mirrored where reversed.
-                    let (mut rest, mut from, mut stride) = (i, 0, n);
-                    for (d, &len) in shape.iter().enumerate() {
-                        stride /= len;
-                        let j = rest / stride;
-                        rest %= stride;
-                        from += if reversed[d] { len - 1 - j } else { j } * stride;
-                    }
-                    *w = values[from] * 2.0 + 1.0;
-                }
-                // One element's offset: the stores' alignment differs from the buffer's.
-                let mut dst = vec![MaybeUninit::<f32>::uninit(); n + 1];
-                fill_flipped::<f32, f32>(&mut dst[1..], &src, &shape, &reversed, |x| x * 2.0 + 1.0);
-                // SAFETY: every element written (the function's contract).
-                let got: Vec<f32> = dst[1..]
+                let want: Vec<f32> = indexed(&values, shape, &reversed)
                     .iter()
-                    .map(|v| unsafe { v.assume_init() })
+                    .map(|x| x * 2.0 + 1.0)
                     .collect();
-                assert!(got == want, "{shape:?} {reversed:?}");
+                type Fill = fn(&mut [MaybeUninit<f32>], &[u8], &[usize], &[bool]);
+                let ways: [(&str, Fill); 3] = [
+                    ("dispatched", |d, s, shape, r| {
+                        fill_flipped::<f32, f32>(d, s, shape, r, |x| x * 2.0 + 1.0)
+                    }),
+                    // SAFETY: `f32`s are any bits; the lanes' ways run on little-endian hosts only
+                    // (`skip` below).
+                    ("4 lanes", |d, s, shape, r| unsafe {
+                        in_groups::<f32, f32, 4>(d, s, Walk::new(shape, r), |x| x * 2.0 + 1.0)
+                    }),
+                    // SAFETY: as above.
+                    ("8 lanes", |d, s, shape, r| unsafe {
+                        in_groups::<f32, f32, 8>(d, s, Walk::new(shape, r), |x| x * 2.0 + 1.0)
+                    }),
+                ];
+                let skip = if cfg!(target_endian = "little") { 0 } else { 2 };
+                for (way, fill) in ways.into_iter().take(3 - skip) {
+                    // One element's offset: the stores' alignment differs from the buffer's.
+                    let mut dst = vec![MaybeUninit::<f32>::uninit(); n + 1];
+                    fill(&mut dst[1..], &src, shape, &reversed);
+                    // SAFETY: every element written (the function's contract).
+                    let got: Vec<f32> = dst[1..]
+                        .iter()
+                        .map(|v| unsafe { v.assume_init() })
+                        .collect();
+                    assert!(got == want, "{way} {shape:?} {reversed:?}");
+                }
+                let mut dst = vec![MaybeUninit::<u8>::uninit(); n];
+                fill_flipped::<u8, u8>(&mut dst, &bytes, shape, &reversed, |x| x);
+                // SAFETY: as above.
+                let got: Vec<u8> = dst.iter().map(|v| unsafe { v.assume_init() }).collect();
+                assert_eq!(
+                    got,
+                    indexed(&bytes, shape, &reversed),
+                    "u8 {shape:?} {reversed:?}"
+                );
+                let mut dst = vec![MaybeUninit::<bool>::uninit(); n];
+                fill_flipped::<bool, bool>(&mut dst, &bools, shape, &reversed, |x| x);
+                // SAFETY: as above.
+                let got: Vec<bool> = dst.iter().map(|v| unsafe { v.assume_init() }).collect();
+                let want: Vec<bool> = indexed(&bools, shape, &reversed)
+                    .iter()
+                    .map(|&b| b != 0)
+                    .collect();
+                assert_eq!(got, want, "bool {shape:?} {reversed:?}");
             }
         }
     }
