@@ -1,19 +1,22 @@
 """The Python loader with transforms against the same run without them (issue 45): ROUNDS
-alternated shuffled epochs of TABLE into batches of 32, each batch summed, samples/s and their
-ratio to the run without transforms, per round, for
+rounds of the modes alternated, each mode EPOCHS shuffled epochs of TABLE (a seed each) into
+batches of 32, each batch summed; per round, samples/s, their ratio to the run without
+transforms, and the process's CPU time per sample (all threads: on a machine whose cores are all
+busy, what a transform costs shows there first), for
 - `transforms=` flip + normalize by name (in Rust, on the assembly threads, per sample),
 - `batch_transform=` doing nothing (what handing each batch to Python costs),
 - `batch_transform=` with the same flip + normalize in numpy (per batch).
 Needs the package built in release (`maturin develop --release`).
 
-    python benches/compare/transforms.py TABLE [ROUNDS=4] [MODE ...]
+    EPOCHS=3 python benches/compare/transforms.py TABLE [ROUNDS=4] [MODE ...]
 
 (MODEs: a subset of the modes below, by name; "none" always runs.)
 """
 
+import os
 import sys
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
@@ -34,7 +37,7 @@ def numpy_flip_normalize(batch: Dict[str, Any], rng: np.random.Generator) -> Dic
     return {"tensor": (x - np.float32(0.5)) / np.float32(0.25)}
 
 
-MODES = {
+MODES: Dict[str, Dict[str, Any]] = {
     "none": {},
     "transforms": {"transforms": FLIP_NORMALIZE},
     "batch_transform noop": {"batch_transform": nothing},
@@ -42,13 +45,22 @@ MODES = {
 }
 
 
-def samples_per_s(table: str, options: Dict[str, Any]) -> float:
-    start, n, total = time.perf_counter(), 0, 0.0
-    for batch in voxlake.Loader(table, batch_size=32, shuffle=True, seed=1, **options):
-        x = batch["tensor"]
-        total += float(x.sum(dtype=np.float32))
-        n += len(x)
-    return n / (time.perf_counter() - start)
+def cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def measure(table: str, options: Dict[str, Any], epochs: int) -> Tuple[float, float]:
+    """Samples/s and CPU µs per sample over `epochs` epochs."""
+    start, cpu, n, total = time.perf_counter(), cpu_s(), 0, 0.0
+    for epoch in range(epochs):
+        loader = voxlake.Loader(table, batch_size=32, shuffle=True, seed=1 + epoch, **options)
+        for batch in loader:
+            x = batch["tensor"]
+            assert isinstance(x, np.ndarray)
+            total += float(x.sum(dtype=np.float32))
+            n += len(x)
+    return n / (time.perf_counter() - start), (cpu_s() - cpu) / n * 1e6
 
 
 def main() -> None:
@@ -58,13 +70,19 @@ def main() -> None:
     unknown = chosen - set(MODES)
     if unknown:
         sys.exit(f"unknown modes {sorted(unknown)}; the modes are {list(MODES)}")
+    epochs = int(os.environ.get("EPOCHS", "3"))
+    # Read once first, unmeasured: no round reads the table from disk.
+    measure(table, {}, 1)
     for r in range(rounds):
         rates = {
-            name: samples_per_s(table, options) for name, options in MODES.items() if name in chosen
+            name: measure(table, options, epochs)
+            for name, options in MODES.items()
+            if name in chosen
         }
-        plain = rates["none"]
+        plain = rates["none"][0]
         print(f"round {r}: " + ", ".join(
-            f"{name} {rate:.0f}/s ({rate / plain:.2f})" for name, rate in rates.items()), flush=True)
+            f"{name} {rate:.0f}/s ({rate / plain:.2f}, {cpu:.0f} µs CPU)"
+            for name, (rate, cpu) in rates.items()), flush=True)
 
 
 if __name__ == "__main__":

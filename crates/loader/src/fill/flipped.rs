@@ -67,8 +67,57 @@ unsafe fn in_groups_avx2<T: Element, U>(
     walk: Walk,
     f: impl Fn(T) -> U + Copy,
 ) {
+    if walk.axes.is_empty() && std::mem::size_of::<U>() == 4 {
+        // SAFETY: the caller's contract.
+        return unsafe { streamed(dst, src, f) };
+    }
     // SAFETY: the caller's contract.
     unsafe { in_groups::<T, U, 8>(dst, src, walk, f) }
+}
+
+/// A sample with no axis reversed (one run: a normalization or a cast alone) of 4-byte values,
+/// its whole lines written past the caches (streaming stores), as `fill::copy_sample` writes a
+/// batch: a batch is read next by another thread, so loading its lines before overwriting them
+/// only adds memory traffic. The partial lines at either end take plain stores, a value at a
+/// time: a line half streamed and half stored costs far more than either.
+///
+/// # Safety
+/// The CPU has AVX2, `T`'s stored bytes are its values, and `U` is 4 bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn streamed<T: Element, U>(
+    dst: &mut [MaybeUninit<U>],
+    src: &[u8],
+    f: impl Fn(T) -> U + Copy,
+) {
+    use std::arch::x86_64::{__m256i, _mm_sfence, _mm256_stream_si256};
+    const L: usize = 8;
+    const LINE: usize = 16;
+    let n = dst.len();
+    let head = dst.as_ptr().align_offset(64).min(n);
+    let lines = (n - head) / LINE;
+    let one = |dst: &mut [MaybeUninit<U>], k: usize| {
+        dst[k].write(f(read::<T, 1>(src, k)[0]));
+    };
+    (0..head).for_each(|k| one(dst, k));
+    let body = &mut dst[head..head + lines * LINE];
+    for (line, out) in body.chunks_exact_mut(LINE).enumerate() {
+        let at = head + line * LINE;
+        for (half, out) in out.chunks_exact_mut(L).enumerate() {
+            let values = read::<T, L>(src, at + half * L).map(f);
+            // SAFETY: `out` is `L` 4-byte values (32 bytes) at a 32-byte boundary (lines from
+            // the first 64-byte boundary on); `values` is 32 bytes (`U` is 4 bytes).
+            unsafe {
+                _mm256_stream_si256(
+                    out.as_mut_ptr().cast::<__m256i>(),
+                    std::mem::transmute_copy::<[U; L], __m256i>(&values),
+                );
+            }
+        }
+    }
+    (head + lines * LINE..n).for_each(|k| one(dst, k));
+    // The streamed stores ordered before whatever this thread does next (handing the batch on).
+    _mm_sfence();
 }
 
 /// Writes `walk`'s runs `L` values at a time, the groups of a run chosen once for the sample by
@@ -299,7 +348,8 @@ mod tests {
     /// Runs of every length class (one value, two and three, under four, one and two groups
     /// of four and of eight, longer), each with every choice of reversed axes, land as a walk
     /// by index makes them: through the four-lane groups, the eight-lane ones and whatever this
-    /// CPU takes, mapped (`f32` → `f32`), as bytes (`u8`) and converted (`bool`).
+    /// CPU takes (with AVX2, no axis reversed: streamed, from an unaligned start), mapped
+    /// (`f32` → `f32`), as bytes (`u8`) and converted (`bool`).
     #[test]
     fn flipped_samples_land_as_indexed() {
         let shapes: [&[usize]; 10] = [
