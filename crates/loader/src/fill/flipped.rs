@@ -46,19 +46,17 @@ pub(crate) fn fill_flipped<T: Element, U>(
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (detected just above); the stored values are read as they
-        // are (checked above).
+        // SAFETY: the CPU has AVX2 (detected just above).
         return unsafe { in_groups_avx2(dst, src, walk, f) };
     }
-    // SAFETY: as above, the stored values are read as they are.
-    unsafe { in_groups::<T, U, 4>(dst, src, walk, f) }
+    in_groups::<T, U, 4>(dst, src, walk, f)
 }
 
 /// [`in_groups`] eight lanes wide, compiled for AVX2 (the groups' arithmetic and moves in its
 /// 256-bit registers).
 ///
 /// # Safety
-/// The CPU has AVX2, and `T`'s stored bytes are its values (any bit pattern, little-endian host).
+/// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn in_groups_avx2<T: Element, U>(
@@ -71,8 +69,7 @@ unsafe fn in_groups_avx2<T: Element, U>(
         // SAFETY: the caller's contract.
         return unsafe { streamed(dst, src, f) };
     }
-    // SAFETY: the caller's contract.
-    unsafe { in_groups::<T, U, 8>(dst, src, walk, f) }
+    in_groups::<T, U, 8>(dst, src, walk, f)
 }
 
 /// A sample with no axis reversed (one run: a normalization or a cast alone) of 4-byte values,
@@ -82,7 +79,7 @@ unsafe fn in_groups_avx2<T: Element, U>(
 /// time: a line half streamed and half stored costs far more than either.
 ///
 /// # Safety
-/// The CPU has AVX2, `T`'s stored bytes are its values, and `U` is 4 bytes.
+/// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn streamed<T: Element, U>(
@@ -93,6 +90,11 @@ unsafe fn streamed<T: Element, U>(
     use std::arch::x86_64::{__m256i, _mm_sfence, _mm256_stream_si256};
     const L: usize = 8;
     const LINE: usize = 16;
+    assert_eq!(
+        std::mem::size_of::<[U; L]>(),
+        32,
+        "a group fills a 256-bit store"
+    );
     let n = dst.len();
     let head = dst.as_ptr().align_offset(64).min(n);
     let lines = (n - head) / LINE;
@@ -105,8 +107,9 @@ unsafe fn streamed<T: Element, U>(
         let at = head + line * LINE;
         for (half, out) in out.chunks_exact_mut(L).enumerate() {
             let values = read::<T, L>(src, at + half * L).map(f);
-            // SAFETY: `out` is `L` 4-byte values (32 bytes) at a 32-byte boundary (lines from
-            // the first 64-byte boundary on); `values` is 32 bytes (`U` is 4 bytes).
+            // SAFETY: `out` is `L` values, 32 bytes (asserted above), at a 32-byte boundary
+            // (whole lines from the first 64-byte boundary on), and so is `values`; the CPU has
+            // AVX2 (the caller's contract).
             unsafe {
                 _mm256_stream_si256(
                     out.as_mut_ptr().cast::<__m256i>(),
@@ -124,10 +127,8 @@ unsafe fn streamed<T: Element, U>(
 /// its length: the last group of a run overlaps the one before (writing the same values again)
 /// rather than finishing value by value.
 ///
-/// # Safety
-/// `T`'s stored bytes are its values: any bit pattern is one and the host is little-endian.
 #[inline(always)]
-unsafe fn in_groups<T: Element, U, const L: usize>(
+fn in_groups<T: Element, U, const L: usize>(
     dst: &mut [MaybeUninit<U>],
     src: &[u8],
     walk: Walk,
@@ -155,32 +156,32 @@ unsafe fn in_groups<T: Element, U, const L: usize>(
             }
             let mut j = 0;
             while j + L <= count {
-                reversed_group::<T, U, L>(dst, src, row + j, first - j - (L - 1), f);
+                group::<T, U, L>(dst, src, (row + j, first - j - (L - 1)), true, f);
                 j += L;
             }
             if j < count {
-                reversed_group::<T, U, L>(dst, src, row + count - L, first + 1 - count, f);
+                group::<T, U, L>(dst, src, (row + count - L, first + 1 - count), true, f);
             }
         }),
         2 | 3 => each_run!(|written, at| for k in 0..inner {
             dst[written + k].write(f(read::<T, 1>(src, at + k)[0]));
         }),
         n if n < L => each_run!(|written, at| {
-            group::<T, U, 4>(dst, src, written, at, f);
-            group::<T, U, 4>(dst, src, written + n - 4, at + n - 4, f);
+            group::<T, U, 4>(dst, src, (written, at), false, f);
+            group::<T, U, 4>(dst, src, (written + n - 4, at + n - 4), false, f);
         }),
         n if n <= 2 * L => each_run!(|written, at| {
-            group::<T, U, L>(dst, src, written, at, f);
-            group::<T, U, L>(dst, src, written + n - L, at + n - L, f);
+            group::<T, U, L>(dst, src, (written, at), false, f);
+            group::<T, U, L>(dst, src, (written + n - L, at + n - L), false, f);
         }),
         n => each_run!(|written, at| {
             let mut k = 0;
             while k + L <= n {
-                group::<T, U, L>(dst, src, written + k, at + k, f);
+                group::<T, U, L>(dst, src, (written + k, at + k), false, f);
                 k += L;
             }
             if k < n {
-                group::<T, U, L>(dst, src, written + n - L, at + n - L, f);
+                group::<T, U, L>(dst, src, (written + n - L, at + n - L), false, f);
             }
         }),
     }
@@ -189,43 +190,35 @@ unsafe fn in_groups<T: Element, U, const L: usize>(
 /// The `L` values from element `at` of `src`.
 ///
 /// # Panics
-/// Where `src` has not `L` values from `at`.
+/// Where `src` has not `L` values from `at`, or `T`'s stored bytes are not its values (a check
+/// each type's build folds away).
 #[inline(always)]
 fn read<T: Element, const L: usize>(src: &[u8], at: usize) -> [T; L] {
     let size = std::mem::size_of::<T>();
     let bytes = &src[at * size..(at + L) * size];
-    debug_assert!(T::ANY_BITS && cfg!(target_endian = "little"));
+    assert!(
+        T::ANY_BITS && cfg!(target_endian = "little"),
+        "stored bytes read as values"
+    );
     // SAFETY: `bytes` holds `L` `T`s (sliced above), stored as the host holds them, any bit
-    // pattern of which is a value (the callers' contract); an unaligned read.
+    // pattern of which is a value (asserted above); an unaligned read.
     unsafe { bytes.as_ptr().cast::<[T; L]>().read_unaligned() }
 }
 
-/// Writes `L` values from element `at` of `src`, mapped by `f`, at `written` in `dst`.
+/// Writes `L` values from element `at` of `src` (last first where `backwards`), mapped by `f`,
+/// at `written` in `dst`.
 #[inline(always)]
 fn group<T: Element, U, const L: usize>(
     dst: &mut [MaybeUninit<U>],
     src: &[u8],
-    written: usize,
-    at: usize,
-    f: impl Fn(T) -> U + Copy,
-) {
-    let values = read::<T, L>(src, at);
-    for (d, v) in dst[written..written + L].iter_mut().zip(values) {
-        d.write(f(v));
-    }
-}
-
-/// Writes the `L` values from element `at` of `src` last first, mapped by `f`, at `written`.
-#[inline(always)]
-fn reversed_group<T: Element, U, const L: usize>(
-    dst: &mut [MaybeUninit<U>],
-    src: &[u8],
-    written: usize,
-    at: usize,
+    (written, at): (usize, usize),
+    backwards: bool,
     f: impl Fn(T) -> U + Copy,
 ) {
     let mut values = read::<T, L>(src, at);
-    values.reverse();
+    if backwards {
+        values.reverse();
+    }
     for (d, v) in dst[written..written + L].iter_mut().zip(values) {
         d.write(f(v));
     }
@@ -381,13 +374,12 @@ mod tests {
                     ("dispatched", |d, s, shape, r| {
                         fill_flipped::<f32, f32>(d, s, shape, r, |x| x * 2.0 + 1.0)
                     }),
-                    // SAFETY: `f32`s are any bits; the lanes' ways run on little-endian hosts only
+                    // The lanes' ways read stored bytes as values: little-endian hosts only
                     // (`skip` below).
-                    ("4 lanes", |d, s, shape, r| unsafe {
+                    ("4 lanes", |d, s, shape, r| {
                         in_groups::<f32, f32, 4>(d, s, Walk::new(shape, r), |x| x * 2.0 + 1.0)
                     }),
-                    // SAFETY: as above.
-                    ("8 lanes", |d, s, shape, r| unsafe {
+                    ("8 lanes", |d, s, shape, r| {
                         in_groups::<f32, f32, 8>(d, s, Walk::new(shape, r), |x| x * 2.0 + 1.0)
                     }),
                 ];
