@@ -8,9 +8,8 @@
 //! the out-of-order runs cost no trips to memory; what they cost is instructions. So each run is
 //! a fixed number of vector-wide groups chosen once a sample by the run's length (a loop of two
 //! groups and a tail per run measured slower), a run of one value is a row read backwards a
-//! group at a time, and on x86_64 with AVX2 the groups are eight lanes wide: a division costs
-//! about the same per instruction at either width, so a normalization costs half as much
-//! (docs/benchmarks.md has the figures).
+//! group at a time, and on x86_64 with AVX2 the groups are eight lanes wide, so a
+//! normalization's divisions take half the instructions (docs/benchmarks.md has the figures).
 
 use std::mem::MaybeUninit;
 
@@ -148,6 +147,8 @@ fn in_groups<T: Element, U, const L: usize>(
     match inner {
         // One value a run: the last axis reversed, each row read backwards a group at a time.
         1 => walk.for_each_row(|row, first, count, step| {
+            // `step` is -1 here (the last walked axis is the reversed last axis); anything else
+            // is read run by run rather than trusted.
             if count < L || step != -1 {
                 for (written, at) in runs(row, first, count, step, 1) {
                     dst[written].write(f(read::<T, 1>(src, at)[0]));
