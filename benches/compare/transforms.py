@@ -1,14 +1,16 @@
 """The Python loader with transforms against the same run without them (issue 45): ROUNDS
 rounds of the modes alternated, each mode EPOCHS shuffled epochs of TABLE (a seed each) into
-batches of 32, each batch summed; per round, samples/s, their ratio to the run without
-transforms, and the process's CPU time per sample (all threads: on a machine whose cores are all
-busy, what a transform costs shows there first), for
+batches of 32, each batch summed (CONSUMER=bits: as integers of the values' width); per round,
+samples/s, their ratio to the run without transforms, and the process's CPU time per sample
+(all threads: on a machine whose cores are all busy, what a transform costs shows there
+first), for
 - `transforms=` flip + normalize by name (in Rust, on the assembly threads, per sample),
+- `transforms=` casts to f16 (alone and after the normalization) and to bf16,
 - `batch_transform=` doing nothing (what handing each batch to Python costs),
 - `batch_transform=` with the same flip + normalize in numpy (per batch).
 Needs the package built in release (`maturin develop --release`).
 
-    EPOCHS=3 python benches/compare/transforms.py TABLE [ROUNDS=4] [MODE ...]
+    EPOCHS=3 [CONSUMER=bits] python benches/compare/transforms.py TABLE [ROUNDS=4] [MODE ...]
 
 (MODEs: a subset of the modes below, by name; "none" always runs.)
 """
@@ -40,9 +42,18 @@ def numpy_flip_normalize(batch: Dict[str, Any], rng: np.random.Generator) -> Dic
 MODES: Dict[str, Dict[str, Any]] = {
     "none": {},
     "transforms": {"transforms": FLIP_NORMALIZE},
+    "cast f16": {"transforms": [("cast", {"dtype": "f16"})]},
+    "normalize + f16": {"transforms": [FLIP_NORMALIZE[1], ("cast", {"dtype": "f16"})]},
+    "cast bf16": {"transforms": [("cast", {"dtype": "bf16"})]},
     "batch_transform noop": {"batch_transform": nothing},
     "batch_transform numpy": {"batch_transform": numpy_flip_normalize},
 }
+
+
+# CONSUMER=bits: each batch's values summed as unsigned integers of their width, so a batch of
+# f16 or bf16 costs the loop what its bytes cost (numpy's float32 sum of f16 converts each value,
+# and alone takes longer than the loader).
+BITS = os.environ.get("CONSUMER") == "bits"
 
 
 def cpu_s() -> float:
@@ -58,7 +69,10 @@ def measure(table: str, options: Dict[str, Any], epochs: int) -> Tuple[float, fl
         for batch in loader:
             x = batch["tensor"]
             assert isinstance(x, np.ndarray)
-            total += float(x.sum(dtype=np.float32))
+            if BITS:
+                total += float(x.view(f"u{x.itemsize}").sum(dtype=np.uint64))
+            else:
+                total += float(x.sum(dtype=np.float32))
             n += len(x)
     return n / (time.perf_counter() - start), (cpu_s() - cpu) / n * 1e6
 

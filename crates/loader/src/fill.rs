@@ -11,7 +11,7 @@ use crate::LoaderError;
 
 mod flipped;
 
-pub(crate) use flipped::fill_flipped;
+pub(crate) use flipped::{fill_flipped, fill_flipped_half};
 
 /// An element type the loader can fill from little-endian bytes.
 pub(crate) trait Element: Copy + Send + Sync + 'static {

@@ -3,11 +3,10 @@
 //! straight into the batch's memory; the fields that move with the first flipped the same way,
 //! the others copied as they are.
 
-use half::{bf16, f16};
 use voxlake_format::DType;
 
 use super::*;
-use crate::fill::{Check, Element, fill_flipped};
+use crate::fill::{Check, Dest, Element, fill_flipped, fill_flipped_half};
 use crate::transform::Direct;
 
 impl Assembler {
@@ -109,27 +108,42 @@ fn first_field(
 ) -> Result<(Tensors, bool), LoaderError> {
     let sample = &shape[1..];
     macro_rules! first_as {
-        ($variant:ident, $value:expr) => {{
+        ($variant:ident, $fill:ident, $value:expr) => {{
             let reuse = match reuse {
                 Some(Tensors::$variant(a)) => Some(a),
                 _ => None,
             };
             let (a, recycled) = batch::build_with(shape, reuse, pool, check, |i, dst| {
-                fill_flipped::<f32, _>(dst, samples[i], sample, &reversed[i], $value)
+                $fill(dst, samples[i], sample, &reversed[i], $value)
             })?;
             (Tensors::$variant(a), recycled)
         }};
+        ($variant:ident, $value:expr) => {
+            first_as!($variant, into_batch, $value)
+        };
     }
     // Each arm a loop of its own, the normalization's scalars in registers; the arithmetic of
-    // `Augment::Normalize` on an `f32` tensor, then `Augment::Cast`'s.
+    // `Augment::Normalize` on an `f32` tensor, then `Augment::Cast`'s (`f16`, `bf16`: converted
+    // by the slice, as `half` converts one value).
     Ok(match (direct.output, direct.normalization()) {
-        (DType::F16, Some((m, s))) => first_as!(F16, move |x| f16::from_f32((x - m) / s)),
-        (DType::F16, None) => first_as!(F16, f16::from_f32),
-        (DType::BF16, Some((m, s))) => first_as!(BF16, move |x| bf16::from_f32((x - m) / s)),
-        (DType::BF16, None) => first_as!(BF16, bf16::from_f32),
+        (DType::F16, Some((m, s))) => first_as!(F16, fill_flipped_half, move |x| (x - m) / s),
+        (DType::F16, None) => first_as!(F16, fill_flipped_half, |x| x),
+        (DType::BF16, Some((m, s))) => first_as!(BF16, fill_flipped_half, move |x| (x - m) / s),
+        (DType::BF16, None) => first_as!(BF16, fill_flipped_half, |x| x),
         (_, Some((m, s))) => first_as!(F32, move |x| (x - m) / s),
         (_, None) => first_as!(F32, |x| x),
     })
+}
+
+/// [`fill_flipped`] of stored `f32`s into a batch.
+fn into_batch<U>(
+    dst: &mut [std::mem::MaybeUninit<U>],
+    bytes: &[u8],
+    sample: &[usize],
+    reversed: &[bool],
+    f: impl Fn(f32) -> U + Copy,
+) {
+    fill_flipped::<f32, U>(dst, bytes, sample, reversed, f, Dest::Batch)
 }
 
 /// A batch (`shape`: `[B, …]`) of `samples` of `dtype`, each with its `reversed` axes reversed.
@@ -148,7 +162,7 @@ fn flipped(
     ) -> Result<ndarray::ArrayD<T>, LoaderError> {
         let sample = &shape[1..];
         let built = batch::build_with(shape, None, pool, None, |i, dst| {
-            fill_flipped::<T, T>(dst, samples[i], sample, &reversed[i], |x| x)
+            fill_flipped::<T, T>(dst, samples[i], sample, &reversed[i], |x| x, Dest::Batch)
         })?;
         Ok(built.0)
     }

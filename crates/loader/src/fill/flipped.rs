@@ -13,7 +13,11 @@
 
 use std::mem::MaybeUninit;
 
-use super::Element;
+use std::cell::RefCell;
+
+use half::slice::HalfFloatSliceExt;
+
+use super::{Dest, Element};
 
 /// Writes one sample (`src`: little-endian `T`s, C order, of `shape`) into `dst` with the
 /// `reversed` axes reversed and `f` applied to each value, in one pass: the axes after the last
@@ -24,6 +28,7 @@ pub(crate) fn fill_flipped<T: Element, U>(
     shape: &[usize],
     reversed: &[bool],
     f: impl Fn(T) -> U + Copy,
+    to: Dest,
 ) {
     let size = std::mem::size_of::<T>();
     assert_eq!(src.len(), dst.len() * size, "sample size");
@@ -46,9 +51,50 @@ pub(crate) fn fill_flipped<T: Element, U>(
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (detected just above).
-        return unsafe { in_groups_avx2(dst, src, walk, f) };
+        return unsafe { in_groups_avx2(dst, src, walk, f, to) };
     }
     in_groups::<T, U, 4>(dst, src, walk, f)
+}
+
+/// [`fill_flipped`] into `f16`s or `bf16`s (the batch's): the values mapped into an `f32` stage
+/// (the thread's, in its cache) and converted into the batch by `half`'s slice conversion
+/// (`f16`: eight at a time with F16C where the CPU has it). Converted one value at a time (a
+/// call each), the cast was most of the copy's time (docs/benchmarks.md).
+pub(crate) fn fill_flipped_half<H: Copy + Default>(
+    dst: &mut [MaybeUninit<H>],
+    src: &[u8],
+    shape: &[usize],
+    reversed: &[bool],
+    f: impl Fn(f32) -> f32 + Copy,
+) where
+    [H]: HalfFloatSliceExt,
+{
+    /// Values a thread's stage keeps from one sample to the next at most (a larger sample's
+    /// stage is let go after it).
+    const KEPT: usize = 4 << 20;
+    /// Values converted at a time, through a buffer on the stack (`dst` may be uninitialized).
+    const CHUNK: usize = 512;
+    thread_local! {
+        static STAGE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+    STAGE.with_borrow_mut(|stage| {
+        stage.clear();
+        stage.reserve(dst.len());
+        let staged = &mut stage.spare_capacity_mut()[..dst.len()];
+        fill_flipped::<f32, f32>(staged, src, shape, reversed, f, Dest::Near);
+        // SAFETY: `fill_flipped` wrote every element of `staged`.
+        let values = unsafe { &*(staged as *const [MaybeUninit<f32>] as *const [f32]) };
+        for (out, values) in dst.chunks_mut(CHUNK).zip(values.chunks(CHUNK)) {
+            let mut halves = [H::default(); CHUNK];
+            halves[..values.len()].convert_from_f32_slice(values);
+            for (d, h) in out.iter_mut().zip(halves) {
+                d.write(h);
+            }
+        }
+        if stage.capacity() > KEPT {
+            *stage = Vec::new();
+        }
+    });
 }
 
 /// [`in_groups`] eight lanes wide, compiled for AVX2 (the groups' arithmetic and moves in its
@@ -63,8 +109,9 @@ unsafe fn in_groups_avx2<T: Element, U>(
     src: &[u8],
     walk: Walk,
     f: impl Fn(T) -> U + Copy,
+    to: Dest,
 ) {
-    if walk.axes.is_empty() && std::mem::size_of::<U>() == 4 {
+    if to == Dest::Batch && walk.axes.is_empty() && std::mem::size_of::<U>() == 4 {
         // SAFETY: the caller's contract.
         return unsafe { streamed(dst, src, f) };
     }
@@ -319,6 +366,8 @@ impl Iterator for Walk {
 
 #[cfg(test)]
 mod tests {
+    use half::{bf16, f16};
+
     use super::*;
 
     /// What a walk by index makes of `values` (of `shape`) with the `reversed` axes reversed.
@@ -342,8 +391,9 @@ mod tests {
     /// Runs of every length class (one value, two and three, under four, one and two groups
     /// of four and of eight, longer), each with every choice of reversed axes, land as a walk
     /// by index makes them: through the four-lane groups, the eight-lane ones and whatever this
-    /// CPU takes (with AVX2, no axis reversed: streamed, from an unaligned start), mapped
-    /// (`f32` → `f32`), as bytes (`u8`) and converted (`bool`).
+    /// CPU takes (with AVX2, no axis reversed: streamed, from an unaligned start), into a
+    /// thread's own buffer (never streamed), mapped (`f32` → `f32`) and cast (→ `f16`, `bf16`,
+    /// through a stage), as bytes (`u8`) and converted (`bool`).
     #[test]
     fn flipped_samples_land_as_indexed() {
         let shapes: [&[usize]; 10] = [
@@ -371,9 +421,12 @@ mod tests {
                     .map(|x| x * 2.0 + 1.0)
                     .collect();
                 type Fill = fn(&mut [MaybeUninit<f32>], &[u8], &[usize], &[bool]);
-                let ways: [(&str, Fill); 3] = [
+                let ways: [(&str, Fill); 4] = [
                     ("dispatched", |d, s, shape, r| {
-                        fill_flipped::<f32, f32>(d, s, shape, r, |x| x * 2.0 + 1.0)
+                        fill_flipped::<f32, f32>(d, s, shape, r, |x| x * 2.0 + 1.0, Dest::Batch)
+                    }),
+                    ("near", |d, s, shape, r| {
+                        fill_flipped::<f32, f32>(d, s, shape, r, |x| x * 2.0 + 1.0, Dest::Near)
                     }),
                     // The lanes' ways read stored bytes as values: little-endian hosts only
                     // (`skip` below).
@@ -385,7 +438,7 @@ mod tests {
                     }),
                 ];
                 let skip = if cfg!(target_endian = "little") { 0 } else { 2 };
-                for (way, fill) in ways.into_iter().take(3 - skip) {
+                for (way, fill) in ways.into_iter().take(4 - skip) {
                     // One element's offset: the stores' alignment differs from the buffer's.
                     let mut dst = vec![MaybeUninit::<f32>::uninit(); n + 1];
                     fill(&mut dst[1..], &src, shape, &reversed);
@@ -396,8 +449,28 @@ mod tests {
                         .collect();
                     assert!(got == want, "{way} {shape:?} {reversed:?}");
                 }
+                // Into `f16`s and `bf16`s: each value `half` makes of the mapped `f32`, bit for
+                // bit.
+                let mut dst = vec![MaybeUninit::<f16>::uninit(); n + 1];
+                fill_flipped_half(&mut dst[1..], &src, shape, &reversed, |x| x * 2.0 + 1.0);
+                // SAFETY: every element written (the function's contract).
+                let got: Vec<u16> = dst[1..]
+                    .iter()
+                    .map(|v| unsafe { v.assume_init() }.to_bits())
+                    .collect();
+                let halves: Vec<u16> = want.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
+                assert!(got == halves, "f16 {shape:?} {reversed:?}");
+                let mut dst = vec![MaybeUninit::<bf16>::uninit(); n];
+                fill_flipped_half(&mut dst, &src, shape, &reversed, |x| x * 2.0 + 1.0);
+                // SAFETY: every element written (the function's contract).
+                let got: Vec<u16> = dst
+                    .iter()
+                    .map(|v| unsafe { v.assume_init() }.to_bits())
+                    .collect();
+                let halves: Vec<u16> = want.iter().map(|&x| bf16::from_f32(x).to_bits()).collect();
+                assert!(got == halves, "bf16 {shape:?} {reversed:?}");
                 let mut dst = vec![MaybeUninit::<u8>::uninit(); n];
-                fill_flipped::<u8, u8>(&mut dst, &bytes, shape, &reversed, |x| x);
+                fill_flipped::<u8, u8>(&mut dst, &bytes, shape, &reversed, |x| x, Dest::Batch);
                 // SAFETY: as above.
                 let got: Vec<u8> = dst.iter().map(|v| unsafe { v.assume_init() }).collect();
                 assert_eq!(
@@ -406,7 +479,7 @@ mod tests {
                     "u8 {shape:?} {reversed:?}"
                 );
                 let mut dst = vec![MaybeUninit::<bool>::uninit(); n];
-                fill_flipped::<bool, bool>(&mut dst, &bools, shape, &reversed, |x| x);
+                fill_flipped::<bool, bool>(&mut dst, &bools, shape, &reversed, |x| x, Dest::Batch);
                 // SAFETY: as above.
                 let got: Vec<bool> = dst.iter().map(|v| unsafe { v.assume_init() }).collect();
                 let want: Vec<bool> = indexed(&bools, shape, &reversed)
