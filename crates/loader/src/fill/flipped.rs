@@ -21,7 +21,8 @@ use super::{Dest, Element};
 
 /// Writes one sample (`src`: little-endian `T`s, C order, of `shape`) into `dst` with the
 /// `reversed` axes reversed and `f` applied to each value, in one pass: the axes after the last
-/// reversed one are read as runs, forward. Every element of `dst` is written.
+/// reversed one are read as runs, forward. Every element of `dst` is written; `to` says what
+/// `dst` is (a batch's memory may be written past the caches, a thread's own buffer never).
 pub(crate) fn fill_flipped<T: Element, U>(
     dst: &mut [MaybeUninit<U>],
     src: &[u8],
