@@ -1,7 +1,8 @@
 """The Python loader with transforms against the same run without them (issue 45): ROUNDS
-rounds of the modes alternated, each mode EPOCHS shuffled epochs of TABLE (a seed each) into
-batches of 32, each batch summed (CONSUMER=bits: as integers of the values' width); per round,
-samples/s, their ratio to the run without transforms, and the process's CPU time per sample
+rounds, each mode EPOCHS shuffled epochs of TABLE (a seed each, the modes taking turns an epoch
+at a time) into batches of 32, each batch summed (CONSUMER=bits: as integers of the values'
+width); per round, samples/s, their ratio to the run without transforms (at the end, each
+ratio's median and range over the rounds), and the process's CPU time per sample
 (all threads: on a machine whose cores are all busy, what a transform costs shows there
 first), for
 - `transforms=` flip + normalize by name (in Rust, on the assembly threads, per sample),
@@ -16,9 +17,10 @@ Needs the package built in release (`maturin develop --release`).
 """
 
 import os
+import statistics
 import sys
 import time
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -61,20 +63,19 @@ def cpu_s() -> float:
     return t.user + t.system
 
 
-def measure(table: str, options: Dict[str, Any], epochs: int) -> Tuple[float, float]:
-    """Samples/s and CPU µs per sample over `epochs` epochs."""
+def measure(table: str, options: Dict[str, Any], seed: int) -> Tuple[int, float, float]:
+    """One shuffled epoch (`seed`): samples, seconds and CPU seconds."""
     start, cpu, n, total = time.perf_counter(), cpu_s(), 0, 0.0
-    for epoch in range(epochs):
-        loader = voxlake.Loader(table, batch_size=32, shuffle=True, seed=1 + epoch, **options)
-        for batch in loader:
-            x = batch["tensor"]
-            assert isinstance(x, np.ndarray)
-            if BITS:
-                total += float(x.view(f"u{x.itemsize}").sum(dtype=np.uint64))
-            else:
-                total += float(x.sum(dtype=np.float32))
-            n += len(x)
-    return n / (time.perf_counter() - start), (cpu_s() - cpu) / n * 1e6
+    loader = voxlake.Loader(table, batch_size=32, shuffle=True, seed=seed, **options)
+    for batch in loader:
+        x = batch["tensor"]
+        assert isinstance(x, np.ndarray)
+        if BITS:
+            total += float(x.view(f"u{x.itemsize}").sum(dtype=np.uint64))
+        else:
+            total += float(x.sum(dtype=np.float32))
+        n += len(x)
+    return n, time.perf_counter() - start, cpu_s() - cpu
 
 
 def main() -> None:
@@ -85,18 +86,29 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown modes {sorted(unknown)}; the modes are {list(MODES)}")
     epochs = int(os.environ.get("EPOCHS", "3"))
+    modes = [name for name in MODES if name in chosen]
     # Read once first, unmeasured: no round reads the table from disk.
-    measure(table, {}, 1)
+    measure(table, {}, 0)
+    ratios: Dict[str, List[float]] = {name: [] for name in modes}
     for r in range(rounds):
-        rates = {
-            name: measure(table, options, epochs)
-            for name, options in MODES.items()
-            if name in chosen
-        }
+        done = {name: (0, 0.0, 0.0) for name in modes}
+        # The modes take turns an epoch at a time (the order reversed every other epoch), so
+        # a shared machine's drift falls on all of them alike.
+        for epoch in range(epochs):
+            for name in modes if epoch % 2 == 0 else modes[::-1]:
+                n, wall, cpu = measure(table, MODES[name], 1 + epoch)
+                was = done[name]
+                done[name] = (was[0] + n, was[1] + wall, was[2] + cpu)
+        rates = {name: (n / wall, cpu / n * 1e6) for name, (n, wall, cpu) in done.items()}
         plain = rates["none"][0]
+        for name, (rate, _) in rates.items():
+            ratios[name].append(rate / plain)
         print(f"round {r}: " + ", ".join(
             f"{name} {rate:.0f}/s ({rate / plain:.2f}, {cpu:.0f} µs CPU)"
             for name, (rate, cpu) in rates.items()), flush=True)
+    print("median over the rounds: " + ", ".join(
+        f"{name} {statistics.median(r):.2f} ({min(r):.2f}–{max(r):.2f})"
+        for name, r in ratios.items() if name != "none"))
 
 
 if __name__ == "__main__":
