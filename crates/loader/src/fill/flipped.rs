@@ -389,6 +389,29 @@ mod tests {
             .collect()
     }
 
+    /// [`fill_flipped_half`] of `src` (of `shape`, its `reversed` axes reversed and mapped as
+    /// `want` was) into `H`s from element `offset` of a buffer: each value's bits those
+    /// `from_f32` makes of `want`'s.
+    fn halves_land<H: Copy + Default>(
+        (src, shape, reversed, want): (&[u8], &[usize], &[bool], &[f32]),
+        offset: usize,
+        from_f32: fn(f32) -> H,
+        to_bits: fn(H) -> u16,
+    ) where
+        [H]: HalfFloatSliceExt,
+    {
+        let mut dst = vec![MaybeUninit::<H>::uninit(); want.len() + offset];
+        fill_flipped_half(&mut dst[offset..], src, shape, reversed, |x| x * 2.0 + 1.0);
+        // SAFETY: every element written (the function's contract).
+        let got: Vec<u16> = dst[offset..]
+            .iter()
+            .map(|v| to_bits(unsafe { v.assume_init() }))
+            .collect();
+        let halves: Vec<u16> = want.iter().map(|&x| to_bits(from_f32(x))).collect();
+        let kind = std::any::type_name::<H>();
+        assert!(got == halves, "{kind} {shape:?} {reversed:?}");
+    }
+
     /// Runs of every length class (one value, two and three, under four, one and two groups
     /// of four and of eight, longer), each with every choice of reversed axes, land as a walk
     /// by index makes them: through the four-lane groups, the eight-lane ones and whatever this
@@ -452,24 +475,10 @@ mod tests {
                 }
                 // Into `f16`s and `bf16`s: each value `half` makes of the mapped `f32`, bit for
                 // bit.
-                let mut dst = vec![MaybeUninit::<f16>::uninit(); n + 1];
-                fill_flipped_half(&mut dst[1..], &src, shape, &reversed, |x| x * 2.0 + 1.0);
-                // SAFETY: every element written (the function's contract).
-                let got: Vec<u16> = dst[1..]
-                    .iter()
-                    .map(|v| unsafe { v.assume_init() }.to_bits())
-                    .collect();
-                let halves: Vec<u16> = want.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
-                assert!(got == halves, "f16 {shape:?} {reversed:?}");
-                let mut dst = vec![MaybeUninit::<bf16>::uninit(); n];
-                fill_flipped_half(&mut dst, &src, shape, &reversed, |x| x * 2.0 + 1.0);
-                // SAFETY: every element written (the function's contract).
-                let got: Vec<u16> = dst
-                    .iter()
-                    .map(|v| unsafe { v.assume_init() }.to_bits())
-                    .collect();
-                let halves: Vec<u16> = want.iter().map(|&x| bf16::from_f32(x).to_bits()).collect();
-                assert!(got == halves, "bf16 {shape:?} {reversed:?}");
+                // (`f16` from an element's offset: the conversion's stores unaligned.)
+                let case = (&src[..], shape, &reversed[..], &want[..]);
+                halves_land(case, 1, f16::from_f32, f16::to_bits);
+                halves_land(case, 0, bf16::from_f32, bf16::to_bits);
                 let mut dst = vec![MaybeUninit::<u8>::uninit(); n];
                 fill_flipped::<u8, u8>(&mut dst, &bytes, shape, &reversed, |x| x, Dest::Batch);
                 // SAFETY: as above.
