@@ -11,7 +11,7 @@ first), for
 - `batch_transform=` with the same flip + normalize in numpy (per batch).
 Needs the package built in release (`maturin develop --release`).
 
-    EPOCHS=3 [CONSUMER=bits] python benches/compare/transforms.py TABLE [ROUNDS=4] [MODE ...]
+    EPOCHS=3 [CONSUMER=bits] [SUMS=1] python benches/compare/transforms.py TABLE [ROUNDS=4] [MODE ...]
 
 (MODEs: a subset of the modes below, by name; "none" always runs.)
 """
@@ -56,6 +56,9 @@ MODES: Dict[str, Dict[str, Any]] = {
 # f16 or bf16 costs the loop what its bytes cost (numpy's float32 sum of f16 converts each value,
 # and alone takes longer than the loader).
 BITS = os.environ.get("CONSUMER") == "bits"
+# SUMS=k: each batch summed k times, a training step that takes k times as long (with 1, the
+# loop is far faster than the loader: the run measures the loader alone).
+SUMS = int(os.environ.get("SUMS", "1"))
 
 
 def cpu_s() -> float:
@@ -70,10 +73,11 @@ def measure(table: str, options: Dict[str, Any], seed: int) -> Tuple[int, float,
     for batch in loader:
         x = batch["tensor"]
         assert isinstance(x, np.ndarray)
-        if BITS:
-            total += float(x.view(f"u{x.itemsize}").sum(dtype=np.uint64))
-        else:
-            total += float(x.sum(dtype=np.float32))
+        for _ in range(SUMS):
+            if BITS:
+                total += float(x.view(f"u{x.itemsize}").sum(dtype=np.uint64))
+            else:
+                total += float(x.sum(dtype=np.float32))
         n += len(x)
     return n, time.perf_counter() - start, cpu_s() - cpu
 
