@@ -5,10 +5,11 @@
 //! against memory's order. The runs of the last reversed axis lie side by side: they are a row,
 //! a loop of its own, and an odometer over the axes before it moves once a row. The sample's
 //! bytes are in the core's cache when it runs (its row checked just before, `fill::Check`), so
-//! the out-of-order runs cost no trips to memory; what they cost is instructions. So each run is
-//! a fixed number of vector-wide groups chosen once a sample by the run's length (a loop of two
-//! groups and a tail per run measured slower), a run of one value is a row read backwards a
-//! group at a time, and on x86_64 with AVX2 the groups are eight lanes wide, so a
+//! the out-of-order runs' reads cost no trips to memory. Into a batch, the copy's cost is then
+//! mostly its stores (each line loaded before it is written); into a cache, its instructions.
+//! So each run is a fixed number of vector-wide groups chosen once a sample by the run's length
+//! (a loop of two groups and a tail per run measured slower), a run of one value is a row read
+//! backwards a group at a time, and on x86_64 with AVX2 the groups are eight lanes wide, so a
 //! normalization's divisions take half the instructions (docs/benchmarks.md has the figures).
 
 use std::mem::MaybeUninit;
@@ -173,7 +174,6 @@ unsafe fn streamed<T: Element, U>(
 /// Writes `walk`'s runs `L` values at a time, the groups of a run chosen once for the sample by
 /// its length: the last group of a run overlaps the one before (writing the same values again)
 /// rather than finishing value by value.
-///
 #[inline(always)]
 fn in_groups<T: Element, U, const L: usize>(
     dst: &mut [MaybeUninit<U>],
