@@ -20,6 +20,9 @@ use half::slice::HalfFloatSliceExt;
 
 use super::{Dest, Element};
 
+#[cfg(target_arch = "x86_64")]
+mod lines;
+
 /// Writes one sample (`src`: little-endian `T`s, C order, of `shape`) into `dst` with the
 /// `reversed` axes reversed and `f` applied to each value, in one pass: the axes after the last
 /// reversed one are read as runs, forward. Every element of `dst` is written; `to` says what
@@ -49,6 +52,14 @@ pub(crate) fn fill_flipped<T: Element, U>(
                 }
             }
         });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if to == Dest::Batch
+        && lines::applies::<T, U>(&walk)
+        && std::is_x86_feature_detected!("avx512f")
+    {
+        // SAFETY: the CPU has AVX-512 (detected just above).
+        return unsafe { lines::lines(dst, src, walk, f) };
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
@@ -302,6 +313,8 @@ struct Walk {
     next: Option<usize>,
     /// Elements in a run: the product of the axes not walked.
     inner: usize,
+    /// Elements in the sample: the product of every axis.
+    elements: usize,
 }
 
 impl Walk {
@@ -326,6 +339,7 @@ impl Walk {
             axes,
             next: (!empty).then_some(start),
             inner,
+            elements: shape.iter().product(),
         }
     }
 
@@ -497,6 +511,70 @@ mod tests {
                     .map(|&b| b != 0)
                     .collect();
                 assert_eq!(got, want, "bool {shape:?} {reversed:?}");
+            }
+        }
+    }
+
+    /// Samples whose runs are long enough to be streamed a line at a time (`lines`, where the
+    /// CPU has AVX-512) land as a walk by index makes them from every offset to a 64-byte
+    /// line (the partial first and last lines, a sample within one line), and nothing around
+    /// them is written.
+    #[test]
+    fn streamed_lines_land_at_every_offset() {
+        const GUARD: u32 = 0x7fc0_dead;
+        let shapes: [&[usize]; 6] = [
+            &[3, 2, 8],
+            &[2, 3, 10],
+            &[4, 17],
+            &[5, 1, 40],
+            &[1, 1, 9],
+            &[6, 5, 10, 10],
+        ];
+        let f = |x: f32| x * 2.0 + 1.0;
+        for shape in shapes {
+            let n: usize = shape.iter().product();
+            let values: Vec<f32> = (0..n).map(|v| v as f32 * 0.5 - 7.0).collect();
+            let src: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            // Every choice of reversed axes but the last: forward runs.
+            for mask in 1..1u32 << (shape.len() - 1) {
+                let reversed: Vec<bool> = (0..shape.len()).map(|d| mask >> d & 1 == 1).collect();
+                #[cfg(target_arch = "x86_64")]
+                if std::is_x86_feature_detected!("avx512f") {
+                    let walk = Walk::new(shape, &reversed);
+                    assert!(lines::applies::<f32, f32>(&walk), "{shape:?} {reversed:?}");
+                }
+                let want: Vec<u32> = indexed(&values, shape, &reversed)
+                    .iter()
+                    .map(|&x| f(x).to_bits())
+                    .collect();
+                for offset in 0..16 {
+                    // A line-aligned buffer: 16 guard values, the sample from `offset` on, 32
+                    // guards after it.
+                    let mut buffer = vec![MaybeUninit::<f32>::uninit(); n + 80];
+                    let start = buffer.as_ptr().align_offset(64) + 16;
+                    for v in &mut buffer {
+                        v.write(f32::from_bits(GUARD));
+                    }
+                    let at = start + offset;
+                    fill_flipped::<f32, f32>(
+                        &mut buffer[at..at + n],
+                        &src,
+                        shape,
+                        &reversed,
+                        f,
+                        Dest::Batch,
+                    );
+                    // SAFETY: every element written (the guards above, the sample's by
+                    // `fill_flipped`).
+                    let got: Vec<u32> = buffer
+                        .iter()
+                        .map(|v| unsafe { v.assume_init() }.to_bits())
+                        .collect();
+                    let case = format!("{shape:?} {reversed:?} offset {offset}");
+                    assert!(got[at..at + n] == want[..], "{case}");
+                    assert!(got[..at].iter().all(|&g| g == GUARD), "{case}: before");
+                    assert!(got[at + n..].iter().all(|&g| g == GUARD), "{case}: after");
+                }
             }
         }
     }

@@ -1,0 +1,191 @@
+//! A flipped sample of 4-byte values written into a batch a whole line at a time past the
+//! caches (one 64-byte streaming store a line), as the plain copy writes a batch, with AVX-512.
+//!
+//! Read with some axes reversed (not the last), a sample is runs: pieces of its output that
+//! are contiguous, forward, in its stored bytes. The runs are taken in output order into a
+//! line's register by masked loads, each filling the lanes the run gives (a masked-off lane is
+//! never read, so a load may start before the stored values or end past them); a full line is
+//! mapped and streamed. The sample's partial lines at either end take masked plain stores.
+//! Written a group at a time with plain stores instead (`in_groups`), a run of ten values
+//! takes two overlapping groups and each batch line is loaded before it is overwritten.
+
+use std::arch::x86_64::{
+    __m512, __m512i, _mm_sfence, _mm512_castps_si512, _mm512_castsi512_ps,
+    _mm512_mask_storeu_epi32, _mm512_maskz_loadu_epi32, _mm512_or_si512, _mm512_setzero_si512,
+    _mm512_stream_si512,
+};
+use std::mem::MaybeUninit;
+
+use super::{Element, Walk};
+
+/// Values in a line.
+const LINE: usize = 16;
+
+/// Whether [`lines`] writes a sample of `T`s into `U`s with `walk`: 4-byte values, read as
+/// stored, in forward runs (the last axis not reversed) and some axis reversed.
+pub(super) fn applies<T: Element, U>(walk: &Walk) -> bool {
+    /// Runs of ten values and longer were measured (docs/benchmarks.md); shorter ones are
+    /// left to `in_groups`.
+    const MIN_RUN: usize = 8;
+    std::mem::size_of::<T>() == 4
+        && std::mem::size_of::<U>() == 4
+        && T::ANY_BITS
+        && cfg!(target_endian = "little")
+        && walk.inner >= MIN_RUN
+        && !walk.axes.is_empty()
+}
+
+/// The lanes from `from` up to `to` (`from <= to <= LINE`).
+#[inline(always)]
+fn lanes(from: usize, to: usize) -> u16 {
+    (((1u32 << to) - 1) & !((1u32 << from) - 1)) as u16
+}
+
+/// The line being gathered and where it goes.
+struct Line<'a, T, U, F> {
+    src: &'a [u8],
+    f: F,
+    /// Its values so far, in lanes `low..filled`.
+    values: __m512i,
+    filled: usize,
+    /// The first lane that is the sample's: above 0 in a first line that starts before it.
+    low: usize,
+    /// Where its lane 0 goes.
+    to: *mut U,
+    _types: std::marker::PhantomData<fn(T) -> U>,
+}
+
+impl<T: Element, U, F: Fn(T) -> U> Line<'_, T, U, F> {
+    /// `values` as `f32` lanes mapped by `f` (`T` and `U` are 4 bytes, any bits a `T`: their
+    /// bits pass through as `f32`s unchanged, and the lanes stay in a register).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 (F); [`applies`].
+    #[inline(always)]
+    unsafe fn mapped(&self, values: __m512i) -> __m512i {
+        // SAFETY: 64 bytes each way.
+        let mut lanes: [f32; LINE] = unsafe { std::mem::transmute(_mm512_castsi512_ps(values)) };
+        // (A loop, not `array::map`: that is a call here, not inlined across target features.)
+        for x in &mut lanes {
+            // SAFETY: `T` and `U` are 4 bytes, any bits a `T` (the caller's contract).
+            *x = unsafe {
+                std::mem::transmute_copy::<U, f32>(&(self.f)(std::mem::transmute_copy::<f32, T>(x)))
+            };
+        }
+        // SAFETY: 64 bytes each way.
+        unsafe { _mm512_castps_si512(std::mem::transmute::<[f32; LINE], __m512>(lanes)) }
+    }
+
+    /// Writes a whole line of `values` and moves to the next.
+    ///
+    /// # Safety
+    /// As [`mapped`](Self::mapped); `to` is valid for the line's lanes from `low` on and, where
+    /// `low` is 0, 64-byte aligned.
+    #[inline(always)]
+    unsafe fn emit(&mut self, values: __m512i) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mapped = self.mapped(values);
+            if self.low == 0 {
+                _mm512_stream_si512(self.to.cast::<__m512i>(), mapped);
+            } else {
+                let mask = lanes(self.low, LINE);
+                _mm512_mask_storeu_epi32(self.to.cast::<i32>(), mask, mapped);
+                self.low = 0;
+            }
+        }
+        self.to = self.to.wrapping_add(LINE);
+    }
+
+    /// Takes the run of `len` values from stored value `at` into the lines.
+    ///
+    /// # Safety
+    /// As [`emit`](Self::emit), for every line the run reaches; the run is stored.
+    #[inline(always)]
+    unsafe fn run(&mut self, at: usize, len: usize) {
+        let stored = self.src.as_ptr().cast::<i32>().wrapping_add(at);
+        let mut k = 0;
+        // SAFETY: each masked load reads only lanes of the run (stored, the caller's
+        // contract), wherever its start points; the CPU has AVX-512.
+        unsafe {
+            if self.filled > 0 {
+                k = len.min(LINE - self.filled);
+                let mask = lanes(self.filled, self.filled + k);
+                let more = _mm512_maskz_loadu_epi32(mask, stored.wrapping_sub(self.filled));
+                self.values = _mm512_or_si512(self.values, more);
+                self.filled += k;
+                if self.filled < LINE {
+                    return;
+                }
+                self.emit(self.values);
+                self.filled = 0;
+            }
+            while len - k >= LINE {
+                let whole = _mm512_maskz_loadu_epi32(u16::MAX, stored.wrapping_add(k));
+                self.emit(whole);
+                k += LINE;
+            }
+            if k < len {
+                self.filled = len - k;
+                let mask = lanes(0, self.filled);
+                self.values = _mm512_maskz_loadu_epi32(mask, stored.wrapping_add(k));
+            }
+        }
+    }
+}
+
+/// Writes `walk`'s runs of `src` into `dst` (a batch's sample), mapped by `f`.
+///
+/// # Panics
+/// Where [`applies`] does not hold.
+///
+/// # Safety
+/// The CPU has AVX-512 (F).
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn lines<T: Element, U>(
+    dst: &mut [MaybeUninit<U>],
+    src: &[u8],
+    walk: Walk,
+    f: impl Fn(T) -> U + Copy,
+) {
+    assert!(applies::<T, U>(&walk), "forward runs of 4-byte values");
+    assert!(
+        src.len() == dst.len() * 4 && walk.elements == dst.len(),
+        "sample size"
+    );
+    let inner = walk.inner;
+    // The first line starts at the last 64-byte boundary at or before the sample.
+    let address = dst.as_ptr() as usize;
+    assert_eq!(address % 4, 0, "4-byte values aligned");
+    let before = address % 64 / 4;
+    let mut line = Line {
+        src,
+        f,
+        values: _mm512_setzero_si512(),
+        filled: before,
+        low: before,
+        to: dst.as_mut_ptr().cast::<U>().wrapping_sub(before),
+        _types: std::marker::PhantomData,
+    };
+    walk.for_each_row(|_, first, count, step| {
+        for j in 0..count {
+            let at = (first as isize + j as isize * step) as usize;
+            // SAFETY: the run is stored (the walk's offsets are within its sample, of
+            // `dst.len()` values, stored, asserted above); the lines it reaches are `dst`'s
+            // (from the first line's lane `before` on) and aligned (from the boundary before
+            // the sample); the CPU has AVX-512 (the caller's contract).
+            unsafe { line.run(at, inner) };
+        }
+    });
+    if line.filled > line.low {
+        // The last line, partial: its lanes `low..filled`, with a plain store.
+        // SAFETY: as above.
+        unsafe {
+            let mapped = line.mapped(line.values);
+            let mask = lanes(line.low, line.filled);
+            _mm512_mask_storeu_epi32(line.to.cast::<i32>(), mask, mapped);
+        }
+    }
+    // The streamed stores ordered before whatever this thread does next (handing the batch on).
+    _mm_sfence();
+}
