@@ -11,6 +11,8 @@
 //! (a loop of two groups and a tail per run measured slower), a run of one value is a row read
 //! backwards a group at a time, and on x86_64 with AVX2 the groups are eight lanes wide, so a
 //! normalization's divisions take half the instructions (docs/benchmarks.md has the figures).
+//! With AVX-512, a batch's sample in forward runs of 8 values or more is written a whole line
+//! at a time past the caches instead (`lines`).
 
 use std::mem::MaybeUninit;
 
