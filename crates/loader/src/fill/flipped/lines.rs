@@ -24,8 +24,9 @@ const LINE: usize = 16;
 /// Whether [`lines`] writes a sample of `T`s into `U`s with `walk`: 4-byte values, read as
 /// stored, in forward runs (the last axis not reversed) and some axis reversed.
 pub(super) fn applies<T: Element, U>(walk: &Walk) -> bool {
-    /// Runs of ten values and longer were measured (docs/benchmarks.md); shorter ones are
-    /// left to `in_groups`.
+    /// Runs of ten values and longer were measured (docs/benchmarks.md); runs of 8 and 9
+    /// (a line from at most three loads, as for 10) take it unmeasured, shorter ones are left
+    /// to `in_groups`.
     const MIN_RUN: usize = 8;
     std::mem::size_of::<T>() == 4
         && std::mem::size_of::<U>() == 4
