@@ -11,8 +11,8 @@
 //! (a loop of two groups and a tail per run measured slower), a run of one value is a row read
 //! backwards a group at a time, and on x86_64 with AVX2 the groups are eight lanes wide, so a
 //! normalization's divisions take half the instructions (docs/benchmarks.md has the figures).
-//! With AVX-512, a batch's sample in forward runs of 8 values or more is written a whole line
-//! at a time past the caches instead (`lines`).
+//! With AVX-512, a batch's sample in forward runs of two values or more is written a whole
+//! line at a time past the caches instead (`lines`).
 
 use std::mem::MaybeUninit;
 
@@ -59,8 +59,9 @@ pub(crate) fn fill_flipped<T: Element, U>(
     if to == Dest::Batch
         && lines::applies::<T, U>(&walk)
         && std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("bmi2")
     {
-        // SAFETY: the CPU has AVX-512 (detected just above).
+        // SAFETY: the CPU has AVX-512 and BMI2 (detected just above).
         return unsafe { lines::lines(dst, src, walk, f) };
     }
     #[cfg(target_arch = "x86_64")]
@@ -524,13 +525,17 @@ mod tests {
     #[test]
     fn streamed_lines_land_at_every_offset() {
         const GUARD: u32 = 0x7fc0_dead;
-        let shapes: [&[usize]; 6] = [
+        let shapes: [&[usize]; 10] = [
             &[3, 2, 8],
             &[2, 3, 10],
+            &[3, 2, 16],
             &[4, 17],
             &[5, 1, 40],
             &[1, 1, 9],
             &[6, 5, 10, 10],
+            &[7, 3, 2],
+            &[5, 4, 3],
+            &[2, 9, 2, 7],
         ];
         let f = |x: f32| x * 2.0 + 1.0;
         for shape in shapes {
@@ -576,6 +581,111 @@ mod tests {
                     assert!(got[at..at + n] == want[..], "{case}");
                     assert!(got[..at].iter().all(|&g| g == GUARD), "{case}: before");
                     assert!(got[at + n..].iter().all(|&g| g == GUARD), "{case}: after");
+                }
+            }
+        }
+    }
+
+    /// Stored bytes in memory with no access allowed on either side: a read outside them
+    /// (a load's lane not masked off where it should be) faults.
+    struct Fenced {
+        base: *mut libc::c_void,
+        total: usize,
+        /// The first byte past the front fence, and the bytes up to the back one.
+        data: *mut u8,
+        room: usize,
+    }
+
+    impl Fenced {
+        fn new(bytes: usize) -> Fenced {
+            let page = 4096;
+            let room = bytes.div_ceil(page) * page;
+            let total = room + 2 * page;
+            // SAFETY: a fresh private mapping; the fences are its first and last pages.
+            unsafe {
+                let base = libc::mmap(
+                    std::ptr::null_mut(),
+                    total,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(base, libc::MAP_FAILED, "mmap");
+                let data = base.cast::<u8>().add(page);
+                assert_eq!(
+                    libc::mprotect(base, page, libc::PROT_NONE),
+                    0,
+                    "front fence"
+                );
+                let back = data.add(room).cast::<libc::c_void>();
+                assert_eq!(libc::mprotect(back, page, libc::PROT_NONE), 0, "back fence");
+                Fenced {
+                    base,
+                    total,
+                    data,
+                    room,
+                }
+            }
+        }
+
+        /// `bytes` copied in against the front fence (`at_end`: against the back one).
+        fn place(&mut self, bytes: &[u8], at_end: bool) -> &[u8] {
+            let at = if at_end { self.room - bytes.len() } else { 0 };
+            // SAFETY: `at + bytes.len() <= room`, inside the mapping's writable pages.
+            unsafe {
+                let start = self.data.add(at);
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), start, bytes.len());
+                std::slice::from_raw_parts(start, bytes.len())
+            }
+        }
+    }
+
+    impl Drop for Fenced {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`, unmapped once.
+            unsafe { libc::munmap(self.base, self.total) };
+        }
+    }
+
+    #[test]
+    fn reads_stay_within_the_stored_sample() {
+        let shapes: [&[usize]; 7] = [
+            &[2, 3, 10],
+            &[3, 2, 16],
+            &[4, 17],
+            &[7, 3, 2],
+            &[2, 9, 2, 7],
+            &[1, 1, 9],
+            &[6, 5, 10, 10],
+        ];
+        let f = |x: f32| x - 3.0;
+        for shape in shapes {
+            let n: usize = shape.iter().product();
+            let values: Vec<f32> = (0..n).map(|v| v as f32 * 0.25).collect();
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut fenced = Fenced::new(bytes.len());
+            for at_end in [false, true] {
+                let src = fenced.place(&bytes, at_end);
+                for mask in 1..1u32 << (shape.len() - 1) {
+                    let reversed: Vec<bool> =
+                        (0..shape.len()).map(|d| mask >> d & 1 == 1).collect();
+                    let want: Vec<u32> = indexed(&values, shape, &reversed)
+                        .iter()
+                        .map(|&x| f(x).to_bits())
+                        .collect();
+                    for offset in [0, 1, 7, 15] {
+                        let mut buffer = vec![MaybeUninit::<f32>::uninit(); n + 32];
+                        let at = buffer.as_ptr().align_offset(64) + offset;
+                        let dst = &mut buffer[at..at + n];
+                        fill_flipped::<f32, f32>(dst, src, shape, &reversed, f, Dest::Batch);
+                        // SAFETY: `fill_flipped` wrote every element of `dst`.
+                        let got: Vec<u32> = dst
+                            .iter()
+                            .map(|v| unsafe { v.assume_init() }.to_bits())
+                            .collect();
+                        assert!(got == want, "{shape:?} {reversed:?} offset {offset}");
+                    }
                 }
             }
         }

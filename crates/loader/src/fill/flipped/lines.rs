@@ -8,9 +8,13 @@
 //! mapped and streamed. The sample's partial lines at either end take masked plain stores.
 //! Written a group at a time with plain stores instead (`in_groups`), a run of ten values
 //! takes two overlapping groups and each batch line is loaded before it is overwritten.
+//!
+//! A run no longer than a line spreads its instructions over few values, so such runs take a
+//! path of their own (`short`): one merging load, and one more where the run completes a line,
+//! with no branch on where the run starts in it.
 
 use std::arch::x86_64::{
-    __m512, __m512i, _mm_sfence, _mm512_castps_si512, _mm512_castsi512_ps,
+    __m512, __m512i, _mm_sfence, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_mask_loadu_epi32,
     _mm512_mask_storeu_epi32, _mm512_maskz_loadu_epi32, _mm512_or_si512, _mm512_setzero_si512,
     _mm512_stream_si512,
 };
@@ -22,12 +26,13 @@ use super::{Element, Walk};
 const LINE: usize = 16;
 
 /// Whether [`lines`] writes a sample of `T`s into `U`s with `walk`: 4-byte values, read as
-/// stored, in forward runs (the last axis not reversed) and some axis reversed.
+/// stored, in forward runs of two values or more (the last axis not reversed) and some axis
+/// reversed.
 pub(super) fn applies<T: Element, U>(walk: &Walk) -> bool {
-    /// Runs of ten values and longer were measured (docs/benchmarks.md); runs of 8 and 9
-    /// (a line from at most three loads, as for 10) take it unmeasured, shorter ones are left
-    /// to `in_groups`.
-    const MIN_RUN: usize = 8;
+    /// Runs of 2 to 8 values and of 10, 16, 20 and 3,000 were measured against `in_groups`
+    /// (docs/benchmarks.md); a run of one value (the last axis reversed) is a row read
+    /// backwards, a group at a time, there.
+    const MIN_RUN: usize = 2;
     std::mem::size_of::<T>() == 4
         && std::mem::size_of::<U>() == 4
         && T::ANY_BITS
@@ -98,6 +103,42 @@ impl<T: Element, U, F: Fn(T) -> U> Line<'_, T, U, F> {
         self.to = self.to.wrapping_add(LINE);
     }
 
+    /// Takes the run of `len` values (at most a line) from stored value `at` into the lines:
+    /// one merging load, and where the run completes the line, one more for the next.
+    ///
+    /// # Safety
+    /// As [`emit`](Self::emit), for every line the run reaches; the run is stored; `len` is
+    /// at most [`LINE`].
+    #[inline(always)]
+    unsafe fn short(&mut self, at: usize, len: usize) {
+        debug_assert!(len <= LINE && self.filled < LINE, "a short run");
+        // Lane `i` of a load from `from` is stored value `at - filled + i`: the run's first
+        // value lands in lane `filled`.
+        let from = self
+            .src
+            .as_ptr()
+            .cast::<i32>()
+            .wrapping_add(at)
+            .wrapping_sub(self.filled);
+        let to = self.filled + len;
+        // Lanes `filled..to` of this line (`to` is below 32: the shifts stay in a `u32`).
+        let mask = ((0xFFFF_u32 << self.filled) & ((1_u32 << to) - 1)) as u16;
+        // SAFETY: each masked load reads only lanes of the run (stored, the caller's
+        // contract), wherever its start points; the CPU has AVX-512.
+        unsafe {
+            self.values = _mm512_mask_loadu_epi32(self.values, mask, from);
+            if to < LINE {
+                self.filled = to;
+                return;
+            }
+            self.emit(self.values);
+            // The run's rest, lanes `0..to - LINE` of the next line.
+            self.filled = to - LINE;
+            let rest = ((1_u32 << self.filled) - 1) as u16;
+            self.values = _mm512_maskz_loadu_epi32(rest, from.wrapping_add(LINE));
+        }
+    }
+
     /// Takes the run of `len` values from stored value `at` into the lines.
     ///
     /// # Safety
@@ -141,8 +182,8 @@ impl<T: Element, U, F: Fn(T) -> U> Line<'_, T, U, F> {
 /// Where [`applies`] does not hold.
 ///
 /// # Safety
-/// The CPU has AVX-512 (F).
-#[target_feature(enable = "avx512f")]
+/// The CPU has AVX-512 (F) and BMI2.
+#[target_feature(enable = "avx512f,bmi2")]
 pub(super) unsafe fn lines<T: Element, U>(
     dst: &mut [MaybeUninit<U>],
     src: &[u8],
@@ -174,8 +215,15 @@ pub(super) unsafe fn lines<T: Element, U>(
             // SAFETY: the run is stored (the walk's offsets are within its sample, of
             // `dst.len()` values, stored, asserted above); the lines it reaches are `dst`'s
             // (from the first line's lane `before` on) and aligned (from the boundary before
-            // the sample); the CPU has AVX-512 (the caller's contract).
-            unsafe { line.run(at, inner) };
+            // the sample); the CPU has AVX-512 (the caller's contract); `short` takes runs of
+            // at most a line.
+            unsafe {
+                if inner <= LINE {
+                    line.short(at, inner)
+                } else {
+                    line.run(at, inner)
+                }
+            };
         }
     });
     if line.filled > line.low {
