@@ -6,6 +6,7 @@ ratio's median and range over the rounds), and the process's CPU time per sample
 (all threads: on a machine whose cores are all busy, what a transform costs shows there
 first), for
 - `transforms=` flip + normalize by name (in Rust, on the assembly threads, per sample),
+- the same with the last axis among the flipped (`every axis`: rows read backwards),
 - `transforms=` casts to f16 (alone and after the normalization) and to bf16,
 - `batch_transform=` doing nothing (what handing each batch to Python costs),
 - `batch_transform=` with the same flip + normalize in numpy (per batch).
@@ -44,6 +45,7 @@ def numpy_flip_normalize(batch: Dict[str, Any], rng: np.random.Generator) -> Dic
 MODES: Dict[str, Dict[str, Any]] = {
     "none": {},
     "transforms": {"transforms": FLIP_NORMALIZE},
+    "every axis": {"transforms": [("flip", {"axes": [0, 1, 2, 3], "p": 0.5}), FLIP_NORMALIZE[1]]},
     "cast f16": {"transforms": [("cast", {"dtype": "f16"})]},
     "normalize + f16": {"transforms": [FLIP_NORMALIZE[1], ("cast", {"dtype": "f16"})]},
     "cast bf16": {"transforms": [("cast", {"dtype": "bf16"})]},

@@ -11,8 +11,8 @@
 //! (a loop of two groups and a tail per run measured slower), a run of one value is a row read
 //! backwards a group at a time, and on x86_64 with AVX2 the groups are eight lanes wide, so a
 //! normalization's divisions take half the instructions (docs/benchmarks.md has the figures).
-//! With AVX-512, a batch's sample in forward runs of two values or more is written a whole
-//! line at a time past the caches instead (`lines`).
+//! With AVX-512, a batch's sample of 4-byte values is written a whole line at a time past the
+//! caches instead (`lines`), whichever axes are reversed.
 
 use std::mem::MaybeUninit;
 
@@ -348,14 +348,25 @@ impl Walk {
 
     /// Calls `row(written, first, count, step)` for each row: the last walked axis (reversed)
     /// taken out of the odometer, its `count` runs `step` apart from `first` (one run of
-    /// `inner` values when no axis is reversed), written from `written` on.
+    /// `inner` values when no axis is reversed), written from `written` on. The axis before it
+    /// is a plain loop too, the odometer moving once a pass of it.
     #[inline(always)]
     fn for_each_row(mut self, mut row: impl FnMut(usize, usize, usize, isize)) {
         self.at.pop();
         let (count, step) = self.axes.pop().unwrap_or((1, 0));
-        let inner = self.inner;
-        for (first, written) in self.zip((0..).step_by(count * inner)) {
-            row(written, first, count, step);
+        // The axis before the rows' is a loop of its own too: the odometer moves once a pass
+        // of it (a step of the odometer is a loop over its axes).
+        self.at.pop();
+        let (rows, apart) = self.axes.pop().unwrap_or((1, 0));
+        let length = count * self.inner;
+        let mut written = 0;
+        for start in self {
+            let mut first = start as isize;
+            for _ in 0..rows {
+                row(written, first as usize, count, step);
+                first += apart;
+                written += length;
+            }
         }
     }
 }
@@ -542,8 +553,8 @@ mod tests {
             let n: usize = shape.iter().product();
             let values: Vec<f32> = (0..n).map(|v| v as f32 * 0.5 - 7.0).collect();
             let src: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            // Every choice of reversed axes but the last: forward runs.
-            for mask in 1..1u32 << (shape.len() - 1) {
+            // Every choice of reversed axes (with the last: rows read backwards).
+            for mask in 1..1u32 << shape.len() {
                 let reversed: Vec<bool> = (0..shape.len()).map(|d| mask >> d & 1 == 1).collect();
                 #[cfg(target_arch = "x86_64")]
                 if std::is_x86_feature_detected!("avx512f") {
@@ -667,7 +678,7 @@ mod tests {
             let mut fenced = Fenced::new(bytes.len());
             for at_end in [false, true] {
                 let src = fenced.place(&bytes, at_end);
-                for mask in 1..1u32 << (shape.len() - 1) {
+                for mask in 1..1u32 << shape.len() {
                     let reversed: Vec<bool> =
                         (0..shape.len()).map(|d| mask >> d & 1 == 1).collect();
                     let want: Vec<u32> = indexed(&values, shape, &reversed)

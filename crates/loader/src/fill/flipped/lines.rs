@@ -11,12 +11,15 @@
 //!
 //! A run no longer than a line spreads its instructions over few values, so such runs take a
 //! path of their own (`short`): one merging load, and one more where the run completes a line,
-//! with no branch on where the run starts in it.
+//! with no branch on where the run starts in it. With the last axis reversed, the runs are
+//! single values and each row is read backwards instead (`backward`): up to a line of it by
+//! one load, its lanes turned around and rotated into place by one permutation.
 
 use std::arch::x86_64::{
-    __m512, __m512i, _mm_sfence, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_mask_loadu_epi32,
-    _mm512_mask_storeu_epi32, _mm512_maskz_loadu_epi32, _mm512_or_si512, _mm512_setzero_si512,
-    _mm512_stream_si512,
+    __m512, __m512i, _mm_sfence, _mm512_add_epi32, _mm512_castps_si512, _mm512_castsi512_ps,
+    _mm512_mask_loadu_epi32, _mm512_mask_mov_epi32, _mm512_mask_storeu_epi32,
+    _mm512_maskz_loadu_epi32, _mm512_maskz_mov_epi32, _mm512_or_si512, _mm512_permutexvar_epi32,
+    _mm512_set1_epi32, _mm512_setr_epi32, _mm512_setzero_si512, _mm512_stream_si512,
 };
 use std::mem::MaybeUninit;
 
@@ -26,18 +29,13 @@ use super::{Element, Walk};
 const LINE: usize = 16;
 
 /// Whether [`lines`] writes a sample of `T`s into `U`s with `walk`: 4-byte values, read as
-/// stored, in forward runs of two values or more (the last axis not reversed) and some axis
-/// reversed.
+/// stored, and some axis reversed (every run length was measured against `in_groups`,
+/// docs/benchmarks.md).
 pub(super) fn applies<T: Element, U>(walk: &Walk) -> bool {
-    /// Runs of 2 to 8 values and of 10, 16, 20 and 3,000 were measured against `in_groups`
-    /// (docs/benchmarks.md); a run of one value (the last axis reversed) is a row read
-    /// backwards, a group at a time, there.
-    const MIN_RUN: usize = 2;
     std::mem::size_of::<T>() == 4
         && std::mem::size_of::<U>() == 4
         && T::ANY_BITS
         && cfg!(target_endian = "little")
-        && walk.inner >= MIN_RUN
         && !walk.axes.is_empty()
 }
 
@@ -139,6 +137,50 @@ impl<T: Element, U, F: Fn(T) -> U> Line<'_, T, U, F> {
         }
     }
 
+    /// Takes `len` values (at most a line) stored backwards from stored value `last` (`last`,
+    /// `last - 1`, …) into the lines: one load of the line of stored values that ends at
+    /// `last`, permuted so that `last` lands in lane `filled` and the values before it in the
+    /// lanes after (the lanes past the line's end, into the next line's first lanes).
+    ///
+    /// # Safety
+    /// As [`emit`](Self::emit), for every line the values reach; they are stored; `len` is at
+    /// most [`LINE`].
+    #[inline(always)]
+    unsafe fn backward(&mut self, last: usize, len: usize) {
+        debug_assert!(len <= LINE && self.filled < LINE, "a short row");
+        // Lane `j` of the load is stored value `last - (LINE - 1) + j`: `last` in lane 15, the
+        // values wanted in lanes `LINE - len..LINE`.
+        let from = self
+            .src
+            .as_ptr()
+            .cast::<i32>()
+            .wrapping_add(last)
+            .wrapping_sub(LINE - 1);
+        let to = self.filled + len;
+        // Lanes `filled..to` of this line (`to` is below 32: the shifts stay in a `u32`).
+        let mask = ((0xFFFF_u32 << self.filled) & ((1_u32 << to) - 1)) as u16;
+        // SAFETY: the masked load reads only the values wanted (stored, the caller's
+        // contract), wherever its start points; the CPU has AVX-512.
+        unsafe {
+            let window = _mm512_maskz_loadu_epi32((0xFFFF_u32 << (LINE - len)) as u16, from);
+            // Output lane `i` (`i - LINE` of the next line) takes stored value
+            // `last - (i - filled)`, the load's lane `LINE - 1 + filled - i`; the permutation
+            // reads an index's low four bits, so one index serves both lines.
+            let reversed = _mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+            let index = _mm512_add_epi32(reversed, _mm512_set1_epi32(self.filled as i32));
+            let turned = _mm512_permutexvar_epi32(index, window);
+            self.values = _mm512_mask_mov_epi32(self.values, mask, turned);
+            if to < LINE {
+                self.filled = to;
+                return;
+            }
+            self.emit(self.values);
+            // The rest, lanes `0..to - LINE` of the next line (the lanes above kept zero).
+            self.filled = to - LINE;
+            self.values = _mm512_maskz_mov_epi32(((1_u32 << self.filled) - 1) as u16, turned);
+        }
+    }
+
     /// Takes the run of `len` values from stored value `at` into the lines.
     ///
     /// # Safety
@@ -190,7 +232,7 @@ pub(super) unsafe fn lines<T: Element, U>(
     walk: Walk,
     f: impl Fn(T) -> U + Copy,
 ) {
-    assert!(applies::<T, U>(&walk), "forward runs of 4-byte values");
+    assert!(applies::<T, U>(&walk), "4-byte values, some axis reversed");
     assert!(
         src.len() == dst.len() * 4 && walk.elements == dst.len(),
         "sample size"
@@ -209,23 +251,38 @@ pub(super) unsafe fn lines<T: Element, U>(
         to: dst.as_mut_ptr().cast::<U>().wrapping_sub(before),
         _types: std::marker::PhantomData,
     };
-    walk.for_each_row(|_, first, count, step| {
-        for j in 0..count {
-            let at = (first as isize + j as isize * step) as usize;
-            // SAFETY: the run is stored (the walk's offsets are within its sample, of
-            // `dst.len()` values, stored, asserted above); the lines it reaches are `dst`'s
-            // (from the first line's lane `before` on) and aligned (from the boundary before
-            // the sample); the CPU has AVX-512 (the caller's contract); `short` takes runs of
-            // at most a line.
-            unsafe {
-                if inner <= LINE {
-                    line.short(at, inner)
-                } else {
-                    line.run(at, inner)
-                }
-            };
-        }
-    });
+    if inner == 1 {
+        // The last axis reversed: each row read backwards, a line of it at a time.
+        walk.for_each_row(|_, first, count, step| {
+            assert_eq!(step, -1, "a row of single values read backwards");
+            let mut k = 0;
+            while k < count {
+                let len = (count - k).min(LINE);
+                // SAFETY: the row's values are stored (`first - count + 1..=first`, within the
+                // sample, as below); as below for the lines and the CPU.
+                unsafe { line.backward(first - k, len) };
+                k += len;
+            }
+        });
+    } else {
+        walk.for_each_row(|_, first, count, step| {
+            for j in 0..count {
+                let at = (first as isize + j as isize * step) as usize;
+                // SAFETY: the run is stored (the walk's offsets are within its sample, of
+                // `dst.len()` values, stored, asserted above); the lines it reaches are `dst`'s
+                // (from the first line's lane `before` on) and aligned (from the boundary before
+                // the sample); the CPU has AVX-512 (the caller's contract); `short` takes runs of
+                // at most a line.
+                unsafe {
+                    if inner <= LINE {
+                        line.short(at, inner)
+                    } else {
+                        line.run(at, inner)
+                    }
+                };
+            }
+        });
+    }
     if line.filled > line.low {
         // The last line, partial: its lanes `low..filled`, with a plain store.
         // SAFETY: as above.
