@@ -113,26 +113,17 @@ impl<T: Element, U, F: Fn(T) -> U> Line<'_, T, U, F> {
         debug_assert!(len <= LINE && self.filled < LINE, "a short run");
         // Lane `i` of a load from `from` is stored value `at - filled + i`: the run's first
         // value lands in lane `filled`.
-        let from = self
-            .src
-            .as_ptr()
-            .cast::<i32>()
-            .wrapping_add(at)
-            .wrapping_sub(self.filled);
+        let from = self.stored(at).wrapping_sub(self.filled);
         let to = self.filled + len;
         let mask = lanes(self.filled, to);
         // SAFETY: each masked load reads only lanes of the run (stored, the caller's
         // contract), wherever its start points; the CPU has AVX-512.
         unsafe {
             self.values = _mm512_mask_loadu_epi32(self.values, mask, from);
-            if to < LINE {
-                self.filled = to;
-                return;
+            if self.completes(to) {
+                let rest = lanes(0, self.filled);
+                self.values = _mm512_maskz_loadu_epi32(rest, from.wrapping_add(LINE));
             }
-            self.emit(self.values);
-            // The run's rest, lanes `0..to - LINE` of the next line.
-            self.filled = to - LINE;
-            self.values = _mm512_maskz_loadu_epi32(lanes(0, self.filled), from.wrapping_add(LINE));
         }
     }
 
@@ -149,12 +140,7 @@ impl<T: Element, U, F: Fn(T) -> U> Line<'_, T, U, F> {
         debug_assert!(len <= LINE && self.filled < LINE, "a short row");
         // Lane `j` of the load is stored value `last - (LINE - 1) + j`: `last` in lane 15, the
         // values wanted in lanes `LINE - len..LINE`.
-        let from = self
-            .src
-            .as_ptr()
-            .cast::<i32>()
-            .wrapping_add(last)
-            .wrapping_sub(LINE - 1);
+        let from = self.stored(last).wrapping_sub(LINE - 1);
         let to = self.filled + len;
         let mask = lanes(self.filled, to);
         // SAFETY: the masked load reads only the values wanted (stored, the caller's
@@ -168,15 +154,34 @@ impl<T: Element, U, F: Fn(T) -> U> Line<'_, T, U, F> {
             let index = _mm512_add_epi32(reversed, _mm512_set1_epi32(self.filled as i32));
             let turned = _mm512_permutexvar_epi32(index, window);
             self.values = _mm512_mask_mov_epi32(self.values, mask, turned);
-            if to < LINE {
-                self.filled = to;
-                return;
+            if self.completes(to) {
+                self.values = _mm512_maskz_mov_epi32(lanes(0, self.filled), turned);
             }
-            self.emit(self.values);
-            // The rest, lanes `0..to - LINE` of the next line (the lanes above kept zero).
-            self.filled = to - LINE;
-            self.values = _mm512_maskz_mov_epi32(lanes(0, self.filled), turned);
         }
+    }
+
+    /// Where stored value `at` is (wrapping: the loads from it are masked).
+    #[inline(always)]
+    fn stored(&self, at: usize) -> *const i32 {
+        self.src.as_ptr().cast::<i32>().wrapping_add(at)
+    }
+
+    /// Whether lanes up to `to` complete the line: then it is written and `filled` is what
+    /// spills into the next (its lanes to be set by the caller, the lanes above them zero),
+    /// else `filled` is `to`.
+    ///
+    /// # Safety
+    /// As [`emit`](Self::emit).
+    #[inline(always)]
+    unsafe fn completes(&mut self, to: usize) -> bool {
+        if to < LINE {
+            self.filled = to;
+            return false;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.emit(self.values) };
+        self.filled = to - LINE;
+        true
     }
 
     /// Takes the run of `len` values from stored value `at` into the lines.
@@ -185,7 +190,7 @@ impl<T: Element, U, F: Fn(T) -> U> Line<'_, T, U, F> {
     /// As [`emit`](Self::emit), for every line the run reaches; the run is stored.
     #[inline(always)]
     unsafe fn run(&mut self, at: usize, len: usize) {
-        let stored = self.src.as_ptr().cast::<i32>().wrapping_add(at);
+        let stored = self.stored(at);
         let mut k = 0;
         // SAFETY: each masked load reads only lanes of the run (stored, the caller's
         // contract), wherever its start points; the CPU has AVX-512.
