@@ -354,8 +354,7 @@ impl Walk {
     fn for_each_row(mut self, mut row: impl FnMut(usize, usize, usize, isize)) {
         self.at.pop();
         let (count, step) = self.axes.pop().unwrap_or((1, 0));
-        // The axis before the rows' is a loop of its own too: the odometer moves once a pass
-        // of it (a step of the odometer is a loop over its axes).
+        // (A step of the odometer is a loop over its axes: taken once a pass of this one.)
         self.at.pop();
         let (rows, apart) = self.axes.pop().unwrap_or((1, 0));
         let length = count * self.inner;

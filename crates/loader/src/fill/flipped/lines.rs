@@ -1,7 +1,7 @@
 //! A flipped sample of 4-byte values written into a batch a whole line at a time past the
 //! caches (one 64-byte streaming store a line), as the plain copy writes a batch, with AVX-512.
 //!
-//! Read with some axes reversed (not the last), a sample is runs: pieces of its output that
+//! Read with some axes reversed but not the last, a sample is runs: pieces of its output that
 //! are contiguous, forward, in its stored bytes. The runs are taken in output order into a
 //! line's register by masked loads, each filling the lanes the run gives (a masked-off lane is
 //! never read, so a load may start before the stored values or end past them); a full line is
@@ -9,17 +9,18 @@
 //! Written a group at a time with plain stores instead (`in_groups`), a run of ten values
 //! takes two overlapping groups and each batch line is loaded before it is overwritten.
 //!
-//! A run no longer than a line spreads its instructions over few values, so such runs take a
-//! path of their own (`short`): one merging load, and one more where the run completes a line,
-//! with no branch on where the run starts in it. With the last axis reversed, the runs are
-//! single values and each row is read backwards instead (`backward`): up to a line of it by
-//! one load, its lanes turned around and rotated into place by one permutation.
+//! A run no longer than a line spreads its instructions over few values, so it takes one
+//! merging load, and one more where it completes a line, with no branch on where it starts in
+//! the line (`short`); a longer run's first and last values take the same path, its whole
+//! lines between loaded and streamed as they are (`run`). With the last axis reversed, the
+//! runs are single values and each row is read backwards instead (`backward`): up to a line
+//! of it by one load, its lanes turned around and rotated into place by one permutation.
 
 use std::arch::x86_64::{
     __m512, __m512i, _mm_sfence, _mm512_add_epi32, _mm512_castps_si512, _mm512_castsi512_ps,
-    _mm512_mask_loadu_epi32, _mm512_mask_mov_epi32, _mm512_mask_storeu_epi32,
-    _mm512_maskz_loadu_epi32, _mm512_maskz_mov_epi32, _mm512_or_si512, _mm512_permutexvar_epi32,
-    _mm512_set1_epi32, _mm512_setr_epi32, _mm512_setzero_si512, _mm512_stream_si512,
+    _mm512_loadu_epi32, _mm512_mask_loadu_epi32, _mm512_mask_mov_epi32, _mm512_mask_storeu_epi32,
+    _mm512_maskz_loadu_epi32, _mm512_maskz_mov_epi32, _mm512_permutexvar_epi32, _mm512_set1_epi32,
+    _mm512_setr_epi32, _mm512_setzero_si512, _mm512_stream_si512,
 };
 use std::mem::MaybeUninit;
 
@@ -167,8 +168,8 @@ impl<T: Element, U, F: Fn(T) -> U> Line<'_, T, U, F> {
     }
 
     /// Whether lanes up to `to` complete the line: then it is written and `filled` is what
-    /// spills into the next (its lanes to be set by the caller, the lanes above them zero),
-    /// else `filled` is `to`.
+    /// spills into the next (its lanes to be set by the caller, the lanes above them zero, as
+    /// a masked load leaves them), else `filled` is `to`.
     ///
     /// # Safety
     /// As [`emit`](Self::emit).
@@ -184,38 +185,30 @@ impl<T: Element, U, F: Fn(T) -> U> Line<'_, T, U, F> {
         true
     }
 
-    /// Takes the run of `len` values from stored value `at` into the lines.
+    /// Takes the run of `len` values (more than a line) from stored value `at` into the
+    /// lines: the line begun completed by its first values, whole lines loaded and written as
+    /// they are, its last values begun as the next line.
     ///
     /// # Safety
-    /// As [`emit`](Self::emit), for every line the run reaches; the run is stored.
+    /// As [`emit`](Self::emit), for every line the run reaches; the run is stored; `len` is
+    /// more than [`LINE`].
     #[inline(always)]
     unsafe fn run(&mut self, at: usize, len: usize) {
-        let stored = self.stored(at);
+        debug_assert!(len > LINE, "a long run");
         let mut k = 0;
-        // SAFETY: each masked load reads only lanes of the run (stored, the caller's
-        // contract), wherever its start points; the CPU has AVX-512.
+        // SAFETY: each piece is the run's (stored, the caller's contract), `short` ones at most
+        // a line; the CPU has AVX-512.
         unsafe {
             if self.filled > 0 {
-                k = len.min(LINE - self.filled);
-                let mask = lanes(self.filled, self.filled + k);
-                let more = _mm512_maskz_loadu_epi32(mask, stored.wrapping_sub(self.filled));
-                self.values = _mm512_or_si512(self.values, more);
-                self.filled += k;
-                if self.filled < LINE {
-                    return;
-                }
-                self.emit(self.values);
-                self.filled = 0;
+                k = LINE - self.filled;
+                self.short(at, k);
             }
             while len - k >= LINE {
-                let whole = _mm512_maskz_loadu_epi32(u16::MAX, stored.wrapping_add(k));
-                self.emit(whole);
+                self.emit(_mm512_loadu_epi32(self.stored(at + k)));
                 k += LINE;
             }
             if k < len {
-                self.filled = len - k;
-                let mask = lanes(0, self.filled);
-                self.values = _mm512_maskz_loadu_epi32(mask, stored.wrapping_add(k));
+                self.short(at + k, len - k);
             }
         }
     }
