@@ -355,6 +355,42 @@ async fn dropping_early_stops_promptly() {
 }
 
 #[tokio::test]
+async fn a_process_forked_while_a_loader_runs_refuses_to_load_and_close_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 16, 8).await;
+    let path = table.to_str().unwrap().to_string();
+    let handle = std::thread::spawn(move || {
+        let mut loader = Loader::builder(path.as_str())
+            .with_batch_size(2)
+            .with_infinite_epochs()
+            .build()
+            .unwrap();
+        loader.next().unwrap().unwrap();
+        // Safety: the child only builds a loader, which must refuse before it starts a
+        // thread, and leaves with `_exit`.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            let code = match Loader::builder(path.as_str()).build() {
+                Err(LoaderError::Forked { threads }) if threads > 0 => 0,
+                _ => 1,
+            };
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child built a loader: {status}"
+        );
+        // The parent's loader is unharmed, and closing it waits for its threads.
+        assert_eq!(loader.next().unwrap().unwrap().len(), 2);
+        loader.close().unwrap();
+    });
+    handle.join().unwrap();
+}
+
+#[tokio::test]
 async fn a_file_deleted_under_a_pinned_version_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let table = table(dir.path(), 16, 7).await;

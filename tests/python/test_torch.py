@@ -259,6 +259,72 @@ def test_len_is_the_batches_a_pass_yields(table, world, workers):
         assert len(dl) == len(list(dl)) > 0
 
 
+# The names of the threads that wait on tokio's lock table (a fork copies it with them in it).
+TOKIO_THREADS = ("voxlake-io", "voxlake-loader", "voxlake-open", "voxlake-compact")
+FORKS: list = []  # TOKIO_THREADS alive at each fork of this process, while RECORDING[0]
+RECORDING = [False]
+
+
+def tokio_threads() -> list:
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:  # ended meanwhile
+            pass
+    return sorted(n for n in names if n.startswith(TOKIO_THREADS))
+
+
+os.register_at_fork(before=lambda: FORKS.append(tokio_threads()) if RECORDING[0] else None)
+
+
+def test_workers_fork_from_a_process_with_no_loader_thread_left(table, tmp_path):
+    """The threads of a loader closed, dropped or at the end of its run have ended when the
+    call returns: the DataLoader's probe (len, version) before its workers fork, a main-process
+    pass, a conversion (seen: a worker killed by SIGSEGV in the lock table the probe's idle
+    threads were left in)."""
+    FORKS.clear()
+    RECORDING[0] = True
+    try:
+        for workers in (2, 0, 2):
+            ids_of(DataLoader(table, num_workers=workers, **KW))
+        with voxlake.Loader(table, batch_size=8) as loader:
+            next(iter(loader))
+        assert tokio_threads() == []
+        dropped = voxlake.Loader(table, batch_size=8)
+        next(iter(dropped))
+        del dropped
+        assert tokio_threads() == []
+        src = tmp_path / "npy"
+        src.mkdir()
+        np.save(src / "a.npy", cube(0))
+        voxlake.convert(str(src), str(tmp_path / "t"), progress=False)
+        assert tokio_threads() == []
+        ids_of(DataLoader(table, num_workers=2, **KW))
+    finally:
+        RECORDING[0] = False
+    assert len(FORKS) == 6 and FORKS == [[]] * 6, FORKS
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_forked_while_a_loader_runs_say_so(table, context):
+    """A worker forked while a loader of the main process runs cannot run tokio safely: it
+    raises, naming the cause and the way out, instead of crashing at random; spawned workers
+    and the main process's loader go on."""
+    running = voxlake.Loader(table, batch_size=8, epochs=1)
+    first = next(iter(running))
+    dl = DataLoader(table, num_workers=2, multiprocessing_context=context, **KW)
+    if context == "fork":
+        with pytest.raises(voxlake.ConfigError, match="forked while .* of its parent's voxlake loaders ran"):
+            ids_of(dl)
+    else:
+        every_row_once(ids_of(dl), 1)
+    rest = [i for b in running for i in b["id"]]
+    assert len(first["id"]) + len(rest) == ROWS
+    every_row_once(ids_of(DataLoader(table, num_workers=2, **KW)), 1)
+
+
 def test_a_used_dataset_pickles_and_opens_nothing_until_iterated(table, tmp_path):
     ds = Dataset(str(tmp_path / "not-yet"), batch_size=8)  # nothing there: nothing opened
     repr(ds)

@@ -59,6 +59,7 @@ mod counters;
 #[cfg(feature = "tch")]
 mod feed;
 mod fill;
+mod fork;
 pub mod launch;
 mod loader;
 mod producer;
@@ -74,6 +75,7 @@ pub mod transform;
 
 pub use batch::{Batch, FieldBatch, FieldRef, RowOrigin, Tensors};
 pub use builder::{DEFAULT_MEMORY_BUDGET, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
+pub use fork::tokio_runtime;
 pub use loader::{Loader, LoaderStats, Recycler};
 pub use state::LoaderState;
 #[cfg(feature = "tch")]
@@ -149,6 +151,15 @@ pub enum LoaderError {
     /// The background thread or runtime failed.
     #[error("internal error: {0}")]
     Internal(String),
+    /// This process was forked while loaders of its parent ran: their threads' entries in the
+    /// lock table tokio shares are left dangling here, and a loader could crash on them.
+    #[error(
+        "this process was forked while {threads} thread(s) of its parent's voxlake loaders ran; a loader here could crash on what those threads left behind. Close or finish the parent's loaders before it forks (Python: `with Loader(...)`, `loader.close()`), or start the processes with 'spawn' or 'forkserver' (DataLoader's multiprocessing_context)"
+    )]
+    Forked {
+        /// The parent's threads at the fork.
+        threads: usize,
+    },
 }
 
 impl LoaderError {

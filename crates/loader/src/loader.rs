@@ -19,6 +19,10 @@ use crate::{Batch, LoaderError, Tensors, stall};
 /// Steps after which the stall meter logs its first reading.
 const STALL_LOG_AFTER: u64 = 20;
 
+/// The longest [`Loader::close`] or the run's end waits for the loader's threads: blocking
+/// decodes under way finish first.
+pub(crate) const THREADS_WAIT: Duration = Duration::from_secs(10);
+
 /// What the loader has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LoaderStats {
@@ -57,15 +61,19 @@ pub struct LoaderStats {
 
 /// The batching iterator. See the crate documentation.
 ///
-/// Dropping it stops the background work without waiting for it.
+/// Dropping it stops the background work without waiting for it; [`close`](Self::close)
+/// waits for its threads, and so does the end of the run (a process that forks after either
+/// hands none of them on: see [`LoaderError::Forked`]).
 #[derive(Debug)]
 pub struct Loader {
     pub(crate) rx: Receiver<Msg>,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) shutdown: Arc<tokio::sync::Notify>,
-    /// The producer thread: never joined (dropping the loader must not block); it ends on its
-    /// own once it sees the stop flag or the closed channel.
+    /// The producer thread: never joined by a drop (dropping the loader must not block); it
+    /// ends on its own once it sees the stop flag or the closed channel.
     pub(crate) _thread: JoinHandle<()>,
+    /// Closed by the producer thread as it ends, its runtime's threads ended before.
+    pub(crate) ended: Receiver<()>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) stream: TableStream,
     pub(crate) spec: SampleSpec,
@@ -308,6 +316,12 @@ impl Loader {
         start: Instant,
     ) -> Option<Result<Batch, LoaderError>> {
         self.waiting_since = None;
+        if !matches!(message, Ok(Msg::Batch(..))) && !self.wait_for_threads() {
+            // The run is over: its threads end now, so that a fork after it hands none on.
+            tracing::warn!(
+                "the loader's threads did not end within {THREADS_WAIT:?} of the run's end"
+            );
+        }
         let item = match message {
             Ok(Msg::Batch(batch, position)) => {
                 self.position = position;
@@ -407,13 +421,44 @@ impl Recycler {
     }
 }
 
-impl Drop for Loader {
-    fn drop(&mut self) {
+impl Loader {
+    /// Stops the background work and waits for the loader's threads to end (at most 10 s, the
+    /// blocking decodes under way finishing first); an error where they did not end in time.
+    /// Where the training loop calls it without holding what a batch transform waits for
+    /// (Python's GIL), nothing of the loader outlives the call.
+    pub fn close(mut self) -> Result<(), LoaderError> {
+        self.stop_work();
+        match self.wait_for_threads() {
+            true => Ok(()),
+            false => Err(LoaderError::Internal(format!(
+                "the loader's threads of {} did not end within {THREADS_WAIT:?} of close()",
+                self.stream.snapshot().location()
+            ))),
+        }
+    }
+
+    /// Whether the producer thread (its runtime's threads before it) ended within
+    /// [`THREADS_WAIT`].
+    fn wait_for_threads(&self) -> bool {
+        matches!(
+            self.ended.recv_timeout(THREADS_WAIT),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        )
+    }
+
+    /// Tells the producer to stop, wherever it waits.
+    fn stop_work(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         // Wake a producer waiting on the stream (a permit is stored if it is not waiting).
         self.shutdown.notify_one();
         // Unblock a producer waiting to send: its send fails once the receiver is gone.
         let (_, dead) = crossbeam_channel::bounded(0);
         drop(std::mem::replace(&mut self.rx, dead));
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.stop_work();
     }
 }

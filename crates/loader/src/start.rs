@@ -75,6 +75,9 @@ impl LoaderBuilder {
 
     /// Opens the table (its log only) and starts the background work.
     pub fn build(mut self) -> Result<Loader, LoaderError> {
+        crate::fork::check()?;
+        // This thread waits on the runtime while the table opens.
+        let _live = crate::fork::Live::new();
         let launch = self.place()?;
         let shard = self.check_sizes()?;
         // CUDA's context is made while the table opens (`feed::Setup`).
@@ -95,11 +98,7 @@ impl LoaderBuilder {
         .map_err(LoaderError::Config)?;
         let version = self.version_to_read()?;
         let started = Instant::now();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(self.runtime_threads)
-            .thread_name("voxlake-io")
-            .enable_all()
-            .build()
+        let runtime = crate::fork::tokio_runtime(self.runtime_threads, "voxlake-io")
             .map_err(|e| LoaderError::Internal(format!("tokio runtime: {e}")))?;
         let mut settings = OrderSettings {
             seed: self.shuffle.map_or(0, |s| s.0),
@@ -136,12 +135,13 @@ impl LoaderBuilder {
             received: Default::default(),
         };
         let (stop, shutdown) = (producer.stop.clone(), producer.shutdown.clone());
-        let thread = spawn_producer(runtime, producer)?;
+        let (thread, ended) = spawn_producer(runtime, producer)?;
         Ok(Loader {
             rx,
             stop,
             shutdown,
             _thread: thread,
+            ended,
             counters,
             stream: opened.stream,
             spec: opened.spec,
@@ -450,17 +450,22 @@ struct Opened {
     outside: u64,
 }
 
-/// Runs `producer` on a thread of its own, on `runtime`, which goes with it.
+/// Runs `producer` on a thread of its own, on `runtime`, which goes with it; with the
+/// receiver its thread closes as it ends, the runtime's threads ended first.
 fn spawn_producer(
     runtime: tokio::runtime::Runtime,
     producer: Producer,
-) -> Result<std::thread::JoinHandle<()>, LoaderError> {
-    std::thread::Builder::new()
+) -> Result<(std::thread::JoinHandle<()>, crossbeam_channel::Receiver<()>), LoaderError> {
+    let (ended, ended_rx) = crossbeam_channel::bounded::<()>(0);
+    let live = crate::fork::Live::new();
+    let thread = std::thread::Builder::new()
         .name("voxlake-loader".into())
         .spawn(move || {
             runtime.block_on(producer.run());
-            // Blocking decodes still running are not waited for.
-            runtime.shutdown_background();
+            runtime.shutdown_timeout(crate::loader::THREADS_WAIT);
+            drop(live);
+            drop(ended);
         })
-        .map_err(|e| LoaderError::Internal(format!("spawning the loader thread: {e}")))
+        .map_err(|e| LoaderError::Internal(format!("spawning the loader thread: {e}")))?;
+    Ok((thread, ended_rx))
 }

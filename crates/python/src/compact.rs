@@ -27,12 +27,18 @@ fn compact_error(e: CompactError) -> PyErr {
 /// A runtime of its own for one `compact` operation (logs forwarded to Python's).
 fn runtime() -> PyResult<tokio::runtime::Runtime> {
     crate::logs::install();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
+    voxlake_loader::tokio_runtime(2, "voxlake-compact")
         .map_err(|e| config(format!("cannot start the runtime: {e}")))
 }
+
+/// Ends `runtime`, waiting (the GIL released) for its threads and the blocking writes under
+/// way: a process that forks next hands none of them on.
+fn shut_down(py: Python<'_>, runtime: tokio::runtime::Runtime) {
+    py.detach(|| runtime.shutdown_timeout(SHUTDOWN_WAIT));
+}
+
+/// The longest [`shut_down`] waits.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `work` on a runtime of its own thread, awaited with the GIL released; Ctrl-C ends the wait
 /// (`KeyboardInterrupt`) and the runtime with it.
@@ -60,7 +66,7 @@ fn run<T: Send + 'static>(
             }
         }
     };
-    runtime.shutdown_background();
+    shut_down(py, runtime);
     crate::logs::drain(py)?;
     outcome
 }
@@ -208,7 +214,7 @@ pub(crate) fn write_rows<'py>(
     }
     drop(tx);
     let summary = py.detach(|| runtime.block_on(writing));
-    runtime.shutdown_background();
+    shut_down(py, runtime);
     crate::logs::drain(py)?;
     fed?;
     let summary = summary

@@ -67,7 +67,7 @@ pub(crate) fn raise(kind: Kind, message: impl Into<String>, transient: bool) -> 
 pub(crate) fn loader_error(e: LoaderError) -> PyErr {
     let transient = e.is_transient();
     let kind = match &e {
-        LoaderError::Config(_) | LoaderError::State(_) => Kind::Config,
+        LoaderError::Config(_) | LoaderError::State(_) | LoaderError::Forked { .. } => Kind::Config,
         LoaderError::Stream(StreamError::Table(t)) => table_kind(t),
         LoaderError::BadRow { .. } => Kind::Table,
         _ => Kind::Voxlake,

@@ -26,21 +26,28 @@ struct Inner {
 }
 
 impl Inner {
-    /// Drops the pass under way, if any; in a process forked since it was built (a
-    /// `DataLoader` worker that inherited it), its threads are the parent's: it is forgotten
-    /// there, never stopped or freed.
-    fn discard(&mut self) {
-        if let Some(running) = self.running.take()
-            && running.pid != std::process::id()
-        {
+    /// Stops the pass under way, if any, and waits for its threads, the GIL released (a batch
+    /// transform may be waiting for it): a process that forks next hands none of them on. In
+    /// a process forked since it was built (a `DataLoader` worker that inherited it), its
+    /// threads are the parent's: it is forgotten there, never stopped or freed.
+    fn discard(&mut self) -> PyResult<()> {
+        let Some(running) = self.running.take() else {
+            return Ok(());
+        };
+        if running.pid != std::process::id() {
             std::mem::forget(running);
+            return Ok(());
         }
+        let Running { loader, .. } = running;
+        Python::attach(|py| py.detach(|| loader.close())).map_err(loader_error)
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.discard();
+        if let Err(e) = self.discard() {
+            tracing::warn!("dropping a Loader: {e}");
+        }
     }
 }
 
@@ -129,7 +136,7 @@ impl Loader {
         drained?;
         let recycler = loader.recycler();
         let labels = LabelColumn::of(&loader);
-        inner.discard();
+        inner.discard()?;
         inner.running = Some(Running {
             pid: std::process::id(),
             loader,
@@ -194,8 +201,7 @@ impl Loader {
     /// `iter()` starts a pass again (at the epoch the stopped one was in).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let mut inner = self.lock(py)?;
-        inner.discard();
-        Ok(())
+        inner.discard()
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -248,7 +254,7 @@ impl Loader {
                 "load_state_dict() comes before iterating: this loader has handed out batches of a pass under way",
             ));
         }
-        inner.discard();
+        inner.discard()?;
         inner.state = Some(state);
         Ok(())
     }
@@ -257,7 +263,7 @@ impl Loader {
     /// is dropped, the next `iter()` opens the table at this epoch.
     fn set_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
         let mut inner = self.lock(py)?;
-        inner.discard();
+        inner.discard()?;
         inner.start_epoch = epoch;
         Ok(())
     }
@@ -388,7 +394,7 @@ fn build_interruptibly(
     built: impl FnOnce(&voxlake_loader::Loader) + Send + 'static,
 ) -> PyResult<voxlake_loader::Loader> {
     let (tx, rx) = crossbeam_channel::bounded(1);
-    std::thread::Builder::new()
+    let opening = std::thread::Builder::new()
         .name("voxlake-open".into())
         .spawn(move || {
             let loader = builder.build();
@@ -400,7 +406,11 @@ fn build_interruptibly(
         .map_err(|e| config(format!("cannot start the thread that opens the table: {e}")))?;
     loop {
         match py.detach(|| rx.recv_timeout(SIGNAL_CHECK)) {
-            Ok(built) => return built.map_err(loader_error),
+            Ok(built) => {
+                // It has sent its last: a fork after this call finds it gone.
+                let _ = py.detach(|| opening.join());
+                return built.map_err(loader_error);
+            }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => py.check_signals()?,
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                 return Err(config(
