@@ -75,6 +75,13 @@ pub fn tokio_runtime(threads: usize, name: &str) -> std::io::Result<tokio::runti
         .build()
 }
 
+/// The threads of this process that a fork would leave dangling in tokio's lock table: those
+/// of loaders running (or ending), of a build under way, of a [`tokio_runtime`] not yet shut
+/// down. Zero after every loader was closed, dropped long enough ago or run to its end.
+pub fn live_threads() -> usize {
+    LIVE.load(Ordering::SeqCst)
+}
+
 /// Fails where this process was forked while threads of its parent's loaders ran.
 pub(crate) fn check() -> Result<(), LoaderError> {
     match INHERITED.load(Ordering::SeqCst) {

@@ -75,7 +75,7 @@ pub mod transform;
 
 pub use batch::{Batch, FieldBatch, FieldRef, RowOrigin, Tensors};
 pub use builder::{DEFAULT_MEMORY_BUDGET, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
-pub use fork::tokio_runtime;
+pub use fork::{live_threads, tokio_runtime};
 pub use loader::{Loader, LoaderStats, Recycler};
 pub use state::LoaderState;
 #[cfg(feature = "tch")]

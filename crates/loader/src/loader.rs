@@ -70,8 +70,9 @@ pub struct Loader {
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) shutdown: Arc<tokio::sync::Notify>,
     /// The producer thread: never joined by a drop (dropping the loader must not block); it
-    /// ends on its own once it sees the stop flag or the closed channel.
-    pub(crate) _thread: JoinHandle<()>,
+    /// ends on its own once it sees the stop flag or the closed channel. Joined once `ended`
+    /// says it is ending.
+    pub(crate) thread: Option<JoinHandle<()>>,
     /// Closed by the producer thread as it ends, its runtime's threads ended before.
     pub(crate) ended: Receiver<()>,
     pub(crate) counters: Arc<Counters>,
@@ -439,11 +440,17 @@ impl Loader {
 
     /// Whether the producer thread (its runtime's threads before it) ended within
     /// [`THREADS_WAIT`].
-    fn wait_for_threads(&self) -> bool {
-        matches!(
-            self.ended.recv_timeout(THREADS_WAIT),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
-        )
+    fn wait_for_threads(&mut self) -> bool {
+        if self.ended.recv_timeout(THREADS_WAIT)
+            != Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        {
+            return false;
+        }
+        // It has nothing left to do but return.
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        true
     }
 
     /// Tells the producer to stop, wherever it waits.

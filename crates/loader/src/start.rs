@@ -140,7 +140,7 @@ impl LoaderBuilder {
             rx,
             stop,
             shutdown,
-            _thread: thread,
+            thread: Some(thread),
             ended,
             counters,
             stream: opened.stream,

@@ -41,6 +41,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(setters::_setters, m)?)?;
     m.add_function(wrap_pyfunction!(loader::default_rank, m)?)?;
     m.add_function(wrap_pyfunction!(loader::default_job, m)?)?;
+    m.add_function(wrap_pyfunction!(loader::live_threads, m)?)?;
     m.add_function(wrap_pyfunction!(compact::convert, m)?)?;
     m.add_function(wrap_pyfunction!(compact::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(compact::write_rows, m)?)?;

@@ -421,6 +421,13 @@ fn build_interruptibly(
     }
 }
 
+/// Threads of this process's loaders that a fork would inherit (`voxlake_loader::live_threads`):
+/// zero where a `DataLoader` may fork its workers.
+#[pyfunction]
+pub(crate) fn live_threads() -> usize {
+    voxlake_loader::live_threads()
+}
+
 /// The job the launcher's variables name (`VOXLAKE_JOB_ID`, `TORCHELASTIC_RUN_ID` unless
 /// `none`, `SLURM_JOB_ID`), if any: the job a loader whose rank is left to the environment
 /// joins.
