@@ -317,12 +317,12 @@ impl Loader {
         start: Instant,
     ) -> Option<Result<Batch, LoaderError>> {
         self.waiting_since = None;
-        if !matches!(message, Ok(Msg::Batch(..))) && !self.wait_for_threads() {
-            // The run is over: its threads end now, so that a fork after it hands none on.
-            tracing::warn!(
-                "the loader's threads did not end within {THREADS_WAIT:?} of the run's end"
-            );
-        }
+        // At the run's end its threads end before the caller hears it: a fork after it hands
+        // none on.
+        let mut ended = match message {
+            Ok(Msg::Batch(..)) => Ok(true),
+            _ => self.wait_for_threads(),
+        };
         let item = match message {
             Ok(Msg::Batch(batch, position)) => {
                 self.position = position;
@@ -338,11 +338,21 @@ impl Loader {
             }
             Err(()) => {
                 self.finished = true;
-                Some(Err(LoaderError::Internal(
-                    "the loader thread stopped without finishing or reporting an error".into(),
-                )))
+                Some(Err(match std::mem::replace(&mut ended, Ok(true)) {
+                    Err(panic) => panic,
+                    _ => LoaderError::Internal(
+                        "the loader thread stopped without finishing or reporting an error".into(),
+                    ),
+                }))
             }
         };
+        match ended {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                "the loader's threads did not end within {THREADS_WAIT:?} of the run's end"
+            ),
+            Err(e) => tracing::error!("after the run's end: {e}"),
+        }
         let now = Instant::now();
         let waited = now - start;
         let c = &self.counters;
@@ -429,7 +439,7 @@ impl Loader {
     /// (Python's GIL), nothing of the loader outlives the call.
     pub fn close(mut self) -> Result<(), LoaderError> {
         self.stop_work();
-        match self.wait_for_threads() {
+        match self.wait_for_threads()? {
             true => Ok(()),
             false => Err(LoaderError::Internal(format!(
                 "the loader's threads of {} did not end within {THREADS_WAIT:?} of close()",
@@ -439,18 +449,22 @@ impl Loader {
     }
 
     /// Whether the producer thread (its runtime's threads before it) ended within
-    /// [`THREADS_WAIT`].
-    fn wait_for_threads(&mut self) -> bool {
+    /// [`THREADS_WAIT`]; its panic, where it panicked.
+    fn wait_for_threads(&mut self) -> Result<bool, LoaderError> {
         if self.ended.recv_timeout(THREADS_WAIT)
             != Err(crossbeam_channel::RecvTimeoutError::Disconnected)
         {
-            return false;
+            return Ok(false);
         }
-        // It has nothing left to do but return.
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        // It has nothing left to do but return (or unwind).
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Err(panic)) => Err(LoaderError::Panicked {
+                stage: "loader".into(),
+                object: self.stream.snapshot().location().to_string(),
+                message: voxlake_io::panic_message(panic.as_ref()),
+            }),
+            _ => Ok(true),
         }
-        true
     }
 
     /// Tells the producer to stop, wherever it waits.

@@ -12,7 +12,7 @@ use pyo3::types::PyDict;
 use voxlake_loader::{LoaderState, Recycler};
 
 use crate::arrays::LabelColumn;
-use crate::errors::{config, loader_error, no_panic};
+use crate::errors::{config, internal, loader_error, no_panic};
 use crate::options::{self, SIGNAL_CHECK};
 
 /// What a `Loader` holds between calls.
@@ -408,7 +408,12 @@ fn build_interruptibly(
         match py.detach(|| rx.recv_timeout(SIGNAL_CHECK)) {
             Ok(built) => {
                 // It has sent its last: a fork after this call finds it gone.
-                let _ = py.detach(|| opening.join());
+                if let Err(panic) = py.detach(|| opening.join()) {
+                    return Err(internal(format!(
+                        "the thread that opened the table panicked after it answered: {}",
+                        voxlake::io::panic_message(panic.as_ref())
+                    )));
+                }
                 return built.map_err(loader_error);
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => py.check_signals()?,
