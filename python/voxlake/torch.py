@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 import numpy as np
 # torch's DataLoader worker loop seeds numpy.random, which numpy imports lazily: imported here,
@@ -171,7 +171,16 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
             self._job_version = loader.version  # the run's later passes read it too
         self._loader = loader
         bf16 = frozenset(name for name, dtype in loader.fields() if dtype == "bf16")
-        return _Batches(loader, bf16, before if self._report_states else None)
+        return _Batches(loader, bf16, before if self._report_states else None, self._left)
+
+    def _left(self, loader: Loader) -> None:
+        """A pass left before its end (its batches freed, as a loop's ``break`` frees them): its
+        state kept for ``state_dict()``, its threads ended, so that workers forked next (a
+        validation DataLoader's) inherit none."""
+        if self._loader is loader and self._loader_pid == os.getpid():
+            self._finished_state = loader.state_dict()
+            self._loader = None
+            loader.close()
 
     def __getstate__(self) -> Dict[str, Any]:
         from multiprocessing import context
@@ -187,16 +196,26 @@ class _Batches:
     """A pass's batches as torch tensors; with ``before``, each carries the states around it
     for ``voxlake.torch.DataLoader``."""
 
-    def __init__(self, loader: Loader, bf16: FrozenSet[str], before: Optional[Dict[str, Any]]) -> None:
+    def __init__(self, loader: Loader, bf16: FrozenSet[str], before: Optional[Dict[str, Any]],
+                 left: Callable[[Loader], None]) -> None:
         self._loader = iter(loader)
         self._bf16 = bf16
         self._before = None if before is None else json.dumps(before)
+        self._left: Optional[Callable[[Loader], None]] = left
+
+    def __del__(self) -> None:
+        if self._left is not None:
+            self._left(self._loader)
 
     def __iter__(self) -> "_Batches":
         return self
 
     def __next__(self) -> Dict[str, Any]:
-        batch = next(self._loader)
+        try:
+            batch = next(self._loader)
+        except Exception:  # the pass ended or failed, its threads with it (not an interrupt)
+            self._left = None
+            raise
         out: Dict[str, Any] = {
             k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()
         }

@@ -317,6 +317,22 @@ def test_workers_fork_from_a_process_with_no_loader_thread_left(table, tmp_path)
     assert FORKS == [0] * 6, FORKS
 
 
+def test_a_pass_left_before_its_end_keeps_its_state_and_no_thread(table):
+    """A loop that breaks out of a main-process pass frees its batches: the pass's threads end
+    then (a validation DataLoader's forked workers next inherit none), its state stays."""
+    whole = ids_of(DataLoader(table, num_workers=0, **KW))
+    dl = DataLoader(table, num_workers=0, **KW)
+    for taken, _ in enumerate(dl, 1):
+        if taken == 3:
+            break
+    no_thread_left()
+    state = dl.state_dict()
+    every_row_once(ids_of(DataLoader(table, num_workers=2, **KW)), 1)
+    again = DataLoader(table, num_workers=0, **KW)
+    again.load_state_dict(state)
+    assert ids_of(again) == whole[3 * 8:]
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_workers_forked_while_a_loader_runs_say_so(table, context):
     """A worker forked while a loader of the main process runs cannot run tokio safely: it
