@@ -19,6 +19,7 @@ plain ``Dataset`` too.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
@@ -32,7 +33,7 @@ import torch
 import torch.utils.data
 
 from . import ConfigError, Loader, loader_options
-from ._voxlake import DEFAULT_MEMORY_BUDGET
+from ._voxlake import DEFAULT_MEMORY_BUDGET, live_threads
 from ._device import STAGING_BUFFERS, to_device
 from ._passes import Passes, pass_token, random_token
 from ._placement import Placement, at_boundary, compose, fit, resolve, worker_rank
@@ -306,8 +307,25 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
             self._agree()
         ds = self._voxlake_dataset
         ds._report_states = self.num_workers > 0
+        self._check_fork()
         batches = super().__iter__()
         return self._strip(batches)
+
+    def _check_fork(self) -> None:
+        """Refuses, before any worker starts, to fork workers while loaders of this process run:
+        each worker would refuse to load (see ``voxlake_loader``'s ``fork.rs``)."""
+        if self.num_workers == 0 or (self.persistent_workers and self._iterator is not None):
+            return  # no worker is started now
+        context = self.multiprocessing_context
+        method = multiprocessing.get_start_method() if context is None else context.get_start_method()
+        threads = live_threads()
+        if method == "fork" and threads > 0:
+            raise ConfigError(
+                f"{threads} thread(s) of voxlake loaders run in this process: workers forked now "
+                "could not load (a fork leaves the lock table those threads wait in dangling). "
+                "Close or finish those loaders first (`with Loader(...)`, `loader.close()`, a "
+                "pass run to its end), or use multiprocessing_context='forkserver' or 'spawn'"
+            )
 
     def _strip(self, batches: Iterator[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
         for batch in batches:

@@ -340,12 +340,23 @@ def test_workers_forked_while_a_loader_runs_say_so(table, context):
     and the main process's loader go on."""
     running = voxlake.Loader(table, batch_size=8, epochs=1)
     first = next(iter(running))
-    dl = DataLoader(table, num_workers=2, multiprocessing_context=context, **KW)
+    plain = torch.utils.data.DataLoader(Dataset(table, **KW), batch_size=None, num_workers=2,
+                                        multiprocessing_context=context)
+    ours = DataLoader(table, num_workers=2, multiprocessing_context=context, **KW)
     if context == "fork":
         with pytest.raises(voxlake.ConfigError, match="forked while .* of its parent's voxlake loaders ran"):
-            ids_of(dl)
+            list(plain)
+        FORKS.clear()
+        RECORDING[0] = True
+        try:  # voxlake's DataLoader refuses before it forks any worker
+            with pytest.raises(voxlake.ConfigError, match="thread.* of voxlake loaders run in this process"):
+                ids_of(ours)
+        finally:
+            RECORDING[0] = False
+        assert FORKS == []
     else:
-        every_row_once(ids_of(dl), 1)
+        every_row_once([i for b in plain for i in b["id"]], 1)
+        every_row_once(ids_of(ours), 1)
     rest = [i for b in running for i in b["id"]]
     assert len(first["id"]) + len(rest) == ROWS
     every_row_once(ids_of(DataLoader(table, num_workers=2, **KW)), 1)
