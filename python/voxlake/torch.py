@@ -199,10 +199,11 @@ class _Batches:
 
     def __init__(self, loader: Loader, bf16: FrozenSet[str], before: Optional[Dict[str, Any]],
                  left: Callable[[Loader], None]) -> None:
+        self._left: Optional[Callable[[Loader], None]] = None  # until the pass is under way
         self._loader = iter(loader)
         self._bf16 = bf16
         self._before = None if before is None else json.dumps(before)
-        self._left: Optional[Callable[[Loader], None]] = left
+        self._left = left
 
     def __del__(self) -> None:
         if self._left is not None:
