@@ -16,7 +16,8 @@
 //! whose file it read in epoch 1 (what its cache can serve).
 
 use voxlake::plan::affinity::Affinity;
-use voxlake::plan::order::{EpochOrder, RowSet};
+use voxlake::plan::draws::Draws;
+use voxlake::plan::order::EpochOrder;
 use voxlake::plan::resume::{OrderSettings, replay};
 
 const FILES: usize = 2_000;
@@ -28,7 +29,7 @@ const BATCH: usize = 32;
 fn epoch_rows(settings: &OrderSettings, epoch: u64) -> Vec<Vec<u64>> {
     let rows_per_file = vec![ROWS; FILES];
     let order: EpochOrder = settings.order(&rows_per_file, epoch);
-    let all = RowSet::full(order.total());
+    let all = Draws::full(order.total());
     (0..WORLD)
         .map(|rank| {
             let r = replay(

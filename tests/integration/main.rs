@@ -10,5 +10,6 @@ mod filter;
 mod foreign;
 mod jobs;
 mod loader;
+mod sampling;
 mod stores;
 mod transform;

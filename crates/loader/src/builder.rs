@@ -37,6 +37,8 @@ pub struct LoaderBuilder {
     pub(crate) runtime_threads: usize,
     pub(crate) assembly_threads: usize,
     pub(crate) state: Option<LoaderState>,
+    /// How each epoch draws its rows.
+    pub(crate) sampling: voxlake_plan::sample::Sampling,
     pub(crate) transforms: crate::transform::Transforms,
     #[cfg(feature = "tch")]
     pub(crate) device: Option<tch::Device>,
@@ -100,6 +102,7 @@ impl std::fmt::Debug for LoaderBuilder {
             .field("node_affinity", &self.node_affinity)
             .field("memory_budget", &self.memory_budget)
             .field("resumed", &self.state.is_some())
+            .field("sampling", &self.sampling)
             .finish()
     }
 }
@@ -126,6 +129,7 @@ impl LoaderBuilder {
             runtime_threads: 2,
             assembly_threads: default_assembly_threads(),
             state: None,
+            sampling: Default::default(),
             transforms: Default::default(),
             #[cfg(feature = "tch")]
             device: None,
@@ -222,6 +226,33 @@ impl LoaderBuilder {
     /// is one node; a launcher that says no node is an error.
     pub fn with_node_affinity_from_env(mut self) -> Self {
         self.node_affinity = crate::launch::NodeAffinity::FromEnv;
+        self
+    }
+
+    /// How each epoch draws its rows ([`voxlake_plan::sample`]): a split that never moves,
+    /// class-balanced or weighted draws (with replacement), an epoch size, a new subset each
+    /// epoch. Checked at `build()` before the table opens (an error names the option); the
+    /// columns it needs (`id`, `label`, a weight column) are read once then. Draws are dealt
+    /// so that every rank gets each label's share; a state records the spec, and resumes only
+    /// under the same one.
+    ///
+    /// ```no_run
+    /// use voxlake_loader::Loader;
+    /// use voxlake_plan::sample::{Sampling, Split};
+    ///
+    /// let shares = vec![("train".to_string(), 0.9), ("val".to_string(), 0.1)];
+    /// let loader = Loader::builder("/data/cubes-table")
+    ///     .with_shuffle(7, 1024)
+    ///     .with_sampling(
+    ///         Sampling::default()
+    ///             .with_balance_labels()
+    ///             .with_split(Split::new("train", shares)),
+    ///     )
+    ///     .build()?;
+    /// # Ok::<(), voxlake_loader::LoaderError>(())
+    /// ```
+    pub fn with_sampling(mut self, sampling: voxlake_plan::sample::Sampling) -> Self {
+        self.sampling = sampling;
         self
     }
 

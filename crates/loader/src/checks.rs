@@ -74,6 +74,7 @@ impl LoaderBuilder {
                 state.files, state.file_count, state.version
             )));
         }
+        self.check_sampling(state)?;
         check_counts(state, rows)?;
         let theirs = state.order_settings()?;
         self.check_order(state, &theirs, settings, sample_bytes)?;
@@ -96,6 +97,43 @@ impl LoaderBuilder {
             batches,
             ahead,
         })
+    }
+
+    /// The state was taken with this loader's sampling spec: else an error naming the options
+    /// that differ.
+    fn check_sampling(&self, state: &LoaderState) -> Result<(), LoaderError> {
+        let ours: Vec<(String, String)> = self
+            .sampling
+            .options()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        if state.sampling == ours {
+            return Ok(());
+        }
+        let text = |pairs: &[(String, String)]| match pairs.is_empty() {
+            true => "none (every row once an epoch)".to_string(),
+            false => pairs
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        let value = |pairs: &[(String, String)], key: &str| {
+            pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+        };
+        let mut differ: Vec<&str> = Vec::new();
+        for (key, _) in state.sampling.iter().chain(&ours) {
+            if value(&state.sampling, key) != value(&ours, key) && !differ.contains(&key.as_str()) {
+                differ.push(key);
+            }
+        }
+        Err(LoaderError::State(format!(
+            "the state was taken with sampling {}, this loader has {} (they differ in {})",
+            text(&state.sampling),
+            text(&ours),
+            differ.join(", ")
+        )))
     }
 
     /// The order settings the state was taken with (`theirs`) are this loader's (`settings`),
@@ -187,7 +225,7 @@ fn check_counts(state: &LoaderState, rows: u64) -> Result<(), LoaderError> {
         (Some(delivered), Some(slack)) if delivered <= rows.saturating_add(slack) => {}
         (delivered, _) => {
             return Err(LoaderError::State(format!(
-                "the state counts {} samples delivered in epoch {}, more than the table's {rows} rows an epoch: not a state of this table's run",
+                "the state counts {} samples delivered in epoch {}, more than the {rows} rows an epoch of this table draws: not a state of this table's run",
                 delivered.map_or("more than 2^64".into(), |d| d.to_string()),
                 state.epoch
             )));

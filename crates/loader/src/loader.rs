@@ -80,6 +80,8 @@ pub struct Loader {
     pub(crate) spec: SampleSpec,
     pub(crate) started: Instant,
     pub(crate) settings: OrderSettings,
+    /// Rows an epoch draws over all ranks (the table's rows without sampling).
+    pub(crate) draws_per_epoch: u64,
     pub(crate) world_size: usize,
     /// Where the run stands after the last batch handed out.
     pub(crate) position: Position,
@@ -157,7 +159,14 @@ impl Loader {
     /// a rank into workers counts theirs from the rank's loader).
     pub fn iterations_per_epoch_over(&self, world_size: usize) -> u64 {
         self.settings
-            .batches(self.stream.rows_per_file().iter().sum(), world_size.max(1))
+            .batches(self.draws_per_epoch, world_size.max(1))
+    }
+
+    /// Rows an epoch draws over all ranks: the table's rows (those its filter keeps), or what
+    /// [`LoaderBuilder::with_sampling`](crate::LoaderBuilder::with_sampling) makes of them (a
+    /// split's rows, an epoch size, a subset).
+    pub fn draws_per_epoch(&self) -> u64 {
+        self.draws_per_epoch
     }
 
     /// Where the run stands after the last batch handed out (before the first: where it

@@ -12,9 +12,11 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use voxlake_io::panic_message;
+use voxlake_plan::draws::Draws;
 use voxlake_plan::mixer::Mixer;
-use voxlake_plan::order::{RowSet, deal};
+use voxlake_plan::order::deal;
 use voxlake_plan::resume::{OrderSettings, remaining, replay};
+use voxlake_plan::sampler::Sampler;
 use voxlake_stream::TableStream;
 
 use crate::LoaderError;
@@ -38,6 +40,8 @@ pub(crate) struct Producer {
     /// Turns the rows the mixer draws into batches.
     pub assembler: Assembler,
     pub settings: OrderSettings,
+    /// Each epoch's draws.
+    pub sampler: Arc<Sampler>,
     pub rank: usize,
     pub world_size: usize,
     /// The first epoch not to run (`None`: endless).
@@ -101,19 +105,19 @@ impl Producer {
     async fn run_epoch(&self, at: &Position) -> Result<bool, LoaderError> {
         let epoch = at.epoch;
         let order = self.stream.order(epoch);
+        let drawn = self.sampler.draws(&order, epoch);
         let fresh = at.closed.is_empty() && at.batches_of(self.rank) == 0;
         let (left, pieces, mut mixer, from) = if fresh {
-            let left = RowSet::full(order.total());
             let pieces = deal(
                 &order,
-                &left,
+                &drawn,
                 self.world_size,
                 self.rank,
                 self.settings.uneven,
             );
-            (left, pieces, self.settings.mixer(epoch, 0, self.rank), 0)
+            (drawn, pieces, self.settings.mixer(epoch, 0, self.rank), 0)
         } else {
-            self.resume(at, &order).await?
+            self.resume(at, &order, &drawn).await?
         };
         let total = self.settings.batches(left.len(), self.world_size);
         let before = at.batches_before(self.rank);
@@ -213,16 +217,17 @@ impl Producer {
         Ok(true)
     }
 
-    /// Rebuilds an epoch's state at `at` without reading its prefix: the rows left by the
-    /// closed segments, this rank's span, and its mixer replayed to `at.batches` with the row
-    /// groups still buffered read again.
+    /// Rebuilds an epoch's state at `at` without reading its prefix: the draws (`drawn`) left
+    /// by the closed segments, this rank's span, and its mixer replayed to `at.batches` with
+    /// the row groups still buffered read again.
     async fn resume(
         &self,
         at: &Position,
         order: &voxlake_plan::order::EpochOrder,
+        drawn: &Draws,
     ) -> Result<
         (
-            RowSet,
+            Draws,
             Vec<voxlake_plan::order::Piece>,
             Mixer<Arc<Group>>,
             u64,
@@ -234,8 +239,7 @@ impl Producer {
         // Footers (metadata only): every file when other ranks' deliveries must be replayed,
         // else this rank's.
         let files: Vec<usize> = if at.closed.is_empty() {
-            let all = RowSet::full(order.total());
-            deal(order, &all, self.world_size, self.rank, settings.uneven)
+            deal(order, drawn, self.world_size, self.rank, settings.uneven)
                 .iter()
                 .map(|p| p.file)
                 .collect()
@@ -248,7 +252,7 @@ impl Producer {
                 LoaderError::Internal(format!("no footer read for file {file} before the replay"))
             })
         };
-        let left = remaining(settings, order, epoch, &at.closed, footer)?;
+        let left = remaining(settings, order, epoch, drawn, &at.closed, footer)?;
         let replayed = replay(
             settings,
             order,

@@ -80,6 +80,9 @@ impl LoaderBuilder {
         let _live = crate::fork::Live::new();
         let launch = self.place()?;
         let shard = self.check_sizes()?;
+        self.sampling
+            .check()
+            .map_err(crate::sampling::config_error)?;
         // CUDA's context is made while the table opens (`feed::Setup`).
         #[cfg(feature = "tch")]
         let warming = match self.device {
@@ -112,7 +115,13 @@ impl LoaderBuilder {
             affinity: affinity.filter(|_| self.shuffle.is_some()),
         };
         let opened = self.open_stream(&runtime, version, shard, &mut settings)?;
-        let start = self.check_run(&runtime, &opened, &mut settings)?;
+        let sampler = Arc::new(runtime.block_on(crate::sampling::sampler(
+            opened.stream.snapshot(),
+            &self.sampling,
+            settings.seed,
+            opened.stream.rows_per_file(),
+        ))?);
+        let start = self.check_run(&runtime, &opened, &mut settings, sampler.draws_per_epoch())?;
         let (counters, recycled) = (Arc::new(Counters::default()), Arc::default());
         #[cfg(feature = "tch")]
         let assembler = self.assembler(&opened, &settings, &counters, &recycled, warming)?;
@@ -124,6 +133,7 @@ impl LoaderBuilder {
             stream: opened.stream.clone(),
             assembler,
             settings,
+            sampler: sampler.clone(),
             rank: self.rank,
             world_size: self.world_size,
             end_epoch: self.end_epoch(&start),
@@ -147,6 +157,7 @@ impl LoaderBuilder {
             spec: opened.spec,
             started,
             settings,
+            draws_per_epoch: sampler.draws_per_epoch(),
             world_size: self.world_size,
             position: start,
             state_template,
@@ -335,12 +346,14 @@ impl LoaderBuilder {
     }
 
     /// Where the run starts (a state's position, checked against the table and `settings`,
-    /// which take its order), once the budget and the epochs are known to work.
+    /// which take its order), once the budget and the epochs of `total` draws each are known
+    /// to work.
     fn check_run(
         &self,
         runtime: &tokio::runtime::Runtime,
         opened: &Opened,
         settings: &mut OrderSettings,
+        total: u64,
     ) -> Result<Position, LoaderError> {
         let Opened {
             stream,
@@ -349,7 +362,6 @@ impl LoaderBuilder {
             ..
         } = opened;
         let sample_bytes = *sample_bytes;
-        let total: u64 = stream.rows_per_file().iter().sum();
         // A state brings its own order settings: check them before the budget, which depends
         // on them.
         let start = match &self.state {
@@ -374,7 +386,7 @@ impl LoaderBuilder {
         }
         if self.epochs == Epochs::Infinite && settings.batches(total, self.world_size) == 0 {
             return Err(LoaderError::Config(format!(
-                "endless epochs of no batch: the table has {total} rows, {} per rank of {}, batches of {}{}",
+                "endless epochs of no batch: an epoch draws {total} rows, {} per rank of {}, batches of {}{}",
                 voxlake_plan::order::rows_per_rank(total, self.world_size, self.read.uneven),
                 self.world_size,
                 self.batch_size,
@@ -431,6 +443,12 @@ impl LoaderBuilder {
             batches: 0,
             ahead: 0,
             samples_in_epoch: 0,
+            sampling: self
+                .sampling
+                .options()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
         }
     }
 }

@@ -79,6 +79,11 @@ pub struct LoaderState {
     pub ahead: usize,
     /// Samples delivered in this epoch over all ranks (informative).
     pub samples_in_epoch: u64,
+    /// The sampling spec as `(option, value)` pairs
+    /// ([`Sampling::options`](voxlake_plan::sample::Sampling::options)); empty: every row once
+    /// an epoch (states of earlier versions have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sampling: Vec<(String, String)>,
 }
 
 fn one_node() -> usize {

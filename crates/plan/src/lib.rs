@@ -4,7 +4,9 @@
 //!
 //! - [`plan`]: the order of files and row groups in an epoch; the seeded generator.
 //! - [`affinity`]: files kept on their node's ranks from epoch to epoch (opt-in).
-//! - [`order`]: the epoch's rows dealt to ranks (equal counts, pad or drop), as units of reading.
+//! - [`sample`]: which rows an epoch draws, how often: splits, weights, balance, subsets.
+//! - [`draws`]: an epoch's draws (a multiset of positions, in strata) and each rank's share.
+//! - [`order`]: the epoch's draws dealt to ranks (equal counts, pad or drop), as units of reading.
 //! - [`mixer`]: the shuffle buffer as a pure state machine.
 //! - [`resume`]: where an epoch stands after some batches, for exact and elastic resume.
 //!
@@ -22,10 +24,13 @@
 )]
 
 pub mod affinity;
+pub mod draws;
 pub mod mixer;
 pub mod order;
 pub mod plan;
 pub mod resume;
+pub mod sample;
+pub mod sampler;
 
 pub use affinity::Affinity;
 pub use order::Uneven;

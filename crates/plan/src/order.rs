@@ -16,12 +16,13 @@
 //! keeping its own rows; the row group stays the unit of I/O.
 //!
 //! ```
-//! use voxlake_plan::order::{deal, EpochOrder, RowSet, Uneven};
+//! use voxlake_plan::draws::Draws;
+//! use voxlake_plan::order::{deal, EpochOrder, Uneven};
 //! use voxlake_plan::plan::Planner;
 //!
 //! let rows_per_file = [10, 3, 7]; // 20 rows
 //! let order = EpochOrder::new(&Planner::new(1, true), &rows_per_file, 0);
-//! let all = RowSet::full(order.total());
+//! let all = Draws::full(order.total());
 //! let spans: Vec<_> = (0..3).map(|r| deal(&order, &all, 3, r, Uneven::Pad)).collect();
 //! // Every rank gets ⌈20/3⌉ = 7 rows; one row is repeated.
 //! assert!(spans.iter().all(|s| s.iter().map(|p| p.len()).sum::<u64>() == 7));
@@ -32,6 +33,7 @@
 use std::ops::Range;
 
 use crate::affinity::{self, Affinity};
+use crate::draws::{Draws, Runs};
 use crate::plan::Planner;
 
 /// What to do with the rows that do not divide evenly over the ranks.
@@ -153,8 +155,9 @@ impl EpochOrder {
         self.starts[self.slot[file]] + row
     }
 
-    /// The pieces that hold the global positions `ranges` (in order): split at file edges,
-    /// ranges of one file next to each other merged into one piece.
+    /// The pieces that hold the global positions `ranges` (in order; a position drawn twice
+    /// comes in two ranges): split at file edges, ranges of one file next to each other merged
+    /// into one piece.
     pub fn pieces(&self, ranges: &[Range<u64>], pad: bool) -> Vec<Piece> {
         let mut out: Vec<Piece> = Vec::new();
         for r in ranges {
@@ -186,97 +189,12 @@ impl EpochOrder {
     }
 }
 
-/// A set of global positions as sorted, disjoint, non-empty ranges.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RowSet {
-    ranges: Vec<Range<u64>>,
-    len: u64,
-}
-
-impl RowSet {
-    /// Positions `0..n`.
-    pub fn full(n: u64) -> Self {
-        RowSet {
-            ranges: if n > 0 {
-                std::iter::once(0..n).collect()
-            } else {
-                Vec::new()
-            },
-            len: n,
-        }
-    }
-
-    /// Number of positions.
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether the set is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The ranges, sorted.
-    pub fn ranges(&self) -> &[Range<u64>] {
-        &self.ranges
-    }
-
-    /// The set without `positions` (any order, duplicates allowed; ones not in the set are
-    /// ignored).
-    pub fn without(&self, positions: &[u64]) -> RowSet {
-        let mut cut = positions.to_vec();
-        cut.sort_unstable();
-        cut.dedup();
-        let mut out = Vec::new();
-        let mut c = cut.iter().peekable();
-        for r in &self.ranges {
-            let mut at = r.start;
-            while let Some(&&p) = c.peek() {
-                if p >= r.end {
-                    break;
-                }
-                c.next();
-                if p < at {
-                    continue;
-                }
-                if p > at {
-                    out.push(at..p);
-                }
-                at = p + 1;
-            }
-            if at < r.end {
-                out.push(at..r.end);
-            }
-        }
-        let len = out.iter().map(|r| r.end - r.start).sum();
-        RowSet { ranges: out, len }
-    }
-
-    /// The positions with ranks `from..to` in the set's order, as ranges.
-    fn slice(&self, from: u64, to: u64) -> Vec<Range<u64>> {
-        let mut out = Vec::new();
-        let mut skipped = 0u64;
-        for r in &self.ranges {
-            let n = r.end - r.start;
-            let (lo, hi) = (from.max(skipped), to.min(skipped + n));
-            if lo < hi {
-                out.push(r.start + (lo - skipped)..r.start + (hi - skipped));
-            }
-            skipped += n;
-            if skipped >= to {
-                break;
-            }
-        }
-        out
-    }
-}
-
 /// Rows of one file that a rank reads, in file order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Piece {
     /// Index of the file in the snapshot.
     pub file: usize,
-    /// Row ranges in the file, sorted.
+    /// Row ranges in the file, sorted by start; a row drawn `k` times is in `k` of them.
     pub rows: Vec<Range<u64>>,
     /// Whether these rows repeat rows of the epoch to even out the ranks ([`Uneven::Pad`]).
     pub pad: bool,
@@ -294,34 +212,124 @@ impl Piece {
     }
 }
 
-/// Deals `remaining` (positions of `order`) over `world` ranks and returns rank `rank`'s span
-/// as pieces: its real rows first, then its pad rows. Every rank gets
-/// [`rows_per_rank`]`(remaining.len(), world, uneven)` rows.
+/// Deals `remaining` (draws of `order`'s positions) over `world` ranks and returns rank
+/// `rank`'s span as pieces: its real rows first, then its pad rows. Every rank gets
+/// [`rows_per_rank`]`(remaining.len(), world, uneven)` rows: see [`share`].
 pub fn deal(
     order: &EpochOrder,
-    remaining: &RowSet,
+    remaining: &Draws,
     world: usize,
     rank: usize,
     uneven: Uneven,
 ) -> Vec<Piece> {
-    let n = remaining.len();
+    let (real, pad) = share(remaining, world, rank, uneven);
+    let mut pieces = order.pieces(&real, false);
+    pieces.extend(order.pieces(&pad, true));
+    pieces
+}
+
+/// Rank `rank`'s share when `draws` are dealt over `world` ranks: its real draws (ranges
+/// of positions, ascending, a position drawn `k` times in `k` ranges) and its pad draws
+/// (repeats of draws of others, [`Uneven::Pad`]). Every rank gets
+/// [`rows_per_rank`]`(len, world, uneven)` draws.
+///
+/// One stratum is dealt in contiguous spans of its sequence (`⌈N/W⌉` each; the last
+/// spans' shortfall padded from the start). Several strata are each cut into contiguous
+/// spans so that every rank gets every stratum's share within one draw, and `⌊N/W⌋` or
+/// `⌈N/W⌉` draws in all; then a rank short of `⌈N/W⌉` pads one draw (`Pad`) or a rank over
+/// `⌊N/W⌋` leaves out its last (`Drop`).
+pub fn share(
+    draws: &Draws,
+    world: usize,
+    rank: usize,
+    uneven: Uneven,
+) -> (Vec<Range<u64>>, Vec<Range<u64>>) {
+    match draws.strata() {
+        [] => (Vec::new(), Vec::new()),
+        [one] => contiguous(one, world, rank, uneven),
+        _ => stratified(draws, world, rank, uneven),
+    }
+}
+
+fn stratified(
+    draws: &Draws,
+    world: usize,
+    rank: usize,
+    uneven: Uneven,
+) -> (Vec<Range<u64>>, Vec<Range<u64>>) {
+    let w = world.max(1) as u64;
+    let r = rank as u64;
+    let n = draws.len();
+    let extra = n % w;
+    // Stratum s covers global draw indices [o, o + len): its index i goes to rank
+    // (o + i) mod W, then each rank's indices are made one contiguous span.
+    let mut spans: Vec<(usize, u64, u64)> = Vec::new();
+    let mut offset = 0u64;
+    for (s, stratum) in draws.strata().iter().enumerate() {
+        let len = stratum.len;
+        let count = |q: u64| len / w + u64::from((q + w - offset % w) % w < len % w);
+        let start: u64 = (0..r).map(count).sum();
+        spans.push((s, start, start + count(r)));
+        offset += len;
+    }
+    if uneven == Uneven::Drop && extra > 0 && r < extra {
+        // One over ⌊N/W⌋: the last stratum with a draw here gives its last back.
+        if let Some(span) = spans.iter_mut().rev().find(|(_, a, b)| b > a) {
+            span.2 -= 1;
+        }
+    }
+    let mut real: Vec<Range<u64>> = spans
+        .iter()
+        .flat_map(|&(s, a, b)| draws.strata()[s].slice(a, b))
+        .collect();
+    real.sort_by_key(|r| r.start);
+    let mut pad = Vec::new();
+    if uneven == Uneven::Pad && extra > 0 && r >= extra {
+        // The (r − extra)-th draw of the strata in turn repeats (n < W: round again).
+        let mut k = (r - extra) % n;
+        for stratum in draws.strata() {
+            if k < stratum.len {
+                pad = stratum.slice(k, k + 1);
+                break;
+            }
+            k -= stratum.len;
+        }
+    }
+    debug_assert_eq!(
+        real.iter()
+            .chain(&pad)
+            .map(|r| r.end - r.start)
+            .sum::<u64>(),
+        rows_per_rank(n, world, uneven)
+    );
+    (real, pad)
+}
+
+/// One stratum's deal: contiguous spans of `⌈N/W⌉` (`Pad`: past the end wrapping onto the
+/// start) or `⌊N/W⌋` (`Drop`).
+fn contiguous(
+    runs: &Runs,
+    world: usize,
+    rank: usize,
+    uneven: Uneven,
+) -> (Vec<Range<u64>>, Vec<Range<u64>>) {
+    let n = runs.len;
     let m = rows_per_rank(n, world, uneven);
     let (lo, hi) = (rank as u64 * m, (rank as u64 + 1) * m);
-    let mut pieces = order.pieces(&remaining.slice(lo.min(n), hi.min(n)), false);
+    let real = runs.slice(lo.min(n), hi.min(n));
+    let mut pad = Vec::new();
     if hi > n && n > 0 {
         // Pad: indices past the end wrap onto the start of the order.
         let mut at = (lo.max(n) - n) % n;
         let mut left = hi - lo.max(n);
-        let mut ranges = Vec::new();
         while left > 0 {
             let take = left.min(n - at);
-            ranges.extend(remaining.slice(at, at + take));
+            pad.extend(runs.slice(at, at + take));
             left -= take;
             at = 0;
         }
-        pieces.extend(order.pieces(&ranges, true));
     }
-    pieces
+    (real, pad)
 }
 
 /// One unit of reading: a row group of a file and the rows of it that the rank keeps.
@@ -335,7 +343,8 @@ pub struct Unit {
     pub rows: u64,
     /// The row group's first row in the file.
     pub first_row: u64,
-    /// The rows kept, as ranges of row indices inside the row group, sorted.
+    /// The rows kept, as ranges of row indices inside the row group, sorted by start; a row
+    /// drawn `k` times is in `k` of them.
     pub keep: Vec<Range<u64>>,
     /// Whether the kept rows are pad rows (repeats).
     pub pad: bool,
@@ -448,18 +457,9 @@ mod tests {
     }
 
     #[test]
-    fn rowset_without_and_slice() {
-        let s = RowSet::full(10).without(&[3, 0, 9, 3, 42]);
-        assert_eq!(s.ranges(), &[1..3, 4..9]);
-        assert_eq!(s.len(), 7);
-        assert_eq!(s.slice(1, 4), vec![2..3, 4..6]);
-        assert!(RowSet::full(0).is_empty());
-    }
-
-    #[test]
     fn fewer_rows_than_ranks_pad_and_drop() {
         let order = EpochOrder::new(&Planner::new(0, false), &[1], 0);
-        let all = RowSet::full(1);
+        let all = Draws::full(1);
         for rank in 0..4 {
             let pad = deal(&order, &all, 4, rank, Uneven::Pad);
             assert_eq!(total(&pad), 1);
@@ -485,5 +485,48 @@ mod tests {
         assert_eq!(u[1].kept_row(2), Some(2));
         assert_eq!(u[1].kept_row(4), None);
         assert_eq!(u.iter().map(Unit::kept).sum::<u64>(), 6);
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Over any strata and world: every rank the same count, every draw dealt once (pad
+        /// aside), each stratum's share within one draw of N_s/W on every rank.
+        #[test]
+        fn strata_are_shared_evenly(
+            strata in prop::collection::vec(prop::collection::vec(0u64..40, 0..30), 1..5),
+            world in 1usize..9,
+            pad in any::<bool>(),
+        ) {
+            // Keep strata disjoint: stratum s holds positions ≡ s (mod 5).
+            let strata: Vec<Vec<u64>> = strata.iter().enumerate()
+                .map(|(s, ps)| ps.iter().map(|p| p * 5 + s as u64).collect()).collect();
+            let draws = Draws::from_strata(strata.clone());
+            let n = draws.len();
+            let uneven = if pad { Uneven::Pad } else { Uneven::Drop };
+            let mut all = Vec::new();
+            for rank in 0..world {
+                let (real, padded) = share(&draws, world, rank, uneven);
+                let real: Vec<u64> = real.iter().flat_map(|r| r.clone()).collect();
+                prop_assert_eq!(real.len() as u64 + padded.iter().map(|r| r.end - r.start).sum::<u64>(), rows_per_rank(n, world, uneven));
+                prop_assert!(real.windows(2).all(|w| w[0] <= w[1]));
+                if strata.len() > 1 {
+                    for (s, stratum) in strata.iter().enumerate() {
+                        let here = real.iter().filter(|p| **p % 5 == s as u64).count() as f64;
+                        let fair = stratum.len() as f64 / world as f64;
+                        prop_assert!((here - fair).abs() <= 2.0, "stratum {s}: {here} against {fair}");
+                    }
+                }
+                all.extend(real);
+            }
+            all.sort_unstable();
+            let mut want: Vec<u64> = strata.concat();
+            want.sort_unstable();
+            if pad {
+                prop_assert_eq!(all, want);
+            } else {
+                prop_assert!(want.len() - all.len() < world);
+            }
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! the next unit to read come out, so only the row groups still in the buffer are read again.
 //!
 //! ```
+//! use voxlake_plan::draws::Draws;
 //! use voxlake_plan::order::Uneven;
 //! use voxlake_plan::resume::{OrderSettings, Segment, remaining, replay};
 //!
@@ -19,7 +20,7 @@
 //! let order = settings.order(&rows_per_file, 0);
 //! // Two ranks delivered 2 batches each (16 rows): 20 rows are left for the new world.
 //! let closed = [Segment { world_size: 2, batches: 2, ahead: 0 }];
-//! let left = remaining(&settings, &order, 0, &closed, footer).unwrap();
+//! let left = remaining(&settings, &order, 0, &Draws::full(36), &closed, footer).unwrap();
 //! assert_eq!(left.len(), 36 - 16);
 //! // Rank 1 of 3 resumed after one batch of the new segment.
 //! let at = replay(&settings, &order, 0, &closed, &left, 3, 1, 1, footer).unwrap();
@@ -27,10 +28,9 @@
 //! ```
 
 use crate::affinity::Affinity;
+use crate::draws::Draws;
 use crate::mixer::Mixer;
-use crate::order::{
-    EpochOrder, Piece, RowSet, Uneven, Unit, batches_of, deal, rows_per_rank, units,
-};
+use crate::order::{EpochOrder, Piece, Uneven, Unit, batches_of, deal, rows_per_rank, units};
 use crate::plan::{Planner, SeededRng};
 
 /// A closed segment of an epoch: `batches` delivered by each of `world_size` ranks, and one
@@ -173,7 +173,7 @@ pub fn replay<E>(
     order: &EpochOrder,
     epoch: u64,
     closed: &[Segment],
-    left: &RowSet,
+    left: &Draws,
     world: usize,
     rank: usize,
     batches: u64,
@@ -210,16 +210,17 @@ pub fn replay<E>(
     })
 }
 
-/// The rows of the epoch that no rank delivered in the `closed` segments (pad repeats do not
-/// count as delivering a row).
+/// The epoch's draws `drawn` less those delivered in the `closed` segments (pad repeats do
+/// not count as delivering a row; a row drawn twice and delivered once is left once).
 pub fn remaining<E>(
     settings: &OrderSettings,
     order: &EpochOrder,
     epoch: u64,
+    drawn: &Draws,
     closed: &[Segment],
     mut footer: impl FnMut(usize) -> Result<Vec<u64>, E>,
-) -> Result<RowSet, E> {
-    let mut left = RowSet::full(order.total());
+) -> Result<Draws, E> {
+    let mut left = drawn.clone();
     for (s, segment) in closed.iter().enumerate() {
         let mut delivered = Vec::new();
         for rank in 0..segment.world_size {
@@ -277,7 +278,7 @@ mod tests {
             &self,
             epoch: u64,
             closed: &[Segment],
-            left: &RowSet,
+            left: &Draws,
             world: usize,
         ) -> Vec<Vec<Vec<(u64, bool)>>> {
             let order = self.settings.order(&self.rows_per_file(), epoch);
@@ -351,7 +352,7 @@ mod tests {
         fn equal_counts_and_every_row_once(groups in table(), settings in settings(), world in 1usize..10) {
             let case = Case { groups, settings };
             let n: u64 = case.rows_per_file().iter().sum();
-            let ranks = case.run_segment(0, &[], &RowSet::full(n), world);
+            let ranks = case.run_segment(0, &[], &Draws::full(n), world);
             let counts: Vec<usize> = ranks.iter().map(Vec::len).collect();
             prop_assert!(counts.iter().all(|&c| c as u64 == settings.batches(n, world)), "{counts:?}");
             let rows: Vec<(u64, bool)> = ranks.iter().flatten().flatten().copied().collect();
@@ -393,7 +394,7 @@ mod tests {
             let mut read: Vec<Vec<std::collections::HashMap<usize, u64>>> = Vec::new();
             for e in [epoch, epoch + 1] {
                 let order = settings.order(&rows_per_file, e);
-                let ranks = case.run_segment(e, &[], &RowSet::full(n), world);
+                let ranks = case.run_segment(e, &[], &Draws::full(n), world);
                 let counts: Vec<usize> = ranks.iter().map(Vec::len).collect();
                 prop_assert!(counts.iter().all(|&c| c as u64 == settings.batches(n, world)), "{counts:?}");
                 let mut real: Vec<u64> = ranks.iter().flatten().flatten().filter(|r| !r.1).map(|r| r.0).collect();
@@ -429,7 +430,7 @@ mod tests {
         fn resume_continues_exactly(groups in table(), settings in settings(), world in 1usize..6, cut in 0u64..12, epoch in 0u64..3) {
             let case = Case { groups, settings };
             let order = settings.order(&case.rows_per_file(), epoch);
-            let left = RowSet::full(order.total());
+            let left = Draws::full(order.total());
             let rank = world - 1;
             let full = replay(&settings, &order, epoch, &[], &left, world, rank, u64::MAX, case.footer()).unwrap();
             let cut_at = replay(&settings, &order, epoch, &[], &left, world, rank, cut, case.footer()).unwrap();
@@ -462,12 +463,12 @@ mod tests {
         fn elastic_every_row_once(groups in table(), settings in settings(), w1 in 1usize..10, w2 in 1usize..10, cut in 0u64..6, ahead in 0usize..10) {
             let case = Case { groups, settings };
             let n: u64 = case.rows_per_file().iter().sum();
-            let first = case.run_segment(1, &[], &RowSet::full(n), w1);
+            let first = case.run_segment(1, &[], &Draws::full(n), w1);
             let k = cut.min(first[0].len() as u64);
             let ahead = if k < first[0].len() as u64 { ahead % w1 } else { 0 };
             let closed = [Segment { world_size: w1, batches: k, ahead }];
             let order = settings.order(&case.rows_per_file(), 1);
-            let left = remaining(&settings, &order, 1, &closed, case.footer()).unwrap();
+            let left = remaining(&settings, &order, 1, &Draws::full(n), &closed, case.footer()).unwrap();
             let second = case.run_segment(1, &closed, &left, w2);
             let counts: Vec<usize> = second.iter().map(Vec::len).collect();
             prop_assert!(counts.windows(2).all(|w| w[0] == w[1]), "{counts:?}");
@@ -484,7 +485,7 @@ mod tests {
             real.dedup();
             prop_assert_eq!(before, real.len(), "a row delivered twice");
             // Determinism: the same remaining set again.
-            let again = remaining(&settings, &order, 1, &closed, case.footer()).unwrap();
+            let again = remaining(&settings, &order, 1, &Draws::full(n), &closed, case.footer()).unwrap();
             prop_assert_eq!(&left, &again);
             if !settings.drop_last && settings.uneven == Uneven::Pad {
                 prop_assert_eq!(real.len() as u64, n, "rows lost");
@@ -499,7 +500,7 @@ mod tests {
             ..OrderSettings::plain()
         };
         let order = settings.order(&[4, 3], 0);
-        let left = RowSet::full(7);
+        let left = Draws::full(7);
         let spans: Vec<Vec<Piece>> = (0..3)
             .map(|r| deal(&order, &left, 3, r, Uneven::Pad))
             .collect();

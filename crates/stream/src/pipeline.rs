@@ -22,7 +22,8 @@ use voxlake_io::ahead::spawn_ahead;
 use voxlake_io::inflight::{Metered, Slots};
 use voxlake_io::panic_message;
 use voxlake_plan::affinity::Affinity;
-use voxlake_plan::order::{EpochOrder, Piece, RowSet, Uneven, Unit, deal, rows_per_rank, units_of};
+use voxlake_plan::draws::Draws;
+use voxlake_plan::order::{EpochOrder, Piece, Uneven, Unit, deal, rows_per_rank, units_of};
 use voxlake_plan::plan::{Planner, Shard};
 use voxlake_table::hooks::{Hooks, Stage};
 use voxlake_table::{Snapshot, TableError};
@@ -178,7 +179,7 @@ impl TableStream {
     /// the shard's.
     pub fn epoch(&self, epoch: u64) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
         let order = self.order(epoch);
-        let all = RowSet::full(order.total());
+        let all = Draws::full(order.total());
         let shard = self.inner.shard;
         let pieces = deal(
             &order,

@@ -34,6 +34,7 @@ pub mod options;
 pub mod rows;
 mod select;
 mod snapshot;
+mod values;
 
 pub use error::TableError;
 pub use filter::FilterStats;

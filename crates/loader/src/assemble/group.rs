@@ -119,7 +119,7 @@ impl Assembler {
         group: Arc<Group>,
         kept: &[u64],
     ) -> Result<Arc<Group>, LoaderError> {
-        let indices = kept
+        let mut indices = kept
             .iter()
             .map(|&k| group.index_of(k).map(|i| i as u64))
             .collect::<Option<Vec<u64>>>()
@@ -129,6 +129,8 @@ impl Assembler {
                     group.file
                 ))
             })?;
+        // A row drawn twice (weighted draws) is two kept rows of one row: copied once.
+        indices.dedup();
         let data = match Arc::try_unwrap(group) {
             Ok(group) => group.data,
             Err(shared) => shared.data.clone(),

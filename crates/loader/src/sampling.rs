@@ -1,0 +1,149 @@
+//! The sampler a loader draws its epochs with ([`voxlake_plan::sampler`]): the spec checked
+//! before the table opens, and the columns it weighs or splits rows by (label, weight column,
+//! id) read once at `build()`, only those columns' chunks fetched.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type};
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::DataType;
+use voxlake_plan::sample::{Sampling, SamplingError};
+use voxlake_plan::sampler::{RowsOf, Sampler};
+use voxlake_stream::StreamError;
+use voxlake_table::Snapshot;
+
+use crate::LoaderError;
+
+/// A spec that cannot be used, as the error the builder's caller gets.
+pub(crate) fn config_error(e: SamplingError) -> LoaderError {
+    LoaderError::Config(format!("sampling option {e}"))
+}
+
+/// The sampler for `spec` over the rows `snapshot` reads (`rows_per_file` of them per file),
+/// seeded by `seed`.
+pub(crate) async fn sampler(
+    snapshot: &Snapshot,
+    spec: &Sampling,
+    seed: u64,
+    rows_per_file: &[u64],
+) -> Result<Sampler, LoaderError> {
+    let resolved = snapshot.columns();
+    let mut columns: Vec<&str> = Vec::new();
+    if spec.needs_ids() {
+        // Ids made from file and row would move as files are rewritten: a split needs stored ones.
+        columns.push(resolved.id.as_deref().ok_or_else(|| {
+            config_error(SamplingError::new(
+                "split",
+                format!("{} has no id column: a split needs a stable id per row (name it with the id column option)", snapshot.location()),
+            ))
+        })?);
+    }
+    if spec.needs_labels() {
+        columns.push(resolved.label.as_deref().ok_or_else(|| {
+            let option = match spec.weights() {
+                voxlake_plan::sample::Weights::BalanceLabels => "balance",
+                _ => "class_weights",
+            };
+            config_error(SamplingError::new(
+                option,
+                format!(
+                    "{} has no label column (name it with the label column option)",
+                    snapshot.location()
+                ),
+            ))
+        })?);
+    }
+    if let Some(c) = spec.weight_column() {
+        columns.push(c);
+    }
+    let read = match columns.is_empty() {
+        true => Vec::new(),
+        false => snapshot.column_values(&columns).await.map_err(|e| {
+            match (spec.weight_column(), &e) {
+                (Some(c), voxlake_table::TableError::Incompatible { reason, .. })
+                    if reason.contains(&format!("no column '{c}'")) =>
+                {
+                    config_error(SamplingError::new("weight_column", reason.clone()))
+                }
+                _ => LoaderError::from(StreamError::from(e)),
+            }
+        })?,
+    };
+    let mut read = read.into_iter();
+    let location = snapshot.location();
+    let in_split: Option<Vec<bool>> = match spec.split() {
+        Some(split) => {
+            let ids = read.next().unwrap_or_default();
+            let mut mask = Vec::new();
+            for array in ids {
+                let text = cast(&array, &DataType::Utf8, columns[0], location)?;
+                let text = text.as_string::<i32>();
+                mask.extend(
+                    (0..text.len()).map(|i| text.is_valid(i) && split.contains(text.value(i))),
+                );
+            }
+            Some(mask)
+        }
+        None => None,
+    };
+    let label_column = columns
+        .get(usize::from(spec.needs_ids()))
+        .copied()
+        .unwrap_or_default();
+    let labels: Option<Vec<Option<i64>>> = match spec.needs_labels() {
+        true => {
+            let mut labels = Vec::new();
+            for array in read.next().unwrap_or_default() {
+                let ints = cast(&array, &DataType::Int64, label_column, location)?;
+                labels.extend(ints.as_primitive::<Int64Type>().iter());
+            }
+            Some(labels)
+        }
+        false => None,
+    };
+    let weights: Option<Vec<f64>> = match spec.weight_column() {
+        Some(column) => {
+            let mut weights = Vec::new();
+            for array in read.next().unwrap_or_default() {
+                if !array.data_type().is_numeric() {
+                    return Err(config_error(SamplingError::new(
+                        "weight_column",
+                        format!("column '{column}' holds {}, not numbers", array.data_type()),
+                    )));
+                }
+                let values = cast(&array, &DataType::Float64, column, location)?;
+                let values = values.as_primitive::<Float64Type>();
+                if values.null_count() > 0 {
+                    let row =
+                        weights.len() + (0..values.len()).find(|&i| values.is_null(i)).unwrap_or(0);
+                    return Err(config_error(SamplingError::new(
+                        "weight_column",
+                        format!("row {row} of column '{column}' is null"),
+                    )));
+                }
+                weights.extend(values.values().iter().copied());
+            }
+            Some(weights)
+        }
+        None => None,
+    };
+    let rows = RowsOf {
+        labels: labels.as_deref(),
+        weights: weights.as_deref(),
+        in_split: in_split.as_deref(),
+    };
+    Sampler::new(spec, seed, rows_per_file, rows).map_err(config_error)
+}
+
+fn cast(
+    array: &ArrayRef,
+    to: &DataType,
+    column: &str,
+    location: &str,
+) -> Result<ArrayRef, LoaderError> {
+    arrow_cast::cast(array.as_ref(), to).map_err(|e| {
+        LoaderError::Config(format!(
+            "column '{column}' of {location} ({}) cannot be read as {to}: {e}",
+            array.data_type()
+        ))
+    })
+}

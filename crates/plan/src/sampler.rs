@@ -1,0 +1,365 @@
+//! Each epoch's draws from a [`Sampling`] spec and the rows' labels, weights and split: pure,
+//! a function of (seed, epoch, spec, rows) alone.
+//!
+//! Rows are numbered in table order (file by file, each file's rows read in file order); an
+//! epoch's draws are then placed in the epoch's order ([`EpochOrder`]) for the deal. How the
+//! draws are made:
+//!
+//! - **Uniform** (no weights): every chosen row once; `k < N` draws are `k` distinct rows by
+//!   selection sampling (Knuth's algorithm S), `k > N` every row `⌊k/N⌋` times and a subset of
+//!   `k mod N`.
+//! - **Labels** (balance, class weights): each label value a stratum; the epoch's draws are
+//!   cut between strata by their weight (largest remainders, so the counts are exact), and each
+//!   stratum's rows drawn uniformly with replacement.
+//! - **Column**: one stratum, rows drawn with replacement in proportion to their weight (a
+//!   binary search of the cumulative weights a draw).
+//!
+//! ```
+//! use voxlake_plan::order::EpochOrder;
+//! use voxlake_plan::plan::Planner;
+//! use voxlake_plan::sample::Sampling;
+//! use voxlake_plan::sampler::{RowsOf, Sampler};
+//!
+//! let labels: Vec<Option<i64>> = (0..100).map(|i| Some(i64::from(i % 10 == 0))).collect();
+//! let spec = Sampling::default().with_balance_labels();
+//! let rows = RowsOf { labels: Some(&labels), ..RowsOf::default() };
+//! let sampler = Sampler::new(&spec, 7, &[60, 40], rows)?;
+//! assert_eq!(sampler.draws_per_epoch(), 100);
+//! let order = EpochOrder::new(&Planner::new(7, true), &[60, 40], 0);
+//! let draws = sampler.draws(&order, 0);
+//! assert_eq!(draws.strata_len(), vec![50, 50]); // label 0, label 1: half each
+//! # Ok::<(), voxlake_plan::sample::SamplingError>(())
+//! ```
+
+use crate::draws::Draws;
+use crate::order::EpochOrder;
+use crate::plan::SeededRng;
+use crate::sample::{Sampling, SamplingError, Weights, check_weight, unit_interval};
+
+/// A salt keeping the sampler's random streams apart from the planner's and the mixer's.
+const SAMPLE: u64 = 4;
+
+/// What the sampler needs of each row (in table order), as the spec asks: labels for balance
+/// and class weights, weights for a weight column, whether it is in the split read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RowsOf<'a> {
+    /// Each row's label (`None`: null).
+    pub labels: Option<&'a [Option<i64>]>,
+    /// Each row's weight (from the weight column).
+    pub weights: Option<&'a [f64]>,
+    /// Whether each row is in the split read.
+    pub in_split: Option<&'a [bool]>,
+}
+
+/// Rows of one stratum and how they are drawn.
+#[derive(Debug, Clone)]
+struct Stratum {
+    /// The label the stratum holds, if strata are labels.
+    label: Option<i64>,
+    /// Rows (table order).
+    rows: Vec<u64>,
+    /// Cumulative weights of `rows` (`None`: uniform).
+    cumulative: Option<Vec<f64>>,
+    /// Its draws an epoch.
+    quota: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    /// Every chosen row once, or `size` of them (see the module docs). `rows`: the chosen
+    /// rows; `None`: all of them.
+    Uniform { rows: Option<Vec<u64>>, size: u64 },
+    /// With replacement, strata each drawing its quota.
+    Weighted { strata: Vec<Stratum> },
+}
+
+/// Makes each epoch's draws: see the [module documentation](self).
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    seed: u64,
+    /// `starts[f]`: the first row of file `f` in table order; one more entry at the end.
+    starts: Vec<u64>,
+    kind: Kind,
+}
+
+impl Sampler {
+    /// A sampler over files of `rows_per_file` rows for `spec` (checked), seeded by `seed`;
+    /// `rows` holds what the spec needs of every row. Rows whose weight is bad, a label
+    /// missing from the class weights, no row chosen or no weight left: an error naming the
+    /// option.
+    pub fn new(
+        spec: &Sampling,
+        seed: u64,
+        rows_per_file: &[u64],
+        rows: RowsOf<'_>,
+    ) -> Result<Sampler, SamplingError> {
+        spec.check()?;
+        let mut starts = Vec::with_capacity(rows_per_file.len() + 1);
+        let mut total = 0u64;
+        for &n in rows_per_file {
+            starts.push(total);
+            total += n;
+        }
+        starts.push(total);
+        let count = |what: &'static str, len: usize| {
+            if len as u64 == total {
+                Ok(())
+            } else {
+                Err(SamplingError::new(
+                    what,
+                    format!("{len} values for a table of {total} rows"),
+                ))
+            }
+        };
+        let chosen: Option<Vec<u64>> = match (spec.split(), rows.in_split) {
+            (Some(split), Some(mask)) => {
+                count("split", mask.len())?;
+                let chosen: Vec<u64> = (0..total).filter(|&r| mask[r as usize]).collect();
+                if chosen.is_empty() {
+                    return Err(SamplingError::new(
+                        "split",
+                        format!("no row of the {total} is in split '{}'", split.name()),
+                    ));
+                }
+                Some(chosen)
+            }
+            (Some(_), None) => {
+                return Err(SamplingError::new("split", "the rows' ids were not read"));
+            }
+            (None, _) => None,
+        };
+        let selected = chosen.as_ref().map_or(total, |c| c.len() as u64);
+        let size = match (spec.epoch_size(), spec.subsample()) {
+            (Some(n), _) => n,
+            (None, Some(f)) => ((f * selected as f64).round() as u64).max(1),
+            (None, None) => selected,
+        };
+        let rows_chosen = || -> Box<dyn Iterator<Item = u64> + '_> {
+            match &chosen {
+                Some(c) => Box::new(c.iter().copied()),
+                None => Box::new(0..total),
+            }
+        };
+        let kind = match spec.weights() {
+            Weights::Uniform => Kind::Uniform {
+                rows: chosen.clone(),
+                size,
+            },
+            Weights::BalanceLabels | Weights::Classes(_) => {
+                let option = match spec.weights() {
+                    Weights::BalanceLabels => "balance",
+                    _ => "class_weights",
+                };
+                let labels = rows
+                    .labels
+                    .ok_or_else(|| SamplingError::new(option, "the rows' labels were not read"))?;
+                count(option, labels.len())?;
+                let strata = label_strata(spec.weights(), option, labels, rows_chosen(), size)?;
+                Kind::Weighted { strata }
+            }
+            Weights::Column(column) => {
+                let weights = rows.weights.ok_or_else(|| {
+                    SamplingError::new("weight_column", format!("column '{column}' was not read"))
+                })?;
+                count("weight_column", weights.len())?;
+                let mut cumulative = Vec::new();
+                let mut members = Vec::new();
+                let mut sum = 0.0;
+                for r in rows_chosen() {
+                    let w = weights[r as usize];
+                    check_weight("weight_column", &format!("row {r} of column '{column}'"), w)?;
+                    sum += w;
+                    members.push(r);
+                    cumulative.push(sum);
+                }
+                if sum <= 0.0 {
+                    return Err(SamplingError::new(
+                        "weight_column",
+                        format!("every row's weight in column '{column}' is 0"),
+                    ));
+                }
+                Kind::Weighted {
+                    strata: vec![Stratum {
+                        label: None,
+                        rows: members,
+                        cumulative: Some(cumulative),
+                        quota: size,
+                    }],
+                }
+            }
+        };
+        Ok(Sampler { seed, starts, kind })
+    }
+
+    /// Draws an epoch makes over all ranks.
+    pub fn draws_per_epoch(&self) -> u64 {
+        match &self.kind {
+            Kind::Uniform { size, .. } => *size,
+            Kind::Weighted { strata } => strata.iter().map(|s| s.quota).sum(),
+        }
+    }
+
+    /// Whether every row of the table is drawn once an epoch (no sampling at all).
+    pub fn is_plain(&self) -> bool {
+        matches!(&self.kind, Kind::Uniform { rows: None, size } if *size == self.rows())
+    }
+
+    /// The label of each stratum, where strata are labels (in the order of
+    /// [`Draws::strata_len`]).
+    pub fn strata_labels(&self) -> Vec<Option<i64>> {
+        match &self.kind {
+            Kind::Uniform { .. } => vec![None],
+            Kind::Weighted { strata } => strata.iter().map(|s| s.label).collect(),
+        }
+    }
+
+    fn rows(&self) -> u64 {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    /// Epoch `epoch`'s draws, as positions of `order` (the epoch's order of the same files).
+    pub fn draws(&self, order: &EpochOrder, epoch: u64) -> Draws {
+        if self.is_plain() {
+            return Draws::full(order.total());
+        }
+        let place = |row: u64| {
+            let f = self.starts.partition_point(|&s| s <= row) - 1;
+            order.position(f, row - self.starts[f])
+        };
+        match &self.kind {
+            Kind::Uniform { rows, size } => {
+                let n = rows.as_ref().map_or(self.rows(), |r| r.len() as u64);
+                if n == 0 {
+                    return Draws::default();
+                }
+                let at = |i: u64| rows.as_ref().map_or(i, |r| r[i as usize]);
+                let mut rng = SeededRng::for_stream(&[self.seed, epoch, SAMPLE]);
+                let mut positions = Vec::with_capacity(*size as usize);
+                for _ in 0..size / n {
+                    positions.extend((0..n).map(|i| place(at(i))));
+                }
+                let mut want = size % n;
+                for i in 0..n {
+                    if want == 0 {
+                        break;
+                    }
+                    // Algorithm S: take row i with probability want / (rows left).
+                    if unit_interval(rng.next_u64()) * ((n - i) as f64) < want as f64 {
+                        positions.push(place(at(i)));
+                        want -= 1;
+                    }
+                }
+                Draws::from_strata(vec![positions])
+            }
+            Kind::Weighted { strata } => Draws::from_strata(
+                strata
+                    .iter()
+                    .enumerate()
+                    .map(|(s, stratum)| {
+                        let mut rng =
+                            SeededRng::for_stream(&[self.seed, epoch, SAMPLE, s as u64 + 1]);
+                        (0..stratum.quota)
+                            .map(|_| place(stratum.rows[stratum.pick(&mut rng)]))
+                            .collect()
+                    })
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl Stratum {
+    /// One draw: an index into `rows`.
+    fn pick(&self, rng: &mut SeededRng) -> usize {
+        match &self.cumulative {
+            None => ((u128::from(rng.next_u64()) * self.rows.len() as u128) >> 64) as usize,
+            Some(c) => {
+                let total = c.last().copied().unwrap_or(0.0);
+                let u = unit_interval(rng.next_u64()) * total;
+                // The first row whose cumulative weight passes u (a row of weight 0 never).
+                c.partition_point(|&x| x <= u).min(c.len() - 1)
+            }
+        }
+    }
+}
+
+/// One stratum per label value of the chosen rows, with its share of `size` draws.
+fn label_strata(
+    weights: &Weights,
+    option: &'static str,
+    labels: &[Option<i64>],
+    chosen: impl Iterator<Item = u64>,
+    size: u64,
+) -> Result<Vec<Stratum>, SamplingError> {
+    let mut by_label: std::collections::BTreeMap<i64, Vec<u64>> = Default::default();
+    for r in chosen {
+        let label = labels[r as usize].ok_or_else(|| {
+            SamplingError::new(
+                option,
+                format!("row {r} has no label (null): it cannot be weighted by label"),
+            )
+        })?;
+        by_label.entry(label).or_default().push(r);
+    }
+    let mut strata = Vec::with_capacity(by_label.len());
+    let mut mass = Vec::with_capacity(by_label.len());
+    for (label, rows) in by_label {
+        let m = match weights {
+            Weights::Classes(classes) => {
+                let w = classes
+                    .iter()
+                    .find(|c| c.0 == label)
+                    .map(|c| c.1)
+                    .ok_or_else(|| {
+                        SamplingError::new(
+                            option,
+                            format!(
+                                "label {label} has no weight (it has {:?})",
+                                classes.iter().map(|c| c.0).collect::<Vec<_>>()
+                            ),
+                        )
+                    })?;
+                w * rows.len() as f64
+            }
+            _ => 1.0,
+        };
+        mass.push(m);
+        strata.push(Stratum {
+            label: Some(label),
+            rows,
+            cumulative: None,
+            quota: 0,
+        });
+    }
+    let total: f64 = mass.iter().sum();
+    if total <= 0.0 {
+        return Err(SamplingError::new(
+            option,
+            "every row of the table weighs 0",
+        ));
+    }
+    // Largest remainders: the quotas sum to `size`, each within one draw of its share.
+    let exact: Vec<f64> = mass.iter().map(|m| m / total * size as f64).collect();
+    let mut given = 0;
+    for (s, e) in strata.iter_mut().zip(&exact) {
+        s.quota = e.floor() as u64;
+        given += s.quota;
+    }
+    let mut order: Vec<usize> = (0..strata.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ra, rb) = (exact[a] - exact[a].floor(), exact[b] - exact[b].floor());
+        rb.total_cmp(&ra).then(a.cmp(&b))
+    });
+    for &s in order
+        .iter()
+        .cycle()
+        .take(size.saturating_sub(given) as usize)
+    {
+        strata[s].quota += 1;
+    }
+    strata.retain(|s| s.quota > 0);
+    Ok(strata)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,155 @@
+//! Every read row's values of a few small columns (a label, a weight, an id), in table order:
+//! what a sampler weighs or splits rows by before the first epoch. Only those columns' chunks
+//! are fetched; a partition column's values come from the log.
+
+use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
+use arrow_schema::Schema;
+use futures::{StreamExt, TryStreamExt};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+
+use crate::error::TableError;
+use crate::snapshot::{Snapshot, column_at_path, root_of};
+
+impl Snapshot {
+    /// The values of `columns` in every row the snapshot reads (not deleted, kept by its
+    /// filter), file by file in the snapshot's order, each file's rows in file order: per
+    /// column, one array per file. A column the table lacks is an error naming it.
+    pub async fn column_values(&self, columns: &[&str]) -> Result<Vec<Vec<ArrayRef>>, TableError> {
+        let schema = self.schema().clone();
+        let partitions: Vec<&str> = self.files().partition_columns().collect();
+        for &c in columns {
+            if !partitions.contains(&c) && schema.field_with_name(c).is_err() {
+                return Err(TableError::Incompatible {
+                    location: self.location().to_string(),
+                    reason: format!(
+                        "no column '{c}' (the table has {:?})",
+                        schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+                    ),
+                });
+            }
+        }
+        let per_file: Vec<Vec<ArrayRef>> = futures::stream::iter(0..self.files().len())
+            .map(|index| self.values_in_file(index, columns, &partitions))
+            .buffered(crate::READ_CONCURRENCY)
+            .try_collect()
+            .await?;
+        Ok((0..columns.len())
+            .map(|c| per_file.iter().map(|f| f[c].clone()).collect())
+            .collect())
+    }
+
+    /// `columns`' values in the read rows of file `index`.
+    async fn values_in_file(
+        &self,
+        index: usize,
+        columns: &[&str],
+        partitions: &[&str],
+    ) -> Result<Vec<ArrayRef>, TableError> {
+        let perr = |e| self.file_error(index, e);
+        let meta = self.reader_metadata(index).await?;
+        let groups = meta.metadata().row_groups();
+        // The read rows: per row group those kept, as rows of the file.
+        let mut kept = Vec::new();
+        let mut first = 0u64;
+        let mut every = true;
+        for (g, rg) in groups.iter().enumerate() {
+            let n = rg.num_rows().max(0) as u64;
+            match self.kept_rows(index, g).await? {
+                Some(rows) => {
+                    every = false;
+                    kept.extend(rows.iter().map(|&r| first + u64::from(r)));
+                }
+                None => kept.extend(first..first + n),
+            }
+            first += n;
+        }
+        let logical = self.logical_schema(&meta);
+        let table = self.schema();
+        let in_file: Vec<&str> = columns
+            .iter()
+            .copied()
+            .filter(|c| !partitions.contains(c))
+            .collect();
+        let mut roots: Vec<usize> = in_file
+            .iter()
+            .filter_map(|c| logical.index_of(root_of(table, c)).ok())
+            .collect();
+        roots.sort_unstable();
+        roots.dedup();
+        let all = if in_file.is_empty() {
+            RecordBatch::new_empty(std::sync::Arc::new(Schema::empty()))
+        } else {
+            let descr = meta.metadata().file_metadata().schema_descr();
+            let mask = ProjectionMask::roots(descr, roots);
+            let reader = self.reader(index).with_metadata(meta.metadata().clone());
+            let batches: Vec<RecordBatch> =
+                ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta.clone())
+                    .with_projection(mask)
+                    .with_batch_size(8192)
+                    .build()
+                    .map_err(perr)?
+                    .try_collect()
+                    .await
+                    .map_err(perr)?;
+            let batches: Vec<RecordBatch> =
+                batches.into_iter().map(|b| self.logical_batch(b)).collect();
+            let schema = batches
+                .first()
+                .map(RecordBatch::schema)
+                .unwrap_or_else(|| std::sync::Arc::new(Schema::empty()));
+            arrow_select::concat::concat_batches(&schema, &batches)
+                .map_err(|e| perr(parquet::errors::ParquetError::ArrowError(e.to_string())))?
+        };
+        if !in_file.is_empty() && all.num_rows() as u64 != first {
+            return Err(TableError::Corrupt {
+                location: self.location().to_string(),
+                file: self.path_of(index).to_string(),
+                reason: format!(
+                    "its columns {in_file:?} hold {} rows, the footer's row groups {first}",
+                    all.num_rows()
+                ),
+            });
+        }
+        let take = (!every).then(|| UInt64Array::from(kept.clone()));
+        let file = self.files().at(index);
+        columns
+            .iter()
+            .map(|&c| {
+                let values: ArrayRef = if partitions.contains(&c) {
+                    let data_type = self
+                        .partition_type(c)
+                        .cloned()
+                        .unwrap_or(arrow_schema::DataType::Utf8);
+                    return voxlake_delta::partition_column(
+                        file.partition(c).flatten(),
+                        &data_type,
+                        kept.len(),
+                    )
+                    .map_err(|e| self.partition_error(index, c, e));
+                } else {
+                    column_at_path(&all, c).ok_or_else(|| TableError::Corrupt {
+                        location: self.location().to_string(),
+                        file: self.path_of(index).to_string(),
+                        reason: format!("column '{c}' is not in the file"),
+                    })?
+                };
+                match &take {
+                    Some(indices) => arrow_select::take::take(values.as_ref(), indices, None)
+                        .map_err(|e| {
+                            perr(parquet::errors::ParquetError::ArrowError(e.to_string()))
+                        }),
+                    None => Ok(values),
+                }
+            })
+            .collect::<Result<Vec<ArrayRef>, TableError>>()
+    }
+
+    fn partition_error(&self, index: usize, column: &str, e: impl std::fmt::Display) -> TableError {
+        TableError::Corrupt {
+            location: self.location().to_string(),
+            file: self.path_of(index).to_string(),
+            reason: format!("partition value of '{column}': {e}"),
+        }
+    }
+}
