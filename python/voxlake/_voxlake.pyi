@@ -57,6 +57,14 @@ class Loader:
         row_group_prefetch: int = ...,
         assembly_threads: int = ...,
         runtime_threads: int = ...,
+        balance: str = ...,
+        class_weights: Dict[int, float] = ...,
+        weight_column: str = ...,
+        epoch_size: int = ...,
+        subsample: float = ...,
+        split: str = ...,
+        splits: Dict[str, float] = ...,
+        split_salt: str = ...,
     ) -> None: ...
     def __iter__(self) -> Loader: ...
     def __next__(self) -> Batch: ...

@@ -120,8 +120,62 @@ pub(super) struct BenchArgs {
     /// Only the rows this SQL expression keeps, e.g. "label = 1 AND region IN ('a', 'b')".
     #[arg(long)]
     pub(super) filter: Option<String>,
+    #[command(flatten)]
+    pub(super) sampling: SamplingArgs,
     /// Hand out libtorch tensors on this device (`cpu`, `cuda`, `cuda:N`; feature `tch`).
     #[cfg(feature = "tch")]
     #[arg(long)]
     pub(super) device: Option<String>,
+}
+
+/// How each epoch draws its rows (`voxlake_plan::sample`): the Python package's keywords.
+#[derive(clap::Args, Clone, Default)]
+pub(super) struct SamplingArgs {
+    /// `label`: every label value an equal share of each epoch's draws (with replacement).
+    #[arg(long, value_name = "label")]
+    pub(super) balance: Option<String>,
+    /// A relative weight per label value, e.g. `0:1,1:9` (with replacement).
+    #[arg(long, value_name = "LABEL:W,...")]
+    pub(super) class_weights: Option<String>,
+    /// A numeric column whose value is each row's weight (with replacement).
+    #[arg(long)]
+    pub(super) weight_column: Option<String>,
+    /// Draws per epoch over all ranks (default: the rows selected).
+    #[arg(long)]
+    pub(super) epoch_size: Option<u64>,
+    /// A new seeded subset of this share of the rows each epoch, in (0, 1].
+    #[arg(long)]
+    pub(super) subsample: Option<f64>,
+    /// Read only this split of --splits (a hash of each row's id and --split-salt).
+    #[arg(long, requires = "splits")]
+    pub(super) split: Option<String>,
+    /// The splits' relative shares, e.g. `train:0.8,val:0.1,test:0.1`.
+    #[arg(long, requires = "split")]
+    pub(super) splits: Option<String>,
+    /// Another salt, another assignment of rows to splits.
+    #[arg(long, requires = "split")]
+    pub(super) split_salt: Option<String>,
+}
+
+impl SamplingArgs {
+    /// The spec the flags make, checked (as a state records it: `option=value` pairs).
+    pub(super) fn spec(&self) -> Result<voxlake_plan::sample::Sampling, String> {
+        let subsample = self.subsample.map(|f| f.to_string());
+        let epoch_size = self.epoch_size.map(|n| n.to_string());
+        let pairs: Vec<(String, String)> = [
+            ("balance", &self.balance),
+            ("class_weights", &self.class_weights),
+            ("weight_column", &self.weight_column),
+            ("epoch_size", &epoch_size),
+            ("subsample", &subsample),
+            ("split", &self.split),
+            ("splits", &self.splits),
+            ("split_salt", &self.split_salt),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
+        .collect();
+        voxlake_plan::sample::Sampling::from_options(&pairs)
+            .map_err(|e| format!("--{}: {}", e.option().replace('_', "-"), e.message()))
+    }
 }

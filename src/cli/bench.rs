@@ -138,6 +138,7 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
     if let Some(filter) = &args.filter {
         builder = builder.with_filter(filter);
     }
+    builder = builder.with_sampling(args.sampling.spec()?);
     if let Some(path) = &args.resume {
         let json = std::fs::read_to_string(path)
             .map_err(|e| format!("reading the state {}: {e}", path.display()))?;

@@ -99,6 +99,12 @@ pub(super) fn write(
         "staging_waits": stats.staging_waits,
         "loosened_rows": stats.loosened_rows,
         "iterations_per_epoch": loader.iterations_per_epoch(),
+        "draws_per_epoch": loader.draws_per_epoch(),
+        "labels_delivered": loader
+            .labels_delivered()
+            .iter()
+            .map(|(l, n)| (l.map_or("null".to_string(), |l| l.to_string()), serde_json::json!(n)))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
         "rank": loader.rank().0,
         "world_size": loader.rank().1,
         "next_epoch": state.epoch,

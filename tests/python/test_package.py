@@ -272,6 +272,61 @@ def test_errors_are_exceptions_with_the_rust_message(table, tmp_path):
     assert issubclass(voxlake.TableError, voxlake.VoxlakeError)
 
 
+def test_sampling_options_are_refused_by_name_before_any_read(tmp_path):
+    nowhere = str(tmp_path / "no table here")  # nothing is opened: the option is refused first
+    for options, says in [
+        (dict(subsample=1.5), "subsample: 1.5 is not a share in"),
+        (dict(subsample=0.1, epoch_size=10), "subsample: give subsample or epoch_size"),
+        (dict(class_weights={0: -1.0, 1: 1.0}), "class_weights: label 0 has weight -1"),
+        (dict(class_weights={0: float("nan")}), "class_weights: label 0 has weight NaN"),
+        (dict(class_weights={0: 0.0, 1: 0.0}), "class_weights: every weight is 0"),
+        (dict(balance="labels"), 'balance: "labels" is not a way'),
+        (dict(balance="label", weight_column="w"), "give one"),
+        (dict(split="dev", splits={"train": 0.9, "val": 0.1}), "split: 'dev' is not one of the splits"),
+        (dict(split="val", splits={"train": 0.9, "val": 0.0}), "splits: split 'val' has share 0"),
+        (dict(split="val"), "split and splits go together"),
+        (dict(epoch_size=0), "epoch_size: 0 draws"),
+    ]:
+        with pytest.raises(voxlake.ConfigError, match=re.escape(says)):
+            voxlake.Loader(nowhere, **options)
+    with pytest.raises(voxlake.ConfigError, match="class_weights: expected a dict"):
+        voxlake.Loader(nowhere, class_weights=[1.0])
+
+
+def test_splits_partition_the_table_the_same_way_every_time(table):
+    splits = {"train": 0.6, "val": 0.2, "test": 0.2}
+    parts = {name: ids_of(voxlake.Loader(table, batch_size=7, split=name, splits=splits, split_salt="a"))
+             for name in splits}
+    assert sorted(sum(parts.values(), [])) == sorted(f"s{i:04}.npy" for i in range(ROWS))
+    assert all(10 < len(p) < 70 for p in parts.values()), {k: len(v) for k, v in parts.items()}
+    # The same rows every time, whichever order the shares are listed in; another salt, others.
+    again = voxlake.Loader(table, batch_size=7, split="val", splits=dict(reversed(list(splits.items()))), split_salt="a")
+    assert ids_of(again) == parts["val"]
+    other = ids_of(voxlake.Loader(table, batch_size=7, split="val", splits=splits, split_salt="b"))
+    assert set(other) != set(parts["val"])
+    loader = voxlake.Loader(table, batch_size=7, split="val", splits=splits, split_salt="a")
+    assert loader.batches_per_epoch() == -(-len(parts["val"]) // 7)
+
+
+def test_balanced_draws_and_what_stats_count_of_them(table):
+    loader = voxlake.Loader(table, batch_size=10, shuffle=True, seed=1, balance="label", epoch_size=300)
+    assert loader.batches_per_epoch() == 30
+    it = iter(loader)
+    labels = [int(l) for _ in range(30) for l in next(it)["label"]]
+    assert len(labels) == 300 and sum(labels) == 150
+    stats = loader.stats()
+    assert stats["labels"] == {0: 150, 1: 150}
+    assert stats["samples"] == 300 and stats["bytes_read"] > 0
+
+
+def test_a_subsample_is_a_new_subset_each_epoch(table):
+    epochs = [ids_of(voxlake.Loader(table, batch_size=5, shuffle=True, seed=3, start_epoch=e, subsample=0.2))
+              for e in (0, 1)]
+    assert [len(e) for e in epochs] == [21, 21]
+    assert all(len(set(e)) == 21 for e in epochs)
+    assert set(epochs[0]) != set(epochs[1])
+
+
 def test_the_options_are_listed_once_and_documented():
     names = [name for name, _, _ in voxlake.loader_options()]
     assert len(names) == len(set(names))

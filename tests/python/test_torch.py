@@ -197,7 +197,10 @@ import json, sys, torch
 import voxlake
 from voxlake.torch import DataLoader, Dataset
 table, kind, workers, state = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
-kw = dict(batch_size=8, shuffle=True, seed=5, rank=0, world_size=1)
+sampling = json.loads(sys.argv[5])
+if "class_weights" in sampling:  # JSON's keys are text
+    sampling["class_weights"] = {int(k): w for k, w in sampling["class_weights"].items()}
+kw = dict(batch_size=8, shuffle=True, seed=5, rank=0, world_size=1, **sampling)
 if kind == "stateful":
     from torchdata.stateful_dataloader import StatefulDataLoader
     dl = StatefulDataLoader(Dataset(table, **kw), batch_size=None, num_workers=workers)
@@ -210,8 +213,9 @@ print(json.dumps([rest, following]))
 """
 
 
-def resume_elsewhere(table, kind, workers, state):
-    out = run_python(f"import sys; sys.argv = ['x'] + {[table, kind, str(workers), json.dumps(state)]!r}\n" + RESUME)
+def resume_elsewhere(table, kind, workers, state, **sampling):
+    argv = [table, kind, str(workers), json.dumps(state), json.dumps(sampling)]
+    out = run_python(f"import sys; sys.argv = ['x'] + {argv!r}\n" + RESUME)
     return json.loads(out)
 
 
@@ -257,6 +261,53 @@ def test_len_is_the_batches_a_pass_yields(table, world, workers):
     for rank in range(world):
         dl = DataLoader(table, batch_size=8, rank=rank, world_size=world, num_workers=workers)
         assert len(dl) == len(list(dl)) > 0
+
+
+WEIGHTED = dict(class_weights={"0": 1.0, "1": 3.0}, epoch_size=400)
+
+
+def weighted_kw() -> dict:
+    """The weighted spec with int labels (JSON keeps only str keys: the new process converts)."""
+    return dict(class_weights={0: 1.0, 1: 3.0}, epoch_size=400)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_weighted_draws_give_every_worker_its_share_and_len_follows_the_epoch_size(table, workers):
+    dl = DataLoader(table, num_workers=workers, **KW, **weighted_kw())
+    batches = list(dl)
+    assert len(dl) == len(batches) == 50  # 400 draws in batches of 8
+    labels = [int(l) for b in batches for l in b["label"]]
+    ids = ids_of(batches)
+    assert len(ids) == 400 and len(set(ids)) < 103  # with replacement: repeats, not every row
+    assert all(number(i) % 2 == l for i, l in zip(ids, labels))
+    # Label 1 holds 3 × 51 of the 3 × 51 + 52 weight: 298 or 299 of the 400 draws.
+    assert sum(labels) in (298, 299), sum(labels)
+    if workers:
+        # Each worker's batches take turns: every worker's draws hold its share of label 1.
+        for w in range(workers):
+            mine = [int(l) for b in batches[w::workers] for l in b["label"]]
+            assert abs(sum(mine) - 0.746 * len(mine)) <= 2, (w, sum(mine), len(mine))
+
+
+@pytest.mark.parametrize("workers,then", [(2, 2), (0, 3)])
+def test_weighted_draws_resume_exactly_in_a_new_process(table, workers, then):
+    whole = ids_of(DataLoader(table, num_workers=workers, **KW, **weighted_kw()))
+    head, state = take_then_state(DataLoader(table, num_workers=workers, **KW, **weighted_kw()), 7)
+    assert state is not None
+    rest, _ = resume_elsewhere(table, "voxlake", then, state, **WEIGHTED)
+    if then == workers:
+        assert head + rest == whole
+    else:  # the same draws over other workers (pad repeats aside)
+        left = sorted(whole[len(head):])
+        got = sorted(rest)
+        for i in left:
+            got.remove(i)
+        assert len(got) < max(then, 1), got
+    # A resume with another spec is refused, naming what differs.
+    with pytest.raises(voxlake.ConfigError, match="differ in class_weights, balance"):
+        dl = DataLoader(table, num_workers=0, **KW, balance="label", epoch_size=400)
+        dl.load_state_dict(state)
+        next(iter(dl))
 
 
 # The names of the threads that may wait in tokio's lock table (a fork copies it with them in it).

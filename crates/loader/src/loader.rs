@@ -97,6 +97,8 @@ pub struct Loader {
     pub(crate) recycle_max: usize,
     /// When the caller began waiting for the batch not yet received (`poll_next`).
     pub(crate) waiting_since: Option<Instant>,
+    /// Samples handed out per label value (`None`: no label).
+    pub(crate) labels: std::collections::BTreeMap<Option<i64>, u64>,
 }
 
 impl Loader {
@@ -262,6 +264,12 @@ impl Loader {
         }
     }
 
+    /// Samples handed out so far per label value (`None`: a row without one), in label order:
+    /// what a balanced or weighted run drew of each.
+    pub fn labels_delivered(&self) -> Vec<(Option<i64>, u64)> {
+        self.labels.iter().map(|(l, n)| (*l, *n)).collect()
+    }
+
     /// What the loader has done so far.
     pub fn stats(&self) -> LoaderStats {
         let c = &self.counters;
@@ -335,6 +343,9 @@ impl Loader {
         let item = match message {
             Ok(Msg::Batch(batch, position)) => {
                 self.position = position;
+                for label in &batch.labels {
+                    *self.labels.entry(*label).or_default() += 1;
+                }
                 Some(Ok(*batch))
             }
             Ok(Msg::Failed(e)) => {

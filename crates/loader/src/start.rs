@@ -167,6 +167,7 @@ impl LoaderBuilder {
             recycled,
             recycle_max: RECYCLED_SPARES,
             waiting_since: None,
+            labels: Default::default(),
         })
     }
 

@@ -52,6 +52,11 @@ impl SamplingError {
     pub fn option(&self) -> &'static str {
         self.option
     }
+
+    /// What is wrong with it.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl std::fmt::Display for SamplingError {
@@ -86,9 +91,11 @@ pub struct Split {
 }
 
 impl Split {
-    /// The rows of split `name` of `shares` (relative shares by name, in this order), with an
-    /// empty salt.
-    pub fn new(name: impl Into<String>, shares: Vec<(String, f64)>) -> Self {
+    /// The rows of split `name` of `shares` (relative shares by name; the order they are
+    /// listed in changes nothing), with an empty salt.
+    pub fn new(name: impl Into<String>, mut shares: Vec<(String, f64)>) -> Self {
+        // Sorted by name: a split is the same whichever order a caller's dict lists them in.
+        shares.sort_by(|a, b| a.0.cmp(&b.0));
         Split {
             name: name.into(),
             shares,
@@ -107,7 +114,7 @@ impl Split {
         &self.name
     }
 
-    /// The splits and their shares, in order.
+    /// The splits and their shares, by name.
     pub fn shares(&self) -> &[(String, f64)] {
         &self.shares
     }
@@ -578,13 +585,16 @@ mod tests {
         );
         assert_eq!(id_hash("a", ""), 0x754f_d174_2dee_fa1d);
         let split = Split::new("val", three());
+        // Shares by name whatever the order given: test, train, val.
+        let reversed: Vec<(String, f64)> = three().into_iter().rev().collect();
+        assert_eq!(Split::new("val", reversed), split);
         let ids: Vec<usize> = (0..24)
             .map(|i| split.split_of(&format!("cube_{i:06}.npy")))
             .collect();
         assert_eq!(
             ids,
             [
-                0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 0, 2, 0, 0, 0, 2, 0, 0, 1, 0, 2, 0, 0, 1
+                1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 1, 2, 0, 1, 1, 2, 0, 1, 1, 1, 2, 1, 1, 1
             ]
         );
     }

@@ -25,6 +25,7 @@ mod extract;
 mod loader;
 mod logs;
 mod options;
+mod sampling;
 mod setters;
 mod shared;
 mod staging;

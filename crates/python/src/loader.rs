@@ -306,9 +306,16 @@ impl Loader {
     /// whose buffers were given back and filled again (`recycled`), row groups delivered and how
     /// many of them were kept in the memory budget since an earlier epoch (`row_groups_reused`:
     /// not read again), the first batch's time and the time spent waiting for batches and in
-    /// `batch_transform` (seconds).
+    /// `batch_transform` (seconds), the bytes of column chunks read (`bytes_read`) and the
+    /// samples handed out per label value (`labels`: a balanced run's draws of each).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (stats, version) = self.with_running(py, |r| (r.loader.stats(), r.loader.version()))?;
+        let (stats, version, labels) = self.with_running(py, |r| {
+            (
+                r.loader.stats(),
+                r.loader.version(),
+                r.loader.labels_delivered(),
+            )
+        })?;
         let out = PyDict::new(py);
         out.set_item("version", version)?;
         out.set_item("samples", stats.samples)?;
@@ -319,6 +326,12 @@ impl Loader {
         out.set_item("first_batch_s", stats.first_batch.as_secs_f64())?;
         out.set_item("consumer_wait_s", stats.consumer_wait.as_secs_f64())?;
         out.set_item("batch_transform_s", stats.batch_transform.as_secs_f64())?;
+        out.set_item("bytes_read", stats.stream.bytes)?;
+        let by_label = PyDict::new(py);
+        for (label, n) in labels {
+            by_label.set_item(label, n)?;
+        }
+        out.set_item("labels", by_label)?;
         Ok(out)
     }
 

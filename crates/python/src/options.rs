@@ -14,6 +14,7 @@ use voxlake_loader::{AsOf, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
 
 use crate::errors::{config, option};
 use crate::extract::{dtype, type_name, value};
+use crate::sampling;
 
 /// Options gathered before they reach the builder: the shuffle's three and the rank's two
 /// make one setter call each.
@@ -33,6 +34,8 @@ pub(crate) struct Gathered {
     tensor_dtype: Option<voxlake_format::DType>,
     /// What the build shares with a `batch_transform` callable.
     pub(crate) batch_transform: crate::batch_transform::Shared,
+    /// The sampling keywords, made one spec once all are read.
+    pub(crate) sampling: sampling::SamplingOptions,
 }
 
 /// One keyword argument: its name, its Python type (for the stub), what it does, and how it
@@ -429,8 +432,12 @@ pub(crate) fn apply(
     if let Some(options) = options {
         for (k, v) in options.iter() {
             let name: String = k.extract()?;
+            if let Some(sampling) = sampling::OPTIONS.iter().find(|o| o.name == name) {
+                (sampling.apply)(&mut g.sampling, &v)?;
+                continue;
+            }
             let Some(option) = OPTIONS.iter().find(|o| o.name == name) else {
-                let known: Vec<&str> = OPTIONS.iter().map(|o| o.name).collect();
+                let known: Vec<&str> = names().map(|n| n.0).collect();
                 return Err(option(format!(
                     "unknown option {name}: the options are {}",
                     known.join(", ")
@@ -439,6 +446,7 @@ pub(crate) fn apply(
             builder = (option.apply)(builder, &mut g, &v)?;
         }
     }
+    builder = builder.with_sampling(sampling::spec(std::mem::take(&mut g.sampling))?);
     if g.shuffle {
         builder = builder.with_shuffle(
             g.seed.unwrap_or(0),
@@ -474,8 +482,17 @@ pub(crate) fn apply(
 /// How often a wait for a batch looks for Ctrl-C.
 pub(crate) const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
+/// Every keyword argument as `(name, type, doc)`: [`OPTIONS`], then the sampling ones.
+fn names() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
+    let sampling = sampling::OPTIONS.iter().map(|o| (o.name, o.kind, o.doc));
+    OPTIONS
+        .iter()
+        .map(|o| (o.name, o.kind, o.doc))
+        .chain(sampling)
+}
+
 /// The options of `voxlake.Loader`: `(name, type, doc)` for each, in order.
 #[pyfunction]
 pub(crate) fn loader_options() -> Vec<(&'static str, &'static str, &'static str)> {
-    OPTIONS.iter().map(|o| (o.name, o.kind, o.doc)).collect()
+    names().collect()
 }

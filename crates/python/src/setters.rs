@@ -43,6 +43,10 @@ pub(crate) const SETTERS: &[(&str, &str)] = &[
     ("with_assembly_threads", "option assembly_threads"),
     ("with_runtime_threads", "option runtime_threads"),
     (
+        "with_sampling",
+        "option balance, class_weights, weight_column, epoch_size, subsample, split, splits, split_salt",
+    ),
+    (
         "with_sample_columns",
         "the settings of tensor_column, tensor_shape, fields, nulls, label_column and id_column, all at once",
     ),

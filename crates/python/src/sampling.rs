@@ -1,0 +1,173 @@
+//! The sampling keywords of `voxlake.Loader` (and of `voxlake.torch`'s `Dataset` and
+//! `DataLoader`, which pass them on): gathered into the one `Sampling` spec the Rust builder
+//! takes, and checked when the loader is made, before anything is read (an error names the
+//! option and the value).
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use voxlake::plan::sample::{Sampling, Split};
+
+use crate::errors::{config, option};
+use crate::extract::value;
+
+/// One sampling keyword: its name, its Python type (for the stub), what it does, and where
+/// it is kept until the spec is made.
+pub(crate) struct SamplingOption {
+    pub name: &'static str,
+    pub kind: &'static str,
+    pub doc: &'static str,
+    pub apply: fn(&mut SamplingOptions, &Bound<'_, PyAny>) -> PyResult<()>,
+}
+
+/// The sampling keywords as given, before they make one spec.
+#[derive(Default)]
+pub(crate) struct SamplingOptions {
+    balance: Option<String>,
+    class_weights: Option<Vec<(i64, f64)>>,
+    weight_column: Option<String>,
+    epoch_size: Option<u64>,
+    subsample: Option<f64>,
+    split: Option<String>,
+    splits: Option<Vec<(String, f64)>>,
+    split_salt: Option<String>,
+}
+
+/// A dict's items in its order, keys and values typed, or an error naming `name`.
+fn items<'py, K: FromPyObjectOwned<'py>>(
+    name: &str,
+    v: &Bound<'py, PyAny>,
+    kind: &str,
+) -> PyResult<Vec<(K, f64)>> {
+    let Ok(dict) = v.cast::<PyDict>() else {
+        return Err(option(format!("option {name}: expected {kind}")));
+    };
+    dict.iter()
+        .map(|(k, w)| Ok((value(name, &k, kind)?, value(name, &w, kind)?)))
+        .collect()
+}
+
+/// Every sampling keyword, in the order `help()` shows them (after the others).
+pub(crate) const OPTIONS: &[SamplingOption] = &[
+    SamplingOption {
+        name: "balance",
+        kind: "str",
+        doc: "\"label\": every label value an equal share of each epoch's draws (with replacement), on every rank.",
+        apply: |o, v| {
+            o.balance = Some(value("balance", v, "a str")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "class_weights",
+        kind: "dict[int, float]",
+        doc: "A relative weight per label value, every label of the table given one: {0: 1.0, 1: 9.0} (with replacement).",
+        apply: |o, v| {
+            o.class_weights = Some(items("class_weights", v, "a dict of int to float")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "weight_column",
+        kind: "str",
+        doc: "A numeric column whose value is each row's weight (draws with replacement).",
+        apply: |o, v| {
+            o.weight_column = Some(value("weight_column", v, "a str")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "epoch_size",
+        kind: "int",
+        doc: "Draws per epoch over all ranks (default: the rows selected); unweighted, fewer than the rows is a new subset of distinct rows each epoch.",
+        apply: |o, v| {
+            o.epoch_size = Some(value("epoch_size", v, "an int")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "subsample",
+        kind: "float",
+        doc: "A new seeded subset of this share of the rows each epoch, in (0, 1].",
+        apply: |o, v| {
+            o.subsample = Some(value("subsample", v, "a float")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "split",
+        kind: "str",
+        doc: "Read only this split of `splits`: a row's split is a hash of its id and split_salt alone, so appended rows never move one.",
+        apply: |o, v| {
+            o.split = Some(value("split", v, "a str")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "splits",
+        kind: "dict[str, float]",
+        doc: "The splits' relative shares by name: {\"train\": 0.8, \"val\": 0.1, \"test\": 0.1}.",
+        apply: |o, v| {
+            o.splits = Some(items("splits", v, "a dict of str to float")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "split_salt",
+        kind: "str",
+        doc: "Another salt, another (equally stable) assignment of rows to splits (default \"\").",
+        apply: |o, v| {
+            o.split_salt = Some(value("split_salt", v, "a str")?);
+            Ok(())
+        },
+    },
+];
+
+/// The spec the keywords make, checked.
+pub(crate) fn spec(o: SamplingOptions) -> PyResult<Sampling> {
+    let mut spec = Sampling::default();
+    match o.balance.as_deref() {
+        None => {}
+        Some("label") => spec = spec.with_balance_labels(),
+        Some(other) => {
+            return Err(config(format!(
+                "option balance: {other:?} is not a way to balance (\"label\")"
+            )));
+        }
+    }
+    let weighted = [
+        o.balance.is_some(),
+        o.class_weights.is_some(),
+        o.weight_column.is_some(),
+    ];
+    if weighted.iter().filter(|&&w| w).count() > 1 {
+        return Err(config(
+            "options balance, class_weights and weight_column: give one, each sets the weights",
+        ));
+    }
+    if let Some(classes) = o.class_weights {
+        spec = spec.with_class_weights(classes);
+    }
+    if let Some(column) = o.weight_column {
+        spec = spec.with_weight_column(column);
+    }
+    if let Some(n) = o.epoch_size {
+        spec = spec.with_epoch_size(n);
+    }
+    if let Some(f) = o.subsample {
+        spec = spec.with_subsample(f);
+    }
+    match (o.split, o.splits) {
+        (Some(name), Some(shares)) => {
+            let split = Split::new(name, shares).with_salt(o.split_salt.unwrap_or_default());
+            spec = spec.with_split(split);
+        }
+        (None, None) if o.split_salt.is_none() => {}
+        _ => {
+            return Err(config(
+                "options split and splits go together (split_salt with them): the split read, and every split's share",
+            ));
+        }
+    }
+    spec.check().map_err(|e| config(format!("option {e}")))?;
+    Ok(spec)
+}
