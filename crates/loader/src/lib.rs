@@ -70,6 +70,7 @@ mod ring;
 pub mod stall;
 mod start;
 pub mod state;
+mod stats;
 #[cfg(feature = "tch")]
 pub mod torch;
 pub mod transform;
@@ -77,8 +78,9 @@ pub mod transform;
 pub use batch::{Batch, FieldBatch, FieldRef, RowOrigin, Tensors};
 pub use builder::{DEFAULT_MEMORY_BUDGET, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
 pub use fork::{live_threads, tokio_runtime};
-pub use loader::{Loader, LoaderStats, Recycler};
+pub use loader::{Loader, Recycler};
 pub use state::LoaderState;
+pub use stats::LoaderStats;
 #[cfg(feature = "tch")]
 pub use tch;
 pub use voxlake_delta::AsOf;

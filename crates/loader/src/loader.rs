@@ -1,6 +1,6 @@
 //! [`Loader`]: the iterator the training loop calls, its state and its statistics.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use voxlake_format::{SampleSpec, TensorSpec};
 use voxlake_plan::resume::OrderSettings;
-use voxlake_stream::{StreamStats, TableStream};
+use voxlake_stream::TableStream;
 
 use crate::builder::LoaderBuilder;
 use crate::counters::Counters;
@@ -22,42 +22,6 @@ const STALL_LOG_AFTER: u64 = 20;
 /// The longest [`Loader::close`] or the run's end waits for the loader's threads: blocking
 /// decodes under way finish first.
 pub(crate) const THREADS_WAIT: Duration = Duration::from_secs(10);
-
-/// What the loader has done so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct LoaderStats {
-    /// Samples handed out.
-    pub samples: u64,
-    /// Batches handed out.
-    pub batches: u64,
-    /// Tensor bytes handed out (every tensor field).
-    pub tensor_bytes: u64,
-    /// From `build()` to the first batch handed out (zero before it).
-    pub first_batch: Duration,
-    /// Time assembling batches (shuffle-buffer gather and copy into the batch, the
-    /// transforms included).
-    pub assemble: Duration,
-    /// Of `assemble`, the time in the per-batch transform
-    /// ([`with_batch_transform`](crate::LoaderBuilder::with_batch_transform)).
-    pub batch_transform: Duration,
-    /// Batches assembled into memory given back with [`Loader::recycle`].
-    pub recycled: u64,
-    /// Batches for a CUDA device that found their staging buffer still being copied from
-    /// (the assembler waited for that copy to finish): a device too busy to take the copies.
-    pub staging_waits: u64,
-    /// Rows copied out of row groups that had only those rows left in the shuffle buffer (a
-    /// piece at the edge of the rank's span, stragglers of a buffer close to a batch), so that
-    /// the rest of the row group could be freed.
-    pub loosened_rows: u64,
-    /// Time the assembler waited for row groups from the stream.
-    pub producer_wait: Duration,
-    /// Time the training loop waited inside `next()`: input-bound time.
-    pub consumer_wait: Duration,
-    /// Since `build()`.
-    pub elapsed: Duration,
-    /// The stream's counters (fetch, decode, budget wait).
-    pub stream: StreamStats,
-}
 
 /// The batching iterator. See the crate documentation.
 ///
@@ -261,33 +225,6 @@ impl Loader {
         Recycler {
             recycled: self.recycled.clone(),
             max: self.recycle_max,
-        }
-    }
-
-    /// Samples handed out so far per label value (`None`: a row without one), in label order:
-    /// what a balanced or weighted run drew of each.
-    pub fn labels_delivered(&self) -> Vec<(Option<i64>, u64)> {
-        self.labels.iter().map(|(l, n)| (*l, *n)).collect()
-    }
-
-    /// What the loader has done so far.
-    pub fn stats(&self) -> LoaderStats {
-        let c = &self.counters;
-        let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
-        LoaderStats {
-            samples: c.samples.load(Ordering::Relaxed),
-            batches: c.batches.load(Ordering::Relaxed),
-            tensor_bytes: c.tensor_bytes.load(Ordering::Relaxed),
-            first_batch: ns(&c.first_batch_ns),
-            assemble: ns(&c.assemble_ns),
-            batch_transform: ns(&c.batch_transform_ns),
-            recycled: c.recycled.load(Ordering::Relaxed),
-            staging_waits: c.staging_waits.load(Ordering::Relaxed),
-            loosened_rows: c.loosened_rows.load(Ordering::Relaxed),
-            producer_wait: ns(&c.producer_wait_ns),
-            consumer_wait: ns(&c.consumer_wait_ns),
-            elapsed: self.started.elapsed(),
-            stream: self.stream.stats(),
         }
     }
 }

@@ -1,0 +1,73 @@
+//! [`LoaderStats`]: what a loader has done so far, and the draws it handed out per label.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use voxlake_stream::StreamStats;
+
+use crate::Loader;
+
+/// What the loader has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LoaderStats {
+    /// Samples handed out.
+    pub samples: u64,
+    /// Batches handed out.
+    pub batches: u64,
+    /// Tensor bytes handed out (every tensor field).
+    pub tensor_bytes: u64,
+    /// From `build()` to the first batch handed out (zero before it).
+    pub first_batch: Duration,
+    /// Time assembling batches (shuffle-buffer gather and copy into the batch, the
+    /// transforms included).
+    pub assemble: Duration,
+    /// Of `assemble`, the time in the per-batch transform
+    /// ([`with_batch_transform`](crate::LoaderBuilder::with_batch_transform)).
+    pub batch_transform: Duration,
+    /// Batches assembled into memory given back with [`Loader::recycle`].
+    pub recycled: u64,
+    /// Batches for a CUDA device that found their staging buffer still being copied from
+    /// (the assembler waited for that copy to finish): a device too busy to take the copies.
+    pub staging_waits: u64,
+    /// Rows copied out of row groups that had only those rows left in the shuffle buffer (a
+    /// piece at the edge of the rank's span, stragglers of a buffer close to a batch), so that
+    /// the rest of the row group could be freed.
+    pub loosened_rows: u64,
+    /// Time the assembler waited for row groups from the stream.
+    pub producer_wait: Duration,
+    /// Time the training loop waited inside `next()`: input-bound time.
+    pub consumer_wait: Duration,
+    /// Since `build()`.
+    pub elapsed: Duration,
+    /// The stream's counters (fetch, decode, budget wait).
+    pub stream: StreamStats,
+}
+
+impl Loader {
+    /// Samples handed out so far per label value (`None`: a row without one), in label order:
+    /// what a balanced or weighted run drew of each.
+    pub fn labels_delivered(&self) -> Vec<(Option<i64>, u64)> {
+        self.labels.iter().map(|(l, n)| (*l, *n)).collect()
+    }
+
+    /// What the loader has done so far.
+    pub fn stats(&self) -> LoaderStats {
+        let c = &self.counters;
+        let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
+        LoaderStats {
+            samples: c.samples.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            tensor_bytes: c.tensor_bytes.load(Ordering::Relaxed),
+            first_batch: ns(&c.first_batch_ns),
+            assemble: ns(&c.assemble_ns),
+            batch_transform: ns(&c.batch_transform_ns),
+            recycled: c.recycled.load(Ordering::Relaxed),
+            staging_waits: c.staging_waits.load(Ordering::Relaxed),
+            loosened_rows: c.loosened_rows.load(Ordering::Relaxed),
+            producer_wait: ns(&c.producer_wait_ns),
+            consumer_wait: ns(&c.consumer_wait_ns),
+            elapsed: self.started.elapsed(),
+            stream: self.stream.stats(),
+        }
+    }
+}
