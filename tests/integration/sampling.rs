@@ -305,3 +305,53 @@ async fn bad_sampling_options_are_named_by_the_builder() {
         assert!(e.contains("sampling option"), "{e}");
     }
 }
+
+#[tokio::test]
+async fn voxlake_bench_takes_the_same_sampling_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = rare_table(dir.path(), 40, 4).await;
+    let bench = |flags: &[&str]| {
+        std::process::Command::new(voxlake_testkit::voxlake_bin())
+            .args(["bench", &table, "--shuffle", "--json", "--batch-size", "8"])
+            .args(flags)
+            .output()
+            .unwrap()
+    };
+    let out = bench(&["--balance", "label", "--epoch-size", "64"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["draws_per_epoch"], 64);
+    assert_eq!(
+        report["labels_delivered"],
+        serde_json::json!({"0": 32, "1": 32})
+    );
+    let out = bench(&[
+        "--split",
+        "val",
+        "--splits",
+        "train:0.5,val:0.5",
+        "--split-salt",
+        "x",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let n = report["samples"].as_u64().unwrap();
+    assert!(n > 5 && n < 35, "{report}");
+    // A bad flag is refused by name, before the table is read.
+    let out = bench(&["--subsample", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--subsample: 2 is not a share in (0, 1]"),
+        "{stderr}"
+    );
+    let out = bench(&["--class-weights", "0:1,one:2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--class-weights: '0:1,one:2' does not parse"),
+        "{stderr}"
+    );
+}
