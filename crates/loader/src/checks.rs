@@ -102,12 +102,7 @@ impl LoaderBuilder {
     /// The state was taken with this loader's sampling spec: else an error naming the options
     /// that differ.
     fn check_sampling(&self, state: &LoaderState) -> Result<(), LoaderError> {
-        let ours: Vec<(String, String)> = self
-            .sampling
-            .options()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+        let ours: Vec<(String, String)> = self.sampling.options();
         if state.sampling == ours {
             return Ok(());
         }

@@ -444,12 +444,7 @@ impl LoaderBuilder {
             batches: 0,
             ahead: 0,
             samples_in_epoch: 0,
-            sampling: self
-                .sampling
-                .options()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
+            sampling: self.sampling.options(),
         }
     }
 }

@@ -345,8 +345,8 @@ impl Sampling {
 
     /// The spec as `option=value` pairs, in a fixed order, values as the Python keywords take
     /// them: what a state records, and what a state with another spec names when refused.
-    pub fn options(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
+    pub fn options(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(&str, String)> = Vec::new();
         match &self.weights {
             Weights::Uniform => {}
             Weights::BalanceLabels => out.push(("balance", "label".to_string())),
@@ -368,7 +368,7 @@ impl Sampling {
             out.push(("splits", text.join(",")));
             out.push(("split_salt", s.salt.clone()));
         }
-        out
+        out.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
 
     /// The spec back from [`options`](Self::options)' pairs (a state's record), checked.
@@ -556,23 +556,13 @@ mod tests {
             .with_class_weights(vec![(0, 1.0), (1, 9.5)])
             .with_epoch_size(100)
             .with_split(Split::new("val", three()).with_salt("s:1"));
-        let pairs: Vec<(String, String)> = spec
-            .options()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        assert_eq!(Sampling::from_options(&pairs).unwrap(), spec);
+        assert_eq!(Sampling::from_options(&spec.options()).unwrap(), spec);
         let spec = Sampling::default()
             .with_subsample(0.25)
             .with_weight_column("w");
         assert!(spec.check().is_err());
         let spec = Sampling::default().with_subsample(0.25);
-        let pairs: Vec<(String, String)> = spec
-            .options()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        assert_eq!(Sampling::from_options(&pairs).unwrap(), spec);
+        assert_eq!(Sampling::from_options(&spec.options()).unwrap(), spec);
         assert!(Sampling::default().options().is_empty());
     }
 

@@ -7,12 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::ArrayRef;
 use arrow_schema::{DataType, Schema};
 use futures::{StreamExt, TryStreamExt};
-use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ArrowReaderMetadata;
-use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use crate::error::TableError;
 use crate::filter::stats::{
@@ -321,32 +319,9 @@ impl Snapshot {
         survivors: &[usize],
         in_files: &[String],
     ) -> Result<(HashMap<String, ArrayRef>, usize), TableError> {
-        let perr = |e| self.file_error(index, e);
-        let descr = meta.metadata().file_metadata().schema_descr();
-        let mask = ProjectionMask::roots(descr, roots);
-        let reader = self.reader(index).with_metadata(meta.metadata().clone());
-        let batches: Vec<RecordBatch> =
-            ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta.clone())
-                .with_projection(mask)
-                .with_row_groups(survivors.to_vec())
-                .with_batch_size(8192)
-                .build()
-                .map_err(perr)?
-                .try_collect()
-                .await
-                .map_err(perr)?;
-        let batches: Vec<RecordBatch> =
-            batches.into_iter().map(|b| self.logical_batch(b)).collect();
-        let schema = batches
-            .first()
-            .map(RecordBatch::schema)
-            .unwrap_or_else(|| Arc::new(Schema::empty()));
-        let all = arrow_select::concat::concat_batches(&schema, &batches).map_err(|e| {
-            self.file_error(
-                index,
-                parquet::errors::ParquetError::ArrowError(e.to_string()),
-            )
-        })?;
+        let all = self
+            .projected_rows(index, meta, roots, survivors.to_vec())
+            .await?;
         let columns: HashMap<String, ArrayRef> = in_files
             .iter()
             .filter_map(|c| Some((c.clone(), crate::snapshot::column_at_path(&all, c)?)))

@@ -6,6 +6,7 @@ use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::Schema;
 use futures::{StreamExt, TryStreamExt};
 use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use crate::error::TableError;
@@ -80,26 +81,8 @@ impl Snapshot {
         let all = if in_file.is_empty() {
             RecordBatch::new_empty(std::sync::Arc::new(Schema::empty()))
         } else {
-            let descr = meta.metadata().file_metadata().schema_descr();
-            let mask = ProjectionMask::roots(descr, roots);
-            let reader = self.reader(index).with_metadata(meta.metadata().clone());
-            let batches: Vec<RecordBatch> =
-                ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta.clone())
-                    .with_projection(mask)
-                    .with_batch_size(8192)
-                    .build()
-                    .map_err(perr)?
-                    .try_collect()
-                    .await
-                    .map_err(perr)?;
-            let batches: Vec<RecordBatch> =
-                batches.into_iter().map(|b| self.logical_batch(b)).collect();
-            let schema = batches
-                .first()
-                .map(RecordBatch::schema)
-                .unwrap_or_else(|| std::sync::Arc::new(Schema::empty()));
-            arrow_select::concat::concat_batches(&schema, &batches)
-                .map_err(|e| perr(parquet::errors::ParquetError::ArrowError(e.to_string())))?
+            let groups = (0..groups.len()).collect();
+            self.projected_rows(index, &meta, roots, groups).await?
         };
         if !in_file.is_empty() && all.num_rows() as u64 != first {
             return Err(TableError::Corrupt {
@@ -143,6 +126,39 @@ impl Snapshot {
                 }
             })
             .collect::<Result<Vec<ArrayRef>, TableError>>()
+    }
+
+    /// The columns whose roots in the file are `roots`, of row groups `groups` of file `index`
+    /// (whose metadata is `meta`), as one batch named as the table names them.
+    pub(crate) async fn projected_rows(
+        &self,
+        index: usize,
+        meta: &ArrowReaderMetadata,
+        roots: Vec<usize>,
+        groups: Vec<usize>,
+    ) -> Result<RecordBatch, TableError> {
+        let perr = |e| self.file_error(index, e);
+        let descr = meta.metadata().file_metadata().schema_descr();
+        let mask = ProjectionMask::roots(descr, roots);
+        let reader = self.reader(index).with_metadata(meta.metadata().clone());
+        let batches: Vec<RecordBatch> =
+            ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta.clone())
+                .with_projection(mask)
+                .with_row_groups(groups)
+                .with_batch_size(8192)
+                .build()
+                .map_err(perr)?
+                .try_collect()
+                .await
+                .map_err(perr)?;
+        let batches: Vec<RecordBatch> =
+            batches.into_iter().map(|b| self.logical_batch(b)).collect();
+        let schema = batches
+            .first()
+            .map(RecordBatch::schema)
+            .unwrap_or_else(|| std::sync::Arc::new(Schema::empty()));
+        arrow_select::concat::concat_batches(&schema, &batches)
+            .map_err(|e| perr(parquet::errors::ParquetError::ArrowError(e.to_string())))
     }
 
     fn partition_error(&self, index: usize, column: &str, e: impl std::fmt::Display) -> TableError {
