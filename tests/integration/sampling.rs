@@ -355,3 +355,53 @@ async fn voxlake_bench_takes_the_same_sampling_flags() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn sampling_reads_the_rows_a_filter_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (count, ones) = (48, 12);
+    let table = rare_table(dir.path(), count, ones).await;
+    // The filter keeps some rows of most row groups (every third cube, and the positives).
+    let every_third: Vec<String> = (0..count)
+        .step_by(3)
+        .map(|i| format!("'cube_{i:06}.npy'"))
+        .collect();
+    let filter = format!("label = 1 OR id IN ({})", every_third.join(", "));
+    let filter = filter.as_str();
+    let kept: BTreeSet<String> = ids(&collect(Loader::builder(&table).with_filter(filter)))
+        .into_iter()
+        .collect();
+    let split = Split::new("a", vec![("a".into(), 0.5), ("b".into(), 0.5)]);
+    let got = ids(&collect(
+        Loader::builder(&table)
+            .with_filter(filter)
+            .with_sampling(Sampling::default().with_split(split.clone())),
+    ));
+    let want: BTreeSet<String> = kept
+        .iter()
+        .filter(|id| split.contains(id))
+        .cloned()
+        .collect();
+    assert_eq!(got.iter().cloned().collect::<BTreeSet<_>>(), want);
+    assert_eq!(got.len(), want.len());
+    // Balanced over the kept rows: the positives are half the draws.
+    let batches = collect(
+        Loader::builder(&table)
+            .with_filter(filter)
+            .with_batch_size(10)
+            .with_sampling(
+                Sampling::default()
+                    .with_balance_labels()
+                    .with_epoch_size(100),
+            ),
+    );
+    for id in ids(&batches) {
+        assert!(kept.contains(&id), "{id} is not a row the filter keeps");
+    }
+    let positives = batches
+        .iter()
+        .flat_map(|b| &b.labels)
+        .filter(|l| **l == Some(1))
+        .count();
+    assert_eq!(positives, 50);
+}
