@@ -113,6 +113,7 @@ impl LoaderBuilder {
             interleave: INTERLEAVE,
             // Node affinity only changes a shuffled order.
             affinity: affinity.filter(|_| self.shuffle.is_some()),
+            loosen: voxlake_plan::mixer::Loosen::for_epochs(!self.sampling.is_plain()),
         };
         let opened = self.open_stream(&runtime, version, shard, &mut settings)?;
         let sampler = Arc::new(runtime.block_on(crate::sampling::sampler(

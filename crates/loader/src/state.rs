@@ -211,6 +211,7 @@ impl LoaderState {
             uneven: self.uneven()?,
             interleave: self.interleave,
             affinity: self.affinity(),
+            loosen: voxlake_plan::mixer::Loosen::for_epochs(!self.sampling.is_empty()),
         })
     }
 

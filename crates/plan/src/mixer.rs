@@ -12,7 +12,8 @@
 //!
 //! Two kinds of groups become loose (the mixer lists them; [`Mixer::loosen`] hands them to
 //! the caller to copy): a group pushed with fewer rows to draw than it holds (a piece at the
-//! edge of a rank's span), and, when shuffling, every group that holds more than its rows
+//! edge of a rank's span; in sampled epochs, one with at most half its rows to draw:
+//! [`Loosen`]), and, when shuffling, every group that holds more than its rows
 //! still to draw once the buffer holds its window but less than a batch. Uniform draws leave
 //! the last rows of many groups behind when the buffer is close to a batch; loosening them is
 //! what bounds the memory: whenever the mixer asks for a group it holds fewer than
@@ -61,6 +62,37 @@ pub const WARM_UP_GROUPS: u64 = 4;
 /// A salt keeping the row shuffle apart from the planner's streams.
 const ROWS: u64 = 3;
 
+/// Which groups pushed with fewer rows to draw than they hold are loose from the start (their
+/// rows copied out by the caller, the rest of the group freed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Loosen {
+    /// Any such group: the pieces at the edges of a rank's span, a few an epoch.
+    #[default]
+    Short,
+    /// Those with at most half their rows to draw: in sampled epochs most row groups lack a
+    /// few of their rows, and copying out nearly all of a group saves little memory for a copy
+    /// of all of it (measured: docs/benchmarks.md).
+    Half,
+}
+
+impl Loosen {
+    /// The rule for epochs that draw by a sampling spec (`sampled`), or every row once.
+    pub fn for_epochs(sampled: bool) -> Loosen {
+        match sampled {
+            true => Loosen::Half,
+            false => Loosen::Short,
+        }
+    }
+
+    /// Whether a group with `kept` rows to draw of `physical` is loose from the start.
+    fn at_push(self, kept: u64, physical: u64) -> bool {
+        match self {
+            Loosen::Short => kept < physical,
+            Loosen::Half => kept.saturating_mul(2) <= physical,
+        }
+    }
+}
+
 /// A buffered group: its value, rows still to draw, and the rows it holds in memory (its
 /// physical rows while whole, the rows it was given once loose).
 #[derive(Debug, Clone)]
@@ -79,6 +111,7 @@ pub struct Mixer<T> {
     batch_size: usize,
     buffer_rows: u64,
     drop_last: bool,
+    loosen: Loosen,
     /// Row-equivalents the buffer asks for (`None` until the first group sets it).
     window: Option<u64>,
     /// The window's growth per batch: the first group's physical rows.
@@ -111,6 +144,7 @@ impl<T: Clone> Mixer<T> {
             batch_size,
             buffer_rows: buffer_rows.max(batch_size) as u64,
             drop_last,
+            loosen: Loosen::Short,
             // Unshuffled, a new group only when the buffer is empty or short of a batch.
             window: if shuffle.is_some() { None } else { Some(1) },
             step: 1,
@@ -121,6 +155,13 @@ impl<T: Clone> Mixer<T> {
             arrived: 0,
             finished: false,
         }
+    }
+
+    /// Which groups pushed short of their rows are loose from the start (default
+    /// [`Loosen::Short`]).
+    pub fn with_loosen(mut self, loosen: Loosen) -> Self {
+        self.loosen = loosen;
+        self
     }
 
     /// Whether the next batch needs another group first ([`push`](Self::push) one, or
@@ -152,7 +193,7 @@ impl<T: Clone> Mixer<T> {
         }
         let id = self.arrived;
         self.arrived += 1;
-        let loose = kept < physical;
+        let loose = self.loosen.at_push(kept, physical);
         if loose {
             self.pending.insert(id);
         }
@@ -308,6 +349,7 @@ impl<T: Clone> Mixer<T> {
             batch_size: self.batch_size,
             buffer_rows: self.buffer_rows,
             drop_last: self.drop_last,
+            loosen: self.loosen,
             window: self.window,
             step: self.step,
             buffer: self.buffer,

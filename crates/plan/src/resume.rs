@@ -29,7 +29,7 @@
 
 use crate::affinity::Affinity;
 use crate::draws::Draws;
-use crate::mixer::Mixer;
+use crate::mixer::{Loosen, Mixer};
 use crate::order::{EpochOrder, Piece, Uneven, Unit, batches_of, deal, rows_per_rank, units};
 use crate::plan::{Planner, SeededRng};
 
@@ -72,6 +72,9 @@ pub struct OrderSettings {
     /// The ranks' nodes, where each node's ranks keep to the same files every epoch
     /// ([`crate::affinity`]); `None`: the files shuffled over all ranks.
     pub affinity: Option<Affinity>,
+    /// Which groups the shuffle buffer copies out as they arrive ([`Loosen::Half`] for sampled
+    /// epochs).
+    pub loosen: Loosen,
 }
 
 impl OrderSettings {
@@ -86,6 +89,7 @@ impl OrderSettings {
             uneven: Uneven::Pad,
             interleave: 1,
             affinity: None,
+            loosen: Loosen::Short,
         }
     }
 
@@ -136,6 +140,7 @@ impl OrderSettings {
             },
             self.drop_last,
         )
+        .with_loosen(self.loosen)
     }
 
     /// Batches per rank when `rows` are dealt over `world` ranks.
@@ -328,9 +333,10 @@ mod tests {
             1usize..20,
             any::<bool>(),
             any::<bool>(),
+            any::<bool>(),
         )
-            .prop_map(|(seed, shuffle, batch_size, buffer_rows, drop_last, pad)| {
-                OrderSettings {
+            .prop_map(
+                |(seed, shuffle, batch_size, buffer_rows, drop_last, pad, half)| OrderSettings {
                     seed,
                     shuffle,
                     buffer_rows,
@@ -339,8 +345,9 @@ mod tests {
                     uneven: if pad { Uneven::Pad } else { Uneven::Drop },
                     interleave: 2,
                     affinity: None,
-                }
-            })
+                    loosen: Loosen::for_epochs(half),
+                },
+            )
     }
 
     proptest! {

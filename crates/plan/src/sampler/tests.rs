@@ -264,7 +264,13 @@ proptest! {
         };
         let rows = RowsOf { labels: Some(&labels), weights: Some(&weights), ..RowsOf::default() };
         let sampler = Sampler::new(&spec, seed, &rows_per_file, rows).unwrap();
-        let settings = OrderSettings { batch_size, uneven: Uneven::Pad, interleave: 2, ..OrderSettings::shuffled(seed, 6) };
+        let settings = OrderSettings {
+            batch_size,
+            uneven: Uneven::Pad,
+            interleave: 2,
+            loosen: crate::mixer::Loosen::Half,
+            ..OrderSettings::shuffled(seed, 6)
+        };
         let order = settings.order(&rows_per_file, 0);
         let at = rows_at(&order, &rows_per_file);
         let drawn = sampler.draws(&order, 0);
