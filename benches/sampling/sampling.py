@@ -3,6 +3,7 @@ time for ROUNDS rounds (one shuffled epoch each, a seed a round, batches of 32, 
 touched), against the plain epoch of the same round:
 - `balance`: every label an equal share of the same number of draws (with replacement),
 - `subsample`: a new 10 % of the rows (distinct) each epoch,
+- `subsample by row group`: a new 10 % taken as whole row groups,
 - `split`: the 10 % validation split of train/val 0.9/0.1.
 Per mode, the median over the rounds (and the range) of its samples/s over the plain run's,
 its bytes of column chunks fetched over the plain run's, and the share of label 1 in what it
@@ -20,6 +21,7 @@ MODES = {
     "plain": [],
     "balance": ["--balance", "label"],
     "subsample": ["--subsample", "0.1"],
+    "subsample by row group": ["--subsample", "0.1", "--subset-by", "row_group"],
     "split": ["--split", "val", "--splits", "train:0.9,val:0.1"],
 }
 

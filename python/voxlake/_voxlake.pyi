@@ -62,6 +62,7 @@ class Loader:
         weight_column: str = ...,
         epoch_size: int = ...,
         subsample: float = ...,
+        subset_by: str = ...,
         split: str = ...,
         splits: Dict[str, float] = ...,
         split_salt: str = ...,

@@ -146,6 +146,10 @@ pub(super) struct SamplingArgs {
     /// A new seeded subset of this share of the rows each epoch, in (0, 1].
     #[arg(long)]
     pub(super) subsample: Option<f64>,
+    /// What an unweighted subset takes: `row` (default) or `row_group` (whole row groups: only
+    /// those are read).
+    #[arg(long, value_name = "row|row_group")]
+    pub(super) subset_by: Option<String>,
     /// Read only this split of --splits (a hash of each row's id and --split-salt).
     #[arg(long, requires = "splits")]
     pub(super) split: Option<String>,
@@ -168,6 +172,7 @@ impl SamplingArgs {
             ("weight_column", &self.weight_column),
             ("epoch_size", &epoch_size),
             ("subsample", &subsample),
+            ("subset_by", &self.subset_by),
             ("split", &self.split),
             ("splits", &self.splits),
             ("split_salt", &self.split_salt),

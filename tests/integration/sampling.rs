@@ -9,7 +9,7 @@ use voxlake::LoaderBuilder;
 use voxlake::compact::{Compactor, synth};
 use voxlake::format::Layout;
 use voxlake::loader::{Batch, Loader};
-use voxlake::plan::sample::{Sampling, Split};
+use voxlake::plan::sample::{Sampling, Split, SubsetBy};
 
 use crate::loader::{collect, first_error};
 
@@ -404,4 +404,57 @@ async fn sampling_reads_the_rows_a_filter_keeps() {
         .filter(|l| **l == Some(1))
         .count();
     assert_eq!(positives, 50);
+}
+
+#[tokio::test]
+async fn subsets_by_row_group_read_only_the_row_groups_they_deliver() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = rare_table(dir.path(), 120, 10).await; // 30 row groups of 4 rows
+    let run = |by: SubsetBy, epoch: u64| {
+        let b = Loader::builder(&table)
+            .with_batch_size(4)
+            .with_shuffle(2, 8)
+            .with_start_epoch(epoch)
+            .with_sampling(Sampling::default().with_subsample(0.1).with_subset_by(by));
+        std::thread::spawn(move || {
+            let mut loader = b.build().unwrap();
+            let mut got = Vec::new();
+            for batch in loader.by_ref() {
+                got.extend(batch.unwrap().ids);
+            }
+            (got, loader.stats().stream.row_groups)
+        })
+        .join()
+        .unwrap()
+    };
+    let (rows, read_by_row) = run(SubsetBy::Row, 0);
+    assert_eq!(rows.len(), 12);
+    let (first, read) = run(SubsetBy::RowGroup, 0);
+    let (second, _) = run(SubsetBy::RowGroup, 1);
+    assert_eq!((first.len(), second.len()), (12, 12));
+    assert_eq!(read, 3, "12 rows are 3 row groups of 4");
+    assert!(
+        read_by_row > 6,
+        "rows alike touch most groups: {read_by_row}"
+    );
+    // Whole row groups: each group's 4 consecutive cubes; another epoch, other groups.
+    let groups = |ids: &[String]| -> BTreeSet<usize> {
+        ids.iter()
+            .map(|id| {
+                id.trim_start_matches("cube_")
+                    .trim_end_matches(".npy")
+                    .parse::<usize>()
+                    .unwrap()
+                    / 4
+            })
+            .collect()
+    };
+    assert_eq!(groups(&first).len(), 3);
+    assert_ne!(groups(&first), groups(&second));
+    let e = first_error(
+        Loader::builder(&table)
+            .with_sampling(Sampling::default().with_subset_by(SubsetBy::RowGroup)),
+        "a row-group subset without a size",
+    );
+    assert!(e.contains("subset_by: row_group needs a subset"), "{e}");
 }

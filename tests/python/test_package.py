@@ -286,6 +286,8 @@ def test_sampling_options_are_refused_by_name_before_any_read(tmp_path):
         (dict(split="val", splits={"train": 0.9, "val": 0.0}), "splits: split 'val' has share 0"),
         (dict(split="val"), "split and splits go together"),
         (dict(epoch_size=0), "epoch_size: 0 draws"),
+        (dict(subsample=0.1, subset_by="file"), "subset_by: 'file' is not row or row_group"),
+        (dict(subset_by="row_group"), "subset_by: row_group needs a subset"),
     ]:
         with pytest.raises(voxlake.ConfigError, match=re.escape(says)):
             voxlake.Loader(nowhere, **options)
@@ -325,6 +327,12 @@ def test_a_subsample_is_a_new_subset_each_epoch(table):
     assert [len(e) for e in epochs] == [21, 21]
     assert all(len(set(e)) == 21 for e in epochs)
     assert set(epochs[0]) != set(epochs[1])
+    # By row group (of 8 rows here): 21 rows from 3 row groups, only those read.
+    loader = voxlake.Loader(table, batch_size=7, shuffle=True, seed=3, subsample=0.2, subset_by="row_group")
+    it = iter(loader)
+    ids = [i for _ in range(3) for i in next(it)["id"]]
+    assert len(set(ids)) == 21 and len({number(i) // 8 for i in ids}) <= 4
+    assert loader.stats()["row_groups"] <= 4
 
 
 def test_the_options_are_listed_once_and_documented():

@@ -6,9 +6,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type};
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
-use voxlake_plan::sample::{Sampling, SamplingError};
+use voxlake_plan::sample::{Sampling, SamplingError, SubsetBy};
 use voxlake_plan::sampler::{RowsOf, Sampler};
-use voxlake_stream::StreamError;
+use voxlake_stream::{StreamError, TableStream};
 use voxlake_table::Snapshot;
 
 use crate::LoaderError;
@@ -18,14 +18,14 @@ pub(crate) fn config_error(e: SamplingError) -> LoaderError {
     LoaderError::Config(format!("sampling option {e}"))
 }
 
-/// The sampler for `spec` over the rows `snapshot` reads (`rows_per_file` of them per file),
-/// seeded by `seed`.
+/// The sampler for `spec` over the rows `stream` reads, seeded by `seed`.
 pub(crate) async fn sampler(
-    snapshot: &Snapshot,
+    stream: &TableStream,
     spec: &Sampling,
     seed: u64,
-    rows_per_file: &[u64],
 ) -> Result<Sampler, LoaderError> {
+    let snapshot: &Snapshot = stream.snapshot();
+    let rows_per_file = stream.rows_per_file();
     let resolved = snapshot.columns();
     let mut columns: Vec<&str> = Vec::new();
     if spec.needs_ids() {
@@ -126,10 +126,24 @@ pub(crate) async fn sampler(
         }
         None => None,
     };
+    // Subsets by row group need every file's row groups (their footers, which the first
+    // epoch reads anyway).
+    let row_groups: Option<Vec<Vec<u64>>> = match spec.subset_by() {
+        SubsetBy::Row => None,
+        _ => {
+            let mut footers = stream.footers(0..rows_per_file.len()).await?;
+            Some(
+                (0..rows_per_file.len())
+                    .map(|f| footers.remove(&f).unwrap_or_default())
+                    .collect(),
+            )
+        }
+    };
     let rows = RowsOf {
         labels: labels.as_deref(),
         weights: weights.as_deref(),
         in_split: in_split.as_deref(),
+        row_groups: row_groups.as_deref(),
     };
     Sampler::new(spec, seed, rows_per_file, rows).map_err(config_error)
 }

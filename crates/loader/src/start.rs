@@ -117,10 +117,9 @@ impl LoaderBuilder {
         };
         let opened = self.open_stream(&runtime, version, shard, &mut settings)?;
         let sampler = Arc::new(runtime.block_on(crate::sampling::sampler(
-            opened.stream.snapshot(),
+            &opened.stream,
             &self.sampling,
             settings.seed,
-            opened.stream.rows_per_file(),
         ))?);
         let start = self.check_run(&runtime, &opened, &mut settings, sampler.draws_per_epoch())?;
         let (counters, recycled) = (Arc::new(Counters::default()), Arc::default());

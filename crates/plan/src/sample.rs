@@ -9,7 +9,9 @@
 //! - **Epoch size and subsets**: `epoch_size` draws per epoch over all ranks (default: the rows
 //!   selected); without weights, an epoch of `k ≤ N` draws is a seeded subset of `k` distinct
 //!   rows, a new one each epoch (`subsample = f` is `k = round(f·N)`), and more than `N` draws
-//!   repeat every row `⌊k/N⌋` times plus a subset.
+//!   repeat every row `⌊k/N⌋` times plus a subset. Subsets by row group ([`SubsetBy::RowGroup`])
+//!   take whole row groups instead (the last one cut to the count): a clustered sample, whose
+//!   epoch reads only the row groups it delivers.
 //!
 //! [`Sampler`](crate::sampler::Sampler) turns a spec and the rows' labels, weights and ids into
 //! each epoch's draws.
@@ -48,7 +50,7 @@ impl SamplingError {
     }
 
     /// The option at fault: `balance`, `class_weights`, `weight_column`, `epoch_size`,
-    /// `subsample`, `split`, `splits` or `split_salt`.
+    /// `subsample`, `subset_by`, `split`, `splits` or `split_salt`.
     pub fn option(&self) -> &'static str {
         self.option
     }
@@ -80,6 +82,43 @@ pub enum Weights {
     Classes(Vec<(i64, f64)>),
     /// A row's weight is its value in this numeric column (`weight_column`).
     Column(String),
+}
+
+/// What an unweighted subset draws (`subsample`, or an `epoch_size` below the rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SubsetBy {
+    /// Rows, each as likely as any other: nearly every row group holds one, so nearly the
+    /// whole table is read (voxlake writes a tensor chunk as one page).
+    #[default]
+    Row,
+    /// Whole row groups in a seeded order: only those are read; rows of a row group come
+    /// together (a clustered sample, as Mosaic's `sampling_granularity`).
+    RowGroup,
+}
+
+impl SubsetBy {
+    /// `row` or `row_group`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubsetBy::Row => "row",
+            SubsetBy::RowGroup => "row_group",
+        }
+    }
+}
+
+impl std::str::FromStr for SubsetBy {
+    type Err = SamplingError;
+    fn from_str(s: &str) -> Result<Self, SamplingError> {
+        match s {
+            "row" => Ok(SubsetBy::Row),
+            "row_group" => Ok(SubsetBy::RowGroup),
+            other => Err(SamplingError::new(
+                "subset_by",
+                format!("'{other}' is not row or row_group"),
+            )),
+        }
+    }
 }
 
 /// A named split of the rows: see the [module documentation](self).
@@ -201,6 +240,7 @@ pub struct Sampling {
     weights: Weights,
     epoch_size: Option<u64>,
     subsample: Option<f64>,
+    subset_by: SubsetBy,
     split: Option<Split>,
 }
 
@@ -235,6 +275,12 @@ impl Sampling {
         self
     }
 
+    /// What an unweighted subset takes: rows (default) or whole row groups.
+    pub fn with_subset_by(mut self, by: SubsetBy) -> Self {
+        self.subset_by = by;
+        self
+    }
+
     /// Only the rows of this split.
     pub fn with_split(mut self, split: Split) -> Self {
         self.split = Some(split);
@@ -254,6 +300,11 @@ impl Sampling {
     /// The share of rows each epoch draws.
     pub fn subsample(&self) -> Option<f64> {
         self.subsample
+    }
+
+    /// What an unweighted subset takes.
+    pub fn subset_by(&self) -> SubsetBy {
+        self.subset_by
     }
 
     /// The split read.
@@ -337,6 +388,20 @@ impl Sampling {
                 ));
             }
         }
+        if self.subset_by == SubsetBy::RowGroup {
+            if self.weights != Weights::Uniform {
+                return Err(SamplingError::new(
+                    "subset_by",
+                    "row groups are drawn by unweighted subsets (subsample, epoch_size); weighted epochs draw rows",
+                ));
+            }
+            if self.subsample.is_none() && self.epoch_size.is_none() {
+                return Err(SamplingError::new(
+                    "subset_by",
+                    "row_group needs a subset: subsample or epoch_size",
+                ));
+            }
+        }
         if let Some(split) = &self.split {
             split.check()?;
         }
@@ -361,6 +426,9 @@ impl Sampling {
         }
         if let Some(f) = self.subsample {
             out.push(("subsample", f.to_string()));
+        }
+        if self.subset_by != SubsetBy::Row {
+            out.push(("subset_by", self.subset_by.as_str().to_string()));
         }
         if let Some(s) = &self.split {
             out.push(("split", s.name.clone()));
@@ -395,6 +463,7 @@ impl Sampling {
                 "subsample" => {
                     spec = spec.with_subsample(value.parse().map_err(|_| bad("subsample"))?)
                 }
+                "subset_by" => spec = spec.with_subset_by(value.parse()?),
                 "split" => split = Some(value.clone()),
                 "splits" => {
                     shares = Some(
@@ -542,6 +611,19 @@ mod tests {
                 "weight_column",
                 "empty",
             ),
+            (
+                Sampling::default().with_subset_by(SubsetBy::RowGroup),
+                "subset_by",
+                "needs a subset",
+            ),
+            (
+                Sampling::default()
+                    .with_balance_labels()
+                    .with_epoch_size(9)
+                    .with_subset_by(SubsetBy::RowGroup),
+                "subset_by",
+                "weighted epochs draw rows",
+            ),
         ];
         for (spec, option, says) in cases {
             let e = spec.check().unwrap_err();
@@ -561,7 +643,9 @@ mod tests {
             .with_subsample(0.25)
             .with_weight_column("w");
         assert!(spec.check().is_err());
-        let spec = Sampling::default().with_subsample(0.25);
+        let spec = Sampling::default()
+            .with_subsample(0.25)
+            .with_subset_by(SubsetBy::RowGroup);
         assert_eq!(Sampling::from_options(&spec.options()).unwrap(), spec);
         assert!(Sampling::default().options().is_empty());
     }

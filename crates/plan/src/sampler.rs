@@ -7,7 +7,8 @@
 //!
 //! - **Uniform** (no weights): every chosen row once; `k < N` draws are `k` distinct rows by
 //!   selection sampling (Knuth's algorithm S), `k > N` every row `⌊k/N⌋` times and a subset of
-//!   `k mod N`.
+//!   `k mod N`; a subset by row group takes whole row groups in a seeded order until it has its
+//!   rows (the last one cut short).
 //! - **Labels** (balance, class weights): each label value a stratum; the epoch's draws are
 //!   cut between strata by their weight (largest remainders, so the counts are exact), and each
 //!   stratum's rows drawn uniformly with replacement.
@@ -34,7 +35,9 @@
 use crate::draws::Draws;
 use crate::order::EpochOrder;
 use crate::plan::SeededRng;
-use crate::sample::{Sampling, SamplingError, Weights, check_weight, unit_interval};
+use std::ops::Range;
+
+use crate::sample::{Sampling, SamplingError, SubsetBy, Weights, check_weight, unit_interval};
 
 /// A salt keeping the sampler's random streams apart from the planner's and the mixer's.
 const SAMPLE: u64 = 4;
@@ -49,6 +52,8 @@ pub struct RowsOf<'a> {
     pub weights: Option<&'a [f64]>,
     /// Whether each row is in the split read.
     pub in_split: Option<&'a [bool]>,
+    /// Per file, the rows of each of its row groups (subsets by row group).
+    pub row_groups: Option<&'a [Vec<u64>]>,
 }
 
 /// Rows of one stratum and how they are drawn.
@@ -67,8 +72,12 @@ struct Stratum {
 #[derive(Debug, Clone)]
 enum Kind {
     /// Every chosen row once, or `size` of them (see the module docs). `rows`: the chosen
-    /// rows; `None`: all of them.
-    Uniform { rows: Option<Vec<u64>>, size: u64 },
+    /// rows; `None`: all of them. `groups`: each row group's rows, where subsets take row groups.
+    Uniform {
+        rows: Option<Vec<u64>>,
+        size: u64,
+        groups: Option<Vec<Range<u64>>>,
+    },
     /// With replacement, strata each drawing its quota.
     Weighted { strata: Vec<Stratum> },
 }
@@ -144,6 +153,10 @@ impl Sampler {
             Weights::Uniform => Kind::Uniform {
                 rows: chosen.clone(),
                 size,
+                groups: match spec.subset_by() {
+                    SubsetBy::Row => None,
+                    _ => Some(group_ranges(rows.row_groups, rows_per_file)?),
+                },
             },
             Weights::BalanceLabels | Weights::Classes(_) => {
                 let option = match spec.weights() {
@@ -201,7 +214,7 @@ impl Sampler {
 
     /// Whether every row of the table is drawn once an epoch (no sampling at all).
     pub fn is_plain(&self) -> bool {
-        matches!(&self.kind, Kind::Uniform { rows: None, size } if *size == self.rows())
+        matches!(&self.kind, Kind::Uniform { rows: None, size, .. } if *size == self.rows())
     }
 
     /// The label of each stratum, where strata are labels (in the order of
@@ -227,7 +240,7 @@ impl Sampler {
             order.position(f, row - self.starts[f])
         };
         match &self.kind {
-            Kind::Uniform { rows, size } => {
+            Kind::Uniform { rows, size, groups } => {
                 let n = rows.as_ref().map_or(self.rows(), |r| r.len() as u64);
                 if n == 0 {
                     return Draws::default();
@@ -239,6 +252,21 @@ impl Sampler {
                     positions.extend((0..n).map(|i| place(at(i))));
                 }
                 let mut want = size % n;
+                if let Some(groups) = groups {
+                    // Whole row groups in a seeded order, their chosen rows, until `want`.
+                    let mut order: Vec<usize> = (0..groups.len()).collect();
+                    rng.shuffle(&mut order);
+                    let chosen = |r: &u64| rows.as_ref().is_none_or(|c| c.binary_search(r).is_ok());
+                    for g in order {
+                        for r in groups[g].clone().filter(chosen) {
+                            if want == 0 {
+                                break;
+                            }
+                            positions.push(place(r));
+                            want -= 1;
+                        }
+                    }
+                }
                 for i in 0..n {
                     if want == 0 {
                         break;
@@ -266,6 +294,44 @@ impl Sampler {
             ),
         }
     }
+}
+
+/// Each row group's rows in table order, from the rows of each file's row groups (which must
+/// add up to the file's rows).
+fn group_ranges(
+    row_groups: Option<&[Vec<u64>]>,
+    rows_per_file: &[u64],
+) -> Result<Vec<Range<u64>>, SamplingError> {
+    let groups = row_groups
+        .ok_or_else(|| SamplingError::new("subset_by", "the files' row groups were not read"))?;
+    if groups.len() != rows_per_file.len() {
+        return Err(SamplingError::new(
+            "subset_by",
+            format!(
+                "row groups of {} files for {}",
+                groups.len(),
+                rows_per_file.len()
+            ),
+        ));
+    }
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    for (f, (file, &rows)) in groups.iter().zip(rows_per_file).enumerate() {
+        if file.iter().sum::<u64>() != rows {
+            return Err(SamplingError::new(
+                "subset_by",
+                format!(
+                    "file {f}'s row groups hold {} rows, the file {rows}",
+                    file.iter().sum::<u64>()
+                ),
+            ));
+        }
+        for &n in file {
+            out.push(at..at + n);
+            at += n;
+        }
+    }
+    Ok(out)
 }
 
 impl Stratum {

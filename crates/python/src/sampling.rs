@@ -27,6 +27,7 @@ pub(crate) struct SamplingOptions {
     weight_column: Option<String>,
     epoch_size: Option<u64>,
     subsample: Option<f64>,
+    subset_by: Option<String>,
     split: Option<String>,
     splits: Option<Vec<(String, f64)>>,
     split_salt: Option<String>,
@@ -94,6 +95,15 @@ pub(crate) const OPTIONS: &[SamplingOption] = &[
         },
     },
     SamplingOption {
+        name: "subset_by",
+        kind: "str",
+        doc: "What an unweighted subset (subsample, epoch_size) takes: \"row\" (default: rows alike, nearly every row group read) or \"row_group\" (whole row groups: only those read, their rows together).",
+        apply: |o, v| {
+            o.subset_by = Some(value("subset_by", v, "a str")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
         name: "split",
         kind: "str",
         doc: "Read only this split of `splits`: a row's split is a hash of its id and split_salt alone, so appended rows never move one.",
@@ -155,6 +165,10 @@ pub(crate) fn spec(o: SamplingOptions) -> PyResult<Sampling> {
     }
     if let Some(f) = o.subsample {
         spec = spec.with_subsample(f);
+    }
+    if let Some(by) = o.subset_by {
+        let by = by.parse().map_err(|e| config(format!("option {e}")))?;
+        spec = spec.with_subset_by(by);
     }
     match (o.split, o.splits) {
         (Some(name), Some(shares)) => {

@@ -44,7 +44,7 @@ pub(crate) const SETTERS: &[(&str, &str)] = &[
     ("with_runtime_threads", "option runtime_threads"),
     (
         "with_sampling",
-        "option balance, class_weights, weight_column, epoch_size, subsample, split, splits, split_salt",
+        "option balance, class_weights, weight_column, epoch_size, subsample, subset_by, split, splits, split_salt",
     ),
     (
         "with_sample_columns",

@@ -290,3 +290,65 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+#[test]
+fn subsets_by_row_group_take_whole_groups_and_read_only_those() {
+    // Two files of row groups of 32 rows (the last ones shorter).
+    let groups = vec![vec![32u64; 10], vec![32, 32, 32, 7]];
+    let rows_per_file: Vec<u64> = groups.iter().map(|g| g.iter().sum()).collect();
+    let n: u64 = rows_per_file.iter().sum();
+    let spec = Sampling::default()
+        .with_subsample(0.1)
+        .with_subset_by(crate::sample::SubsetBy::RowGroup);
+    let rows = RowsOf {
+        row_groups: Some(&groups),
+        ..RowsOf::default()
+    };
+    let sampler = Sampler::new(&spec, 4, &rows_per_file, rows).unwrap();
+    let want = (n as f64 * 0.1).round() as u64;
+    assert_eq!(sampler.draws_per_epoch(), want);
+    let planner = Planner::new(4, true);
+    let group_of = |row: u64| {
+        let mut at = 0;
+        for (g, &len) in groups.concat().iter().enumerate() {
+            if row < at + len {
+                return g;
+            }
+            at += len;
+        }
+        unreachable!()
+    };
+    let mut touched_each = Vec::new();
+    for epoch in 0..3 {
+        let order = EpochOrder::new(&planner, &rows_per_file, epoch);
+        let at = rows_at(&order, &rows_per_file);
+        let (all, _) = share(&sampler.draws(&order, epoch), 1, 0, Uneven::Pad);
+        let rows: Vec<u64> = expand(&all).iter().map(|&p| at[p as usize]).collect();
+        let distinct: std::collections::BTreeSet<u64> = rows.iter().copied().collect();
+        assert_eq!((rows.len() as u64, distinct.len() as u64), (want, want));
+        let touched: std::collections::BTreeSet<usize> =
+            rows.iter().map(|&r| group_of(r)).collect();
+        // ⌈want / 32⌉ groups, one more where a short group came first.
+        assert!(touched.len() as u64 <= want.div_ceil(32) + 1, "{touched:?}");
+        touched_each.push(touched);
+    }
+    assert_ne!(touched_each[0], touched_each[1]);
+    // Without the files' row groups, or with counts that do not add up: named errors.
+    let e = Sampler::new(&spec, 4, &rows_per_file, RowsOf::default()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("subset_by: the files' row groups were not read"),
+        "{e}"
+    );
+    let bad = vec![vec![32u64; 10], vec![32]];
+    let rows = RowsOf {
+        row_groups: Some(&bad),
+        ..RowsOf::default()
+    };
+    let e = Sampler::new(&spec, 4, &rows_per_file, rows).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("file 1's row groups hold 32 rows, the file 103"),
+        "{e}"
+    );
+}
