@@ -9,7 +9,8 @@ use voxlake::LoaderBuilder;
 use voxlake::compact::{Compactor, synth};
 use voxlake::format::Layout;
 use voxlake::loader::{Batch, Loader};
-use voxlake::plan::sample::{Sampling, Split, SubsetBy};
+use voxlake::plan::sample::{Sampling, SubsetBy};
+use voxlake::plan::split::Split;
 
 use crate::loader::{collect, first_error};
 

@@ -238,7 +238,8 @@ impl LoaderBuilder {
     ///
     /// ```no_run
     /// use voxlake_loader::Loader;
-    /// use voxlake_plan::sample::{Sampling, Split};
+    /// use voxlake_plan::sample::Sampling;
+    /// use voxlake_plan::split::Split;
     ///
     /// let shares = vec![("train".to_string(), 0.9), ("val".to_string(), 0.1)];
     /// let loader = Loader::builder("/data/cubes-table")

@@ -1,8 +1,8 @@
 //! How an epoch draws its rows: the one sampling spec every layer shares (the loader's
 //! builder, the Python options, `voxlake bench`, a state), checked before any read.
 //!
-//! - **Splits** ([`Split`]): a row belongs to one named split by a hash of its id and a salt
-//!   alone, so rows appended later never move an existing row to another split.
+//! - **Splits** ([`Split`], in [`crate::split`]): a row belongs to one named split by a hash of
+//!   its id and a salt alone, so rows appended later never move an existing row to another split.
 //! - **Weights** ([`Weights`]): every label an equal share of the draws, a weight per label
 //!   value, or a weight per row from a numeric column. Weighted epochs draw with replacement;
 //!   a label's draws are a stratum of their own, dealt evenly to ranks.
@@ -17,7 +17,8 @@
 //! each epoch's draws.
 //!
 //! ```
-//! use voxlake_plan::sample::{Sampling, Split};
+//! use voxlake_plan::sample::Sampling;
+//! use voxlake_plan::split::Split;
 //!
 //! let spec = Sampling::default()
 //!     .with_balance_labels()
@@ -30,44 +31,8 @@
 //! # Ok::<(), voxlake_plan::sample::SamplingError>(())
 //! ```
 
-use crate::plan::SeededRng;
-
-/// A sampling option that cannot be used: the option's name (as the Python keyword and the
-/// `voxlake bench` flag spell it) and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SamplingError {
-    option: &'static str,
-    message: String,
-}
-
-impl SamplingError {
-    /// An error for `option` saying `message`.
-    pub fn new(option: &'static str, message: impl Into<String>) -> Self {
-        SamplingError {
-            option,
-            message: message.into(),
-        }
-    }
-
-    /// The option at fault: `balance`, `class_weights`, `weight_column`, `epoch_size`,
-    /// `subsample`, `subset_by`, `split`, `splits` or `split_salt`.
-    pub fn option(&self) -> &'static str {
-        self.option
-    }
-
-    /// What is wrong with it.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl std::fmt::Display for SamplingError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.option, self.message)
-    }
-}
-
-impl std::error::Error for SamplingError {}
+pub use crate::error::SamplingError;
+use crate::split::Split;
 
 /// Where a row's weight comes from.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -119,119 +84,6 @@ impl std::str::FromStr for SubsetBy {
             )),
         }
     }
-}
-
-/// A named split of the rows: see the [module documentation](self).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Split {
-    name: String,
-    shares: Vec<(String, f64)>,
-    salt: String,
-}
-
-impl Split {
-    /// The rows of split `name` of `shares` (relative shares by name; the order they are
-    /// listed in changes nothing), with an empty salt.
-    pub fn new(name: impl Into<String>, mut shares: Vec<(String, f64)>) -> Self {
-        // Sorted by name: a split is the same whichever order a caller's dict lists them in.
-        shares.sort_by(|a, b| a.0.cmp(&b.0));
-        Split {
-            name: name.into(),
-            shares,
-            salt: String::new(),
-        }
-    }
-
-    /// Another salt: another, equally stable, assignment of rows to splits.
-    pub fn with_salt(mut self, salt: impl Into<String>) -> Self {
-        self.salt = salt.into();
-        self
-    }
-
-    /// The split read.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The splits and their shares, by name.
-    pub fn shares(&self) -> &[(String, f64)] {
-        &self.shares
-    }
-
-    /// The salt.
-    pub fn salt(&self) -> &str {
-        &self.salt
-    }
-
-    /// Index in [`shares`](Self::shares) of the split the row with id `id` belongs to.
-    pub fn split_of(&self, id: &str) -> usize {
-        let total: f64 = self.shares.iter().map(|s| s.1).sum();
-        let u = unit_interval(id_hash(id, &self.salt)) * total;
-        let mut upto = 0.0;
-        for (i, (_, share)) in self.shares.iter().enumerate() {
-            upto += share;
-            if u < upto {
-                return i;
-            }
-        }
-        self.shares.len().saturating_sub(1)
-    }
-
-    /// Whether the row with id `id` is in the split read.
-    pub fn contains(&self, id: &str) -> bool {
-        self.shares
-            .get(self.split_of(id))
-            .is_some_and(|(name, _)| *name == self.name)
-    }
-
-    fn check(&self) -> Result<(), SamplingError> {
-        if self.shares.is_empty() {
-            return Err(SamplingError::new("splits", "no split is named"));
-        }
-        for (name, share) in &self.shares {
-            if !(share.is_finite() && *share > 0.0) {
-                return Err(SamplingError::new(
-                    "splits",
-                    format!("split '{name}' has share {share}: shares must be positive and finite"),
-                ));
-            }
-        }
-        let names: Vec<&str> = self.shares.iter().map(|s| s.0.as_str()).collect();
-        if let Some(twice) = names
-            .iter()
-            .enumerate()
-            .find(|(i, n)| names[..*i].contains(n))
-        {
-            return Err(SamplingError::new(
-                "splits",
-                format!("split '{}' is named twice", twice.1),
-            ));
-        }
-        if !names.contains(&self.name.as_str()) {
-            return Err(SamplingError::new(
-                "split",
-                format!("'{}' is not one of the splits {names:?}", self.name),
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// A row id's hash under `salt`: FNV-1a over the salt, a 0 byte and the id, then SplitMix64's
-/// finalizer (FNV alone leaves the high bits of similar ids close). Fixed forever: a split
-/// must not move when voxlake is upgraded (a test pins values).
-pub fn id_hash(id: &str, salt: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in salt.bytes().chain([0]).chain(id.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    SeededRng::new(h).next_u64()
-}
-
-/// 53 bits of `bits` as a number in [0, 1).
-pub(crate) fn unit_interval(bits: u64) -> f64 {
-    (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// How an epoch draws its rows: see the [module documentation](self).
@@ -431,10 +283,10 @@ impl Sampling {
             out.push(("subset_by", self.subset_by.as_str().to_string()));
         }
         if let Some(s) = &self.split {
-            out.push(("split", s.name.clone()));
-            let text: Vec<String> = s.shares.iter().map(|(n, w)| format!("{n}:{w}")).collect();
+            out.push(("split", s.name().to_string()));
+            let text: Vec<String> = s.shares().iter().map(|(n, w)| format!("{n}:{w}")).collect();
             out.push(("splits", text.join(",")));
-            out.push(("split_salt", s.salt.clone()));
+            out.push(("split_salt", s.salt().to_string()));
         }
         out.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
@@ -513,7 +365,6 @@ pub(crate) fn check_weight(option: &'static str, what: &str, w: f64) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     fn three() -> Vec<(String, f64)> {
         vec![
@@ -648,71 +499,5 @@ mod tests {
             .with_subset_by(SubsetBy::RowGroup);
         assert_eq!(Sampling::from_options(&spec.options()).unwrap(), spec);
         assert!(Sampling::default().options().is_empty());
-    }
-
-    #[test]
-    fn id_hash_is_pinned() {
-        // A split must never move across releases or platforms.
-        assert_eq!(
-            id_hash("cube_000001.npy", ""),
-            id_hash("cube_000001.npy", "")
-        );
-        assert_eq!(id_hash("a", ""), 0x754f_d174_2dee_fa1d);
-        let split = Split::new("val", three());
-        // Shares by name whatever the order given: test, train, val.
-        let reversed: Vec<(String, f64)> = three().into_iter().rev().collect();
-        assert_eq!(Split::new("val", reversed), split);
-        let ids: Vec<usize> = (0..24)
-            .map(|i| split.split_of(&format!("cube_{i:06}.npy")))
-            .collect();
-        assert_eq!(
-            ids,
-            [
-                1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 1, 2, 0, 1, 1, 2, 0, 1, 1, 1, 2, 1, 1, 1
-            ]
-        );
-    }
-
-    /// Splits over 10^6 ids: disjoint and covering by construction (one index per id), shares
-    /// within ± 0.1 points; 10 % more ids move none of the first.
-    #[test]
-    fn a_million_ids_split_to_their_shares_and_appends_move_none() {
-        let split = Split::new("train", three()).with_salt("2026");
-        let n = 1_000_000;
-        let mut counts = [0u64; 3];
-        let first: Vec<u8> = (0..n)
-            .map(|i| {
-                let s = split.split_of(&format!("site{}/cube_{i:07}.npy", i % 7));
-                counts[s] += 1;
-                s as u8
-            })
-            .collect();
-        for (c, (_, share)) in counts.iter().zip(split.shares()) {
-            let got = *c as f64 / n as f64;
-            assert!((got - share).abs() < 0.001, "{got} against {share}");
-        }
-        // Appending: the assignment is the id's alone; recomputed with more ids around, the
-        // first million keep theirs.
-        let moved = (0..n + n / 10)
-            .filter(|&i| i < n)
-            .filter(|&i| {
-                split.split_of(&format!("site{}/cube_{i:07}.npy", i % 7)) as u8 != first[i]
-            })
-            .count();
-        assert_eq!(moved, 0);
-    }
-
-    proptest! {
-        /// Any shares: every id in exactly one split, which `contains` agrees with.
-        #[test]
-        fn every_id_in_one_split(shares in prop::collection::vec(0.01f64..10.0, 1..5), ids in prop::collection::vec(".{0,12}", 1..50)) {
-            let named: Vec<(String, f64)> = shares.iter().enumerate().map(|(i, s)| (format!("s{i}"), *s)).collect();
-            for id in &ids {
-                let homes: Vec<usize> = (0..named.len())
-                    .filter(|&i| Split::new(format!("s{i}"), named.clone()).contains(id))
-                    .collect();
-                prop_assert_eq!(homes.len(), 1);
-            }
-        }
     }
 }

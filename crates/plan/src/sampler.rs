@@ -37,7 +37,8 @@ use crate::order::EpochOrder;
 use crate::plan::SeededRng;
 use std::ops::Range;
 
-use crate::sample::{Sampling, SamplingError, SubsetBy, Weights, check_weight, unit_interval};
+use crate::sample::{Sampling, SamplingError, SubsetBy, Weights, check_weight};
+use crate::split::unit_interval;
 
 /// A salt keeping the sampler's random streams apart from the planner's and the mixer's.
 const SAMPLE: u64 = 4;

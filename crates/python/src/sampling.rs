@@ -5,7 +5,8 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use voxlake::plan::sample::{Sampling, Split};
+use voxlake::plan::sample::Sampling;
+use voxlake::plan::split::Split;
 
 use crate::errors::{config, option};
 use crate::extract::value;

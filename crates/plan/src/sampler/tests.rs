@@ -2,7 +2,7 @@ use super::*;
 use crate::order::{Uneven, share};
 use crate::plan::Planner;
 use crate::resume::{OrderSettings, Segment, remaining, replay};
-use crate::sample::Split;
+use crate::split::Split;
 use proptest::prelude::*;
 
 /// Table row of each position of `order` (files of `rows_per_file` rows).
