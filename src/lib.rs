@@ -29,7 +29,9 @@ pub use voxlake_plan as plan;
 pub use voxlake_stream as stream;
 pub use voxlake_table as table;
 
-pub use voxlake_loader::{AsOf, Batch, Loader, LoaderBuilder, LoaderState, Tensors, Uneven};
+pub use voxlake_delta::AsOf;
+pub use voxlake_loader::{Batch, Loader, LoaderBuilder, LoaderState, Tensors};
+pub use voxlake_plan::order::Uneven;
 
 /// The README's examples, compiled as doctests so they stay true to the API.
 #[cfg(doctest)]

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use voxlake_compact::cli;
-use voxlake_loader::Uneven;
+use voxlake_plan::order::Uneven;
 
 /// Run the loader over TABLE, touch every value of every batch, and report throughput.
 #[derive(clap::Args)]

@@ -13,7 +13,8 @@ use arrow::array::Array;
 use voxlake::LoaderBuilder;
 use voxlake::compact::{Compactor, synth};
 use voxlake::format::Layout;
-use voxlake::loader::{Batch, Loader, LoaderError, LoaderState, Uneven};
+use voxlake::loader::{Batch, Loader, LoaderError, LoaderState};
+use voxlake::plan::order::Uneven;
 use voxlake::table::hooks::Stage;
 
 use crate::loader::{collect, first_error};

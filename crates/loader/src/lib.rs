@@ -83,9 +83,8 @@ pub use state::LoaderState;
 pub use stats::LoaderStats;
 #[cfg(feature = "tch")]
 pub use tch;
-pub use voxlake_delta::AsOf;
-pub use voxlake_plan::order::Uneven;
-pub use voxlake_stream::StreamError;
+
+use voxlake_stream::StreamError;
 
 /// Errors of the loader.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,8 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyType;
-use voxlake_loader::{LoaderError, StreamError};
+use voxlake_loader::LoaderError;
+use voxlake_stream::StreamError;
 
 /// Which exception class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use voxlake_loader::{AsOf, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
+use voxlake::AsOf;
+use voxlake_loader::{DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
 
 use crate::errors::{config, option};
 use crate::extract::{dtype, type_name, value};
