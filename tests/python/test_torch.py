@@ -289,11 +289,22 @@ def test_weighted_draws_give_every_worker_its_share_and_len_follows_the_epoch_si
             assert abs(sum(mine) - 0.746 * len(mine)) <= 2, (w, sum(mine), len(mine))
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_sampling_error_met_in_the_workers_is_raised_in_the_main_process(table, context):
+    # The options are sound; the table has no such column: each worker's build says so.
+    ds = Dataset(table, batch_size=8, rank=0, world_size=1, weight_column="nope")
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=context)
+    with pytest.raises(voxlake.ConfigError, match="weight_column: no column 'nope'"):
+        next(iter(dl))
+    # voxlake's DataLoader looks at the table before its workers start: the same error, at once.
+    with pytest.raises(voxlake.ConfigError, match="weight_column: no column 'nope'"):
+        len(DataLoader(table, batch_size=8, rank=0, world_size=1, weight_column="nope", num_workers=2))
+
+
 @pytest.mark.parametrize("workers,then", [(2, 2), (0, 3)])
 def test_weighted_draws_resume_exactly_in_a_new_process(table, workers, then):
     whole = ids_of(DataLoader(table, num_workers=workers, **KW, **weighted_kw()))
     head, state = take_then_state(DataLoader(table, num_workers=workers, **KW, **weighted_kw()), 7)
-    assert state is not None
     rest, _ = resume_elsewhere(table, "voxlake", then, state, **WEIGHTED)
     if then == workers:
         assert head + rest == whole

@@ -55,18 +55,30 @@ pub(crate) async fn sampler(
     if let Some(c) = spec.weight_column() {
         columns.push(c);
     }
+    if let Some(c) = spec.weight_column() {
+        let partition = snapshot.files().partition_columns().any(|p| p == c);
+        if !partition && snapshot.schema().field_with_name(c).is_err() {
+            let names: Vec<&String> = snapshot
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name())
+                .collect();
+            return Err(config_error(SamplingError::new(
+                "weight_column",
+                format!(
+                    "no column '{c}' in {} (it has {names:?})",
+                    snapshot.location()
+                ),
+            )));
+        }
+    }
     let read = match columns.is_empty() {
         true => Vec::new(),
-        false => snapshot.column_values(&columns).await.map_err(|e| {
-            match (spec.weight_column(), &e) {
-                (Some(c), voxlake_table::TableError::Incompatible { reason, .. })
-                    if reason.contains(&format!("no column '{c}'")) =>
-                {
-                    config_error(SamplingError::new("weight_column", reason.clone()))
-                }
-                _ => LoaderError::from(StreamError::from(e)),
-            }
-        })?,
+        false => snapshot
+            .column_values(&columns)
+            .await
+            .map_err(StreamError::from)?,
     };
     let mut read = read.into_iter();
     let location = snapshot.location();

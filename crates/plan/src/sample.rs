@@ -365,14 +365,7 @@ pub(crate) fn check_weight(option: &'static str, what: &str, w: f64) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn three() -> Vec<(String, f64)> {
-        vec![
-            ("train".into(), 0.8),
-            ("val".into(), 0.1),
-            ("test".into(), 0.1),
-        ]
-    }
+    use crate::split::tests::three;
 
     #[test]
     fn bad_options_are_named() {

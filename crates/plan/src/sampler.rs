@@ -60,8 +60,6 @@ pub struct RowsOf<'a> {
 /// Rows of one stratum and how they are drawn.
 #[derive(Debug, Clone)]
 struct Stratum {
-    /// The label the stratum holds, if strata are labels.
-    label: Option<i64>,
     /// Rows (table order).
     rows: Vec<u64>,
     /// Cumulative weights of `rows` (`None`: uniform).
@@ -194,7 +192,6 @@ impl Sampler {
                 }
                 Kind::Weighted {
                     strata: vec![Stratum {
-                        label: None,
                         rows: members,
                         cumulative: Some(cumulative),
                         quota: size,
@@ -216,15 +213,6 @@ impl Sampler {
     /// Whether every row of the table is drawn once an epoch (no sampling at all).
     pub fn is_plain(&self) -> bool {
         matches!(&self.kind, Kind::Uniform { rows: None, size, .. } if *size == self.rows())
-    }
-
-    /// The label of each stratum, where strata are labels (in the order of
-    /// [`Draws::strata_len`]).
-    pub fn strata_labels(&self) -> Vec<Option<i64>> {
-        match &self.kind {
-            Kind::Uniform { .. } => vec![None],
-            Kind::Weighted { strata } => strata.iter().map(|s| s.label).collect(),
-        }
     }
 
     fn rows(&self) -> u64 {
@@ -392,7 +380,6 @@ fn label_strata(
         };
         mass.push(m);
         strata.push(Stratum {
-            label: Some(label),
             rows,
             cumulative: None,
             quota: 0,

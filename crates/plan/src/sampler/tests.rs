@@ -40,7 +40,6 @@ fn balanced_labels_are_half_the_draws_on_every_rank() {
     };
     let sampler = Sampler::new(&spec, 3, &rows_per_file, rows).unwrap();
     assert_eq!(sampler.draws_per_epoch(), 100_000);
-    assert_eq!(sampler.strata_labels(), vec![Some(0), Some(1)]);
     let order = EpochOrder::new(&Planner::new(3, true), &rows_per_file, 0);
     let at = rows_at(&order, &rows_per_file);
     let draws = sampler.draws(&order, 0);
@@ -70,7 +69,7 @@ fn balanced_labels_are_half_the_draws_on_every_rank() {
 fn class_weights_and_a_weight_column_set_the_shares() {
     let rows_per_file = [500u64, 500];
     let labels: Vec<Option<i64>> = (0..1000).map(|r| Some(r % 4)).collect();
-    // Label 3 weighs 0: never drawn; label 1 three times label 0, label 2 zero... per row.
+    // Label 2 weighs 0: no stratum, never drawn; per row, label 1 three times label 0.
     let spec = Sampling::default()
         .with_class_weights(vec![(0, 1.0), (1, 3.0), (2, 0.0), (3, 4.0)])
         .with_epoch_size(8000);
@@ -79,12 +78,12 @@ fn class_weights_and_a_weight_column_set_the_shares() {
         ..RowsOf::default()
     };
     let sampler = Sampler::new(&spec, 1, &rows_per_file, rows).unwrap();
-    assert_eq!(sampler.strata_labels(), vec![Some(0), Some(1), Some(3)]);
     let order = EpochOrder::new(&Planner::new(1, false), &rows_per_file, 0);
-    assert_eq!(
-        sampler.draws(&order, 0).strata_len(),
-        vec![1000, 3000, 4000]
-    );
+    let drawn = sampler.draws(&order, 0);
+    assert_eq!(drawn.strata_len(), vec![1000, 3000, 4000]);
+    // Table order: a position is its row.
+    let (all, _) = share(&drawn, 1, 0, Uneven::Pad);
+    assert!(expand(&all).iter().all(|&r| labels[r as usize] != Some(2)));
 
     // A column: row r weighs r mod 3; rows of weight 0 never come, weight 2 twice weight 1.
     let weights: Vec<f64> = (0..1000).map(|r| (r % 3) as f64).collect();
@@ -351,4 +350,38 @@ fn subsets_by_row_group_take_whole_groups_and_read_only_those() {
             .contains("file 1's row groups hold 32 rows, the file 103"),
         "{e}"
     );
+}
+
+#[test]
+fn a_split_balances_its_own_rows() {
+    // Labels 1 in 1 of 10 rows; the val split's rows balanced, nothing outside it drawn.
+    let rows_per_file = [600u64, 400];
+    let labels: Vec<Option<i64>> = (0..1000).map(|r| Some(i64::from(r % 10 == 0))).collect();
+    let ids: Vec<String> = (0..1000).map(|i| format!("cube_{i:05}.npy")).collect();
+    let split = Split::new("val", vec![("train".into(), 0.7), ("val".into(), 0.3)]);
+    let mask: Vec<bool> = ids.iter().map(|id| split.contains(id)).collect();
+    let spec = Sampling::default()
+        .with_split(split)
+        .with_balance_labels()
+        .with_epoch_size(2000);
+    let rows = RowsOf {
+        labels: Some(&labels),
+        in_split: Some(&mask),
+        ..RowsOf::default()
+    };
+    let sampler = Sampler::new(&spec, 5, &rows_per_file, rows).unwrap();
+    let order = EpochOrder::new(&Planner::new(5, true), &rows_per_file, 0);
+    let at = rows_at(&order, &rows_per_file);
+    let (all, _) = share(&sampler.draws(&order, 0), 1, 0, Uneven::Pad);
+    let rows: Vec<u64> = expand(&all).iter().map(|&p| at[p as usize]).collect();
+    assert_eq!(rows.len(), 2000);
+    assert!(
+        rows.iter().all(|&r| mask[r as usize]),
+        "a row outside the split"
+    );
+    let ones = rows
+        .iter()
+        .filter(|&&r| labels[r as usize] == Some(1))
+        .count();
+    assert_eq!(ones, 1000);
 }
