@@ -5,7 +5,7 @@
 //! - [`plan`]: the order of files and row groups in an epoch; the seeded generator.
 //! - [`affinity`]: files kept on their node's ranks from epoch to epoch (opt-in).
 //! - [`sample`]: which rows an epoch draws, how often: weights, balance, subsets, a split;
-//!   [`split`]: named splits by a hash of each row's id.
+//!   [`split`]: named splits by a hash of each row's id; [`mixture`]: several tables' shares.
 //! - [`draws`]: an epoch's draws (a multiset of positions, in strata) and each rank's share.
 //! - [`order`]: the epoch's draws dealt to ranks (equal counts, pad or drop), as units of reading.
 //! - [`mixer`]: the shuffle buffer as a pure state machine.
@@ -28,6 +28,7 @@ pub mod affinity;
 pub mod draws;
 mod error;
 pub mod mixer;
+pub mod mixture;
 pub mod order;
 pub mod plan;
 pub mod resume;

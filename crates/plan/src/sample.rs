@@ -13,6 +13,9 @@
 //!   take whole row groups instead (the last one cut to the count): a clustered sample, whose
 //!   epoch reads only the row groups it delivers.
 //!
+//! - **Mixtures** ([`Share`], in [`crate::mixture`]): several tables in one epoch, each a
+//!   proportion of the draws, draws per row, or draws per epoch.
+//!
 //! [`Sampler`](crate::sampler::Sampler) turns a spec and the rows' labels, weights and ids into
 //! each epoch's draws.
 //!
@@ -32,6 +35,7 @@
 //! ```
 
 pub use crate::error::SamplingError;
+use crate::mixture::Share;
 use crate::split::Split;
 
 /// Where a row's weight comes from.
@@ -94,6 +98,7 @@ pub struct Sampling {
     subsample: Option<f64>,
     subset_by: SubsetBy,
     split: Option<Split>,
+    shares: Vec<Share>,
 }
 
 impl Sampling {
@@ -137,6 +142,18 @@ impl Sampling {
     pub fn with_split(mut self, split: Split) -> Self {
         self.split = Some(split);
         self
+    }
+
+    /// A mixture: each source's share, in the order of the sources (which the loader is
+    /// given beside it); within a source rows are drawn as the rest of the spec says.
+    pub fn with_shares(mut self, shares: Vec<Share>) -> Self {
+        self.shares = shares;
+        self
+    }
+
+    /// The sources' shares (empty: one table, no mixture).
+    pub fn shares(&self) -> &[Share] {
+        &self.shares
     }
 
     /// Where weights come from.
@@ -257,6 +274,16 @@ impl Sampling {
         if let Some(split) = &self.split {
             split.check()?;
         }
+        if !self.shares.is_empty() {
+            if self.subset_by == SubsetBy::RowGroup {
+                return Err(SamplingError::new(
+                    "subset_by",
+                    "row_group subsets are drawn from one table, not a mixture",
+                ));
+            }
+            let sized = self.epoch_size.is_some() || self.subsample.is_some();
+            crate::mixture::check(&self.shares, sized)?;
+        }
         Ok(())
     }
 
@@ -287,6 +314,10 @@ impl Sampling {
             let text: Vec<String> = s.shares().iter().map(|(n, w)| format!("{n}:{w}")).collect();
             out.push(("splits", text.join(",")));
             out.push(("split_salt", s.salt().to_string()));
+        }
+        if !self.shares.is_empty() {
+            let text: Vec<String> = self.shares.iter().map(|s| s.to_text()).collect();
+            out.push(("sources", text.join(",")));
         }
         out.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
@@ -323,6 +354,11 @@ impl Sampling {
                     )
                 }
                 "split_salt" => salt = value.clone(),
+                "sources" => {
+                    let shares: Option<Vec<Share>> =
+                        value.split(',').map(Share::from_text).collect();
+                    spec = spec.with_shares(shares.ok_or_else(|| bad("sources"))?);
+                }
                 _ => {
                     return Err(SamplingError::new(
                         "sampling",
@@ -468,6 +504,19 @@ mod tests {
                 "subset_by",
                 "weighted epochs draw rows",
             ),
+            (
+                Sampling::default()
+                    .with_subsample(0.5)
+                    .with_subset_by(SubsetBy::RowGroup)
+                    .with_shares(vec![Share::Proportion(1.0)]),
+                "subset_by",
+                "not a mixture",
+            ),
+            (
+                Sampling::default().with_shares(vec![Share::Proportion(1.0), Share::Choose(2)]),
+                "sources",
+                "proportion or none",
+            ),
         ];
         for (spec, option, says) in cases {
             let e = spec.check().unwrap_err();
@@ -492,5 +541,12 @@ mod tests {
             .with_subset_by(SubsetBy::RowGroup);
         assert_eq!(Sampling::from_options(&spec.options()).unwrap(), spec);
         assert!(Sampling::default().options().is_empty());
+        let spec = Sampling::default()
+            .with_balance_labels()
+            .with_epoch_size(10)
+            .with_shares(vec![Share::Proportion(0.75), Share::Proportion(0.25)]);
+        assert_eq!(Sampling::from_options(&spec.options()).unwrap(), spec);
+        let spec = Sampling::default().with_shares(vec![Share::Repeat(0.5), Share::Choose(3)]);
+        assert_eq!(Sampling::from_options(&spec.options()).unwrap(), spec);
     }
 }

@@ -14,6 +14,9 @@
 //!   stratum's rows drawn uniformly with replacement.
 //! - **Column**: one stratum, rows drawn with replacement in proportion to their weight (a
 //!   binary search of the cumulative weights a draw).
+//! - **Mixtures** ([`crate::mixture`]): each source's files a part of its own, drawing its quota
+//!   as above; every part's strata are strata of the epoch's draws, so each rank gets each
+//!   source's (and each label's) share.
 //!
 //! ```
 //! use voxlake_plan::order::EpochOrder;
@@ -42,6 +45,8 @@ use crate::split::unit_interval;
 
 /// A salt keeping the sampler's random streams apart from the planner's and the mixer's.
 const SAMPLE: u64 = 4;
+/// A salt keeping a mixture's sources' streams apart from the table's.
+const MIXTURE: u64 = 5;
 
 /// What the sampler needs of each row (in table order), as the spec asks: labels for balance
 /// and class weights, weights for a weight column, whether it is in the split read.
@@ -55,6 +60,8 @@ pub struct RowsOf<'a> {
     pub in_split: Option<&'a [bool]>,
     /// Per file, the rows of each of its row groups (subsets by row group).
     pub row_groups: Option<&'a [Vec<u64>]>,
+    /// A mixture's files per source, in order (their files numbered one after the other).
+    pub sources: Option<&'a [usize]>,
 }
 
 /// Rows of one stratum and how they are drawn.
@@ -68,11 +75,14 @@ struct Stratum {
     quota: u64,
 }
 
+/// How one part (the table, or one source of a mixture) draws.
 #[derive(Debug, Clone)]
 enum Kind {
-    /// Every chosen row once, or `size` of them (see the module docs). `rows`: the chosen
-    /// rows; `None`: all of them. `groups`: each row group's rows, where subsets take row groups.
+    /// Every chosen row once, or `size` of them (see the module docs). `span`: the part's rows;
+    /// `rows`: the chosen ones (`None`: all of `span`). `groups`: each row group's rows, where
+    /// subsets take row groups.
     Uniform {
+        span: Range<u64>,
         rows: Option<Vec<u64>>,
         size: u64,
         groups: Option<Vec<Range<u64>>>,
@@ -87,7 +97,8 @@ pub struct Sampler {
     seed: u64,
     /// `starts[f]`: the first row of file `f` in table order; one more entry at the end.
     starts: Vec<u64>,
-    kind: Kind,
+    /// The table's part, or each source's of a mixture, in order.
+    parts: Vec<Kind>,
 }
 
 impl Sampler {
@@ -136,87 +147,119 @@ impl Sampler {
             }
             (None, _) => None,
         };
-        let selected = chosen.as_ref().map_or(total, |c| c.len() as u64);
+        let spans = source_spans(spec, rows.sources, &starts)?;
+        // The chosen rows of each part (`None`: all of its span).
+        let chosen_in: Vec<Option<Vec<u64>>> = spans
+            .iter()
+            .map(|span| {
+                chosen.as_ref().map(|c| {
+                    let (a, b) = (
+                        c.partition_point(|&r| r < span.start),
+                        c.partition_point(|&r| r < span.end),
+                    );
+                    c[a..b].to_vec()
+                })
+            })
+            .collect();
+        let selected: Vec<u64> = spans
+            .iter()
+            .zip(&chosen_in)
+            .map(|(span, c)| c.as_ref().map_or(span.end - span.start, |c| c.len() as u64))
+            .collect();
+        let all: u64 = selected.iter().sum();
         let size = match (spec.epoch_size(), spec.subsample()) {
             (Some(n), _) => n,
-            (None, Some(f)) => ((f * selected as f64).round() as u64).max(1),
-            (None, None) => selected,
+            (None, Some(f)) => ((f * all as f64).round() as u64).max(1),
+            (None, None) => all,
         };
-        let rows_chosen = || -> Box<dyn Iterator<Item = u64> + '_> {
-            match &chosen {
-                Some(c) => Box::new(c.iter().copied()),
-                None => Box::new(0..total),
-            }
+        let quotas = match spec.shares() {
+            [] => vec![size],
+            shares => crate::mixture::quotas(shares, &selected, size)?,
         };
-        let kind = match spec.weights() {
-            Weights::Uniform => Kind::Uniform {
-                rows: chosen.clone(),
-                size,
-                groups: match spec.subset_by() {
-                    SubsetBy::Row => None,
-                    _ => Some(group_ranges(rows.row_groups, rows_per_file)?),
+        let mut parts = Vec::with_capacity(spans.len());
+        for ((span, chosen), quota) in spans.into_iter().zip(chosen_in).zip(quotas) {
+            let rows_chosen = || -> Box<dyn Iterator<Item = u64> + '_> {
+                match &chosen {
+                    Some(c) => Box::new(c.iter().copied()),
+                    None => Box::new(span.clone()),
+                }
+            };
+            let kind = match spec.weights() {
+                Weights::Uniform => Kind::Uniform {
+                    groups: match spec.subset_by() {
+                        SubsetBy::Row => None,
+                        _ => Some(group_ranges(rows.row_groups, rows_per_file)?),
+                    },
+                    span: span.clone(),
+                    rows: chosen.clone(),
+                    size: quota,
                 },
-            },
-            Weights::BalanceLabels | Weights::Classes(_) => {
-                let option = match spec.weights() {
-                    Weights::BalanceLabels => "balance",
-                    _ => "class_weights",
-                };
-                let labels = rows
-                    .labels
-                    .ok_or_else(|| SamplingError::new(option, "the rows' labels were not read"))?;
-                count(option, labels.len())?;
-                let strata = label_strata(spec.weights(), option, labels, rows_chosen(), size)?;
-                Kind::Weighted { strata }
-            }
-            Weights::Column(column) => {
-                let weights = rows.weights.ok_or_else(|| {
-                    SamplingError::new("weight_column", format!("column '{column}' was not read"))
-                })?;
-                count("weight_column", weights.len())?;
-                let mut cumulative = Vec::new();
-                let mut members = Vec::new();
-                let mut sum = 0.0;
-                for r in rows_chosen() {
-                    let w = weights[r as usize];
-                    check_weight("weight_column", &format!("row {r} of column '{column}'"), w)?;
-                    sum += w;
-                    members.push(r);
-                    cumulative.push(sum);
+                _ if quota == 0 => Kind::Weighted { strata: Vec::new() },
+                Weights::BalanceLabels | Weights::Classes(_) => {
+                    let option = match spec.weights() {
+                        Weights::BalanceLabels => "balance",
+                        _ => "class_weights",
+                    };
+                    let labels = rows.labels.ok_or_else(|| {
+                        SamplingError::new(option, "the rows' labels were not read")
+                    })?;
+                    count(option, labels.len())?;
+                    let strata =
+                        label_strata(spec.weights(), option, labels, rows_chosen(), quota)?;
+                    Kind::Weighted { strata }
                 }
-                if sum <= 0.0 {
-                    return Err(SamplingError::new(
-                        "weight_column",
-                        format!("every row's weight in column '{column}' is 0"),
-                    ));
+                Weights::Column(column) => {
+                    let weights = rows.weights.ok_or_else(|| {
+                        SamplingError::new(
+                            "weight_column",
+                            format!("column '{column}' was not read"),
+                        )
+                    })?;
+                    count("weight_column", weights.len())?;
+                    Kind::Weighted {
+                        strata: vec![column_stratum(column, weights, rows_chosen(), quota)?],
+                    }
                 }
-                Kind::Weighted {
-                    strata: vec![Stratum {
-                        rows: members,
-                        cumulative: Some(cumulative),
-                        quota: size,
-                    }],
-                }
-            }
-        };
-        Ok(Sampler { seed, starts, kind })
+            };
+            parts.push(kind);
+        }
+        Ok(Sampler {
+            seed,
+            starts,
+            parts,
+        })
     }
 
     /// Draws an epoch makes over all ranks.
     pub fn draws_per_epoch(&self) -> u64 {
-        match &self.kind {
-            Kind::Uniform { size, .. } => *size,
-            Kind::Weighted { strata } => strata.iter().map(|s| s.quota).sum(),
-        }
+        self.parts
+            .iter()
+            .map(|kind| match kind {
+                Kind::Uniform { size, .. } => *size,
+                Kind::Weighted { strata } => strata.iter().map(|s| s.quota).sum(),
+            })
+            .sum()
     }
 
     /// Whether every row of the table is drawn once an epoch (no sampling at all).
     pub fn is_plain(&self) -> bool {
-        matches!(&self.kind, Kind::Uniform { rows: None, size, .. } if *size == self.rows())
+        matches!(self.parts.as_slice(),
+            [Kind::Uniform { rows: None, size, span, .. }] if *size == self.rows() && span.start == 0)
     }
 
     fn rows(&self) -> u64 {
         self.starts.last().copied().unwrap_or(0)
+    }
+
+    /// The random stream of a part's stratum (`None`: of its uniform draws); the table's part
+    /// (0) keeps the streams it had before mixtures.
+    fn rng(&self, epoch: u64, part: usize, stratum: Option<usize>) -> SeededRng {
+        let s = stratum.map_or(0, |s| s as u64 + 1);
+        match (part, stratum) {
+            (0, None) => SeededRng::for_stream(&[self.seed, epoch, SAMPLE]),
+            (0, Some(_)) => SeededRng::for_stream(&[self.seed, epoch, SAMPLE, s]),
+            (p, _) => SeededRng::for_stream(&[self.seed, epoch, SAMPLE, MIXTURE, p as u64, s]),
+        }
     }
 
     /// Epoch `epoch`'s draws, as positions of `order` (the epoch's order of the same files).
@@ -228,61 +271,168 @@ impl Sampler {
             let f = self.starts.partition_point(|&s| s <= row) - 1;
             order.position(f, row - self.starts[f])
         };
-        match &self.kind {
-            Kind::Uniform { rows, size, groups } => {
-                let n = rows.as_ref().map_or(self.rows(), |r| r.len() as u64);
-                if n == 0 {
-                    return Draws::default();
+        let mut strata = Vec::new();
+        for (p, kind) in self.parts.iter().enumerate() {
+            match kind {
+                Kind::Uniform {
+                    span,
+                    rows,
+                    size,
+                    groups,
+                } => {
+                    let n = rows
+                        .as_ref()
+                        .map_or(span.end - span.start, |r| r.len() as u64);
+                    if n == 0 {
+                        continue;
+                    }
+                    let at = |i: u64| rows.as_ref().map_or(span.start + i, |r| r[i as usize]);
+                    let mut rng = self.rng(epoch, p, None);
+                    strata.push(uniform(
+                        &mut rng,
+                        n,
+                        *size,
+                        at,
+                        groups.as_deref(),
+                        rows.as_deref(),
+                        &place,
+                    ));
                 }
-                let at = |i: u64| rows.as_ref().map_or(i, |r| r[i as usize]);
-                let mut rng = SeededRng::for_stream(&[self.seed, epoch, SAMPLE]);
-                let mut positions = Vec::with_capacity(*size as usize);
-                for _ in 0..size / n {
-                    positions.extend((0..n).map(|i| place(at(i))));
-                }
-                let mut want = size % n;
-                if let Some(groups) = groups {
-                    // Whole row groups in a seeded order, their chosen rows, until `want`.
-                    let mut order: Vec<usize> = (0..groups.len()).collect();
-                    rng.shuffle(&mut order);
-                    let chosen = |r: &u64| rows.as_ref().is_none_or(|c| c.binary_search(r).is_ok());
-                    for g in order {
-                        for r in groups[g].clone().filter(chosen) {
-                            if want == 0 {
-                                break;
-                            }
-                            positions.push(place(r));
-                            want -= 1;
-                        }
+                Kind::Weighted { strata: parts } => {
+                    for (s, stratum) in parts.iter().enumerate() {
+                        let mut rng = self.rng(epoch, p, Some(s));
+                        strata.push(
+                            (0..stratum.quota)
+                                .map(|_| place(stratum.rows[stratum.pick(&mut rng)]))
+                                .collect(),
+                        );
                     }
                 }
-                for i in 0..n {
-                    if want == 0 {
-                        break;
-                    }
-                    // Algorithm S: take row i with probability want / (rows left).
-                    if unit_interval(rng.next_u64()) * ((n - i) as f64) < want as f64 {
-                        positions.push(place(at(i)));
-                        want -= 1;
-                    }
-                }
-                Draws::from_strata(vec![positions])
             }
-            Kind::Weighted { strata } => Draws::from_strata(
-                strata
-                    .iter()
-                    .enumerate()
-                    .map(|(s, stratum)| {
-                        let mut rng =
-                            SeededRng::for_stream(&[self.seed, epoch, SAMPLE, s as u64 + 1]);
-                        (0..stratum.quota)
-                            .map(|_| place(stratum.rows[stratum.pick(&mut rng)]))
-                            .collect()
-                    })
-                    .collect(),
-            ),
+        }
+        Draws::from_strata(strata)
+    }
+}
+
+/// `size` uniform draws of `n` rows (row `i` is `at(i)`), placed by `place`: every row
+/// `⌊size/n⌋` times, then a subset: whole row groups of `groups` in a seeded order (of the
+/// `chosen` rows), else rows by selection sampling.
+fn uniform(
+    rng: &mut SeededRng,
+    n: u64,
+    size: u64,
+    at: impl Fn(u64) -> u64,
+    groups: Option<&[Range<u64>]>,
+    chosen: Option<&[u64]>,
+    place: &impl Fn(u64) -> u64,
+) -> Vec<u64> {
+    let mut positions = Vec::with_capacity(size as usize);
+    for _ in 0..size / n {
+        positions.extend((0..n).map(|i| place(at(i))));
+    }
+    let mut want = size % n;
+    if let Some(groups) = groups {
+        // Whole row groups in a seeded order, their chosen rows, until `want`.
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        rng.shuffle(&mut order);
+        let chosen = |r: &u64| chosen.is_none_or(|c| c.binary_search(r).is_ok());
+        for g in order {
+            for r in groups[g].clone().filter(chosen) {
+                if want == 0 {
+                    break;
+                }
+                positions.push(place(r));
+                want -= 1;
+            }
         }
     }
+    for i in 0..n {
+        if want == 0 {
+            break;
+        }
+        // Algorithm S: take row i with probability want / (rows left).
+        if unit_interval(rng.next_u64()) * ((n - i) as f64) < want as f64 {
+            positions.push(place(at(i)));
+            want -= 1;
+        }
+    }
+    positions
+}
+
+/// Each part's rows: the whole table, or each source's files' rows (`sources`: files per
+/// source, in order) for a spec with as many shares.
+fn source_spans(
+    spec: &Sampling,
+    sources: Option<&[usize]>,
+    starts: &[u64],
+) -> Result<Vec<Range<u64>>, SamplingError> {
+    let files = starts.len() - 1;
+    let total = starts[files];
+    let shares = spec.shares().len();
+    let sources = match sources {
+        None | Some([_]) if shares <= 1 => return Ok(Vec::from([0..total])),
+        None => {
+            return Err(SamplingError::new(
+                "sources",
+                format!("{shares} shares and no sources to draw them from"),
+            ));
+        }
+        Some(s) => s,
+    };
+    if sources.len() != shares {
+        return Err(SamplingError::new(
+            "sources",
+            format!("{shares} shares for {} sources", sources.len()),
+        ));
+    }
+    if sources.iter().sum::<usize>() != files {
+        return Err(SamplingError::new(
+            "sources",
+            format!(
+                "the sources hold {} files, the table {files}",
+                sources.iter().sum::<usize>()
+            ),
+        ));
+    }
+    let mut at = 0;
+    Ok(sources
+        .iter()
+        .map(|&n| {
+            let span = starts[at]..starts[at + n];
+            at += n;
+            span
+        })
+        .collect())
+}
+
+/// One stratum drawing `quota` rows of `chosen` in proportion to their weight in `column`.
+fn column_stratum(
+    column: &str,
+    weights: &[f64],
+    chosen: impl Iterator<Item = u64>,
+    quota: u64,
+) -> Result<Stratum, SamplingError> {
+    let mut cumulative = Vec::new();
+    let mut members = Vec::new();
+    let mut sum = 0.0;
+    for r in chosen {
+        let w = weights[r as usize];
+        check_weight("weight_column", &format!("row {r} of column '{column}'"), w)?;
+        sum += w;
+        members.push(r);
+        cumulative.push(sum);
+    }
+    if sum <= 0.0 {
+        return Err(SamplingError::new(
+            "weight_column",
+            format!("every row's weight in column '{column}' is 0"),
+        ));
+    }
+    Ok(Stratum {
+        rows: members,
+        cumulative: Some(cumulative),
+        quota,
+    })
 }
 
 /// Each row group's rows in table order, from the rows of each file's row groups (which must
@@ -393,23 +543,11 @@ fn label_strata(
         ));
     }
     // Largest remainders: the quotas sum to `size`, each within one draw of its share.
-    let exact: Vec<f64> = mass.iter().map(|m| m / total * size as f64).collect();
-    let mut given = 0;
-    for (s, e) in strata.iter_mut().zip(&exact) {
-        s.quota = e.floor() as u64;
-        given += s.quota;
-    }
-    let mut order: Vec<usize> = (0..strata.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (ra, rb) = (exact[a] - exact[a].floor(), exact[b] - exact[b].floor());
-        rb.total_cmp(&ra).then(a.cmp(&b))
-    });
-    for &s in order
-        .iter()
-        .cycle()
-        .take(size.saturating_sub(given) as usize)
+    for (s, q) in strata
+        .iter_mut()
+        .zip(crate::mixture::largest_remainders(&mass, size))
     {
-        strata[s].quota += 1;
+        s.quota = q;
     }
     strata.retain(|s| s.quota > 0);
     Ok(strata)
