@@ -370,7 +370,7 @@ fn source_spans(
     let total = starts[files];
     let shares = spec.shares().len();
     let sources = match sources {
-        None | Some([_]) if shares <= 1 => return Ok(Vec::from([0..total])),
+        None | Some([_]) if shares <= 1 => return Ok(std::iter::once(0..total).collect()),
         None => {
             return Err(SamplingError::new(
                 "sources",
