@@ -12,7 +12,6 @@ use arrow_array::{Array, BinaryViewArray, Int64Array, StringArray};
 use voxlake_format::{FieldKind, ID_COLUMN, LABEL_COLUMN, SampleSpec, TensorSpec};
 use voxlake_io::panic_message;
 use voxlake_stream::{RowGroupBatch, StreamError};
-use voxlake_table::Snapshot;
 use voxlake_table::hooks::{Hooks, Stage};
 
 use crate::LoaderError;
@@ -42,8 +41,9 @@ enum Values<'a> {
 /// [`Group`], rows copied into fixed-shape tensors (on the pool's threads), the transforms
 /// run, tensors recycled, a CUDA batch staged through the feed.
 pub(crate) struct Assembler {
-    /// The table, for the files and location that messages name.
-    pub snapshot: Arc<Snapshot>,
+    /// The tables read (one, or a mixture's sources), for the files and locations that
+    /// messages name and each row's source.
+    pub sources: voxlake_stream::Sources,
     /// The samples handed out (the transform's output, else the table's).
     pub spec: SampleSpec,
     /// The table's samples, as read.
@@ -474,6 +474,10 @@ impl Assembler {
                 })
                 .collect(),
             ids,
+            sources: match self.sources.len() {
+                1 => Vec::new(),
+                _ => rows.iter().map(|r| r.group.source).collect(),
+            },
             epoch,
             index,
             #[cfg(feature = "tch")]

@@ -24,6 +24,9 @@ pub struct Batch {
     pub labels: Vec<Option<i64>>,
     /// The ids (source keys) of the samples, in batch order.
     pub ids: Vec<String>,
+    /// Of a mixture, each sample's source (its index in the list of
+    /// [`Source`](crate::Source)s), in batch order; empty when the loader reads one table.
+    pub sources: Vec<u32>,
     /// Where each sample came from, in batch order.
     pub lineage: Vec<RowOrigin>,
     /// The epoch the batch belongs to.

@@ -36,7 +36,7 @@ impl LoaderBuilder {
         let buffer = settings.shuffle.then_some(settings.buffer_rows);
         let batch_bytes = settings.batch_size as u64 * sample_bytes;
         let outside = self.outside_bytes(settings.batch_size, sample_bytes)
-            + stream.snapshot().files().memory_size() as u64;
+            + crate::start::files_bytes(stream.sources());
         let need = budget::needed(group, settings.batch_size, buffer).max(batch_bytes);
         if outside + need > self.memory_budget {
             let smallest = outside

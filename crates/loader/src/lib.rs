@@ -62,6 +62,7 @@ mod fill;
 mod fork;
 pub mod launch;
 mod loader;
+mod mixture;
 mod producer;
 mod sampling;
 // The staging ring feeds the CUDA path; pure, so it is built and tested without libtorch.
@@ -79,6 +80,7 @@ pub use batch::{Batch, FieldBatch, FieldRef, RowOrigin, Tensors};
 pub use builder::{DEFAULT_MEMORY_BUDGET, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
 pub use fork::{live_threads, tokio_runtime};
 pub use loader::{Loader, Recycler};
+pub use mixture::Source;
 pub use state::LoaderState;
 pub use stats::LoaderStats;
 #[cfg(feature = "tch")]

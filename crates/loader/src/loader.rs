@@ -63,12 +63,24 @@ pub struct Loader {
     pub(crate) waiting_since: Option<Instant>,
     /// Samples handed out per label value (`None`: no label).
     pub(crate) labels: std::collections::BTreeMap<Option<i64>, u64>,
+    /// Of a mixture, samples handed out per source.
+    pub(crate) sources_delivered: Vec<u64>,
 }
 
 impl Loader {
     /// A builder for the table at `table` (a local path or URL).
     pub fn builder(table: impl Into<String>) -> LoaderBuilder {
         LoaderBuilder::new(table.into())
+    }
+
+    /// A builder for a mixture of tables, each drawn its share of every epoch (see
+    /// [`Source`](crate::Source)); the builder's table settings apply to every source that
+    /// does not name its own.
+    pub fn mixture(sources: Vec<crate::Source>) -> LoaderBuilder {
+        let first = sources.first().map(|s| s.location().to_string());
+        let mut builder = LoaderBuilder::new(first.unwrap_or_default());
+        builder.sources = sources;
+        builder
     }
 
     /// What the filter skipped and kept (`None` without `with_filter`).
@@ -105,9 +117,21 @@ impl Loader {
         (self.state_template.rank, self.state_template.world_size)
     }
 
-    /// The pinned table version.
+    /// The pinned table version (of a mixture, the first source's: see
+    /// [`versions`](Self::versions)).
     pub fn version(&self) -> u64 {
         self.stream.snapshot().version()
+    }
+
+    /// The pinned version of each table read: the one table's, or each source's of a mixture
+    /// in order.
+    pub fn versions(&self) -> Vec<u64> {
+        self.stream
+            .sources()
+            .snapshots()
+            .iter()
+            .map(|s| s.version())
+            .collect()
     }
 
     /// Rows of the whole table.
@@ -282,6 +306,11 @@ impl Loader {
                 self.position = position;
                 for label in &batch.labels {
                     *self.labels.entry(*label).or_default() += 1;
+                }
+                for &s in &batch.sources {
+                    if let Some(n) = self.sources_delivered.get_mut(s as usize) {
+                        *n += 1;
+                    }
                 }
                 Some(Ok(*batch))
             }

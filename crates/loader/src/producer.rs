@@ -71,8 +71,10 @@ impl Producer {
             Ok(Ok(true)) => {
                 // The cache's last entries in place before the caller hears the run is over (a
                 // process that exits then would leave them unwritten).
-                if let Some(cache) = self.stream.snapshot().cache() {
-                    cache.flush().await;
+                for snapshot in self.stream.sources().snapshots() {
+                    if let Some(cache) = snapshot.cache() {
+                        cache.flush().await;
+                    }
                 }
                 Msg::Done
             }
@@ -244,7 +246,7 @@ impl Producer {
                 .map(|p| p.file)
                 .collect()
         } else {
-            (0..self.stream.snapshot().files().len()).collect()
+            (0..self.stream.sources().file_count()).collect()
         };
         let footers = self.stream.footers(files).await?;
         let footer = |file: usize| {

@@ -18,14 +18,61 @@ pub(crate) fn config_error(e: SamplingError) -> LoaderError {
     LoaderError::Config(format!("sampling option {e}"))
 }
 
-/// The sampler for `spec` over the rows `stream` reads, seeded by `seed`.
+/// The sampler for `spec` over the rows `stream` reads (of every source of a mixture, their
+/// files one after the other), seeded by `seed`.
 pub(crate) async fn sampler(
     stream: &TableStream,
     spec: &Sampling,
     seed: u64,
 ) -> Result<Sampler, LoaderError> {
-    let snapshot: &Snapshot = stream.snapshot();
     let rows_per_file = stream.rows_per_file();
+    let mut all = Values::default();
+    for snapshot in stream.sources().snapshots() {
+        let values = values_of(snapshot, spec).await?;
+        if let Some(from) = values.labels {
+            all.labels.get_or_insert_with(Vec::new).extend(from);
+        }
+        if let Some(from) = values.weights {
+            all.weights.get_or_insert_with(Vec::new).extend(from);
+        }
+        if let Some(from) = values.in_split {
+            all.in_split.get_or_insert_with(Vec::new).extend(from);
+        }
+    }
+    // Subsets by row group need every file's row groups (their footers, which the first
+    // epoch reads anyway).
+    let row_groups: Option<Vec<Vec<u64>>> = match spec.subset_by() {
+        SubsetBy::Row => None,
+        _ => {
+            let mut footers = stream.footers(0..rows_per_file.len()).await?;
+            Some(
+                (0..rows_per_file.len())
+                    .map(|f| footers.remove(&f).unwrap_or_default())
+                    .collect(),
+            )
+        }
+    };
+    let files = stream.sources().files_per_source();
+    let rows = RowsOf {
+        labels: all.labels.as_deref(),
+        weights: all.weights.as_deref(),
+        in_split: all.in_split.as_deref(),
+        row_groups: row_groups.as_deref(),
+        sources: Some(&files),
+    };
+    Sampler::new(spec, seed, rows_per_file, rows).map_err(config_error)
+}
+
+/// What the sampler needs of each row of one table, in table order.
+#[derive(Default)]
+struct Values {
+    labels: Option<Vec<Option<i64>>>,
+    weights: Option<Vec<f64>>,
+    in_split: Option<Vec<bool>>,
+}
+
+/// The columns `spec` weighs or splits `snapshot`'s rows by, read.
+async fn values_of(snapshot: &Snapshot, spec: &Sampling) -> Result<Values, LoaderError> {
     let resolved = snapshot.columns();
     let mut columns: Vec<&str> = Vec::new();
     if spec.needs_ids() {
@@ -138,26 +185,11 @@ pub(crate) async fn sampler(
         }
         None => None,
     };
-    // Subsets by row group need every file's row groups (their footers, which the first
-    // epoch reads anyway).
-    let row_groups: Option<Vec<Vec<u64>>> = match spec.subset_by() {
-        SubsetBy::Row => None,
-        _ => {
-            let mut footers = stream.footers(0..rows_per_file.len()).await?;
-            Some(
-                (0..rows_per_file.len())
-                    .map(|f| footers.remove(&f).unwrap_or_default())
-                    .collect(),
-            )
-        }
-    };
-    let rows = RowsOf {
-        labels: labels.as_deref(),
-        weights: weights.as_deref(),
-        in_split: in_split.as_deref(),
-        row_groups: row_groups.as_deref(),
-    };
-    Sampler::new(spec, seed, rows_per_file, rows).map_err(config_error)
+    Ok(Values {
+        labels,
+        weights,
+        in_split,
+    })
 }
 
 fn cast(

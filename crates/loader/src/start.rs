@@ -8,8 +8,7 @@ use std::time::Instant;
 use voxlake_delta::AsOf;
 use voxlake_plan::plan::Shard;
 use voxlake_plan::resume::OrderSettings;
-use voxlake_stream::{ReadOptions, StreamError, TableStream, Verify, default_columns};
-use voxlake_table::{Snapshot, TableOptions};
+use voxlake_stream::{ReadOptions, TableStream, Verify, default_columns};
 
 use voxlake_format::SampleSpec;
 
@@ -80,6 +79,7 @@ impl LoaderBuilder {
         let _live = crate::fork::Live::new();
         let launch = self.place()?;
         let shard = self.check_sizes()?;
+        self.mix_sampling()?;
         self.sampling
             .check()
             .map_err(crate::sampling::config_error)?;
@@ -99,7 +99,7 @@ impl LoaderBuilder {
             launch.as_ref(),
         )
         .map_err(LoaderError::Config)?;
-        let version = self.version_to_read()?;
+        let versions = self.versions_to_read()?;
         let started = Instant::now();
         let runtime = crate::fork::tokio_runtime(self.runtime_threads, "voxlake-io")
             .map_err(|e| LoaderError::Internal(format!("tokio runtime: {e}")))?;
@@ -115,7 +115,7 @@ impl LoaderBuilder {
             affinity: affinity.filter(|_| self.shuffle.is_some()),
             loosen: voxlake_plan::mixer::Loosen::for_epochs(!self.sampling.is_plain()),
         };
-        let opened = self.open_stream(&runtime, version, shard, &mut settings)?;
+        let opened = self.open_stream(&runtime, versions, shard, &mut settings)?;
         let sampler = Arc::new(runtime.block_on(crate::sampling::sampler(
             &opened.stream,
             &self.sampling,
@@ -145,6 +145,10 @@ impl LoaderBuilder {
             received: Default::default(),
         };
         let (stop, shutdown) = (producer.stop.clone(), producer.shutdown.clone());
+        let sources_delivered = match opened.stream.sources().len() {
+            1 => Vec::new(),
+            n => vec![0; n],
+        };
         let (thread, ended) = spawn_producer(runtime, producer)?;
         Ok(Loader {
             rx,
@@ -168,6 +172,7 @@ impl LoaderBuilder {
             recycle_max: RECYCLED_SPARES,
             waiting_since: None,
             labels: Default::default(),
+            sources_delivered,
         })
     }
 
@@ -204,7 +209,7 @@ impl LoaderBuilder {
             )),
         };
         Ok(Assembler {
-            snapshot: opened.stream.snapshot().clone(),
+            sources: opened.stream.sources().clone(),
             spec: opened.spec.clone(),
             input_spec: opened.input_spec.clone(),
             transforms: opened.transforms.clone(),
@@ -241,21 +246,51 @@ impl LoaderBuilder {
         })
     }
 
-    /// The version to open: a state's (it must be the one pinned, if any), else the one asked
-    /// for; ranks of no job each resolving "latest" are warned of.
-    fn version_to_read(&self) -> Result<AsOf, LoaderError> {
-        let version = match (&self.state, self.options.as_of) {
-            (Some(s), AsOf::Version(v)) if s.version != v => {
-                return Err(LoaderError::State(format!(
-                    "the state is of version {}, the builder pins version {v}",
-                    s.version
-                )));
-            }
-            // A state pins the version it was read at, whatever time named it.
-            (Some(s), _) => AsOf::Version(s.version),
-            (None, as_of) => as_of,
+    /// The version of each table to open (one, or a mixture's sources in order): a state's
+    /// (it must be the one pinned, if any), else the one asked for; ranks of no job each
+    /// resolving "latest" are warned of.
+    fn versions_to_read(&self) -> Result<Vec<AsOf>, LoaderError> {
+        let asked: Vec<AsOf> = match self.sources.is_empty() {
+            true => vec![self.options.as_of],
+            false => self
+                .sources
+                .iter()
+                .map(|s| s.as_of().unwrap_or(self.options.as_of))
+                .collect(),
         };
-        if self.world_size > 1 && self.options.job.is_none() && version == AsOf::Latest {
+        let pinned: Vec<u64> = match &self.state {
+            None => Vec::new(),
+            Some(s) if s.sources.is_empty() => vec![s.version],
+            Some(s) => s.sources.iter().map(|p| p.version).collect(),
+        };
+        if self.state.is_some() && pinned.len() != asked.len() {
+            return Err(LoaderError::State(format!(
+                "the state is of {} table(s), this loader reads {}",
+                pinned.len(),
+                asked.len()
+            )));
+        }
+        let mut versions = Vec::with_capacity(asked.len());
+        for (i, as_of) in asked.into_iter().enumerate() {
+            versions.push(match (pinned.get(i), as_of) {
+                (Some(&s), AsOf::Version(v)) if s != v => {
+                    return Err(LoaderError::State(format!(
+                        "the state is of version {s}{}, the builder pins version {v}",
+                        match self.sources.is_empty() {
+                            true => String::new(),
+                            false => format!(" of source {i}"),
+                        }
+                    )));
+                }
+                // A state pins the version it was read at, whatever time named it.
+                (Some(&s), _) => AsOf::Version(s),
+                (None, as_of) => as_of,
+            });
+        }
+        if self.world_size > 1
+            && self.options.job.is_none()
+            && versions.contains(&AsOf::Latest)
+        {
             tracing::warn!(
                 caution = true,
                 rank = self.rank,
@@ -263,25 +298,42 @@ impl LoaderBuilder {
                 "each rank resolves the latest version by itself: while the table takes commits, ranks may read different versions. Name the job (with_job, VOXLAKE_JOB_ID) or pin a version"
             );
         }
-        Ok(version)
+        Ok(versions)
     }
 
-    /// Opens the table at `version` and builds the stream of this rank's `shard` in what the
-    /// budget leaves it; the shuffle buffer in `settings` cut to the budget.
+    /// A mixture's shares into the sampling spec (which must not name its own), its sources
+    /// checked.
+    fn mix_sampling(&mut self) -> Result<(), LoaderError> {
+        if self.sources.is_empty() {
+            return Ok(());
+        }
+        if !self.sampling.shares().is_empty() {
+            return Err(LoaderError::Config(
+                "a mixture's shares are its sources' (Source::with_proportion, with_repeat, with_choose), not the sampling spec's".into(),
+            ));
+        }
+        if self.sources.len() > 1 && self.options.root_store.is_some() {
+            return Err(LoaderError::Config(
+                "a store of the caller's (with_object_store) serves one table, not a mixture's sources".into(),
+            ));
+        }
+        let shares = self.sources.iter().map(|s| s.share()).collect();
+        self.sampling = self.sampling.clone().with_shares(shares);
+        Ok(())
+    }
+
+    /// Opens the table (or a mixture's sources) at `versions` and builds the stream of this
+    /// rank's `shard` in what the budget leaves it; the shuffle buffer in `settings` cut to
+    /// the budget.
     fn open_stream(
         &self,
         runtime: &tokio::runtime::Runtime,
-        version: AsOf,
+        versions: Vec<AsOf>,
         shard: Shard,
         settings: &mut OrderSettings,
     ) -> Result<Opened, LoaderError> {
-        let options = TableOptions {
-            as_of: version,
-            ..self.options.clone()
-        };
-        let snapshot = runtime
-            .block_on(Snapshot::open(&self.table, &options))
-            .map_err(StreamError::from)?;
+        let sources = runtime.block_on(self.open_sources(versions))?;
+        let snapshot = &sources.snapshots()[0];
         // The table's samples, and what the loader hands out (a transform may change them).
         let input_spec = snapshot.sample().clone();
         let transforms = self
@@ -296,15 +348,14 @@ impl LoaderBuilder {
         // The budget covers the batches outside the stream too: those queued for the caller,
         // the one being assembled, the caller's, and the spares kept for recycling; and the
         // table's file list (~80 bytes a file: 8 MB at 10⁵ files).
-        let outside = self.outside_bytes(self.batch_size, sample_bytes)
-            + snapshot.files().memory_size() as u64;
+        let outside = self.outside_bytes(self.batch_size, sample_bytes) + files_bytes(&sources);
         // (Too little left for the stream is refused later, with the smallest budget that works.)
         let stream_budget = self.memory_budget.saturating_sub(outside).max(1024);
         let columns = self.read.columns.clone();
         let stream = TableStream::builder(self.table.clone())
             .with_shard(shard)
             .with_read_options(ReadOptions {
-                columns: Some(columns.unwrap_or_else(|| default_columns(&snapshot))),
+                columns: Some(columns.unwrap_or_else(|| default_columns(snapshot))),
                 // Each row is checked just before its copy into a batch (`fill::Check`).
                 verify: match self.read.verify {
                     Verify::OnRead => Verify::OnUse,
@@ -321,7 +372,7 @@ impl LoaderBuilder {
             Some(n) => stream.with_row_group_prefetch(n),
             None => stream,
         };
-        let stream = stream.build_on(Arc::new(snapshot));
+        let stream = stream.build_on(sources);
         // Buffered row groups keep their budget share: the buffer takes at most half of the
         // stream's.
         if let Some((_, rows)) = self.shuffle {
@@ -368,12 +419,13 @@ impl LoaderBuilder {
         let start = match &self.state {
             Some(state) => {
                 let files = stream.snapshot().file_set_hash();
+                self.check_sources(state, stream)?;
                 self.check_state(state, settings, &files, sample_bytes, total)?
             }
             None => Position::start(self.start_epoch, self.world_size),
         };
         let batch_bytes = self.batch_size as u64 * sample_bytes;
-        if !stream.snapshot().files().is_empty() {
+        if stream.sources().file_count() > 0 {
             self.check_budget(runtime, stream, settings, sample_bytes)?;
         } else if outside + batch_bytes > self.memory_budget {
             return Err(LoaderError::Config(format!(
@@ -445,6 +497,7 @@ impl LoaderBuilder {
             ahead: 0,
             samples_in_epoch: 0,
             sampling: self.sampling.options(),
+            sources: crate::state::sources_of(&self.sources, stream),
         }
     }
 }
@@ -462,6 +515,15 @@ struct Opened {
     sample_bytes: u64,
     /// The budget's bytes outside the stream: the batches the loader keeps, the file list.
     outside: u64,
+}
+
+/// Bytes the sources' file lists take (~80 bytes a file).
+pub(crate) fn files_bytes(sources: &voxlake_stream::Sources) -> u64 {
+    sources
+        .snapshots()
+        .iter()
+        .map(|s| s.files().memory_size() as u64)
+        .sum()
 }
 
 /// Runs `producer` on a thread of its own, on `runtime`, which goes with it; with the

@@ -84,6 +84,45 @@ pub struct LoaderState {
     /// an epoch (states of earlier versions have none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sampling: Vec<(String, String)>,
+    /// Of a mixture, every source in order (the first is also `table`, `version`, `files`);
+    /// empty for one table.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceState>,
+}
+
+/// A mixture's source as a state records it: the table and its pinned file set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceState {
+    /// The table location (without query string).
+    pub table: String,
+    /// The pinned Delta version.
+    pub version: u64,
+    /// Hash of the pinned file set (as [`LoaderState::files`]).
+    pub files: String,
+    /// Number of data files in the pinned version.
+    pub file_count: usize,
+}
+
+/// What a state records of a mixture's `sources` as `stream` read them (none for one table).
+pub(crate) fn sources_of(
+    sources: &[crate::Source],
+    stream: &voxlake_stream::TableStream,
+) -> Vec<SourceState> {
+    if sources.is_empty() {
+        return Vec::new();
+    }
+    stream
+        .sources()
+        .snapshots()
+        .iter()
+        .zip(sources)
+        .map(|(snapshot, source)| SourceState {
+            table: voxlake_io::redact(source.location()),
+            version: snapshot.version(),
+            files: snapshot.file_set_hash(),
+            file_count: snapshot.files().len(),
+        })
+        .collect()
 }
 
 fn one_node() -> usize {

@@ -50,6 +50,12 @@ impl Loader {
         self.labels.iter().map(|(l, n)| (*l, *n)).collect()
     }
 
+    /// Of a mixture, samples handed out so far per source, in the sources' order (empty for
+    /// one table).
+    pub fn sources_delivered(&self) -> Vec<u64> {
+        self.sources_delivered.clone()
+    }
+
     /// What the loader has done so far.
     pub fn stats(&self) -> LoaderStats {
         let c = &self.counters;

@@ -409,6 +409,7 @@ mod tests {
             more: Vec::new(),
             labels: vec![Some(0), Some(0), Some(0)],
             ids: vec![String::new(); 3],
+            sources: Vec::new(),
             lineage: Vec::new(),
             epoch: 0,
             index: 0,

@@ -10,6 +10,7 @@ use crate::error::StreamError;
 use crate::kept::Kept;
 use crate::pipeline::{Inner, TableStream};
 use crate::read_options::{ReadOptions, Verify};
+use crate::sources::Sources;
 use crate::stats::Counters;
 use voxlake_io::depth::Depth;
 use voxlake_io::inflight::Slots;
@@ -110,10 +111,13 @@ impl StreamBuilder {
         Ok(self.build_on(Arc::new(snapshot)))
     }
 
-    /// A stream over an already opened snapshot (several shards can share one). Files whose
-    /// add action has no row count count as empty: open it with [`build`](Self::build), which
-    /// reads their footers.
-    pub fn build_on(self, snapshot: Arc<Snapshot>) -> TableStream {
+    /// A stream over an already opened snapshot (several shards can share one), or over a
+    /// mixture's [`Sources`] (their files read as one table's). The builder's table settings
+    /// (location, version, filter, store) are those the snapshots were opened with, not
+    /// applied again. Files whose add action has no row count count as empty: open it with
+    /// [`build`](Self::build), which reads their footers.
+    pub fn build_on(self, sources: impl Into<Sources>) -> TableStream {
+        let sources: Sources = sources.into();
         // Semaphore permits are counted in KiB so budgets above 2^32 bytes fit.
         let kib = self
             .memory_budget
@@ -121,7 +125,7 @@ impl StreamBuilder {
             .min(Semaphore::MAX_PERMITS as u64) as usize;
         let (depth, max_in_flight) = match self.prefetch {
             Some(n) => (Depth::fixed(n), n),
-            None if snapshot.is_remote() => (
+            None if sources.snapshots().iter().any(|s| s.is_remote()) => (
                 Depth::new(START_IN_FLIGHT, REMOTE_IN_FLIGHT),
                 REMOTE_IN_FLIGHT,
             ),
@@ -130,13 +134,20 @@ impl StreamBuilder {
                 LOCAL_IN_FLIGHT,
             ),
         };
-        let columns = with_checksum(
-            self.read
-                .columns
-                .unwrap_or_else(|| default_columns(&snapshot)),
-            self.read.verify != Verify::Off,
-            &snapshot,
-        );
+        let columns = sources
+            .snapshots()
+            .iter()
+            .map(|snapshot| {
+                with_checksum(
+                    self.read
+                        .columns
+                        .clone()
+                        .unwrap_or_else(|| default_columns(snapshot)),
+                    self.read.verify != Verify::Off,
+                    snapshot,
+                )
+            })
+            .collect();
         TableStream {
             inner: Arc::new(Inner {
                 // Unshuffled means table order: read files one after the other.
@@ -148,12 +159,12 @@ impl StreamBuilder {
                 shard: self.shard,
                 affinity: self.affinity,
                 uneven: self.read.uneven,
-                rows_per_file: snapshot
-                    .files()
+                rows_per_file: sources
+                    .snapshots()
                     .iter()
-                    .map(|f| f.rows().unwrap_or(0))
+                    .flat_map(|s| s.files().iter().map(|f| f.rows().unwrap_or(0)))
                     .collect(),
-                snapshot,
+                sources,
                 columns,
                 hooks: self.read.hooks,
                 verify: self.read.verify,

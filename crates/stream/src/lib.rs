@@ -6,6 +6,7 @@
 //! - [`StreamBuilder`]: what to read (version, columns, filter, shard, seed) and how (budget,
 //!   reads in flight, cache).
 //! - [`StreamStats`]: where the time went, the reads in flight, the cache's counts.
+//! - [`Sources`]: the snapshots read, one table or a mixture's sources.
 //!
 //! It re-exports nothing of the crates below it: a snapshot, a filter or the store settings are
 //! `voxlake_table`'s, locations, the cache and reads in flight `voxlake_io`'s, orders and
@@ -23,6 +24,7 @@ mod group;
 mod kept;
 mod pipeline;
 mod read_options;
+mod sources;
 mod stats;
 
 /// What the setter macros (`read_options_setters!`) name, for the builders that use them.
@@ -37,4 +39,5 @@ pub use error::StreamError;
 pub use group::RowGroupBatch;
 pub use pipeline::TableStream;
 pub use read_options::{ReadOptions, Verify};
+pub use sources::Sources;
 pub use stats::{BudgetProgress, GroupBudget, StreamStats};

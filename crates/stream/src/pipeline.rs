@@ -26,6 +26,7 @@ use voxlake_plan::draws::Draws;
 use voxlake_plan::order::{EpochOrder, Piece, Uneven, Unit, deal, rows_per_rank, units_of};
 use voxlake_plan::plan::{Planner, Shard};
 use voxlake_table::hooks::{Hooks, Stage};
+use crate::sources::Sources;
 use voxlake_table::{Snapshot, TableError};
 
 /// Footers read ahead of the row groups that need them.
@@ -61,14 +62,16 @@ pub struct TableStream {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub(crate) snapshot: Arc<Snapshot>,
+    /// The snapshots read: one table, or a mixture's sources.
+    pub(crate) sources: Sources,
     pub(crate) planner: Planner,
     pub(crate) shard: Shard,
     /// The ranks' nodes, when each node keeps to its files (see `voxlake_plan::affinity`).
     pub(crate) affinity: Option<Affinity>,
     pub(crate) uneven: Uneven,
     pub(crate) rows_per_file: Vec<u64>,
-    pub(crate) columns: Vec<String>,
+    /// The columns read of each source's row groups.
+    pub(crate) columns: Vec<Vec<String>>,
     pub(crate) hooks: Hooks,
     /// When rows are checked: on read here, or by the consumer (their checks handed out).
     pub(crate) verify: crate::Verify,
@@ -83,9 +86,14 @@ pub(crate) struct Inner {
 }
 
 impl TableStream {
-    /// The pinned snapshot.
+    /// The pinned snapshot (of a mixture, the first source's: see [`sources`](Self::sources)).
     pub fn snapshot(&self) -> &Arc<Snapshot> {
-        &self.inner.snapshot
+        &self.inner.sources.snapshots()[0]
+    }
+
+    /// The pinned snapshots read, with the numbering of their files.
+    pub fn sources(&self) -> &Sources {
+        &self.inner.sources
     }
 
     /// The memory budget in bytes.
@@ -127,6 +135,7 @@ impl TableStream {
     pub fn stats(&self) -> StreamStats {
         let c = &self.inner.counters;
         let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
+        let snapshots = self.inner.sources.snapshots();
         StreamStats {
             row_groups: c.row_groups.load(Ordering::Relaxed),
             rows: c.rows.load(Ordering::Relaxed),
@@ -136,15 +145,10 @@ impl TableStream {
             budget_wait: ns(&c.budget_wait_ns),
             in_flight: self.inner.slots.measured(),
             read_latency: self.inner.slots.read_latency().unwrap_or_default(),
-            store_bytes: self.inner.snapshot.store_bytes_fetched(),
-            reasked: self.inner.snapshot.store_reads_reasked(),
+            store_bytes: snapshots.iter().map(|s| s.store_bytes_fetched()).sum(),
+            reasked: snapshots.iter().map(|s| s.store_reads_reasked()).sum(),
             kept_hits: c.kept_hits.load(Ordering::Relaxed),
-            cache: self
-                .inner
-                .snapshot
-                .cache()
-                .map(|c| c.stats())
-                .unwrap_or_default(),
+            cache: crate::stats::cache_stats(snapshots),
         }
     }
 
@@ -162,10 +166,11 @@ impl TableStream {
     /// Each row group of file `file`: rows and budget shares (from its footer).
     pub async fn group_budgets(&self, file: usize) -> Result<Vec<GroupBudget>, StreamError> {
         let inner = &self.inner;
+        let (source, snapshot, local) = inner.sources.locate(file);
         let meta = inner
-            .caught(Stage::Footer, file, inner.snapshot.reader_metadata(file))
+            .caught(Stage::Footer, file, snapshot.reader_metadata(local))
             .await?;
-        let projection = inner.snapshot.projection(&meta, &inner.columns)?;
+        let projection = snapshot.projection(&meta, &inner.columns[source])?;
         Ok(meta
             .metadata()
             .row_groups()
@@ -204,7 +209,7 @@ impl TableStream {
         pieces: Vec<Piece>,
         from: u64,
     ) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
-        let location = self.inner.snapshot.location().to_string();
+        let location = self.snapshot().location().to_string();
         let ahead = spawn_ahead(
             self.plan_stream(epoch, pieces, from),
             self.inner.max_in_flight,
@@ -276,7 +281,7 @@ impl TableStream {
         from: u64,
     ) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
         let inner = self.inner.clone();
-        let location = inner.snapshot.location().to_string();
+        let location = inner.sources.snapshots()[0].location().to_string();
 
         // Footers, in plan order, a few files ahead, in a task of their own: the windows below
         // stop polling them while a window's row groups are read, and a footer fetched only then

@@ -75,3 +75,28 @@ pub struct StreamStats {
     /// The disk cache's counters (zero without one).
     pub cache: voxlake_io::cache::CacheStats,
 }
+
+/// The node caches' counts over the sources' snapshots (each cache counted once where sources
+/// share it).
+pub(crate) fn cache_stats(
+    snapshots: &[std::sync::Arc<voxlake_table::Snapshot>],
+) -> voxlake_io::cache::CacheStats {
+    let mut seen: Vec<*const voxlake_io::cache::DiskCache> = Vec::new();
+    let mut out = voxlake_io::cache::CacheStats::default();
+    for cache in snapshots.iter().filter_map(|s| s.cache()) {
+        if seen.contains(&std::sync::Arc::as_ptr(cache)) {
+            continue;
+        }
+        seen.push(std::sync::Arc::as_ptr(cache));
+        let s = cache.stats();
+        out.hits += s.hits;
+        out.misses += s.misses;
+        out.bytes_read += s.bytes_read;
+        out.bytes_written += s.bytes_written;
+        out.corrupt += s.corrupt;
+        out.evicted += s.evicted;
+        out.log_hits += s.log_hits;
+        out.log_misses += s.log_misses;
+    }
+    out
+}

@@ -16,6 +16,8 @@ pub(super) enum Column {
 pub(crate) struct Group {
     pub data: RowGroupBatch,
     pub(super) file: Arc<str>,
+    /// Its source (0 but in a mixture).
+    pub(super) source: u32,
     pub(super) ids: Option<StringArray>,
     pub(super) labels: Option<Int64Array>,
     /// Per field of the table's sample, its column (`None` where it is not read).
@@ -63,8 +65,8 @@ impl Assembler {
         let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
         let labels =
             column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
-        let snapshot = &self.snapshot;
-        let file: Arc<str> = snapshot.files().at(data.file()).path().into();
+        let (source, snapshot, file) = self.sources.locate(data.file());
+        let file: Arc<str> = snapshot.files().at(file).path().into();
         let mut fields = Vec::with_capacity(self.input_spec.fields().len());
         for field in self.input_spec.fields() {
             let read = column(&field.name);
@@ -105,6 +107,7 @@ impl Assembler {
         }
         Ok(Group {
             file,
+            source: source as u32,
             ids,
             labels,
             fields,

@@ -42,29 +42,31 @@ impl Inner {
             .await
             .map(|r| r.map_err(Into::into))
             .unwrap_or_else(|panic| {
+                let (_, snapshot, file) = self.sources.locate(file);
                 Err(StreamError::from(TableError::Panicked {
-                    location: self.snapshot.location().to_string(),
+                    location: snapshot.location().to_string(),
                     stage: stage.to_string(),
-                    object: self.snapshot.files().at(file).path().to_string(),
+                    object: snapshot.files().at(file).path().to_string(),
                     message: panic_message(panic.as_ref()),
                 }))
             })
     }
 
-    /// One sample's tensor bytes: of the fields the stream reads.
+    /// One sample's tensor bytes: of the fields the stream reads (every source delivers the
+    /// same fields).
     pub(super) fn sample_bytes(&self) -> u64 {
-        self.snapshot
+        self.sources.snapshots()[0]
             .sample()
             .tensors()
-            .filter(|(name, _)| self.columns.iter().any(|c| c == name))
+            .filter(|(name, _)| self.columns[0].iter().any(|c| c == name))
             .map(|(_, spec)| spec.nbytes() as u64)
             .sum()
     }
 
     /// Row counts of a file's row groups (the rows read of them: not deleted, selected by a
     /// filter), from its footer, checked against the log.
-    pub(super) async fn row_group_rows(&self, file: usize) -> Result<Vec<u64>, StreamError> {
-        let snapshot = &self.snapshot;
+    pub(super) async fn row_group_rows(&self, global: usize) -> Result<Vec<u64>, StreamError> {
+        let (_, snapshot, file) = self.sources.locate(global);
         let path = snapshot.file(file)?.path();
         self.hooks
             .check(Stage::Footer, path)
@@ -78,13 +80,13 @@ impl Inner {
             });
         }
         let total: u64 = rows.iter().sum();
-        if total != self.rows_per_file[file] {
+        if total != self.rows_per_file[global] {
             return Err(StreamError::from(TableError::Corrupt {
                 location: snapshot.location().to_string(),
                 file: path.to_string(),
                 reason: format!(
                     "the footer counts {total} rows, the Delta log {}",
-                    self.rows_per_file[file]
+                    self.rows_per_file[global]
                 ),
             }));
         }
@@ -109,12 +111,13 @@ impl Inner {
         // decoded: keep the share of what the group holds, as `build()` counted it.
         let mut keep = (held.div_ceil(1024) as usize).clamp(1, permit.num_permits().max(1));
         let mut group = None;
-        if self.snapshot.selects_rows() {
+        let (_, snapshot, file) = self.sources.locate(unit.file);
+        if snapshot.selects_rows() {
             // Units count the rows read (not deleted, selected by a filter): lineage needs
             // the rows in the file, and only those rows were kept (copied out), with their
             // share.
-            let selected = self.snapshot.kept_rows(unit.file, unit.row_group).await?;
-            let meta = self.snapshot.reader_metadata(unit.file).await?;
+            let selected = snapshot.kept_rows(file, unit.row_group).await?;
+            let meta = snapshot.reader_metadata(file).await?;
             let groups = meta.metadata().row_groups();
             if let Some(rows) = &selected {
                 // Copied out, the kept rows hold their share of the pages; as views, all.
@@ -131,9 +134,8 @@ impl Inner {
         }
         drop(permit.split(permit.num_permits() - keep));
         let checks = match self.verify {
-            Verify::OnUse => self
-                .snapshot
-                .row_checks(unit.file, unit.row_group, &batch)?
+            Verify::OnUse => snapshot
+                .row_checks(file, unit.row_group, &batch)?
                 .map(Arc::new),
             _ => None,
         };
@@ -164,7 +166,6 @@ impl Inner {
                 return Ok(batch);
             }
         };
-        let file = unit.file;
         let batch = group.whole.batch.clone();
         let faulted = tokio::task::spawn_blocking(move || crate::kept::fault_in(&batch))
             .await
@@ -174,9 +175,10 @@ impl Inner {
                 "row group {}, kept in memory since an earlier epoch: its pages could not be read in again: {e}",
                 unit.row_group
             );
+            let (_, snapshot, file) = self.sources.locate(unit.file);
             return Err(StreamError::from(TableError::Parquet {
-                location: self.snapshot.location().to_string(),
-                file: self.snapshot.files().at(file).path().to_string(),
+                location: snapshot.location().to_string(),
+                file: snapshot.files().at(file).path().to_string(),
                 source: parquet::errors::ParquetError::External(reason.into()),
             }));
         }
@@ -205,8 +207,9 @@ impl Inner {
         if let Some(share) = self.kept.live(key) {
             return Ok(Obtained::Reused(Reused::Shared(share)));
         }
-        let meta = self.snapshot.reader_metadata(unit.file).await?;
-        let projection = self.snapshot.projection(&meta, &self.columns)?;
+        let (source, snapshot, file) = self.sources.locate(unit.file);
+        let meta = snapshot.reader_metadata(file).await?;
+        let projection = snapshot.projection(&meta, &self.columns[source])?;
         let GroupBudget { peak, held, .. } = group_budget(
             meta.metadata().row_group(unit.row_group),
             &projection,
@@ -216,10 +219,10 @@ impl Inner {
         // check at build reads the first file's footers, a later file may hold larger groups.
         if peak > self.budget_bytes {
             return Err(StreamError::from(TableError::Incompatible {
-                location: self.snapshot.location().to_string(),
+                location: snapshot.location().to_string(),
                 reason: format!(
                     "file {}, row group {}: reading it takes {peak} bytes, more than the stream's memory budget of {} bytes; raise the memory budget (--memory-budget-mb) by at least {} MiB",
-                    self.snapshot.files().at(unit.file).path(),
+                    snapshot.files().at(file).path(),
                     unit.row_group,
                     self.budget_bytes,
                     (peak - self.budget_bytes).div_ceil(1 << 20)
@@ -257,13 +260,13 @@ impl Inner {
         unit: &Unit,
         projection: ProjectionMask,
     ) -> Result<RecordBatch, StreamError> {
+        let (_, snapshot, file) = self.sources.locate(unit.file);
         self.hooks
-            .check(Stage::Fetch, self.snapshot.files().at(unit.file).path())
+            .check(Stage::Fetch, snapshot.files().at(file).path())
             .map_err(StreamError::Internal)?;
-        let (batch, timings) = self
-            .snapshot
+        let (batch, timings) = snapshot
             .read_row_group_hooked(
-                unit.file,
+                file,
                 unit.row_group,
                 projection,
                 self.verify == Verify::OnRead,

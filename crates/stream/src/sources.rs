@@ -1,0 +1,123 @@
+//! [`Sources`]: the pinned snapshots a stream reads — one table, or a mixture's sources — with
+//! their files numbered one after the other (source 0's files, then source 1's, …), so that
+//! the plan orders, deals and resumes them as the files of one table.
+
+use std::sync::Arc;
+
+use voxlake_table::{Snapshot, TableError};
+
+use crate::error::StreamError;
+
+/// The snapshots a stream reads, in order; see the [module documentation](self).
+///
+/// Every source delivers the same fields (names, shapes, dtypes, in order): a batch mixes
+/// their rows.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    snapshots: Vec<Arc<Snapshot>>,
+    /// `first[s]`: the number of source `s`'s first file; one more entry at the end.
+    first: Vec<usize>,
+}
+
+impl From<Arc<Snapshot>> for Sources {
+    fn from(snapshot: Arc<Snapshot>) -> Self {
+        let files = snapshot.files().len();
+        Sources {
+            snapshots: vec![snapshot],
+            first: vec![0, files],
+        }
+    }
+}
+
+impl Sources {
+    /// The sources of a mixture, in order: at least one, each delivering the fields the first
+    /// does (a field that differs is an error naming the source, the field and both specs,
+    /// before any data is read).
+    pub fn new(snapshots: Vec<Arc<Snapshot>>) -> Result<Sources, StreamError> {
+        let Some(head) = snapshots.first() else {
+            return Err(StreamError::Internal("a mixture of no source".into()));
+        };
+        let want = head.sample();
+        for (s, snapshot) in snapshots.iter().enumerate().skip(1) {
+            let got = snapshot.sample();
+            let names = |spec: &voxlake_format::SampleSpec| {
+                spec.fields()
+                    .iter()
+                    .map(|f| f.name.clone())
+                    .collect::<Vec<_>>()
+            };
+            let reason = if names(want) != names(got) {
+                Some(format!(
+                    "its fields are {:?}, source 0's ({}) {:?}",
+                    names(got),
+                    voxlake_io::redact(head.location()),
+                    names(want)
+                ))
+            } else {
+                want.fields()
+                    .iter()
+                    .zip(got.fields())
+                    .find(|(a, b)| a.kind != b.kind)
+                    .map(|(a, b)| {
+                        format!(
+                            "field '{}' is {}, in source 0 ({}) {}",
+                            a.name,
+                            b.kind,
+                            voxlake_io::redact(head.location()),
+                            a.kind
+                        )
+                    })
+            };
+            if let Some(reason) = reason {
+                return Err(StreamError::from(TableError::Incompatible {
+                    location: snapshot.location().to_string(),
+                    reason: format!("source {s} of the mixture: {reason}"),
+                }));
+            }
+        }
+        let mut first = Vec::with_capacity(snapshots.len() + 1);
+        let mut at = 0;
+        for snapshot in &snapshots {
+            first.push(at);
+            at += snapshot.files().len();
+        }
+        first.push(at);
+        Ok(Sources { snapshots, first })
+    }
+
+    /// How many sources (1: one table).
+    pub fn len(&self) -> usize {
+        self.snapshots.len()
+    }
+
+    /// Whether there is no source (never: a `Sources` has at least one).
+    pub fn is_empty(&self) -> bool {
+        self.snapshots.is_empty()
+    }
+
+    /// The snapshots, in order.
+    pub fn snapshots(&self) -> &[Arc<Snapshot>] {
+        &self.snapshots
+    }
+
+    /// The number of files of all sources.
+    pub fn file_count(&self) -> usize {
+        self.first.last().copied().unwrap_or(0)
+    }
+
+    /// Files of each source, in order.
+    pub fn files_per_source(&self) -> Vec<usize> {
+        self.first.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    /// The source of file `file` (numbered over all sources).
+    pub fn source_of(&self, file: usize) -> usize {
+        (self.first.partition_point(|&f| f <= file) - 1).min(self.snapshots.len() - 1)
+    }
+
+    /// File `file`'s source, its snapshot and its number in that snapshot.
+    pub fn locate(&self, file: usize) -> (usize, &Arc<Snapshot>, usize) {
+        let s = self.source_of(file);
+        (s, &self.snapshots[s], file - self.first[s])
+    }
+}
