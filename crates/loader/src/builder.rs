@@ -39,8 +39,8 @@ pub struct LoaderBuilder {
     pub(crate) state: Option<LoaderState>,
     /// How each epoch draws its rows.
     pub(crate) sampling: voxlake_plan::sample::Sampling,
-    /// A mixture's sources (empty: the one table `table`).
-    pub(crate) sources: Vec<crate::Source>,
+    /// A mixture's sources (`None`: the one table `table`).
+    pub(crate) sources: Option<Vec<crate::Source>>,
     pub(crate) transforms: crate::transform::Transforms,
     #[cfg(feature = "tch")]
     pub(crate) device: Option<tch::Device>,
@@ -132,7 +132,7 @@ impl LoaderBuilder {
             assembly_threads: default_assembly_threads(),
             state: None,
             sampling: Default::default(),
-            sources: Vec::new(),
+            sources: None,
             transforms: Default::default(),
             #[cfg(feature = "tch")]
             device: None,

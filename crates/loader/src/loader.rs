@@ -79,7 +79,7 @@ impl Loader {
     pub fn mixture(sources: Vec<crate::Source>) -> LoaderBuilder {
         let first = sources.first().map(|s| s.location().to_string());
         let mut builder = LoaderBuilder::new(first.unwrap_or_default());
-        builder.sources = sources;
+        builder.sources = Some(sources);
         builder
     }
 

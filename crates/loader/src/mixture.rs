@@ -66,7 +66,10 @@ impl std::fmt::Debug for Source {
             .field("filter", &self.filter)
             .field(
                 "storage_option_keys",
-                &self.storage_options.as_ref().map(|o| o.keys().collect::<Vec<_>>()),
+                &self
+                    .storage_options
+                    .as_ref()
+                    .map(|o| o.keys().collect::<Vec<_>>()),
             )
             .field("share", &self.share)
             .finish()
@@ -156,16 +159,15 @@ impl LoaderBuilder {
     /// Opens the table, or each source of a mixture, at `versions` (one each, in order), at
     /// once; sources whose fields differ are refused before any data is read.
     pub(crate) async fn open_sources(&self, versions: Vec<AsOf>) -> Result<Sources, LoaderError> {
-        let opens: Vec<(String, TableOptions)> = match self.sources.is_empty() {
-            true => vec![(
+        let opens: Vec<(String, TableOptions)> = match &self.sources {
+            None => vec![(
                 self.table.clone(),
                 TableOptions {
                     as_of: versions.first().copied().unwrap_or_default(),
                     ..self.options.clone()
                 },
             )],
-            false => self
-                .sources
+            Some(sources) => sources
                 .iter()
                 .zip(versions)
                 .map(|(s, v)| (s.location().to_string(), s.options(&self.options, v)))
@@ -174,10 +176,13 @@ impl LoaderBuilder {
         if opens.is_empty() {
             return Err(LoaderError::Config("a mixture of no source".into()));
         }
-        let snapshots =
-            futures::future::try_join_all(opens.iter().map(|(at, options)| Snapshot::open(at, options)))
-                .await
-                .map_err(StreamError::from)?;
+        let snapshots = futures::future::try_join_all(
+            opens
+                .iter()
+                .map(|(at, options)| Snapshot::open(at, options)),
+        )
+        .await
+        .map_err(StreamError::from)?;
         Ok(Sources::new(snapshots.into_iter().map(Arc::new).collect())?)
     }
 
@@ -188,7 +193,7 @@ impl LoaderBuilder {
         state: &LoaderState,
         stream: &TableStream,
     ) -> Result<(), LoaderError> {
-        let ours = sources_of(&self.sources, stream);
+        let ours = sources_of(self.sources.as_deref().unwrap_or_default(), stream);
         if state.sources == ours {
             return Ok(());
         }

@@ -250,10 +250,9 @@ impl LoaderBuilder {
     /// (it must be the one pinned, if any), else the one asked for; ranks of no job each
     /// resolving "latest" are warned of.
     fn versions_to_read(&self) -> Result<Vec<AsOf>, LoaderError> {
-        let asked: Vec<AsOf> = match self.sources.is_empty() {
-            true => vec![self.options.as_of],
-            false => self
-                .sources
+        let asked: Vec<AsOf> = match &self.sources {
+            None => vec![self.options.as_of],
+            Some(sources) => sources
                 .iter()
                 .map(|s| s.as_of().unwrap_or(self.options.as_of))
                 .collect(),
@@ -276,9 +275,9 @@ impl LoaderBuilder {
                 (Some(&s), AsOf::Version(v)) if s != v => {
                     return Err(LoaderError::State(format!(
                         "the state is of version {s}{}, the builder pins version {v}",
-                        match self.sources.is_empty() {
-                            true => String::new(),
-                            false => format!(" of source {i}"),
+                        match self.sources {
+                            None => String::new(),
+                            Some(_) => format!(" of source {i}"),
                         }
                     )));
                 }
@@ -287,10 +286,7 @@ impl LoaderBuilder {
                 (None, as_of) => as_of,
             });
         }
-        if self.world_size > 1
-            && self.options.job.is_none()
-            && versions.contains(&AsOf::Latest)
-        {
+        if self.world_size > 1 && self.options.job.is_none() && versions.contains(&AsOf::Latest) {
             tracing::warn!(
                 caution = true,
                 rank = self.rank,
@@ -304,20 +300,23 @@ impl LoaderBuilder {
     /// A mixture's shares into the sampling spec (which must not name its own), its sources
     /// checked.
     fn mix_sampling(&mut self) -> Result<(), LoaderError> {
-        if self.sources.is_empty() {
+        let Some(sources) = &self.sources else {
             return Ok(());
+        };
+        if sources.is_empty() {
+            return Err(LoaderError::Config("a mixture of no source".into()));
         }
         if !self.sampling.shares().is_empty() {
             return Err(LoaderError::Config(
                 "a mixture's shares are its sources' (Source::with_proportion, with_repeat, with_choose), not the sampling spec's".into(),
             ));
         }
-        if self.sources.len() > 1 && self.options.root_store.is_some() {
+        if sources.len() > 1 && self.options.root_store.is_some() {
             return Err(LoaderError::Config(
                 "a store of the caller's (with_object_store) serves one table, not a mixture's sources".into(),
             ));
         }
-        let shares = self.sources.iter().map(|s| s.share()).collect();
+        let shares = sources.iter().map(|s| s.share()).collect();
         self.sampling = self.sampling.clone().with_shares(shares);
         Ok(())
     }
@@ -497,7 +496,7 @@ impl LoaderBuilder {
             ahead: 0,
             samples_in_epoch: 0,
             sampling: self.sampling.options(),
-            sources: crate::state::sources_of(&self.sources, stream),
+            sources: crate::state::sources_of(self.sources.as_deref().unwrap_or_default(), stream),
         }
     }
 }

@@ -17,6 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::error::StreamError;
 use crate::group::RowGroupBatch;
 use crate::kept::Kept;
+use crate::sources::Sources;
 use crate::stats::{BudgetProgress, Counters, GroupBudget, StreamStats};
 use voxlake_io::ahead::spawn_ahead;
 use voxlake_io::inflight::{Metered, Slots};
@@ -26,7 +27,6 @@ use voxlake_plan::draws::Draws;
 use voxlake_plan::order::{EpochOrder, Piece, Uneven, Unit, deal, rows_per_rank, units_of};
 use voxlake_plan::plan::{Planner, Shard};
 use voxlake_table::hooks::{Hooks, Stage};
-use crate::sources::Sources;
 use voxlake_table::{Snapshot, TableError};
 
 /// Footers read ahead of the row groups that need them.
