@@ -5,6 +5,7 @@ copy (the arrays look at the loader's buffers, given back to it when freed), plu
 ``id`` where the table has them. ``voxlake.torch.Dataset`` wraps it for ``torch.utils.data``.
 ``convert(src, table, ...)`` and ``inspect(table)`` are ``compact convert`` and ``compact inspect``;
 ``write(table, samples)`` writes samples held in memory (dicts of numpy arrays) the same way.
+A list of ``Source(table, proportion=...)`` in place of the table mixes several tables.
 The options are those of the Rust ``LoaderBuilder`` (``loader_options()`` lists them with their
 defaults); errors are ``VoxlakeError``s carrying the Rust error's message, which pickle (an
 error in a ``DataLoader`` worker is raised in the main process) and subclass the builtins a
@@ -33,6 +34,7 @@ from ._voxlake import (
     inspect,
     loader_options,
 )
+from ._source import Source
 from ._write import write
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "Loader",
     "NotFoundError",
     "OptionError",
+    "Source",
     "StoreError",
     "TableError",
     "VoxlakeError",

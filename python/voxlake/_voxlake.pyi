@@ -1,9 +1,11 @@
 """Types of the extension module (crates/python); the options' one list is loader_options()."""
 
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from ._source import Source
 
 __version__: str
 DEFAULT_MEMORY_BUDGET: int
@@ -18,7 +20,7 @@ class Loader:
 
     def __init__(
         self,
-        table: str,
+        table: Union[str, Sequence[Source]],
         *,
         batch_size: int = ...,
         epochs: Optional[int] = ...,
@@ -76,6 +78,8 @@ class Loader:
     def fields(self) -> List[Tuple[str, str]]: ...
     @property
     def version(self) -> int: ...
+    @property
+    def versions(self) -> List[int]: ...
     def batches_per_epoch(self, world_size: Optional[int] = None) -> int: ...
     def stats(self) -> Dict[str, Union[int, float]]: ...
     def close(self) -> None: ...

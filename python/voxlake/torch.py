@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 # torch's DataLoader worker loop seeds numpy.random, which numpy imports lazily: imported here,
@@ -32,7 +32,7 @@ import numpy.random  # noqa: F401
 import torch
 import torch.utils.data
 
-from . import ConfigError, Loader, loader_options
+from . import ConfigError, Loader, Source, loader_options
 from ._voxlake import DEFAULT_MEMORY_BUDGET, live_threads
 from ._device import STAGING_BUFFERS, to_device
 from ._passes import Passes, pass_token, random_token
@@ -56,12 +56,12 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
     the next pass anywhere for a state loaded in the main process.
     """
 
-    def __init__(self, table: str, **options: Any) -> None:
+    def __init__(self, table: Union[str, Sequence[Source]], **options: Any) -> None:
         super().__init__()
-        self._table = table
+        self._table: Union[str, List[Source]] = table if isinstance(table, str) else list(table)
         self._options = dict(options)
         start = int(self._options.pop("start_epoch", 0))
-        Loader(table, **self._options)  # a bad option fails here (this opens nothing)
+        Loader(self._table, **self._options)  # a bad option fails here (this opens nothing)
         epochs = self._options.get("epochs", 1)
         self._per_pass = 1 if epochs is None else int(epochs)
         self._passes = Passes(start)
@@ -73,9 +73,10 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         self._finished_state: Optional[Dict[str, Any]] = None
         self._worker_passes = 0
         self._report_states = False
-        # The version this job reads, where it was resolved for it (a DataLoader's probe, a
-        # broadcast from rank 0); a state pins its own.
-        self._job_version: Optional[int] = None
+        # The version of each table this job reads (one, or each source's of a mixture), where
+        # it was resolved for it (a DataLoader's probe, a broadcast from rank 0); a state pins
+        # its own.
+        self._job_versions: Optional[List[int]] = None
 
     def __repr__(self) -> str:
         return f"voxlake.torch.Dataset({self._table!r})"
@@ -124,8 +125,8 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
             return
         if at_boundary(state):
             pass_epoch = int(state["epoch"])  # a finished pass: the next one is the state's
-        if "version" not in self._options and "timestamp" not in self._options:
-            self._job_version = int(state["version"])  # the run goes on at the state's version
+        if not _pinned(self._table, self._options):
+            self._job_versions = _state_versions(state)  # the run goes on at the state's versions
         self._passes.set(pass_epoch, state)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
@@ -149,11 +150,12 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         if "memory_budget" not in options and workers > 1:
             # A rank's workers share the budget one loader would have.
             options["memory_budget"] = DEFAULT_MEMORY_BUDGET // workers
-        pinned = "version" in options or "timestamp" in options
-        if info is None and state is None and not pinned and self._job_version is None:
-            self._job_version = _agree_version(self._table, options, place)
-        if self._job_version is not None and state is None and not pinned:
-            options["version"] = self._job_version
+        pinned = _pinned(self._table, options)
+        if info is None and state is None and not pinned and self._job_versions is None:
+            self._job_versions = _agree_versions(self._table, options, place)
+        table = self._table
+        if self._job_versions is not None and state is None and not pinned:
+            table = _at_versions(table, options, self._job_versions)
         elif place.job is not None and not pinned and _process_group(place) is None:
             options["job"] = place.job
         self._pass_epoch = epoch
@@ -164,12 +166,12 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
             # This worker had finished the pass when the state was taken.
             self._finished_state = state
             return iter(())
-        loader = Loader(self._table, **options)
+        loader = Loader(table, **options)
         if state is not None:
             loader.load_state_dict(state)
         before = loader.state_dict()  # opens the table: the state is valid from iter() on
-        if info is None and not pinned and self._job_version is None:
-            self._job_version = loader.version  # the run's later passes read it too
+        if info is None and not pinned and self._job_versions is None:
+            self._job_versions = loader.versions  # the run's later passes read them too
         self._loader = loader
         bf16 = frozenset(name for name, dtype in loader.fields() if dtype == "bf16")
         return _Batches(loader, bf16, before if self._report_states else None, self._left)
@@ -244,7 +246,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
                 raise ConfigError(f"options {', '.join(given)} belong to the Dataset given")
         else:
             options = {k: kwargs.pop(k) for k in list(kwargs) if k in _OPTION_NAMES}
-            dataset = Dataset(str(data), **options)
+            dataset = Dataset(data if isinstance(data, (list, tuple)) else str(data), **options)
         if kwargs.pop("batch_size", None) is not None:
             raise ConfigError("batch_size is the Dataset's option")
         if kwargs.get("in_order") is False:
@@ -269,14 +271,15 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         options = dict(ds._options, rank=place.rank, world_size=place.world_size, epochs=0)
         if _process_group(place) is not None:
             options.update(rank=0, world_size=1)  # rank 0's version is broadcast at the first pass
-        pinned = "version" in options or "timestamp" in options
-        if ds._job_version is not None and not pinned:
-            options["version"] = ds._job_version  # a loaded state's, or resolved before
+        pinned = _pinned(ds._table, options)
+        table = ds._table
+        if ds._job_versions is not None and not pinned:
+            table = _at_versions(table, options, ds._job_versions)  # a loaded state's, or resolved before
         elif place.job is not None and not pinned and _process_group(place) is None:
             options["job"] = place.job  # torch.distributed agrees without writing anything
-        with Loader(ds._table, **options) as probe:
+        with Loader(table, **options) as probe:
             if not pinned:
-                ds._job_version = probe.version
+                ds._job_versions = probe.versions
             per_epoch = probe.batches_per_epoch(worker_rank(place, 0, self._workers())[1])
         self._batches_per_pass = per_epoch * self._workers() * max(ds._per_pass, 1)
 
@@ -287,12 +290,12 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         self._agreed = True
         ds = self._voxlake_dataset
         dist = _process_group(ds.placement())
-        if dist is None or "version" in ds._options or "timestamp" in ds._options:
+        if dist is None or _pinned(ds._table, ds._options):
             return
-        box = [ds._job_version]
+        box = [ds._job_versions]
         dist.broadcast_object_list(box, src=0)
-        if box[0] is not None and box[0] != ds._job_version:
-            ds._job_version = int(box[0])
+        if box[0] is not None and box[0] != ds._job_versions:
+            ds._job_versions = [int(v) for v in box[0]]
             self._batches_per_pass = None  # rank 0's version may have other rows
             self._prepare()
 
@@ -353,19 +356,42 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         self._voxlake_dataset.load_state_dict(state)
 
 
-def _agree_version(table: str, options: Dict[str, Any], place: Placement) -> Optional[int]:
-    """Rank 0's latest version, broadcast to every rank where torch.distributed is initialized
-    over them (the first pass in the main process, which the ranks start together); else None."""
+def _agree_versions(table: Union[str, List[Source]], options: Dict[str, Any], place: Placement) -> Optional[List[int]]:
+    """Rank 0's latest version of each table, broadcast to every rank where torch.distributed
+    is initialized over them (the first pass in the main process, which the ranks start
+    together); else None."""
     dist = _process_group(place)
     if dist is None:
         return None
-    box: List[Optional[int]] = [None]
+    box: List[Optional[List[int]]] = [None]
     if place.rank == 0:
         # As one rank: the log and a footer, no data, no job.
         with Loader(table, **dict(options, rank=0, world_size=1, epochs=0)) as probe:
-            box[0] = probe.version
+            box[0] = probe.versions
     dist.broadcast_object_list(box, src=0)
-    return None if box[0] is None else int(box[0])
+    return None if box[0] is None else [int(v) for v in box[0]]
+
+
+def _pinned(table: Union[str, List[Source]], options: Dict[str, Any]) -> bool:
+    """Whether the options (or, of a mixture, every source) name the version to read."""
+    if "version" in options or "timestamp" in options:
+        return True
+    return not isinstance(table, str) and all(s.pinned() for s in table)
+
+
+def _at_versions(table: Union[str, List[Source]], options: Dict[str, Any], versions: List[int]) -> Union[str, List[Source]]:
+    """``table`` at the job's ``versions``: one table's as the ``version`` option (set in
+    ``options``), each source's of a mixture on the source (those naming their own keep it)."""
+    if isinstance(table, str):
+        options["version"] = versions[0]
+        return table
+    return [s.at_version(v) for s, v in zip(table, versions)]
+
+
+def _state_versions(state: Dict[str, Any]) -> List[int]:
+    """The versions a loader state was taken at: each source's of a mixture, else the table's."""
+    sources = state.get("sources") or []
+    return [int(s["version"]) for s in sources] if sources else [int(state["version"])]
 
 
 def _process_group(place: Placement) -> Any:

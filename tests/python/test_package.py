@@ -321,6 +321,45 @@ def test_balanced_draws_and_what_stats_count_of_them(table):
     assert stats["samples"] == 300 and stats["bytes_read"] > 0
 
 
+def test_a_mixture_draws_each_sources_share_and_names_each_samples_source(table):
+    # The table twice, each source with its own filter: 3/4 of the draws label 0, 1/4 label 1.
+    sources = [voxlake.Source(table, filter="label = 0", proportion=0.75),
+               voxlake.Source(table, filter="label = 1", proportion=0.25)]
+    loader = voxlake.Loader(sources, batch_size=10, shuffle=True, seed=2, epoch_size=200)
+    assert loader.batches_per_epoch() == 20
+    assert loader.versions == [loader.version] * 2
+    batches = list(loader)
+    source = np.concatenate([b["source"] for b in batches])
+    label = np.concatenate([b["label"] for b in batches])
+    assert source.dtype == np.int64 and len(source) == 200
+    assert (source == label).all()  # source 0 reads label 0, source 1 label 1
+    assert int((source == 0).sum()) == 150
+    assert loader.stats()["sources"] == [150, 50]
+    assert "source" not in next(iter(voxlake.Loader(table, batch_size=4)))
+    # Repeat and choose: every label-0 row once, 7 draws of label 1.
+    loader = voxlake.Loader([voxlake.Source(table, filter="label = 0"),
+                             voxlake.Source(table, filter="label = 1", choose=7)], batch_size=9)
+    ids = [(int(s), i) for b in loader for s, i in zip(b["source"], b["id"])]
+    assert len(ids) == 52 + 7 and len({i for s, i in ids if s == 0}) == 52
+    assert repr(loader).startswith("voxlake.Loader([")
+
+
+def test_bad_mixtures_are_refused_by_name_before_any_read(tmp_path):
+    nowhere = str(tmp_path / "no table here")
+    with pytest.raises(voxlake.ConfigError, match="give every source a proportion or none"):
+        voxlake.Loader([voxlake.Source(nowhere, proportion=0.5), voxlake.Source(nowhere, repeat=1.0)])
+    with pytest.raises(voxlake.ConfigError, match="proportion: source 1 has weight -1"):
+        voxlake.Loader([voxlake.Source(nowhere, proportion=0.5), voxlake.Source(nowhere, proportion=-1.0)])
+    with pytest.raises(voxlake.ConfigError, match="with repeat and choose the sources set the epoch's size"):
+        voxlake.Loader([voxlake.Source(nowhere, repeat=2.0)], epoch_size=10)
+    with pytest.raises(voxlake.OptionError, match="one of proportion, repeat, choose"):
+        voxlake.Source(nowhere, proportion=0.5, repeat=2.0)
+    with pytest.raises(voxlake.OptionError, match="item 0 of the list is str"):
+        voxlake.Loader([nowhere])
+    with pytest.raises(voxlake.ConfigError, match="a mixture of no source"):
+        voxlake.Loader([])
+
+
 def test_a_subsample_is_a_new_subset_each_epoch(table):
     epochs = [ids_of(voxlake.Loader(table, batch_size=5, shuffle=True, seed=3, start_epoch=e, subsample=0.2))
               for e in (0, 1)]

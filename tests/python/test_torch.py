@@ -705,3 +705,50 @@ def test_a_resumed_run_reads_its_state_s_version_after_commits(tmp_path):
     rest, following = resume_elsewhere(table, "voxlake", 2, state)
     assert {number(i) for i in head + rest} == set(range(30))
     assert {number(i) for i in following} == set(range(30))
+
+
+MIXED = """
+import json, sys, torch
+import voxlake
+from voxlake.torch import DataLoader
+table, workers, state = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+sources = [voxlake.Source(table, filter="label = 0", proportion=0.75),
+           voxlake.Source(table, filter="label = 1", proportion=0.25)]
+dl = DataLoader(sources, num_workers=workers, epoch_size=96, batch_size=8, shuffle=True, seed=5,
+                rank=0, world_size=1)
+dl.load_state_dict(state)
+print(json.dumps([[int(s), i] for b in dl for s, i in zip(b["source"], b["id"])]))
+"""
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_mixture_through_dataloader_workers_resumes_exactly_in_a_new_process(table, context):
+    def loader():
+        sources = [voxlake.Source(table, filter="label = 0", proportion=0.75),
+                   voxlake.Source(table, filter="label = 1", proportion=0.25)]
+        return DataLoader(sources, num_workers=2, multiprocessing_context=context, epoch_size=96, **KW)
+
+    def drawn(batches):
+        out = []
+        for b in batches:
+            assert b["source"].dtype == torch.int64
+            assert (b["source"] == b["label"]).all()
+            out += [[int(s), i] for s, i in zip(b["source"], b["id"])]
+        return out
+
+    dl = loader()
+    assert len(dl) == 12
+    whole = drawn(dl)
+    assert len(whole) == 96 and sum(s for s, _ in whole) == 24
+    # The workers' batches take turns: each worker's draws hold each source's share.
+    for w in range(2):
+        mine = sum((whole[8 * k:8 * k + 8] for k in range(w, 12, 2)), [])
+        assert abs(sum(s for s, _ in mine) - 0.25 * len(mine)) <= 1, (w, mine)
+    dl = loader()
+    it = iter(dl)
+    head = drawn([next(it) for _ in range(5)])
+    state = dl.state_dict()
+    assert len(state["sources"]) == 2
+    del it
+    out = run_python(f"import sys; sys.argv = ['x'] + {[table, '2', json.dumps(state)]!r}\n" + MIXED)
+    assert head + json.loads(out) == whole

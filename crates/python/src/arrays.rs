@@ -194,7 +194,7 @@ impl LabelColumn {
 }
 
 /// The keys of a batch dict beside its fields.
-pub(crate) const OWN_KEYS: [&str; 3] = ["label", "label_valid", "id"];
+pub(crate) const OWN_KEYS: [&str; 4] = ["label", "label_valid", "id", "source"];
 
 /// Checks that field `name` does not take one of the dict's own keys (it would be lost).
 pub(crate) fn field_key(name: &str) -> PyResult<()> {
@@ -209,7 +209,7 @@ pub(crate) fn field_key(name: &str) -> PyResult<()> {
 /// `batch` as a dict, the same keys and types in every batch of a table: each field by name,
 /// then `label` where the table has a label column (an int64 array, a null as 0) with
 /// `label_valid` beside it where the column may hold nulls (a bool array), and `id` (a list of
-/// str).
+/// str), and of a mixture `source` (each sample's source, an int64 array).
 pub(crate) fn batch_dict<'py>(
     py: Python<'py>,
     mut batch: Batch,
@@ -224,6 +224,7 @@ pub(crate) fn batch_dict<'py>(
     }
     let labels = std::mem::take(&mut batch.labels);
     let ids = std::mem::take(&mut batch.ids);
+    let sources = std::mem::take(&mut batch.sources);
     let tensors = batch.tensors;
     out.set_item(first, first_array(py, tensors, recycler)?)?;
     for (name, field) in more {
@@ -239,5 +240,9 @@ pub(crate) fn batch_dict<'py>(
     }
     label_column.set_items(&out, &labels)?;
     out.set_item("id", PyList::new(py, ids)?)?;
+    if !sources.is_empty() {
+        let sources: Vec<i64> = sources.into_iter().map(i64::from).collect();
+        out.set_item("source", PyArray::from_vec(py, sources))?;
+    }
     Ok(out)
 }

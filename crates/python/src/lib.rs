@@ -24,6 +24,7 @@ mod errors;
 mod extract;
 mod loader;
 mod logs;
+mod mixture;
 mod options;
 mod sampling;
 mod setters;

@@ -69,7 +69,7 @@ struct Running {
 /// arguments are those of `voxlake.loader_options()`; `help(voxlake.Loader)` lists them.
 #[pyclass(module = "voxlake._voxlake", name = "Loader")]
 pub(crate) struct Loader {
-    table: String,
+    table: crate::mixture::Table,
     options: Option<Py<PyDict>>,
     inner: Mutex<Inner>,
 }
@@ -101,10 +101,7 @@ impl Loader {
     /// taken; built (the table opened) with the GIL released.
     fn build(&self, py: Python<'_>, inner: &mut Inner) -> PyResult<()> {
         let options = self.options.as_ref().map(|o| o.bind(py).clone());
-        let (builder, gathered) = options::apply(
-            voxlake_loader::Loader::builder(self.table.clone()),
-            options.as_ref(),
-        )?;
+        let (builder, gathered) = options::apply(self.table.builder(), options.as_ref())?;
         let (rank, world_size, from_env) = match (gathered.rank, gathered.world_size) {
             (Some(rank), Some(world_size)) => (rank, world_size, false),
             _ => {
@@ -154,10 +151,21 @@ impl Loader {
 impl Loader {
     #[new]
     #[pyo3(signature = (table, **options))]
-    fn new(table: String, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    fn new(table: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let table = crate::mixture::Table::extract(table)?;
         // Checked now, so that a bad option fails where it was written.
-        let (_, gathered) =
-            options::apply(voxlake_loader::Loader::builder(table.clone()), options)?;
+        let (_, gathered) = options::apply(table.builder(), options)?;
+        if let crate::mixture::Table::Mixture(sources) = &table {
+            if sources.is_empty() {
+                return Err(config("table: a mixture of no source"));
+            }
+            gathered
+                .spec
+                .clone()
+                .with_shares(table.shares())
+                .check()
+                .map_err(|e| config(format!("option {e}")))?;
+        }
         Ok(Loader {
             table,
             options: options.map(|o| o.copy()).transpose()?.map(Bound::unbind),
@@ -285,10 +293,18 @@ impl Loader {
         })
     }
 
-    /// The table's version read (opening the table if no pass is under way).
+    /// The table's version read (of a mixture, the first source's; opening the table if no
+    /// pass is under way).
     #[getter]
     fn version(&self, py: Python<'_>) -> PyResult<u64> {
         self.with_running(py, |r| r.loader.version())
+    }
+
+    /// The version of each table read: the one table's, or each source's of a mixture, in
+    /// order (opening the tables if no pass is under way).
+    #[getter]
+    fn versions(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
+        self.with_running(py, |r| r.loader.versions())
     }
 
     /// Batches a rank gets each epoch (opening the table if no pass is under way); over
@@ -306,14 +322,16 @@ impl Loader {
     /// whose buffers were given back and filled again (`recycled`), row groups delivered and how
     /// many of them were kept in the memory budget since an earlier epoch (`row_groups_reused`:
     /// not read again), the first batch's time and the time spent waiting for batches and in
-    /// `batch_transform` (seconds), the bytes of column chunks read (`bytes_read`) and the
-    /// samples handed out per label value (`labels`: a balanced run's draws of each).
+    /// `batch_transform` (seconds), the bytes of column chunks read (`bytes_read`), the
+    /// samples handed out per label value (`labels`: a balanced run's draws of each) and, of a
+    /// mixture, per source (`sources`, a list in the sources' order).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (stats, version, labels) = self.with_running(py, |r| {
+        let (stats, version, labels, sources) = self.with_running(py, |r| {
             (
                 r.loader.stats(),
                 r.loader.version(),
                 r.loader.labels_delivered(),
+                r.loader.sources_delivered(),
             )
         })?;
         let out = PyDict::new(py);
@@ -332,11 +350,14 @@ impl Loader {
             by_label.set_item(label, n)?;
         }
         out.set_item("labels", by_label)?;
+        if !sources.is_empty() {
+            out.set_item("sources", sources)?;
+        }
         Ok(out)
     }
 
     fn __repr__(&self) -> String {
-        format!("voxlake.Loader({:?})", self.table)
+        format!("voxlake.Loader({})", self.table.describe())
     }
 }
 

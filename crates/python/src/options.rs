@@ -21,6 +21,8 @@ use crate::sampling;
 /// make one setter call each.
 #[derive(Default)]
 pub(crate) struct Gathered {
+    /// The sampling spec the options make.
+    pub(crate) spec: voxlake::plan::sample::Sampling,
     shuffle: bool,
     seed: Option<u64>,
     shuffle_buffer: Option<usize>,
@@ -82,6 +84,15 @@ fn parse_size(text: &str) -> Option<u64> {
     };
     let bytes = number * scale as f64;
     (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+/// The version current at `v`: a timezone-aware `datetime` or RFC 3339 text.
+pub(crate) fn timestamp(v: &Bound<'_, PyAny>) -> PyResult<AsOf> {
+    let text: String = match v.extract::<String>() {
+        Ok(text) => text,
+        Err(_) => datetime_text(v)?,
+    };
+    AsOf::parse_timestamp(&text).map_err(|e| config(format!("option timestamp: {e}")))
 }
 
 /// A timezone-aware `datetime` as RFC 3339 text; a naive one is refused (whose time zone?).
@@ -211,15 +222,7 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
         name: "timestamp",
         kind: "datetime | str",
         doc: "Read the version current at this time: a timezone-aware datetime, or RFC 3339 text (e.g. \"2026-11-23T10:00:00Z\").",
-        apply: |b, _, v| {
-            let text: String = match v.extract::<String>() {
-                Ok(text) => text,
-                Err(_) => datetime_text(v)?,
-            };
-            let as_of = AsOf::parse_timestamp(&text)
-                .map_err(|e| config(format!("option timestamp: {e}")))?;
-            Ok(b.with_as_of(as_of))
-        },
+        apply: |b, _, v| Ok(b.with_as_of(timestamp(v)?)),
     },
     LoaderOption {
         name: "rank",
@@ -447,7 +450,8 @@ pub(crate) fn apply(
             builder = (option.apply)(builder, &mut g, &v)?;
         }
     }
-    builder = builder.with_sampling(sampling::spec(std::mem::take(&mut g.sampling))?);
+    g.spec = sampling::spec(std::mem::take(&mut g.sampling))?;
+    builder = builder.with_sampling(g.spec.clone());
     if g.shuffle {
         builder = builder.with_shuffle(
             g.seed.unwrap_or(0),
