@@ -8,8 +8,10 @@ use voxlake_plan::order::Uneven;
 /// Run the loader over TABLE, touch every value of every batch, and report throughput.
 #[derive(clap::Args)]
 pub(super) struct BenchArgs {
-    /// Table: a local path or a URL.
-    pub(super) table: String,
+    /// Table: a local path or a URL; several: a mixture of them, each its share of the draws
+    /// (--proportion, --repeat, --choose; default: every row of each once an epoch).
+    #[arg(required = true, num_args = 1.., value_name = "TABLE")]
+    pub(super) tables: Vec<String>,
     /// Samples per batch.
     #[arg(long, default_value_t = 32)]
     pub(super) batch_size: usize,
@@ -159,9 +161,73 @@ pub(super) struct SamplingArgs {
     /// Another salt, another assignment of rows to splits.
     #[arg(long, requires = "split")]
     pub(super) split_salt: Option<String>,
+    /// Of a mixture, each table's share of each epoch's draws, in the tables' order, e.g.
+    /// `0.6,0.3,0.1` (every table has one, or none does).
+    #[arg(long, value_name = "P,...")]
+    pub(super) proportion: Option<String>,
+    /// Of a mixture, draws per row per epoch of each table, e.g. `2,,0.5` (an empty entry: the
+    /// table's share is given by another flag).
+    #[arg(long, value_name = "R,...")]
+    pub(super) repeat: Option<String>,
+    /// Of a mixture, draws per epoch of each table, e.g. `,100,` (an empty entry: the table's
+    /// share is given by another flag).
+    #[arg(long, value_name = "N,...")]
+    pub(super) choose: Option<String>,
 }
 
 impl SamplingArgs {
+    /// The tables as a mixture's sources with their shares (`None`: one table, no share
+    /// flag). A list of another length than the tables, a value that does not parse, or two
+    /// shares for one table is an error naming the flag.
+    pub(super) fn sources(
+        &self,
+        tables: &[String],
+    ) -> Result<Option<Vec<voxlake_loader::Source>>, String> {
+        let flags = [
+            ("proportion", &self.proportion),
+            ("repeat", &self.repeat),
+            ("choose", &self.choose),
+        ];
+        if tables.len() == 1 && flags.iter().all(|(_, v)| v.is_none()) {
+            return Ok(None);
+        }
+        let mut sources: Vec<(voxlake_loader::Source, Option<&str>)> = tables
+            .iter()
+            .map(|t| (voxlake_loader::Source::new(t.as_str()), None))
+            .collect();
+        for (flag, list) in flags {
+            let Some(list) = list else { continue };
+            let values: Vec<&str> = list.split(',').map(str::trim).collect();
+            if values.len() != tables.len() {
+                return Err(format!(
+                    "--{flag} {list:?}: {} values for {} tables",
+                    values.len(),
+                    tables.len()
+                ));
+            }
+            for ((source, given), value) in sources.iter_mut().zip(values) {
+                if value.is_empty() {
+                    continue;
+                }
+                if let Some(other) = given {
+                    return Err(format!(
+                        "--{flag} and --{other} both give table {} a share",
+                        source.location()
+                    ));
+                }
+                let bad = || format!("--{flag}: {value:?} is not a number");
+                let s = std::mem::replace(source, voxlake_loader::Source::new(""));
+                *source = match flag {
+                    "proportion" => s.with_proportion(value.parse().map_err(|_| bad())?),
+                    "repeat" => s.with_repeat(value.parse().map_err(|_| bad())?),
+                    _ => s.with_choose(value.parse().map_err(|_| bad())?),
+                };
+                *given = Some(flag);
+            }
+        }
+        Ok(Some(sources.into_iter().map(|(s, _)| s).collect()))
+    }
+
     /// The spec the flags make, checked (as a state records it: `option=value` pairs).
     pub(super) fn spec(&self) -> Result<voxlake_plan::sample::Sampling, String> {
         let subsample = self.subsample.map(|f| f.to_string());

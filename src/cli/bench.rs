@@ -76,7 +76,11 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
     // its (empty) ids and state written.
     stop_on_signals();
     let start = Instant::now();
-    let mut builder = Loader::builder(args.table.clone())
+    let builder = match args.sampling.sources(&args.tables)? {
+        None => Loader::builder(args.tables[0].clone()),
+        Some(sources) => Loader::mixture(sources),
+    };
+    let mut builder = builder
         .with_storage_options(args.storage.clone().options()?)
         .with_batch_size(args.batch_size)
         .with_epochs(args.epochs)

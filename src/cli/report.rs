@@ -60,8 +60,10 @@ pub(super) fn write(
         .collect();
     let report = serde_json::json!({
         "stopped_by_signal": run.stopped_by,
-        "table": voxlake_io::redact(&args.table),
+        "table": voxlake_io::redact(&args.tables[0]),
+        "tables": args.tables.iter().map(|t| voxlake_io::redact(t)).collect::<Vec<_>>(),
         "version": loader.version(),
+        "versions": loader.versions(),
         "samples": samples,
         "batches": stats.batches,
         "epochs": args.epochs,
@@ -105,6 +107,7 @@ pub(super) fn write(
             .iter()
             .map(|(l, n)| (l.map_or("null".to_string(), |l| l.to_string()), serde_json::json!(n)))
             .collect::<serde_json::Map<String, serde_json::Value>>(),
+        "sources_delivered": loader.sources_delivered(),
         "rank": loader.rank().0,
         "world_size": loader.rank().1,
         "next_epoch": state.epoch,

@@ -295,3 +295,55 @@ async fn a_mixture_resumes_exactly_on_the_same_and_another_world() {
     let e = first_error(one, "one table");
     assert!(e.contains("2 table(s)") || e.contains("source"), "{e}");
 }
+
+#[tokio::test]
+async fn voxlake_bench_mixes_the_tables_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = table(dir.path(), "a", 20).await;
+    let b = table(dir.path(), "b", 30).await;
+    let bench = |flags: &[&str]| {
+        std::process::Command::new(voxlake_testkit::voxlake_bin())
+            .args(["bench", &a, &b, "--shuffle", "--json", "--batch-size", "8"])
+            .args(flags)
+            .output()
+            .unwrap()
+    };
+    let out = bench(&["--proportion", "0.75,0.25", "--epoch-size", "40"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["draws_per_epoch"], 40);
+    assert_eq!(report["sources_delivered"], serde_json::json!([30, 10]));
+    assert_eq!(report["versions"].as_array().unwrap().len(), 2);
+    let out = bench(&["--repeat", "2,", "--choose", ",3"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sources_delivered"], serde_json::json!([40, 3]));
+    // Two tables without a share flag: every row of each once.
+    let out = bench(&[]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sources_delivered"], serde_json::json!([20, 30]));
+    for (flags, says) in [
+        (
+            &["--proportion", "0.5"][..],
+            "--proportion \"0.5\": 1 values for 2 tables",
+        ),
+        (
+            &["--repeat", "1,1", "--choose", "2,"][..],
+            "--choose and --repeat both give table",
+        ),
+        (
+            &["--proportion", "0.5,-1"][..],
+            "proportion: source 1 has weight -1",
+        ),
+    ] {
+        let out = bench(flags);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(says),
+            "{flags:?}: {stderr}"
+        );
+    }
+}
