@@ -4,7 +4,9 @@ touched), against the plain epoch of the same round:
 - `balance`: every label an equal share of the same number of draws (with replacement),
 - `subsample`: a new 10 % of the rows (distinct) each epoch,
 - `subsample by row group`: a new 10 % taken as whole row groups,
-- `split`: the 10 % validation split of train/val 0.9/0.1.
+- `split`: the 10 % validation split of train/val 0.9/0.1,
+- `mixture`: the table twice as a mixture's two sources, half the rows of each (distinct, a new
+  half each epoch): as many draws as the plain epoch, from two snapshots.
 Per mode, the median over the rounds (and the range) of its samples/s over the plain run's,
 its bytes of column chunks fetched over the plain run's, and the share of label 1 in what it
 delivered.
@@ -23,10 +25,12 @@ MODES = {
     "subsample": ["--subsample", "0.1"],
     "subsample by row group": ["--subsample", "0.1", "--subset-by", "row_group"],
     "split": ["--split", "val", "--splits", "train:0.9,val:0.1"],
+    "mixture": ["{table}", "--repeat", "0.5,0.5"],
 }
 
 
 def run(binary: str, table: str, seed: int, flags: list) -> dict:
+    flags = [f.format(table=table) for f in flags]
     out = subprocess.run([binary, "bench", table, "--shuffle", "--seed", str(seed), "--json", *flags],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])

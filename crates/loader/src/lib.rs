@@ -63,6 +63,7 @@ mod fork;
 pub mod launch;
 mod loader;
 mod mixture;
+mod open;
 mod producer;
 mod sampling;
 // The staging ring feeds the CUDA path; pure, so it is built and tested without libtorch.

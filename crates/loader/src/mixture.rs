@@ -36,15 +36,10 @@
 //! ```
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use voxlake_delta::AsOf;
 use voxlake_plan::mixture::Share;
-use voxlake_stream::{Sources, StreamError, TableStream};
-use voxlake_table::{Snapshot, TableOptions};
-
-use crate::state::{LoaderState, sources_of};
-use crate::{LoaderBuilder, LoaderError};
+use voxlake_table::TableOptions;
 
 /// One table of a mixture: see the [module documentation](self). Settings it does not name
 /// (cache, job, sample columns, …) are the loader builder's.
@@ -152,75 +147,5 @@ impl Source {
                 .unwrap_or_else(|| base.storage_options.clone()),
             ..base.clone()
         }
-    }
-}
-
-impl LoaderBuilder {
-    /// Opens the table, or each source of a mixture, at `versions` (one each, in order), at
-    /// once; sources whose fields differ are refused before any data is read.
-    pub(crate) async fn open_sources(&self, versions: Vec<AsOf>) -> Result<Sources, LoaderError> {
-        let opens: Vec<(String, TableOptions)> = match &self.sources {
-            None => vec![(
-                self.table.clone(),
-                TableOptions {
-                    as_of: versions.first().copied().unwrap_or_default(),
-                    ..self.options.clone()
-                },
-            )],
-            Some(sources) => sources
-                .iter()
-                .zip(versions)
-                .map(|(s, v)| (s.location().to_string(), s.options(&self.options, v)))
-                .collect(),
-        };
-        if opens.is_empty() {
-            return Err(LoaderError::Config("a mixture of no source".into()));
-        }
-        let snapshots = futures::future::try_join_all(
-            opens
-                .iter()
-                .map(|(at, options)| Snapshot::open(at, options)),
-        )
-        .await
-        .map_err(StreamError::from)?;
-        Ok(Sources::new(snapshots.into_iter().map(Arc::new).collect())?)
-    }
-
-    /// A state of a mixture was taken over these sources at these versions: else an error
-    /// naming the source that differs.
-    pub(crate) fn check_sources(
-        &self,
-        state: &LoaderState,
-        stream: &TableStream,
-    ) -> Result<(), LoaderError> {
-        let ours = sources_of(self.sources.as_deref().unwrap_or_default(), stream);
-        if state.sources == ours {
-            return Ok(());
-        }
-        if state.sources.len() != ours.len() {
-            return Err(LoaderError::State(format!(
-                "the state is of {} source(s), this loader mixes {}",
-                state.sources.len().max(1),
-                ours.len().max(1)
-            )));
-        }
-        let (i, (theirs, ours)) = state
-            .sources
-            .iter()
-            .zip(&ours)
-            .enumerate()
-            .find(|(_, (a, b))| a != b)
-            .ok_or_else(|| LoaderError::Internal("sources differ but none does".into()))?;
-        Err(LoaderError::State(format!(
-            "source {i} of the state is {} at version {} ({}, {} files), this loader's is {} at version {} ({}, {} files)",
-            theirs.table,
-            theirs.version,
-            theirs.files,
-            theirs.file_count,
-            ours.table,
-            ours.version,
-            ours.files,
-            ours.file_count
-        )))
     }
 }

@@ -18,7 +18,8 @@ impl SamplingError {
     }
 
     /// The option at fault: `balance`, `class_weights`, `weight_column`, `epoch_size`,
-    /// `subsample`, `subset_by`, `split`, `splits` or `split_salt`.
+    /// `subsample`, `subset_by`, `split`, `splits`, `split_salt`, `sources`, `proportion` or
+    /// `repeat`.
     pub fn option(&self) -> &'static str {
         self.option
     }
@@ -36,3 +37,15 @@ impl std::fmt::Display for SamplingError {
 }
 
 impl std::error::Error for SamplingError {}
+
+/// A weight must be finite and not negative.
+pub(crate) fn check_weight(option: &'static str, what: &str, w: f64) -> Result<(), SamplingError> {
+    if w.is_finite() && w >= 0.0 {
+        Ok(())
+    } else {
+        Err(SamplingError::new(
+            option,
+            format!("{what} has weight {w}: weights must be finite and not negative"),
+        ))
+    }
+}

@@ -24,8 +24,7 @@
 //! # Ok::<(), voxlake_plan::sample::SamplingError>(())
 //! ```
 
-use crate::error::SamplingError;
-use crate::sample::check_weight;
+use crate::error::{SamplingError, check_weight};
 
 /// A source's share of each epoch's draws: see the [module documentation](self).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -35,6 +35,7 @@
 //! ```
 
 pub use crate::error::SamplingError;
+use crate::error::check_weight;
 use crate::mixture::Share;
 use crate::split::Split;
 
@@ -384,18 +385,6 @@ fn pairs_of<K>(text: &str, key: impl Fn(&str) -> Option<K>) -> Option<Vec<(K, f6
             Some((key(k)?, v.parse().ok()?))
         })
         .collect()
-}
-
-/// A weight must be finite and not negative.
-pub(crate) fn check_weight(option: &'static str, what: &str, w: f64) -> Result<(), SamplingError> {
-    if w.is_finite() && w >= 0.0 {
-        Ok(())
-    } else {
-        Err(SamplingError::new(
-            option,
-            format!("{what} has weight {w}: weights must be finite and not negative"),
-        ))
-    }
 }
 
 #[cfg(test)]

@@ -103,7 +103,7 @@ fn source(item: &Bound<'_, PyAny>) -> PyResult<Source> {
         source = source.with_as_of(AsOf::Version(value("Source.version", &v, "an int")?));
     }
     if let Some(v) = attr("timestamp")? {
-        source = source.with_as_of(crate::options::timestamp(&v)?);
+        source = source.with_as_of(crate::extract::timestamp(&v)?);
     }
     if let Some(v) = attr("storage_options")? {
         let map: HashMap<String, String> =

@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use voxlake::AsOf;
 use voxlake_loader::{DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
 
 use crate::errors::{config, option};
-use crate::extract::{dtype, type_name, value};
+use crate::extract::{dtype, timestamp, value};
 use crate::sampling;
 
 /// Options gathered before they reach the builder: the shuffle's three and the rank's two
@@ -84,32 +83,6 @@ fn parse_size(text: &str) -> Option<u64> {
     };
     let bytes = number * scale as f64;
     (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
-}
-
-/// The version current at `v`: a timezone-aware `datetime` or RFC 3339 text.
-pub(crate) fn timestamp(v: &Bound<'_, PyAny>) -> PyResult<AsOf> {
-    let text: String = match v.extract::<String>() {
-        Ok(text) => text,
-        Err(_) => datetime_text(v)?,
-    };
-    AsOf::parse_timestamp(&text).map_err(|e| config(format!("option timestamp: {e}")))
-}
-
-/// A timezone-aware `datetime` as RFC 3339 text; a naive one is refused (whose time zone?).
-fn datetime_text(v: &Bound<'_, PyAny>) -> PyResult<String> {
-    let datetime = v.py().import("datetime")?.getattr("datetime")?;
-    if !v.is_instance(&datetime)? {
-        return Err(option(format!(
-            "option timestamp: expected a datetime or RFC 3339 text, got {}",
-            type_name(v)
-        )));
-    }
-    if v.call_method0("utcoffset")?.is_none() {
-        return Err(config(
-            "option timestamp: a naive datetime has no time zone: give an aware one (datetime.now(timezone.utc))",
-        ));
-    }
-    v.call_method0("isoformat")?.extract()
 }
 
 /// `fields`: names in order, or a dict of names to `(shape, dtype)` (or None).
