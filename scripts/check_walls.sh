@@ -66,6 +66,32 @@ if grep -nE '^pub use voxlake_(io|delta|table|plan|format)' crates/stream/src/li
   fail "voxlake-stream re-exports a crate below it: use the item's own path"
 fi
 
+# One public path to each item: no library crate re-exports another crate's item (indented or
+# not), but in the hidden module its macros name (`__macro`, `__private`); the loader's
+# `pub use tch` hands users the tch its tensors are of.
+python3 - <<'PY' || fail "an item re-exported under a second public path: use its own crate's path"
+import pathlib, re, sys
+bad = []
+external = re.compile(r"^\s*pub use (voxlake_\w+|object_store|deltalake\w*|arrow\w*|parquet|tokio|async_trait|futures)\b")
+for path in sorted(pathlib.Path("crates").glob("*/src/**/*.rs")):
+    if path.parts[1] in ("python", "testkit"):
+        continue
+    hidden = None
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        m = re.match(r"^(\s*)pub mod __(macro|private) \{", line)
+        if m:
+            hidden = m.group(1) + "}"
+            continue
+        if hidden is not None:
+            if line == hidden:
+                hidden = None
+            continue
+        if external.match(line):
+            bad.append(f"{path}:{n}: {line.strip()}")
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+PY
 # No file of crates/*/src imports a file that imports it; none has over 500 lines before its tests.
 python3 scripts/check_layers.py
 python3 scripts/file_sizes.py --over 500 || fail "files over 500 lines of non-test code (one job per file: split them)"

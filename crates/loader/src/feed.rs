@@ -46,6 +46,8 @@ pub(crate) struct DeviceFeed<C: Copier> {
     ring: Ring<Tensor, C::Fence>,
     batch_size: usize,
     capacity: usize,
+    /// Whether the staging buffers are page-locked (else pageable: libtorch could not lock them).
+    pinned: bool,
 }
 
 /// A batch on the device: each tensor field's samples in stored layout `[B, …shape]`, in
@@ -105,7 +107,14 @@ impl<C: Copier> DeviceFeed<C> {
             ring: Ring::new(buffers).map_err(LoaderError::Internal)?,
             batch_size,
             capacity,
+            pinned,
         })
+    }
+
+    /// Whether the staging buffers are page-locked.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn pinned(&self) -> bool {
+        self.pinned
     }
 
     /// Times a staging buffer was still being copied when its turn came.
@@ -371,8 +380,9 @@ mod tests {
     use super::*;
     use std::cell::Cell;
 
-    /// A copier on the CPU: copies at once, and counts the fences asked about.
-    struct Host<'a>(&'a Cell<usize>);
+    /// A copier on the CPU: copies at once, and counts the fences asked about; asks for
+    /// page-locked buffers where `.1`.
+    struct Host<'a>(&'a Cell<usize>, bool);
 
     struct Done;
 
@@ -392,7 +402,7 @@ mod tests {
             Ok((host.copy(), Done))
         }
         fn pinned(&self) -> bool {
-            false
+            self.1
         }
     }
 
@@ -447,6 +457,26 @@ mod tests {
         fn pinned(&self) -> bool {
             false
         }
+    }
+
+    #[test]
+    fn staging_falls_back_to_pageable_buffers_where_none_can_be_locked() {
+        // Page-locked buffers asked for: without a GPU libtorch cannot lock them, and the feed
+        // goes on with pageable ones (a warning, not an error), its batches whole.
+        let copies = Cell::new(0);
+        let mut feed = DeviceFeed::new(Host(&copies, true), 2, &[8]).unwrap();
+        assert_eq!(feed.pinned(), tch::Cuda::is_available());
+        let owned: [Vec<u8>; 2] = [vec![1; 8], vec![2; 8]];
+        let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let got = feed
+            .send(&[staged(DType::F32, &[2], &refs)], &[Some(3), Some(4)], None)
+            .unwrap();
+        assert_eq!(got.tensors.len(), 1);
+        assert_eq!(got.tensors[0].size(), vec![2, 2]);
+        let bytes = Vec::<u8>::try_from(&got.tensors[0].view_dtype(Kind::Uint8).view(-1)).unwrap();
+        assert_eq!(bytes, [vec![1; 8], vec![2; 8]].concat());
+        assert_eq!(Vec::<i64>::try_from(&got.labels.unwrap()).unwrap(), vec![3, 4]);
+        assert_eq!(copies.get(), 1);
     }
 
     #[test]
@@ -508,7 +538,7 @@ mod tests {
     fn a_staged_batch_arrives_as_the_ndarray_path_builds_it() {
         let copies = Cell::new(0);
         let shape = [2usize, 3, 4];
-        let mut feed = DeviceFeed::new(Host(&copies), 5, &[24 * 8]).unwrap();
+        let mut feed = DeviceFeed::new(Host(&copies, false), 5, &[24 * 8]).unwrap();
         for dtype in DType::ALL.into_iter().filter(|&d| kind_of(d).is_ok()) {
             // Full batches and a shorter last one, with and without labels, round the ring.
             for (turn, rows) in [5usize, 5, 3, 5, 1].into_iter().enumerate() {
@@ -550,7 +580,7 @@ mod tests {
     #[test]
     fn a_batch_larger_than_staged_is_refused() {
         let copies = Cell::new(0);
-        let mut feed = DeviceFeed::new(Host(&copies), 2, &[4]).unwrap();
+        let mut feed = DeviceFeed::new(Host(&copies, false), 2, &[4]).unwrap();
         let rows = [[0u8; 4]; 3];
         let refs: Vec<&[u8]> = rows.iter().map(|r| &r[..]).collect();
         let e = feed
@@ -584,7 +614,7 @@ mod tests {
         // a scalar (f64), labelled: one copy per batch, each field viewed in place.
         let copies = Cell::new(0);
         let fields = [6 * 4, 6, 8];
-        let mut feed = DeviceFeed::new(Host(&copies), 3, &fields).unwrap();
+        let mut feed = DeviceFeed::new(Host(&copies, false), 3, &fields).unwrap();
         for rows in [3usize, 1, 3] {
             let volume = samples(DType::F32, rows, 6);
             let mask = samples(DType::U8, rows, 6);

@@ -420,10 +420,7 @@ mod tests {
     }
 
     #[test]
-    fn pinning_without_a_gpu_falls_back() {
-        // No GPU here: pin_memory fails and the batch stays in pageable memory.
-        let host = Tensor::empty([4], (Kind::Float, Device::Cpu));
-        assert!(host.f_pin_memory(Device::Cuda(0)).is_err() || tch::Cuda::is_available());
+    fn kinds_and_dtypes_map_both_ways() {
         assert!(kind_of(DType::U32).is_err());
         assert_eq!(dtype_of(kind_of(DType::F16).unwrap()), DType::F16);
         assert_eq!(dtype_of(kind_of(DType::BF16).unwrap()), DType::BF16);

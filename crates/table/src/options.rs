@@ -7,18 +7,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use object_store::ObjectStore;
-pub use voxlake_format::DType;
-pub use voxlake_format::sample::{ColumnHints, FieldHint};
-pub use voxlake_io::cache::CacheChoice;
+use object_store::ObjectStore;
+use voxlake_format::sample::ColumnHints;
+use voxlake_io::cache::CacheChoice;
 
 use crate::error::TableError;
 use crate::snapshot::Snapshot;
 use voxlake_delta::pin;
 use voxlake_delta::{DeltaLog, Prior};
-// For `table_options_setters!`, which names it from the builder's crate.
-#[doc(hidden)]
-pub use voxlake_delta::{AsOf, pin::Job};
+use voxlake_delta::AsOf;
 
 /// How a table is opened: everything [`Snapshot::open`] needs besides the
 /// location.
@@ -165,7 +162,7 @@ macro_rules! table_options_setters {
         /// store's `ThrottledStore` for latency experiments, …
         pub fn with_object_store(
             mut self,
-            store: ::std::sync::Arc<dyn $crate::options::ObjectStore>,
+            store: ::std::sync::Arc<dyn $crate::__macro::ObjectStore>,
         ) -> Self {
             self.$field.root_store = Some(store);
             self
@@ -178,13 +175,13 @@ macro_rules! table_options_setters {
         /// change (see `voxlake_io::cache`). Default: the cache `VOXLAKE_CACHE_DIR` names
         /// (capped at `VOXLAKE_CACHE_MAX_MB`), if set. Local tables are never cached.
         pub fn with_cache(mut self, dir: impl Into<::std::path::PathBuf>, max_bytes: u64) -> Self {
-            self.$field.cache = $crate::options::CacheChoice::Folder(dir.into(), max_bytes);
+            self.$field.cache = $crate::__macro::CacheChoice::Folder(dir.into(), max_bytes);
             self
         }
 
         /// Which disk cache to read through: one already open (shared by the loaders of a
         /// process), none whatever the environment says, or as `with_cache`.
-        pub fn with_cache_choice(mut self, cache: $crate::options::CacheChoice) -> Self {
+        pub fn with_cache_choice(mut self, cache: $crate::__macro::CacheChoice) -> Self {
             self.$field.cache = cache;
             self
         }
@@ -201,7 +198,7 @@ macro_rules! table_options_setters {
         /// `voxlake_loader::LoaderBuilder` takes the job from `VOXLAKE_JOB_ID`,
         /// `TORCHELASTIC_RUN_ID` or `SLURM_JOB_ID` when its rank comes from the launcher. A
         /// loader of one rank writes nothing; a pinned version (`with_version`) needs no marker.
-        pub fn with_job(mut self, job: impl Into<$crate::options::Job>) -> Self {
+        pub fn with_job(mut self, job: impl Into<$crate::__macro::Job>) -> Self {
             self.$field.job = Some(job.into());
             self
         }
@@ -219,7 +216,7 @@ macro_rules! table_options_setters {
         /// Pins the table version (default: the latest at open, or a resumed state's). A
         /// version the log does not have is an error saying which is the latest.
         pub fn with_version(mut self, version: u64) -> Self {
-            self.$field.as_of = $crate::options::AsOf::Version(version);
+            self.$field.as_of = $crate::__macro::AsOf::Version(version);
             self
         }
 
@@ -228,12 +225,12 @@ macro_rules! table_options_setters {
         /// files' modification times). A time before the first commit is an error saying when
         /// the table starts. `AsOf::parse_timestamp` reads RFC 3339 text.
         pub fn with_timestamp(mut self, at: ::std::time::SystemTime) -> Self {
-            self.$field.as_of = $crate::options::AsOf::Timestamp(at);
+            self.$field.as_of = $crate::__macro::AsOf::Timestamp(at);
             self
         }
 
         /// The version to read, as `with_version` or `with_timestamp` say it.
-        pub fn with_as_of(mut self, as_of: $crate::options::AsOf) -> Self {
+        pub fn with_as_of(mut self, as_of: $crate::__macro::AsOf) -> Self {
             self.$field.as_of = as_of;
             self
         }
@@ -241,7 +238,7 @@ macro_rules! table_options_setters {
         /// How samples are read from a table other tools wrote, all at once (the same settings
         /// as the `with_tensor_*`, `with_field*`, `with_label_column` and `with_id_column`
         /// methods; see `voxlake_format::sample`).
-        pub fn with_sample_columns(mut self, hints: $crate::options::ColumnHints) -> Self {
+        pub fn with_sample_columns(mut self, hints: $crate::__macro::ColumnHints) -> Self {
             self.$field.hints = hints;
             self
         }
@@ -262,7 +259,7 @@ macro_rules! table_options_setters {
         pub fn with_tensor_shape(
             mut self,
             shape: Vec<usize>,
-            dtype: $crate::options::DType,
+            dtype: $crate::__macro::DType,
         ) -> Self {
             self.$field.hints = self.$field.hints.with_tensor_shape(shape, dtype);
             self
@@ -284,7 +281,7 @@ macro_rules! table_options_setters {
             self.$field.hints = self
                 .$field
                 .hints
-                .with_field($crate::options::FieldHint::new(name));
+                .with_field($crate::__macro::FieldHint::new(name));
             self
         }
 
@@ -294,12 +291,12 @@ macro_rules! table_options_setters {
             mut self,
             name: impl Into<String>,
             shape: Vec<usize>,
-            dtype: $crate::options::DType,
+            dtype: $crate::__macro::DType,
         ) -> Self {
-            self.$field.hints = self.$field.hints.with_field($crate::options::FieldHint {
+            self.$field.hints = self.$field.hints.with_field($crate::__macro::FieldHint {
                 shape: Some(shape),
                 dtype: Some(dtype),
-                ..$crate::options::FieldHint::new(name)
+                ..$crate::__macro::FieldHint::new(name)
             });
             self
         }

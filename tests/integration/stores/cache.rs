@@ -324,13 +324,14 @@ async fn a_rewritten_file_is_never_read_from_the_cache(backend: Backend) {
 
 on_every_backend!(a_rewritten_file_is_never_read_from_the_cache);
 
-/// `command` as user `nobody` (`setpriv`), or `None` with the reason it cannot run here: only
-/// root can act as another user.
+/// `command` as user `nobody` (`setpriv`), or the reason to skip given by
+/// `voxlake_testkit::as_nobody` (not root, with VOXLAKE_SKIP_ROOT_TESTS set).
 fn as_nobody(args: &[&str]) -> Result<std::process::Output, String> {
-    voxlake_testkit::as_nobody(args[0])?
+    let mut command = voxlake_testkit::as_nobody(args[0])?;
+    Ok(command
         .args(&args[1..])
         .output()
-        .map_err(|e| format!("setpriv: {e}"))
+        .unwrap_or_else(|e| panic!("setpriv {args:?}: {e}")))
 }
 
 /// Another local user (`nobody`, a real process through `setpriv`) gets to a shared scratch

@@ -377,10 +377,16 @@ async fn planted_entries_and_locks_are_never_followed_or_waited_on() {
 
 #[tokio::test]
 async fn another_users_cache_or_entry_is_never_used() {
-    // Needs root to hand a folder to another user (`nobody`): skipped otherwise (CI and
-    // scripts/test.sh run as root here).
+    // Needs root to hand a folder to another user (`nobody`): as voxlake_testkit::as_nobody,
+    // a run not as root fails unless VOXLAKE_SKIP_ROOT_TESTS says to skip it (scripts/test.sh
+    // sets it, and says so, when not root).
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("VOXLAKE_SKIP_ROOT_TESTS").is_some(),
+            "this test needs root: run it as root, or set VOXLAKE_SKIP_ROOT_TESTS=1 to skip it knowingly"
+        );
+        eprintln!("SKIPPED (VOXLAKE_SKIP_ROOT_TESTS is set): not root");
         return;
     }
     let nobody = 65534;
