@@ -3,6 +3,6 @@
 # already).
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
 if [ -z "${BIN:-}" ]; then
-  cargo build --release --quiet -p voxlake-compact --bin compact -p voxlake --bin voxlake
+  cargo build --release --quiet -p voxlake-cli --bin compact --bin voxlake
 fi
 bin=${BIN:-$CARGO_TARGET_DIR/release}

@@ -114,7 +114,7 @@ fn is_validation(id: &str) -> bool {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    voxlake::compact::cli::init_tracing();
+    voxlake_cli::init_tracing();
     let args = Args::parse();
     tch::set_num_threads(2);
     tch::manual_seed(0);

@@ -66,6 +66,17 @@ if grep -nE '^pub use voxlake_(io|delta|table|plan|format)' crates/stream/src/li
   fail "voxlake-stream re-exports a crate below it: use the item's own path"
 fi
 
+# The libraries build no command line: argument parsing and progress bars are voxlake-cli's,
+# and so is the log subscriber (which the Delta kernel deltalake builds brings along anyway:
+# only a direct dependency on it is refused).
+for lib in voxlake-compact voxlake-loader voxlake; do
+  tree=$(cargo tree -p "$lib" -e normal --prefix none)
+  direct=$(cargo tree -p "$lib" -e normal --prefix none --depth 1)
+  if echo "$tree" | grep -qE '^(clap|indicatif) ' || echo "$direct" | grep -qE '^tracing-subscriber '; then
+    fail "$lib depends on a command-line crate: $(echo "$tree" | grep -E '^(clap|indicatif|tracing-subscriber) ' | sort -u | tr '\n' ' ')(those are voxlake-cli's)"
+  fi
+done
+
 # One public path to each item: no library crate re-exports another crate's item (indented or
 # not), but in the hidden module its macros name (`__macro`, `__private`); the loader's
 # `pub use tch` hands users the tch its tensors are of.

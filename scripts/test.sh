@@ -47,8 +47,8 @@ cargo clippy --workspace --all-features --all-targets --quiet -- -D warnings
 # The API docs build without a broken or private link.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
 # What scripts/demo.sh builds: the binaries without the `cloud` feature (local tables only).
-cargo clippy -p voxlake-compact --bin compact -p voxlake --bin voxlake --no-default-features --quiet -- -D warnings
-# The binaries the CLI tests run, built with the same feature selection as the tests.
+cargo clippy -p voxlake-cli --bin compact --bin voxlake --no-default-features --quiet -- -D warnings
+# The binaries the CLI and Python tests run (default features: none of them needs `--device`).
 cargo build --workspace --bins
 cargo test --workspace --all-features "$@"
 # The Python package (crates/python + python/voxlake) built by maturin and installed into

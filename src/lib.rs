@@ -10,15 +10,11 @@
 //!   deletion vectors, the file list);
 //! - [`table`]: a table's data at a version (samples, filters, row-group reads);
 //! - [`stream`]: the budgeted prefetch pipeline over a table's row groups;
-//! - [`loader`]: the batching iterator a training loop calls;
-//! - [`cli`]: the `voxlake` and `compact` command lines.
+//! - [`loader`]: the batching iterator a training loop calls.
 //!
-//! Test and bench tooling (the fault proxy) lives in the unpublished `voxlake-testkit` crate.
+//! The `voxlake` and `compact` command lines are the `voxlake-cli` crate's; test and bench
+//! tooling (the fault proxy) lives in the unpublished `voxlake-testkit` crate.
 #![warn(missing_docs)]
-// serde_json's `json!` recurses once per field of `voxlake bench`'s report.
-#![recursion_limit = "256"]
-
-pub mod cli;
 
 pub use voxlake_compact as compact;
 pub use voxlake_delta as delta;

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 count=${1:-4000}
 runs=${2:-3}
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
-cargo build --release --quiet -p voxlake-compact --bin compact
+cargo build --release --quiet -p voxlake-cli --bin compact
 compact="$CARGO_TARGET_DIR/release/compact"
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 count=${1:-4000}
 runs=${2:-3}
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
-cargo build --release --quiet -p voxlake-compact --bin compact -p voxlake --bin voxlake
+cargo build --release --quiet -p voxlake-cli --bin compact --bin voxlake
 bin="$CARGO_TARGET_DIR/release"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt \

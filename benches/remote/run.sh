@@ -14,7 +14,7 @@ count=${1:-2000}
 runs=${2:-2}
 latencies=${LATENCIES:-"20 100"}
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
-cargo build --release --quiet -p voxlake-compact --bin compact -p voxlake --bin voxlake \
+cargo build --release --quiet -p voxlake-cli --bin compact --bin voxlake \
   -p voxlake-testkit --bin latency_proxy
 bin="$CARGO_TARGET_DIR/release"
 [ -x .venv/bin/python ] || python3 -m venv .venv

@@ -5,13 +5,15 @@ touched), against the plain epoch of the same round:
 - `subsample`: a new 10 % of the rows (distinct) each epoch,
 - `subsample by row group`: a new 10 % taken as whole row groups,
 - `split`: the 10 % validation split of train/val 0.9/0.1,
-- `mixture`: the table twice as a mixture's two sources, half the rows of each (distinct, a new
-  half each epoch): as many draws as the plain epoch, from two snapshots.
+- `mixture`: the table twice as a mixture's two sources, every row of each once (twice the
+  plain epoch's draws, from two snapshots),
+- `mixture half each`: the same two sources, half the rows of each (distinct, a new half each
+  epoch): as many draws as the plain epoch, but every row group of both read (row subsets).
 Per mode, the median over the rounds (and the range) of its samples/s over the plain run's,
 its bytes of column chunks fetched over the plain run's, and the share of label 1 in what it
 delivered.
 
-    python3 benches/sampling/sampling.py VOXLAKE_BIN TABLE [ROUNDS=7]
+    python3 benches/sampling/sampling.py VOXLAKE_BIN TABLE [ROUNDS=7] [MODE,MODE...]
 """
 
 import json
@@ -25,7 +27,8 @@ MODES = {
     "subsample": ["--subsample", "0.1"],
     "subsample by row group": ["--subsample", "0.1", "--subset-by", "row_group"],
     "split": ["--split", "val", "--splits", "train:0.9,val:0.1"],
-    "mixture": ["{table}", "--repeat", "0.5,0.5"],
+    "mixture": ["{table}"],
+    "mixture half each": ["{table}", "--repeat", "0.5,0.5"],
 }
 
 
@@ -39,6 +42,10 @@ def run(binary: str, table: str, seed: int, flags: list) -> dict:
 def main() -> None:
     binary, table = sys.argv[1], sys.argv[2]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 7
+    if len(sys.argv) > 4:  # only these modes (and plain)
+        keep = set(sys.argv[4].split(",")) | {"plain"}
+        for mode in [m for m in MODES if m not in keep]:
+            del MODES[mode]
     ratios = {m: [] for m in MODES if m != "plain"}
     bytes_ratio = {m: [] for m in MODES if m != "plain"}
     ones = {m: [] for m in MODES}

@@ -2,7 +2,7 @@
 # Two builds of `voxlake` alternated on one local S3 store behind the latency proxy (see
 # benches/scale/alternate.py), e.g. this checkout against an older commit:
 #   git worktree add /tmp/old <rev> && (cd /tmp/old && CARGO_TARGET_DIR=/tmp/old-target \
-#     cargo build --release -p voxlake --bin voxlake)
+#     cargo build --release -p voxlake-cli --bin voxlake)
 #   benches/scale/alternate.sh /tmp/old-target/release/voxlake [ROUNDS=3]
 # (a worktree sharing this checkout's target folder can leave it a stale library: give it its own).
 set -euo pipefail

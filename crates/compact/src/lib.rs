@@ -42,7 +42,6 @@ use std::sync::Arc;
 
 use voxlake_format::{DType, Layout};
 
-pub mod cli;
 mod commit;
 mod convert;
 mod error;

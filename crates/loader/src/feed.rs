@@ -469,13 +469,20 @@ mod tests {
         let owned: [Vec<u8>; 2] = [vec![1; 8], vec![2; 8]];
         let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         let got = feed
-            .send(&[staged(DType::F32, &[2], &refs)], &[Some(3), Some(4)], None)
+            .send(
+                &[staged(DType::F32, &[2], &refs)],
+                &[Some(3), Some(4)],
+                None,
+            )
             .unwrap();
         assert_eq!(got.tensors.len(), 1);
         assert_eq!(got.tensors[0].size(), vec![2, 2]);
         let bytes = Vec::<u8>::try_from(&got.tensors[0].view_dtype(Kind::Uint8).view(-1)).unwrap();
         assert_eq!(bytes, [vec![1; 8], vec![2; 8]].concat());
-        assert_eq!(Vec::<i64>::try_from(&got.labels.unwrap()).unwrap(), vec![3, 4]);
+        assert_eq!(
+            Vec::<i64>::try_from(&got.labels.unwrap()).unwrap(),
+            vec![3, 4]
+        );
         assert_eq!(copies.get(), 1);
     }
 

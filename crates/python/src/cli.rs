@@ -17,8 +17,8 @@ const PANICKED: u8 = 101;
 #[pyfunction]
 pub(crate) fn run_command(py: Python<'_>, name: &str, argv: Vec<OsString>) -> PyResult<u8> {
     let command: fn(Vec<OsString>) -> u8 = match name {
-        "compact" => voxlake::cli::compact,
-        "voxlake" => voxlake::cli::voxlake,
+        "compact" => voxlake_cli::compact,
+        "voxlake" => voxlake_cli::voxlake,
         other => {
             return Err(PyValueError::new_err(format!(
                 "no command line named {other:?} (compact, voxlake)"

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use pyo3::prelude::*;
-use voxlake_compact::{CompactError, Compactor, cli};
+use voxlake_compact::{CompactError, Compactor};
 use voxlake_format::DType;
 
 use crate::errors::{Kind, config, internal, raise, table_kind};
@@ -117,9 +117,9 @@ pub(crate) fn convert<'py>(
         }
         compactor = compactor.with_shard(index, count);
     }
-    let bar = progress.then(cli::progress_bar);
+    let bar = progress.then(voxlake_cli::progress_bar);
     if let Some(bar) = &bar {
-        compactor = cli::with_progress_bar(compactor, bar);
+        compactor = voxlake_cli::with_progress_bar(compactor, bar);
     }
     let summary = run(py, async move { compactor.convert(&src).await });
     if let Some(bar) = bar {

@@ -13,9 +13,9 @@ use voxlake_io::cache::CacheChoice;
 
 use crate::error::TableError;
 use crate::snapshot::Snapshot;
+use voxlake_delta::AsOf;
 use voxlake_delta::pin;
 use voxlake_delta::{DeltaLog, Prior};
-use voxlake_delta::AsOf;
 
 /// How a table is opened: everything [`Snapshot::open`] needs besides the
 /// location.

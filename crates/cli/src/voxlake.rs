@@ -1,14 +1,4 @@
-//! The command lines, as the binaries and the Python package's console scripts run them:
-//! [`voxlake`] (`voxlake bench`) and [`compact`].
-//!
-//! Each takes the process's arguments (the first is the program's name, as in
-//! [`std::env::args_os`]) and returns its exit status.
-//!
-//! ```
-//! // `--version` prints and succeeds; an unknown command is clap's usage error, status 2.
-//! assert_eq!(voxlake::cli::voxlake(["voxlake", "--version"]), 0);
-//! assert_eq!(voxlake::cli::voxlake(["voxlake", "no-such-command"]), 2);
-//! ```
+//! `voxlake`: tools around the loader; `voxlake bench TABLE` measures it.
 
 mod args;
 mod bench;
@@ -17,8 +7,6 @@ mod report;
 use std::ffi::OsString;
 
 use clap::{Parser, Subcommand};
-
-pub use voxlake_compact::cli::main as compact;
 
 #[derive(Parser)]
 #[command(
@@ -47,7 +35,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    voxlake_compact::cli::init_tracing();
+    crate::compact::init_tracing();
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -63,18 +51,18 @@ where
         (Ok(()), None) => 0,
         // Stopped by a signal, with its state and ids written: the shell's 128 + signal.
         (Ok(()), Some(signal)) => {
-            voxlake_compact::cli::say(format_args!(
+            crate::compact::say(format_args!(
                 "stopped by signal {signal}: the state and ids of every batch delivered are written"
             ));
             u8::try_from(128 + signal).unwrap_or(1)
         }
         // Stopped before there was anything to write (the table still opening).
         (Err(e), Some(signal)) => {
-            voxlake_compact::cli::say(format_args!("error: {e}"));
+            crate::compact::say(format_args!("error: {e}"));
             u8::try_from(128 + signal).unwrap_or(1)
         }
         (Err(e), None) => {
-            voxlake_compact::cli::say(format_args!("error: {e}"));
+            crate::compact::say(format_args!("error: {e}"));
             1
         }
     }

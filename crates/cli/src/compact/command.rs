@@ -9,7 +9,7 @@ use voxlake_format::{Codec, DType, Layout};
 
 use super::args as cli;
 use super::print;
-use crate::{Compactor, OnError, synth};
+use voxlake_compact::{Compactor, OnError, synth};
 
 #[derive(Parser)]
 #[command(

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use voxlake_compact::cli;
+use crate::compact as cli;
 use voxlake_plan::order::Uneven;
 
 /// Run the loader over TABLE, touch every value of every batch, and report throughput.

@@ -3,5 +3,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    ExitCode::from(voxlake_compact::cli::main(std::env::args_os()))
+    ExitCode::from(voxlake_cli::compact(std::env::args_os()))
 }

@@ -4,7 +4,7 @@
 /// logs each error it returns as an ERROR event at every layer (with a backtrace under
 /// `RUST_BACKTRACE`), and voxlake reports that error itself, once, naming the log file; set
 /// `RUST_LOG=buoyant_kernel=debug` to see them.
-pub const DEFAULT_LOG_FILTER: &str = "warn,buoyant_kernel=off,buoyant_kernel_engine=off";
+pub(crate) const DEFAULT_LOG_FILTER: &str = "warn,buoyant_kernel=off,buoyant_kernel_engine=off";
 
 /// Logs to stderr, filtered by `RUST_LOG` (default: [`DEFAULT_LOG_FILTER`]); a no-op when the
 /// process already has a subscriber (a second command run from one Python process).
@@ -20,13 +20,13 @@ pub fn init_tracing() {
 
 /// Writes one line for the person at the terminal to stderr (an error, what a command did
 /// besides its output); a stderr that cannot be written to is not an error of the command's.
-pub fn say(line: std::fmt::Arguments<'_>) {
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let _unwritable = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// Parses a `--storage-option KEY=VALUE`.
-pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| "expected KEY=VALUE".to_string())
@@ -37,23 +37,23 @@ const SECRET_KEY_PARTS: [&str; 6] = ["key", "secret", "sas", "token", "password"
 
 /// Storage options: on the command line, or (for secrets) from a file.
 #[derive(clap::Args, Clone)]
-pub struct StorageArgs {
+pub(crate) struct StorageArgs {
     /// A storage option KEY=VALUE (object_store keys, e.g. azure_storage_account_name). A
     /// secret here shows in every process list: give secrets in the environment
     /// (AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_KEY, AWS_SECRET_ACCESS_KEY, …) or in a file
     /// (--storage-option-file).
     #[arg(long = "storage-option", value_parser = parse_key_value)]
-    pub storage_options: Vec<(String, String)>,
+    pub(crate) storage_options: Vec<(String, String)>,
     /// A file of storage options, one KEY=VALUE a line (blank lines and `#` comments skipped):
     /// the way to give secrets, which --storage-option shows in process lists.
     #[arg(long = "storage-option-file")]
-    pub storage_option_file: Option<std::path::PathBuf>,
+    pub(crate) storage_option_file: Option<std::path::PathBuf>,
 }
 
 impl StorageArgs {
     /// The options: the file's, then the command line's over them. A secret on the command
     /// line is used, with a warning naming its key.
-    pub fn options(self) -> Result<std::collections::HashMap<String, String>, String> {
+    pub(crate) fn options(self) -> Result<std::collections::HashMap<String, String>, String> {
         let mut options = std::collections::HashMap::new();
         if let Some(path) = &self.storage_option_file {
             let text = std::fs::read_to_string(path)
@@ -89,37 +89,37 @@ impl StorageArgs {
 
 /// How samples are read from a table other tools wrote.
 #[derive(clap::Args, Clone)]
-pub struct SampleArgs {
+pub(crate) struct SampleArgs {
     /// The column holding the tensors (default: `tensor`, else the only one that can).
     #[arg(long)]
-    pub tensor_column: Option<String>,
+    pub(crate) tensor_column: Option<String>,
     /// Shape of one sample (`30,30,10,10`): needed for LIST and raw BINARY columns.
     #[arg(long, value_delimiter = ',')]
-    pub shape: Option<Vec<usize>>,
+    pub(crate) shape: Option<Vec<usize>>,
     /// Element type of one sample: needed only where the bytes carry no type (raw BINARY);
     /// elsewhere it is checked against the column's.
     #[arg(long)]
-    pub dtype: Option<voxlake_format::DType>,
+    pub(crate) dtype: Option<voxlake_format::DType>,
     /// The label column (default `label` if there is one).
     #[arg(long)]
-    pub label_column: Option<String>,
+    pub(crate) label_column: Option<String>,
     /// The id column (default `id` if there is one).
     #[arg(long)]
-    pub id_column: Option<String>,
+    pub(crate) id_column: Option<String>,
     /// A field of the sample (repeatable; the first a tensor): `NAME`, or `NAME=8,8,4` and
     /// `NAME=8,8,4:u8` where the column's bytes need a shape or a type. When given, the sample
     /// is these fields (with the label and id).
     #[arg(long = "field", value_parser = parse_field)]
-    pub fields: Vec<voxlake_format::sample::FieldHint>,
+    pub(crate) fields: Vec<voxlake_format::sample::FieldHint>,
     /// What nulls of a field become (repeatable): `FIELD=error` (the default: an error naming
     /// the column, file and row), `FIELD=fill:VALUE`, or `FIELD=mask` (zeros, and a bool field
     /// `FIELD_valid`).
     #[arg(long = "null", value_parser = parse_null)]
-    pub nulls: Vec<(String, voxlake_format::sample::NullPolicy)>,
+    pub(crate) nulls: Vec<(String, voxlake_format::sample::NullPolicy)>,
 }
 
 /// Parses a `--null FIELD=error|mask|fill:VALUE`.
-pub fn parse_null(s: &str) -> Result<(String, voxlake_format::sample::NullPolicy), String> {
+pub(crate) fn parse_null(s: &str) -> Result<(String, voxlake_format::sample::NullPolicy), String> {
     let (name, policy) = s
         .split_once('=')
         .ok_or_else(|| "expected FIELD=error, FIELD=mask or FIELD=fill:VALUE".to_string())?;
@@ -127,7 +127,7 @@ pub fn parse_null(s: &str) -> Result<(String, voxlake_format::sample::NullPolicy
 }
 
 /// Parses a `--field NAME[=SHAPE[:DTYPE]]`.
-pub fn parse_field(s: &str) -> Result<voxlake_format::sample::FieldHint, String> {
+pub(crate) fn parse_field(s: &str) -> Result<voxlake_format::sample::FieldHint, String> {
     let (name, rest) = match s.split_once('=') {
         Some((name, rest)) => (name, Some(rest)),
         None => (s, None),
@@ -158,19 +158,19 @@ pub fn parse_field(s: &str) -> Result<voxlake_format::sample::FieldHint, String>
 
 /// Which version of a table to read.
 #[derive(clap::Args)]
-pub struct VersionArgs {
+pub(crate) struct VersionArgs {
     /// Pin the table version.
     #[arg(long, conflicts_with = "timestamp")]
-    pub version: Option<u64>,
+    pub(crate) version: Option<u64>,
     /// Read the table as it was at this time (RFC 3339, e.g. 2026-11-23T10:00:00Z): the
     /// latest version committed at or before it.
     #[arg(long)]
-    pub timestamp: Option<String>,
+    pub(crate) timestamp: Option<String>,
 }
 
 impl VersionArgs {
     /// The version to read.
-    pub fn as_of(&self) -> Result<voxlake_delta::AsOf, String> {
+    pub(crate) fn as_of(&self) -> Result<voxlake_delta::AsOf, String> {
         match (&self.timestamp, self.version) {
             (Some(text), _) => voxlake_delta::AsOf::parse_timestamp(text),
             (None, version) => Ok(version.into()),
@@ -180,7 +180,7 @@ impl VersionArgs {
 
 impl SampleArgs {
     /// The settings as the libraries take them.
-    pub fn hints(self) -> voxlake_format::sample::ColumnHints {
+    pub(crate) fn hints(self) -> voxlake_format::sample::ColumnHints {
         voxlake_format::sample::ColumnHints {
             tensor: self.tensor_column,
             shape: self.shape,
@@ -208,9 +208,9 @@ pub fn progress_bar() -> indicatif::ProgressBar {
 /// `compactor` reporting its progress on `bar`: files done of all, MB/s, the table's version,
 /// objects skipped.
 pub fn with_progress_bar(
-    compactor: crate::Compactor,
+    compactor: voxlake_compact::Compactor,
     bar: &indicatif::ProgressBar,
-) -> crate::Compactor {
+) -> voxlake_compact::Compactor {
     let bar = bar.clone();
     let start = std::time::Instant::now();
     compactor.with_progress(std::sync::Arc::new(move |p| {

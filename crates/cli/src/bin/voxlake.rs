@@ -3,5 +3,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    ExitCode::from(voxlake::cli::voxlake(std::env::args_os()))
+    ExitCode::from(voxlake_cli::voxlake(std::env::args_os()))
 }

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use crate::{ConvertSummary, TableInfo};
+use voxlake_compact::{ConvertSummary, TableInfo};
 
 /// Printing failed: stdout closed (`compact … | head`) or a value that does not serialize.
 pub(super) type Error = Box<dyn std::error::Error>;

@@ -7,8 +7,6 @@ mod args;
 mod command;
 mod print;
 
-pub use args::{
-    DEFAULT_LOG_FILTER, SampleArgs, StorageArgs, VersionArgs, init_tracing, parse_field,
-    parse_key_value, parse_null, progress_bar, say, with_progress_bar,
-};
+pub(crate) use args::{SampleArgs, StorageArgs, VersionArgs, say};
+pub use args::{init_tracing, progress_bar, with_progress_bar};
 pub use command::main;
