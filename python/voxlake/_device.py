@@ -16,11 +16,10 @@ import numpy as np
 import torch
 
 from . import ConfigError
-from ._voxlake import _copy_into
+from ._voxlake import STAGING_BUFFERS, _copy_into
 
-#: Staging buffers in ``to_device``'s ring (as the Rust feed's ``STAGING_BUFFERS``): a batch's
-#: copy finishes long before the ring comes round, so the next batches are staged meanwhile.
-STAGING_BUFFERS = 3
+# STAGING_BUFFERS: the buffers in ``to_device``'s ring, the Rust feed's number: a batch's copy
+# finishes long before the ring comes round, so the next batches are staged meanwhile.
 
 
 def to_device(

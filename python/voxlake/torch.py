@@ -36,7 +36,7 @@ from . import ConfigError, Loader, Source, loader_options
 from ._voxlake import DEFAULT_MEMORY_BUDGET, live_threads
 from ._device import STAGING_BUFFERS, to_device
 from ._passes import Passes, pass_token, random_token
-from ._placement import Placement, at_boundary, compose, fit, resolve, worker_rank
+from ._placement import Placement, at_boundary, compose, fit, resolve, state_versions, worker_rank
 
 __all__ = ["DataLoader", "Dataset", "STAGING_BUFFERS", "to_device"]
 
@@ -126,7 +126,7 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         if at_boundary(state):
             pass_epoch = int(state["epoch"])  # a finished pass: the next one is the state's
         if not _pinned(self._table, self._options):
-            self._job_versions = _state_versions(state)  # the run goes on at the state's versions
+            self._job_versions = state_versions(state)  # the run goes on at the state's versions
         self._passes.set(pass_epoch, state)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
@@ -386,12 +386,6 @@ def _at_versions(table: Union[str, List[Source]], options: Dict[str, Any], versi
         options["version"] = versions[0]
         return table
     return [s.at_version(v) for s, v in zip(table, versions)]
-
-
-def _state_versions(state: Dict[str, Any]) -> List[int]:
-    """The versions a loader state was taken at: each source's of a mixture, else the table's."""
-    sources = state.get("sources") or []
-    return [int(s["version"]) for s in sources] if sources else [int(state["version"])]
 
 
 def _process_group(place: Placement) -> Any:

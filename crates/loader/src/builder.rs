@@ -80,8 +80,7 @@ impl LoaderBuilder {
         let batches = batches_outside(self.prefetch) * batch_size as u64 * sample_bytes;
         #[cfg(feature = "tch")]
         if self.device.is_some_and(|d| d.is_cuda()) {
-            let staged =
-                crate::feed::STAGING_BUFFERS as u64 * batch_size as u64 * (sample_bytes + 8);
+            let staged = crate::STAGING_BUFFERS as u64 * batch_size as u64 * (sample_bytes + 8);
             return batches.max(staged);
         }
         batches

@@ -24,11 +24,7 @@ use crate::LoaderError;
 use crate::ring::{Fence, Ring};
 use crate::torch::{empty_host, fill_raw, kind_of, with_error};
 
-/// Staging buffers in the ring: a batch's copy should finish long before the ring comes round
-/// (11.5 MB at PCIe gen4's ~25 GB/s is ~0.5 ms: an estimate, not measured here), so three keep
-/// the assembler from waiting while the previous batch's copy is queued; `staging_waits` says
-/// when they do not. Counted in the memory budget (see `LoaderBuilder::outside_bytes`).
-pub(crate) const STAGING_BUFFERS: usize = 3;
+use crate::STAGING_BUFFERS;
 
 /// Copies a host tensor to a device, with a fence that passes once the copy has finished.
 pub(crate) trait Copier {

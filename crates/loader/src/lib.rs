@@ -76,6 +76,7 @@ mod stats;
 #[cfg(feature = "tch")]
 pub mod torch;
 pub mod transform;
+pub mod workers;
 
 pub use batch::{Batch, FieldBatch, FieldRef, RowOrigin, Tensors};
 pub use builder::{DEFAULT_MEMORY_BUDGET, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
@@ -88,6 +89,13 @@ pub use stats::LoaderStats;
 pub use tch;
 
 use voxlake_stream::StreamError;
+
+/// Staging buffers in a CUDA feed's ring (feature `tch`), and in the Python package's
+/// `voxlake.torch.to_device`: a batch's copy should finish long before the ring comes round
+/// (11.5 MB at PCIe gen4's ~25 GB/s is ~0.5 ms: an estimate), so three keep the assembler from
+/// waiting while the previous batch's copy is queued; `staging_waits` says when they do not.
+/// Counted in the memory budget (see `LoaderBuilder::with_memory_budget`).
+pub const STAGING_BUFFERS: usize = 3;
 
 /// Errors of the loader.
 #[derive(Debug, thiserror::Error)]

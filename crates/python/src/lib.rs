@@ -9,7 +9,7 @@
 //! runs `convert` and `inspect`, `cli` the console scripts, `staging` copies a batch into
 //! `voxlake.torch.to_device`'s page-locked buffers, `logs` hands the crates' `tracing` events to Python's `logging`, `shared` the
 //! compare-and-swap
-//! `voxlake.torch.Dataset`'s passes agree on, `errors` turns the crates' errors into
+//! `voxlake.torch.Dataset`'s passes agree on, `workers` a DataLoader worker's rank and the pass's state, `errors` turns the crates' errors into
 //! the exceptions of `python/voxlake/_errors.py`.
 
 #![warn(missing_docs)]
@@ -31,6 +31,7 @@ mod setters;
 mod shared;
 mod staging;
 mod transforms;
+mod workers;
 
 use pyo3::prelude::*;
 
@@ -50,6 +51,11 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli::run_command, m)?)?;
     m.add_function(wrap_pyfunction!(staging::copy_into, m)?)?;
     m.add_function(wrap_pyfunction!(shared::compare_exchange, m)?)?;
+    m.add_function(wrap_pyfunction!(workers::worker_rank, m)?)?;
+    m.add_function(wrap_pyfunction!(workers::state_fit, m)?)?;
+    m.add_function(wrap_pyfunction!(workers::state_compose, m)?)?;
+    m.add_function(wrap_pyfunction!(workers::state_at_boundary, m)?)?;
+    m.add_function(wrap_pyfunction!(workers::state_versions, m)?)?;
     let at_exit = wrap_pyfunction!(batch_transform::at_exit, m)?;
     m.py()
         .import("atexit")?
@@ -63,6 +69,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .import("os")?
         .call_method("register_at_fork", (), Some(&kwargs))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("STAGING_BUFFERS", voxlake_loader::STAGING_BUFFERS)?;
     m.add(
         "DEFAULT_MEMORY_BUDGET",
         voxlake_loader::DEFAULT_MEMORY_BUDGET,
