@@ -6,7 +6,7 @@
 /// `RUST_LOG=buoyant_kernel=debug` to see them.
 pub(crate) const DEFAULT_LOG_FILTER: &str = "warn,buoyant_kernel=off,buoyant_kernel_engine=off";
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: [`DEFAULT_LOG_FILTER`]); a no-op when the
+/// Logs to stderr, filtered by `RUST_LOG` (default: warnings, the Delta kernel's left out); a no-op when the
 /// process already has a subscriber (a second command run from one Python process).
 pub fn init_tracing() {
     let _already_set = tracing_subscriber::fmt()
