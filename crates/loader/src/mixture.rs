@@ -2,38 +2,6 @@
 //! version, filter and store settings, and its share of each epoch's draws
 //! ([`voxlake_plan::mixture`]). Every batch says which source each sample came from
 //! (`Batch::sources`).
-//!
-//! ```
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let dir = tempfile::tempdir()?;
-//! # let mut tables = Vec::new();
-//! # for (name, n) in [("curated", 8), ("noisy", 24)] {
-//! #     let data = voxlake_compact::synth::generate(&dir.path().join(name), n, 1)?;
-//! #     let table = dir.path().join(name).join("table").to_string_lossy().into_owned();
-//! #     tokio::runtime::Runtime::new()?.block_on(
-//! #         voxlake_compact::Compactor::new(&table).convert(&data.cubes.to_string_lossy()))?;
-//! #     tables.push(table);
-//! # }
-//! use voxlake_loader::{Loader, Source};
-//!
-//! // Three quarters of each epoch's 16 draws from the curated table, a quarter from the other.
-//! let loader = Loader::mixture(vec![
-//!     Source::new(&tables[0]).with_proportion(0.75),
-//!     Source::new(&tables[1]).with_proportion(0.25),
-//! ])
-//! .with_sampling(voxlake_plan::sample::Sampling::default().with_epoch_size(16))
-//! .with_batch_size(4)
-//! .build()?;
-//! let mut per_source = [0; 2];
-//! for batch in loader {
-//!     for s in batch?.sources {
-//!         per_source[s as usize] += 1;
-//!     }
-//! }
-//! assert_eq!(per_source, [12, 4]);
-//! # Ok(())
-//! # }
-//! ```
 
 use std::collections::HashMap;
 
@@ -41,8 +9,43 @@ use voxlake_delta::AsOf;
 use voxlake_plan::mixture::Share;
 use voxlake_table::TableOptions;
 
-/// One table of a mixture: see the [module documentation](self). Settings it does not name
-/// (cache, job, sample columns, …) are the loader builder's.
+/// One table of a mixture ([`Loader::mixture`](crate::Loader::mixture)): its location, its own
+/// version, filter and store settings, and its share of each epoch's draws
+/// ([`voxlake_plan::mixture`]). Settings it does not name (cache, job, sample columns, …) are
+/// the loader builder's; each batch says which source each sample came from
+/// (`Batch::sources`).
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let mut tables = Vec::new();
+/// # for (name, n) in [("curated", 8), ("noisy", 24)] {
+/// #     let data = voxlake_compact::synth::generate(&dir.path().join(name), n, 1)?;
+/// #     let table = dir.path().join(name).join("table").to_string_lossy().into_owned();
+/// #     tokio::runtime::Runtime::new()?.block_on(
+/// #         voxlake_compact::Compactor::new(&table).convert(&data.cubes.to_string_lossy()))?;
+/// #     tables.push(table);
+/// # }
+/// use voxlake_loader::{Loader, Source};
+///
+/// // Three quarters of each epoch's 16 draws from the curated table, a quarter from the other.
+/// let loader = Loader::mixture(vec![
+///     Source::new(&tables[0]).with_proportion(0.75),
+///     Source::new(&tables[1]).with_proportion(0.25),
+/// ])
+/// .with_sampling(voxlake_plan::sample::Sampling::default().with_epoch_size(16))
+/// .with_batch_size(4)
+/// .build()?;
+/// let mut per_source = [0; 2];
+/// for batch in loader {
+///     for s in batch?.sources {
+///         per_source[s as usize] += 1;
+///     }
+/// }
+/// assert_eq!(per_source, [12, 4]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Source {
     location: String,

@@ -8,7 +8,9 @@ use voxlake_table::{Snapshot, TableError};
 
 use crate::error::StreamError;
 
-/// The snapshots a stream reads, in order; see the [module documentation](self).
+/// The snapshots a stream reads, in order: one table, or a mixture's sources, their files
+/// numbered one after the other (source 0's, then source 1's, …) so that the plan orders,
+/// deals and resumes them as the files of one table.
 ///
 /// Every source delivers the same fields (names, shapes, dtypes, in order): a batch mixes
 /// their rows.

@@ -7,7 +7,7 @@
 //! - [`filter`]: the filter language and the statistics it skips by.
 //! - [`rows`]: which rows of a row group are read (deletion vectors, a selection), as pure
 //!   arithmetic.
-//! - [`options`]: [`TableOptions`], how a table is opened, and the `with_*` setters every
+//! - `options`: [`TableOptions`], how a table is opened, and the `with_*` setters every
 //!   builder that opens one shares.
 //! - [`hooks`]: fault injection at each stage of a read (feature `fault-hooks`, tests only).
 //!
