@@ -65,9 +65,8 @@ impl Compactor {
         self.report(&summary, total);
 
         // The source in table order, through the loader's reader (budgeted, prefetched).
-        let stream = TableStream::builder(source)
-            .with_sample_columns(hints)
-            .build_on(Arc::new(snapshot));
+        // Opened above with the sample's column hints.
+        let stream = TableStream::over(Arc::new(snapshot)).build();
         let mut groups = stream.epoch(0);
         let mut sink = self.row_sink(&table, &spec)?;
         let mut seen = HashSet::new();

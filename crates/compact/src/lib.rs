@@ -65,6 +65,7 @@ pub use writer::RowWriter;
 
 /// What to do with a source object that cannot be converted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum OnError {
     /// Stop; what was committed before stays, nothing half-written is visible.
     #[default]

@@ -20,6 +20,7 @@ const ID_KEY: &str = "delta.columnMapping.id";
 
 /// How the files find a column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum MappingMode {
     /// Files name columns as the log does.
     #[default]

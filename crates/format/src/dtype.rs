@@ -8,7 +8,8 @@ use crate::FormatError;
 /// The element type of a tensor.
 ///
 /// Values are always stored little-endian in the table; the names are numpy's short codes
-/// (`f32` is numpy's `<f4`).
+/// (`f32` is numpy's `<f4`). Not `#[non_exhaustive]` on purpose: the loader's kernels match
+/// every type, and a type added here must fail their build until each handles it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     /// `bool`, one byte per value (0 or 1).
@@ -43,6 +44,7 @@ pub enum DType {
 
 /// How far a conversion between element types may go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Casting {
     /// Only casts that keep every value exactly (numpy's `safe`): `f16 → f32`, `u8 → i16`, …
     Safe,

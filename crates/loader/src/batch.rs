@@ -68,6 +68,7 @@ pub enum FieldBatch {
 
 /// One field of a batch, as [`Batch::fields`] lists them.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum FieldRef<'a> {
     /// A tensor field: `[B, …shape]`.
     Tensors(&'a Tensors),
@@ -173,6 +174,7 @@ impl Batch {
 /// The tensor batch, in the table's element type.
 #[derive(Debug, Clone, PartialEq)]
 #[allow(missing_docs)]
+#[non_exhaustive]
 pub enum Tensors {
     Bool(ArrayD<bool>),
     I8(ArrayD<i8>),

@@ -215,6 +215,7 @@ pub fn from_env() -> Result<Option<Launch>, String> {
 
 /// Which node affinity a loader asked for ([`LoaderBuilder::with_node_affinity`](crate::LoaderBuilder::with_node_affinity)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum NodeAffinity {
     /// The files shuffled over all ranks every epoch.
     #[default]

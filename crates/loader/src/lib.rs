@@ -184,6 +184,7 @@ impl LoaderError {
 
 /// How many epochs to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Epochs {
     /// This many, then the iterator ends.
     Count(u64),

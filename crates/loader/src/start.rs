@@ -275,11 +275,15 @@ impl LoaderBuilder {
         let outside = self.outside_bytes(self.batch_size, sample_bytes) + files_bytes(&sources);
         // (Too little left for the stream is refused later, with the smallest budget that works.)
         let stream_budget = self.memory_budget.saturating_sub(outside).max(1024);
-        let columns = self.read.columns.clone();
-        let stream = TableStream::builder(self.table.clone())
+        let columns = self
+            .read
+            .columns
+            .clone()
+            .unwrap_or_else(|| default_columns(snapshot));
+        let stream = TableStream::over(sources)
             .with_shard(shard)
             .with_read_options(ReadOptions {
-                columns: Some(columns.unwrap_or_else(|| default_columns(snapshot))),
+                columns: Some(columns),
                 // Each row is checked just before its copy into a batch (`fill::Check`).
                 verify: match self.read.verify {
                     Verify::OnRead => Verify::OnUse,
@@ -296,7 +300,7 @@ impl LoaderBuilder {
             Some(n) => stream.with_row_group_prefetch(n),
             None => stream,
         };
-        let stream = stream.build_on(sources);
+        let stream = stream.build();
         // Buffered row groups keep their budget share: the buffer takes at most half of the
         // stream's.
         if let Some((_, rows)) = self.shuffle {

@@ -65,6 +65,7 @@ const ROWS: u64 = 3;
 /// Which groups pushed with fewer rows to draw than they hold are loose from the start (their
 /// rows copied out by the caller, the rest of the group freed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Loosen {
     /// Any such group: the pieces at the edges of a rank's span, a few an epoch.
     #[default]

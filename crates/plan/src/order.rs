@@ -38,6 +38,7 @@ use crate::plan::Planner;
 
 /// What to do with the rows that do not divide evenly over the ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Uneven {
     /// Every rank gets `⌈R/W⌉` rows; the shortfall repeats rows of the same epoch.
     #[default]

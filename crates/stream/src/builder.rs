@@ -26,12 +26,14 @@ const REMOTE_IN_FLIGHT: usize = 64;
 /// The most on a local disk, where a read is a mapping and a decode.
 const LOCAL_IN_FLIGHT: usize = 16;
 
-/// Configures and opens a [`TableStream`].
+/// Configures and opens a [`TableStream`]: over a table it opens at `build()`
+/// ([`TableStream::builder`]: the table settings, `with_version`, `with_filter`, …, are
+/// setters of `StreamBuilder<AtLocation>` only), or over snapshots already open
+/// ([`TableStream::over`]: opened with their own settings, which a builder cannot change).
 #[derive(Clone)]
-pub struct StreamBuilder {
-    location: String,
-    /// How the table is opened.
-    table: TableOptions,
+pub struct StreamBuilder<T = AtLocation> {
+    /// What it reads.
+    target: T,
     shard: Shard,
     /// The ranks' nodes, when each node's ranks keep to the same files every epoch.
     affinity: Option<Affinity>,
@@ -45,79 +47,45 @@ pub struct StreamBuilder {
     prefetch: Option<usize>,
 }
 
-impl StreamBuilder {
-    voxlake_table::table_options_setters!(table);
-    crate::read_options_setters!(read);
+/// A table by its location, opened by `build()` with the builder's table settings.
+#[derive(Clone)]
+pub struct AtLocation {
+    location: String,
+    /// How the table is opened.
+    table: TableOptions,
+}
 
-    /// All the read settings at once (see [`ReadOptions`]).
-    pub fn with_read_options(mut self, read: ReadOptions) -> Self {
-        self.read = read;
-        self
+impl std::fmt::Debug for AtLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AtLocation")
+            .field("location", &voxlake_io::redact(&self.location))
+            .field("table", &self.table)
+            .finish()
     }
+}
 
-    /// The share of the table [`epoch`](TableStream::epoch) reads (default: all of it).
-    pub fn with_shard(mut self, shard: Shard) -> Self {
-        self.shard = shard;
-        self
-    }
+/// Snapshots already open (one table, or a mixture's [`Sources`]): `build()` opens nothing.
+#[derive(Clone, Debug)]
+pub struct OverSources(Sources);
 
-    /// Keep each node's ranks on the same files every epoch, so that a node's cache holds
-    /// what its next epoch reads ([`voxlake_plan::affinity`]; only when shuffling). The affinity's
-    /// world must be the shard's (the loader checks both against the launcher's).
-    pub fn with_affinity(mut self, affinity: Option<Affinity>) -> Self {
-        self.affinity = affinity;
-        self
-    }
-
-    /// The seed of the per-epoch shuffle (default 0).
-    pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-
-    /// Shuffle files and row groups every epoch (default off: table order).
-    pub fn with_shuffle(mut self, shuffle: bool) -> Self {
-        self.shuffle = shuffle;
-        self
-    }
-
-    /// Files whose row groups are read round-robin when shuffling (default 4).
-    pub fn with_interleave(mut self, files: usize) -> Self {
-        self.interleave = files;
-        self
-    }
-
-    /// Bytes that fetched and decoded row groups not yet released, and those kept between
-    /// epochs, may hold (default 1 GiB, as the loader's budget).
-    pub fn with_memory_budget(mut self, bytes: u64) -> Self {
-        self.memory_budget = bytes.max(1);
-        self
-    }
-
-    /// Row groups fetched and decoded at once, always `row_groups`. Default: sized to the
-    /// store as it runs ([`voxlake_io::depth`]: Little's law over the measured read time and the
-    /// consumer's pace, no more than the store's bandwidth-delay product, from 4 up to 64 for a
-    /// remote table, 16 for a local one). Either way the
-    /// memory budget bounds them (each read holds its budget share).
-    pub fn with_row_group_prefetch(mut self, row_groups: usize) -> Self {
-        self.prefetch = Some(row_groups.max(1));
-        self
-    }
+impl StreamBuilder<AtLocation> {
+    voxlake_table::table_options_setters!(target.table);
 
     /// Opens the snapshot: a voxlake table's log only; another table's log or listing and its
     /// first footer.
     pub async fn build(self) -> Result<TableStream, StreamError> {
-        let snapshot = Snapshot::open(&self.location, &self.table).await?;
-        Ok(self.build_on(Arc::new(snapshot)))
+        let snapshot = Snapshot::open(&self.target.location, &self.target.table).await?;
+        let sources = Sources::from(Arc::new(snapshot));
+        Ok(self.with_target(OverSources(sources)).build())
     }
+}
 
-    /// A stream over an already opened snapshot (several shards can share one), or over a
-    /// mixture's [`Sources`] (their files read as one table's). The builder's table settings
-    /// (location, version, filter, store) are those the snapshots were opened with, not
-    /// applied again. Files whose add action has no row count count as empty: open it with
-    /// [`build`](Self::build), which reads their footers.
-    pub fn build_on(self, sources: impl Into<Sources>) -> TableStream {
-        let sources: Sources = sources.into();
+impl StreamBuilder<OverSources> {
+    /// The stream over the snapshots (several shards can share them). Files whose add action
+    /// has no row count count as empty: open such a table with [`TableStream::builder`], which
+    /// reads their footers.
+    pub fn build(self) -> TableStream {
+        let sources = self.target.0;
         // Semaphore permits are counted in KiB so budgets above 2^32 bytes fit.
         let kib = self
             .memory_budget
@@ -179,12 +147,85 @@ impl StreamBuilder {
     }
 }
 
-impl std::fmt::Debug for StreamBuilder {
+impl<T> StreamBuilder<T> {
+    crate::read_options_setters!(read);
+
+    /// The same settings over another target.
+    fn with_target<U>(self, target: U) -> StreamBuilder<U> {
+        StreamBuilder {
+            target,
+            shard: self.shard,
+            affinity: self.affinity,
+            read: self.read,
+            seed: self.seed,
+            shuffle: self.shuffle,
+            interleave: self.interleave,
+            memory_budget: self.memory_budget,
+            prefetch: self.prefetch,
+        }
+    }
+
+    /// All the read settings at once (see [`ReadOptions`]).
+    pub fn with_read_options(mut self, read: ReadOptions) -> Self {
+        self.read = read;
+        self
+    }
+
+    /// The share of the table [`epoch`](TableStream::epoch) reads (default: all of it).
+    pub fn with_shard(mut self, shard: Shard) -> Self {
+        self.shard = shard;
+        self
+    }
+
+    /// Keep each node's ranks on the same files every epoch, so that a node's cache holds
+    /// what its next epoch reads ([`voxlake_plan::affinity`]; only when shuffling). The affinity's
+    /// world must be the shard's (the loader checks both against the launcher's).
+    pub fn with_affinity(mut self, affinity: Option<Affinity>) -> Self {
+        self.affinity = affinity;
+        self
+    }
+
+    /// The seed of the per-epoch shuffle (default 0).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Shuffle files and row groups every epoch (default off: table order).
+    pub fn with_shuffle(mut self, shuffle: bool) -> Self {
+        self.shuffle = shuffle;
+        self
+    }
+
+    /// Files whose row groups are read round-robin when shuffling (default 4).
+    pub fn with_interleave(mut self, files: usize) -> Self {
+        self.interleave = files;
+        self
+    }
+
+    /// Bytes that fetched and decoded row groups not yet released, and those kept between
+    /// epochs, may hold (default 1 GiB, as the loader's budget).
+    pub fn with_memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = bytes.max(1);
+        self
+    }
+
+    /// Row groups fetched and decoded at once, always `row_groups`. Default: sized to the
+    /// store as it runs ([`voxlake_io::depth`]: Little's law over the measured read time and the
+    /// consumer's pace, no more than the store's bandwidth-delay product, from 4 up to 64 for a
+    /// remote table, 16 for a local one). Either way the
+    /// memory budget bounds them (each read holds its budget share).
+    pub fn with_row_group_prefetch(mut self, row_groups: usize) -> Self {
+        self.prefetch = Some(row_groups.max(1));
+        self
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for StreamBuilder<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Storage options may hold secrets: their keys only.
+        // Storage options may hold secrets: their keys only (`TableOptions`' Debug).
         f.debug_struct("StreamBuilder")
-            .field("location", &voxlake_io::redact(&self.location))
-            .field("table", &self.table)
+            .field("target", &self.target)
             .field("shard", &self.shard)
             .field("affinity", &self.affinity)
             .field("read", &self.read)
@@ -197,11 +238,25 @@ impl std::fmt::Debug for StreamBuilder {
 }
 
 impl TableStream {
-    /// A builder for the table at `location` (a local path or URL).
-    pub fn builder(location: impl Into<String>) -> StreamBuilder {
-        StreamBuilder {
+    /// A builder for the table at `location` (a local path or URL), opened by `build()`.
+    pub fn builder(location: impl Into<String>) -> StreamBuilder<AtLocation> {
+        StreamBuilder::new(AtLocation {
             location: location.into(),
             table: TableOptions::default(),
+        })
+    }
+
+    /// A builder for a stream over snapshots already open: one (`Arc<Snapshot>`), or a
+    /// mixture's [`Sources`]. Their table settings are those they were opened with.
+    pub fn over(sources: impl Into<Sources>) -> StreamBuilder<OverSources> {
+        StreamBuilder::new(OverSources(sources.into()))
+    }
+}
+
+impl<T> StreamBuilder<T> {
+    fn new(target: T) -> Self {
+        StreamBuilder {
+            target,
             shard: Shard::default(),
             affinity: None,
             read: ReadOptions::default(),

@@ -3,8 +3,9 @@
 //! within a memory budget, handed out as [`RowGroupBatch`]es.
 //!
 //! - [`TableStream`]: the entry point; `TableStream::builder(table).with_…().build()`.
-//! - [`StreamBuilder`]: what to read (version, columns, filter, shard, seed) and how (budget,
-//!   reads in flight, cache).
+//! - [`StreamBuilder`]: what to read (a table it opens, with its version, filter, cache…; or
+//!   snapshots already open: [`TableStream::over`]) and how (columns, shard, seed, budget,
+//!   reads in flight).
 //! - [`StreamStats`]: where the time went, the reads in flight, the cache's counts.
 //! - [`Sources`]: the snapshots read, one table or a mixture's sources.
 //!
@@ -34,7 +35,7 @@ pub mod __macro {
     pub use voxlake_table::hooks;
 }
 
-pub use builder::{StreamBuilder, default_columns};
+pub use builder::{AtLocation, OverSources, StreamBuilder, default_columns};
 pub use error::StreamError;
 pub use group::RowGroupBatch;
 pub use pipeline::TableStream;

@@ -35,6 +35,7 @@ use sqlparser::parser::Parser;
 
 /// A literal of a filter, or a column's value or statistic.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Value {
     /// Any integer.
     Int(i64),
@@ -91,6 +92,7 @@ impl Value {
 
 /// A comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Op {
     /// `=`
     Eq,
@@ -182,6 +184,7 @@ impl Stats {
 
 /// A parsed filter, negations pushed down to the comparisons.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Filter {
     /// Both.
     And(Box<Filter>, Box<Filter>),

@@ -4,6 +4,7 @@
 
 /// Where a hook is called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Stage {
     /// Reading a file's footer.
     Footer,

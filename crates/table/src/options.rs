@@ -141,19 +141,19 @@ impl Snapshot {
     }
 }
 
-/// The `with_*` setters of [`TableOptions`], for a builder with one in its field `$field`
+/// The `with_*` setters of [`TableOptions`], for a builder with one at the field path `$field`
 /// (`voxlake_stream::StreamBuilder`, `voxlake_loader::LoaderBuilder`): written once here,
 /// so every builder that opens a table takes the same settings with the same meaning.
 #[macro_export]
 macro_rules! table_options_setters {
-    ($field:ident) => {
+    ($($field:ident).+) => {
         /// Storage settings on top of the standard environment variables (`AZURE_*`,
         /// `AWS_*`, `GOOGLE_*`, `OBJECT_STORE_*`).
         pub fn with_storage_options(
             mut self,
             options: ::std::collections::HashMap<String, String>,
         ) -> Self {
-            self.$field.storage_options = options;
+            self.$($field).+.storage_options = options;
             self
         }
 
@@ -164,7 +164,7 @@ macro_rules! table_options_setters {
             mut self,
             store: ::std::sync::Arc<dyn $crate::__macro::ObjectStore>,
         ) -> Self {
-            self.$field.root_store = Some(store);
+            self.$($field).+.root_store = Some(store);
             self
         }
 
@@ -175,14 +175,14 @@ macro_rules! table_options_setters {
         /// change (see `voxlake_io::cache`). Default: the cache `VOXLAKE_CACHE_DIR` names
         /// (capped at `VOXLAKE_CACHE_MAX_MB`), if set. Local tables are never cached.
         pub fn with_cache(mut self, dir: impl Into<::std::path::PathBuf>, max_bytes: u64) -> Self {
-            self.$field.cache = $crate::__macro::CacheChoice::Folder(dir.into(), max_bytes);
+            self.$($field).+.cache = $crate::__macro::CacheChoice::Folder(dir.into(), max_bytes);
             self
         }
 
         /// Which disk cache to read through: one already open (shared by the loaders of a
         /// process), none whatever the environment says, or as `with_cache`.
         pub fn with_cache_choice(mut self, cache: $crate::__macro::CacheChoice) -> Self {
-            self.$field.cache = cache;
+            self.$($field).+.cache = cache;
             self
         }
 
@@ -199,7 +199,7 @@ macro_rules! table_options_setters {
         /// `TORCHELASTIC_RUN_ID` or `SLURM_JOB_ID` when its rank comes from the launcher. A
         /// loader of one rank writes nothing; a pinned version (`with_version`) needs no marker.
         pub fn with_job(mut self, job: impl Into<$crate::__macro::Job>) -> Self {
-            self.$field.job = Some(job.into());
+            self.$($field).+.job = Some(job.into());
             self
         }
 
@@ -209,14 +209,14 @@ macro_rules! table_options_setters {
         /// Default: `VOXLAKE_JOB_DIR`, if set. A marker that cannot be written there is an
         /// error.
         pub fn with_job_dir(mut self, dir: impl Into<String>) -> Self {
-            self.$field.job_dir = Some(dir.into());
+            self.$($field).+.job_dir = Some(dir.into());
             self
         }
 
         /// Pins the table version (default: the latest at open, or a resumed state's). A
         /// version the log does not have is an error saying which is the latest.
         pub fn with_version(mut self, version: u64) -> Self {
-            self.$field.as_of = $crate::__macro::AsOf::Version(version);
+            self.$($field).+.as_of = $crate::__macro::AsOf::Version(version);
             self
         }
 
@@ -225,13 +225,13 @@ macro_rules! table_options_setters {
         /// files' modification times). A time before the first commit is an error saying when
         /// the table starts. `AsOf::parse_timestamp` reads RFC 3339 text.
         pub fn with_timestamp(mut self, at: ::std::time::SystemTime) -> Self {
-            self.$field.as_of = $crate::__macro::AsOf::Timestamp(at);
+            self.$($field).+.as_of = $crate::__macro::AsOf::Timestamp(at);
             self
         }
 
         /// The version to read, as `with_version` or `with_timestamp` say it.
         pub fn with_as_of(mut self, as_of: $crate::__macro::AsOf) -> Self {
-            self.$field.as_of = as_of;
+            self.$($field).+.as_of = as_of;
             self
         }
 
@@ -239,7 +239,7 @@ macro_rules! table_options_setters {
         /// as the `with_tensor_*`, `with_field*`, `with_label_column` and `with_id_column`
         /// methods; see `voxlake_format::sample`).
         pub fn with_sample_columns(mut self, hints: $crate::__macro::ColumnHints) -> Self {
-            self.$field.hints = hints;
+            self.$($field).+.hints = hints;
             self
         }
 
@@ -250,7 +250,7 @@ macro_rules! table_options_setters {
         /// `arrow.fixed_shape_tensor`, Petastorm's `np.save`/`np.savez_compressed` bytes, raw
         /// bytes).
         pub fn with_tensor_column(mut self, name: impl Into<String>) -> Self {
-            self.$field.hints = self.$field.hints.with_tensor_column(name);
+            self.$($field).+.hints = self.$($field).+.hints.with_tensor_column(name);
             self
         }
 
@@ -261,7 +261,7 @@ macro_rules! table_options_setters {
             shape: Vec<usize>,
             dtype: $crate::__macro::DType,
         ) -> Self {
-            self.$field.hints = self.$field.hints.with_tensor_shape(shape, dtype);
+            self.$($field).+.hints = self.$($field).+.hints.with_tensor_shape(shape, dtype);
             self
         }
 
@@ -269,7 +269,7 @@ macro_rules! table_options_setters {
         /// and FIXED_SIZE_LIST columns, whose schema says it (raw bytes need
         /// `with_tensor_shape`).
         pub fn with_tensor_dims(mut self, shape: Vec<usize>) -> Self {
-            self.$field.hints = self.$field.hints.with_shape(shape);
+            self.$($field).+.hints = self.$($field).+.hints.with_shape(shape);
             self
         }
 
@@ -278,10 +278,8 @@ macro_rules! table_options_setters {
         /// bool column (a `[B]` tensor), a string column or partition value (text). When fields
         /// are named, the sample is them (with the label and id).
         pub fn with_field(mut self, name: impl Into<String>) -> Self {
-            self.$field.hints = self
-                .$field
-                .hints
-                .with_field($crate::__macro::FieldHint::new(name));
+            let hints = std::mem::take(&mut self.$($field).+.hints);
+            self.$($field).+.hints = hints.with_field($crate::__macro::FieldHint::new(name));
             self
         }
 
@@ -293,7 +291,7 @@ macro_rules! table_options_setters {
             shape: Vec<usize>,
             dtype: $crate::__macro::DType,
         ) -> Self {
-            self.$field.hints = self.$field.hints.with_field($crate::__macro::FieldHint {
+            self.$($field).+.hints = self.$($field).+.hints.with_field($crate::__macro::FieldHint {
                 shape: Some(shape),
                 dtype: Some(dtype),
                 ..$crate::__macro::FieldHint::new(name)
@@ -309,21 +307,21 @@ macro_rules! table_options_setters {
             name: impl Into<String>,
             policy: voxlake_format::sample::NullPolicy,
         ) -> Self {
-            self.$field.hints = self.$field.hints.with_null(name, policy);
+            self.$($field).+.hints = self.$($field).+.hints.with_null(name, policy);
             self
         }
 
         /// The label column: integers, bools or integral floats, handed out as `i64` (default:
         /// `label` where the table has one, else no labels).
         pub fn with_label_column(mut self, name: impl Into<String>) -> Self {
-            self.$field.hints = self.$field.hints.with_label_column(name);
+            self.$($field).+.hints = self.$($field).+.hints.with_label_column(name);
             self
         }
 
         /// The id column, strings or integers (default: `id` where the table has one, else each
         /// row is named `<file>#<row in file>`).
         pub fn with_id_column(mut self, name: impl Into<String>) -> Self {
-            self.$field.hints = self.$field.hints.with_id_column(name);
+            self.$($field).+.hints = self.$($field).+.hints.with_id_column(name);
             self
         }
 
@@ -335,7 +333,7 @@ macro_rules! table_options_setters {
         /// rest read and decided row by row; ranks then share the kept rows in equal batch
         /// counts as without a filter, and a state resumes only under the same filter.
         pub fn with_filter(mut self, filter: impl Into<String>) -> Self {
-            self.$field.filter = Some(filter.into());
+            self.$($field).+.filter = Some(filter.into());
             self
         }
     };

@@ -189,6 +189,11 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
                 voxlake_loader::FieldRef::Text(t) => {
                     t.iter().filter(|s| !s.is_empty()).count() as f64
                 }
+                _ => {
+                    return Err(
+                        format!("field {name} is of a kind this bench does not read").into(),
+                    );
+                }
             };
             if i == 0 {
                 checksum += sum;
