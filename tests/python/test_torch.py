@@ -480,7 +480,7 @@ def test_rust_warnings_reach_logging_and_warnings(table, caplog):
         loader = voxlake.Loader(table, batch_size=8, rank=0, world_size=2)
         next(iter(loader))
     skew = [r for r in caplog.records if "ranks may read different versions" in r.getMessage()]
-    assert skew and skew[0].name == "voxlake.loader.start" and skew[0].levelname == "WARNING"
+    assert skew and skew[0].name == "voxlake.loader.open" and skew[0].levelname == "WARNING"
     assert "world_size=2" in skew[0].getMessage()
     # Debug events arrive once the logger asks for them.
     caplog.clear()
