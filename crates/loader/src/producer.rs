@@ -15,7 +15,7 @@ use voxlake_io::panic_message;
 use voxlake_plan::draws::Draws;
 use voxlake_plan::mixer::Mixer;
 use voxlake_plan::order::deal;
-use voxlake_plan::resume::{OrderSettings, remaining, replay};
+use voxlake_plan::resume::{OrderSettings, remaining, rewind};
 use voxlake_plan::sampler::Sampler;
 use voxlake_stream::TableStream;
 
@@ -56,14 +56,15 @@ pub(crate) struct Producer {
     pub received: AtomicU64,
 }
 
-/// How often a producer waiting for a row group checks that the pipeline is not stalled.
-const STALL_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+/// How often a producer waiting for a row group checks that the pipeline is not deadlocked
+/// (the budget the next row group needs held by row groups waiting for it).
+const DEADLOCK_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Checks in a row that must find the pipeline stalled, its budget unchanged, before the run
-/// fails: a reservation whose budget was just granted looks stalled until its task runs again,
-/// which on a loaded machine can take a while (seen once in CI with two checks). A real stall
+/// Checks in a row that must find the pipeline deadlocked, its budget unchanged, before the run
+/// fails: a reservation whose budget was just granted looks deadlocked until its task runs again,
+/// which on a loaded machine can take a while (seen once in CI with two checks). A real deadlock
 /// never changes, so waiting 2 s only delays its error.
-const STALL_CONFIRM: u32 = 20;
+const DEADLOCK_CONFIRM: u32 = 20;
 
 impl Producer {
     pub(crate) async fn run(self) {
@@ -132,9 +133,9 @@ impl Producer {
             // when its row groups are.
             self.assembler.prefault_spare(self.settings.batch_size)?;
         }
-        let mut stall_check = tokio::time::interval(STALL_CHECK);
-        stall_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut stalled: Option<(voxlake_stream::BudgetProgress, u32)> = None;
+        let mut deadlock_check = tokio::time::interval(DEADLOCK_CHECK);
+        deadlock_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut deadlocked: Option<(voxlake_stream::BudgetProgress, u32)> = None;
         loop {
             while mixer.wants() {
                 if self.stop.load(Ordering::Relaxed) {
@@ -145,14 +146,14 @@ impl Producer {
                     tokio::select! {
                         next = stream.next() => break next,
                         _ = self.shutdown.notified() => return Ok(false),
-                        _ = stall_check.tick() => {
-                            stalled = match (self.stalled(), stalled) {
+                        _ = deadlock_check.tick() => {
+                            deadlocked = match (self.deadlocked(), deadlocked) {
                                 (Some(now), Some((then, ticks))) if now == then => Some((now, ticks + 1)),
                                 (Some(now), _) => Some((now, 1)),
                                 (None, _) => None,
                             };
-                            if stalled.is_some_and(|(_, ticks)| ticks >= STALL_CONFIRM) {
-                                return Err(self.stall_error());
+                            if deadlocked.is_some_and(|(_, ticks)| ticks >= DEADLOCK_CONFIRM) {
+                                return Err(self.deadlock_error());
                             }
                         }
                     }
@@ -220,7 +221,7 @@ impl Producer {
     }
 
     /// Rebuilds an epoch's state at `at` without reading its prefix: the draws (`drawn`) left
-    /// by the closed segments, this rank's span, and its mixer replayed to `at.batches` with
+    /// by the closed segments, this rank's span, and its mixer rewound to `at.batches` with
     /// the row groups still buffered read again.
     async fn resume(
         &self,
@@ -238,7 +239,7 @@ impl Producer {
     > {
         let epoch = at.epoch;
         let settings = &self.settings;
-        // Footers (metadata only): every file when other ranks' deliveries must be replayed,
+        // Footers (metadata only): every file when other ranks' deliveries must be rewound,
         // else this rank's.
         let files: Vec<usize> = if at.closed.is_empty() {
             deal(order, drawn, self.world_size, self.rank, settings.uneven)
@@ -251,11 +252,11 @@ impl Producer {
         let footers = self.stream.footers(files).await?;
         let footer = |file: usize| {
             footers.get(&file).cloned().ok_or_else(|| {
-                LoaderError::Internal(format!("no footer read for file {file} before the replay"))
+                LoaderError::Internal(format!("no footer read for file {file} before the rewind"))
             })
         };
         let left = remaining(settings, order, epoch, drawn, &at.closed, footer)?;
-        let replayed = replay(
+        let rewound = rewind(
             settings,
             order,
             epoch,
@@ -266,24 +267,24 @@ impl Producer {
             at.batches_of(self.rank),
             footer,
         )?;
-        if replayed.batches < at.batches_of(self.rank) {
+        if rewound.batches < at.batches_of(self.rank) {
             return Err(LoaderError::State(format!(
                 "the state is {} batches into epoch {epoch}, whose segment has only {} on rank {}",
                 at.batches_of(self.rank),
-                replayed.batches,
+                rewound.batches,
                 self.rank
             )));
         }
         // Only the row groups still in the buffer are read again; a loose one is trimmed to its
         // rows still to draw as soon as it arrives, so the reads stay within the budget the
         // mixer's bound allows (read whole all at once, they outgrew it and waited forever).
-        let live: Vec<(usize, Option<Vec<u64>>)> = replayed
+        let live: Vec<(usize, Option<Vec<u64>>)> = rewound
             .mixer
             .live_rows()
             .into_iter()
             .map(|(u, rows)| (*u, rows))
             .collect();
-        let units = &replayed.units;
+        let units = &rewound.units;
         let mut groups: HashMap<usize, Arc<Group>> = futures::stream::iter(live)
             .map(|(u, rows)| async move {
                 let data = self.stream.read_unit(units[u].clone(), u as u64).await?;
@@ -298,18 +299,18 @@ impl Producer {
             .buffered(self.settings.interleave.max(4))
             .try_collect()
             .await?;
-        let mixer = replayed.mixer.try_map(|u| {
+        let mixer = rewound.mixer.try_map(|u| {
             groups
                 .remove(&u)
                 .ok_or_else(|| LoaderError::Internal(format!("unit {u} was not read again")))
         })?;
-        Ok((left, replayed.pieces, mixer, replayed.next_unit as u64))
+        Ok((left, rewound.pieces, mixer, rewound.next_unit as u64))
     }
 
     /// The budget's state if the pipeline looks unable to deliver the group the mixer waits
     /// for: the next unit waits for budget that only buffered groups hold, and nothing else is
     /// on its way.
-    fn stalled(&self) -> Option<voxlake_stream::BudgetProgress> {
+    fn deadlocked(&self) -> Option<voxlake_stream::BudgetProgress> {
         let p = self.stream.budget_progress();
         (p.waiting_bytes > 0
             && p.available_bytes < p.waiting_bytes
@@ -317,7 +318,7 @@ impl Producer {
         .then_some(p)
     }
 
-    fn stall_error(&self) -> LoaderError {
+    fn deadlock_error(&self) -> LoaderError {
         let p = self.stream.budget_progress();
         let held = p.budget_bytes - p.available_bytes;
         LoaderError::Config(format!(

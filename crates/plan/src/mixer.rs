@@ -20,7 +20,7 @@
 //! `max(buffer, batch)` row-equivalents shuffled, and fewer than `batch + rows − 1` unshuffled
 //! ([`Mixer::held_rows`]). Loosening does not change which rows are drawn.
 //!
-//! The mixer is generic over what a group is: the loader pushes decoded row groups, a replay
+//! The mixer is generic over what a group is: the loader pushes decoded row groups, a rewind
 //! pushes unit numbers. Given the same pushes, both draw the same rows: this is what lets a
 //! resumed loader rebuild its buffer without reading the epoch again.
 //!
@@ -329,7 +329,7 @@ impl<T: Clone> Mixer<T> {
             .collect()
     }
 
-    /// The same state over other group values (a replay's unit numbers → decoded row groups),
+    /// The same state over other group values (a rewind's unit numbers → decoded row groups),
     /// which must hold what the old ones did: a loose group only its rows still to draw (see
     /// [`live_rows`](Self::live_rows)). Nothing is left for [`loosen`](Self::loosen).
     pub fn try_map<U, E>(self, mut f: impl FnMut(T) -> Result<U, E>) -> Result<Mixer<U>, E> {

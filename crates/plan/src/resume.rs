@@ -6,13 +6,13 @@
 //! delivered, and how many ranks, the first ones, delivered one more (as a DataLoader's
 //! workers, asked round-robin, stand when it is stopped). When the world size changes, the current segment is closed, and the rows no rank
 //! has delivered yet are dealt over the new ranks ([`remaining`]). To resume inside a segment,
-//! the rank's mixer is replayed over unit numbers ([`replay`]): the rows still buffered and
+//! the rank's mixer is rewound over unit numbers ([`rewind`]): the rows still buffered and
 //! the next unit to read come out, so only the row groups still in the buffer are read again.
 //!
 //! ```
 //! use voxlake_plan::draws::Draws;
 //! use voxlake_plan::order::Uneven;
-//! use voxlake_plan::resume::{OrderSettings, Segment, remaining, replay};
+//! use voxlake_plan::resume::{OrderSettings, Segment, remaining, rewind};
 //!
 //! let settings = OrderSettings { batch_size: 4, uneven: Uneven::Pad, ..OrderSettings::shuffled(7, 8) };
 //! let rows_per_file = [12, 12, 12];
@@ -23,7 +23,7 @@
 //! let left = remaining(&settings, &order, 0, &Draws::full(36), &closed, footer).unwrap();
 //! assert_eq!(left.len(), 36 - 16);
 //! // Rank 1 of 3 resumed after one batch of the new segment.
-//! let at = replay(&settings, &order, 0, &closed, &left, 3, 1, 1, footer).unwrap();
+//! let at = rewind(&settings, &order, 0, &closed, &left, 3, 1, 1, footer).unwrap();
 //! assert_eq!(at.rows.len(), 4);
 //! ```
 
@@ -155,7 +155,7 @@ impl OrderSettings {
 
 /// A rank's place in a segment after some batches.
 #[derive(Debug, Clone)]
-pub struct Replayed {
+pub struct Rewound {
     /// The rank's span.
     pub pieces: Vec<Piece>,
     /// The rank's units, in reading order.
@@ -170,10 +170,10 @@ pub struct Replayed {
     pub next_unit: usize,
 }
 
-/// Replays rank `rank` of `world` over the rows `left` (what the closed segments left) for
+/// Rewinds rank `rank` of `world` over the rows `left` (what the closed segments left) for
 /// `batches` batches. `closed` gives the segment's number (it seeds the mixer).
 #[allow(clippy::too_many_arguments)]
-pub fn replay<E>(
+pub fn rewind<E>(
     settings: &OrderSettings,
     order: &EpochOrder,
     epoch: u64,
@@ -183,7 +183,7 @@ pub fn replay<E>(
     rank: usize,
     batches: u64,
     footer: impl FnMut(usize) -> Result<Vec<u64>, E>,
-) -> Result<Replayed, E> {
+) -> Result<Rewound, E> {
     let planner = settings.planner();
     let pieces = deal(order, left, world, rank, settings.uneven);
     let units = units(&planner, &pieces, epoch, footer)?;
@@ -205,7 +205,7 @@ pub fn replay<E>(
         }
         drawn += 1;
     }
-    Ok(Replayed {
+    Ok(Rewound {
         pieces,
         units,
         rows,
@@ -229,7 +229,7 @@ pub fn remaining<E>(
     for (s, segment) in closed.iter().enumerate() {
         let mut delivered = Vec::new();
         for rank in 0..segment.world_size {
-            let r = replay(
+            let r = rewind(
                 settings,
                 order,
                 epoch,
@@ -289,7 +289,7 @@ mod tests {
             let order = self.settings.order(&self.rows_per_file(), epoch);
             (0..world)
                 .map(|rank| {
-                    let r = replay(
+                    let r = rewind(
                         &self.settings,
                         &order,
                         epoch,
@@ -317,8 +317,8 @@ mod tests {
         }
     }
 
-    /// The batch sizes of a replayed segment: full batches, then the short last one.
-    fn batch_sizes(r: &Replayed, s: &OrderSettings) -> Vec<usize> {
+    /// The batch sizes of a rewound segment: full batches, then the short last one.
+    fn batch_sizes(r: &Rewound, s: &OrderSettings) -> Vec<usize> {
         let total = r.rows.len();
         (0..r.batches as usize)
             .map(|i| (total - i * s.batch_size).min(s.batch_size))
@@ -431,7 +431,7 @@ mod tests {
             }
         }
 
-        /// Replaying k batches and going on from the replayed mixer gives exactly the rows of
+        /// Rewinding to k batches and going on from the rewound mixer gives exactly the rows of
         /// the uninterrupted run; the buffer to re-read is at most the mixer's window.
         #[test]
         fn resume_continues_exactly(groups in table(), settings in settings(), world in 1usize..6, cut in 0u64..12, epoch in 0u64..3) {
@@ -439,8 +439,8 @@ mod tests {
             let order = settings.order(&case.rows_per_file(), epoch);
             let left = Draws::full(order.total());
             let rank = world - 1;
-            let full = replay(&settings, &order, epoch, &[], &left, world, rank, u64::MAX, case.footer()).unwrap();
-            let cut_at = replay(&settings, &order, epoch, &[], &left, world, rank, cut, case.footer()).unwrap();
+            let full = rewind(&settings, &order, epoch, &[], &left, world, rank, u64::MAX, case.footer()).unwrap();
+            let cut_at = rewind(&settings, &order, epoch, &[], &left, world, rank, cut, case.footer()).unwrap();
             let mut mixer = cut_at.mixer.clone();
             prop_assert!(mixer.live_rows().len() <= settings.buffer_rows.max(settings.batch_size).max(4) + 1);
             let mut next = cut_at.next_unit;
@@ -527,7 +527,7 @@ mod tests {
             (vec![0..2], true)
         );
         let footers: HashMap<usize, Vec<u64>> = [(0, vec![2, 2]), (1, vec![3])].into();
-        let r = replay(&settings, &order, 0, &[], &left, 3, 1, 1, |f| {
+        let r = rewind(&settings, &order, 0, &[], &left, 3, 1, 1, |f| {
             Ok::<_, ()>(footers[&f].clone())
         })
         .unwrap();

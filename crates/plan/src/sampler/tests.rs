@@ -2,7 +2,7 @@ use super::*;
 use crate::mixture::Share;
 use crate::order::{Uneven, share};
 use crate::plan::Planner;
-use crate::resume::{OrderSettings, Segment, remaining, replay};
+use crate::resume::{OrderSettings, Segment, remaining, rewind};
 use crate::split::Split;
 use proptest::prelude::*;
 
@@ -214,7 +214,7 @@ fn delivered(
     rank: usize,
     batches: u64,
 ) -> Vec<u64> {
-    let r = replay(
+    let r = rewind(
         settings,
         order,
         0,
