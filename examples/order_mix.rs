@@ -1,5 +1,5 @@
 //! How random the loader's order is with and without node affinity, measured on the pure
-//! order the loader follows (`replay`: the deal, the row-group shuffle, the shuffle buffer),
+//! order the loader follows (`rewind`: the deal, the row-group shuffle, the shuffle buffer),
 //! no data read. The numbers in `docs/scale-out.md` ("Node-affine shuffle") come from
 //!
 //! ```text
@@ -18,7 +18,7 @@
 use voxlake::plan::affinity::Affinity;
 use voxlake::plan::draws::Draws;
 use voxlake::plan::order::EpochOrder;
-use voxlake::plan::resume::{OrderSettings, replay};
+use voxlake::plan::resume::{OrderSettings, rewind};
 
 const FILES: usize = 2_000;
 const ROWS: u64 = 32;
@@ -32,7 +32,7 @@ fn epoch_rows(settings: &OrderSettings, epoch: u64) -> Vec<Vec<u64>> {
     let all = Draws::full(order.total());
     (0..WORLD)
         .map(|rank| {
-            let r = replay(
+            let r = rewind(
                 settings,
                 &order,
                 epoch,
