@@ -33,8 +33,8 @@ import torch
 import torch.utils.data
 
 from . import ConfigError, Loader, Source, loader_options
-from ._voxlake import DEFAULT_MEMORY_BUDGET, live_threads
-from ._device import STAGING_BUFFERS, to_device
+from ._voxlake import DEFAULT_MEMORY_BUDGET, STAGING_BUFFERS, live_threads
+from ._device import to_device
 from ._passes import Passes, pass_token, random_token
 from ._placement import Placement, at_boundary, compose, fit, resolve, state_versions, worker_rank
 
