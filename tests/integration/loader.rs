@@ -51,6 +51,24 @@ pub fn collect(builder: voxlake::LoaderBuilder) -> Vec<Batch> {
         .unwrap()
 }
 
+/// `got` (what the ranks of a resumed run delivered) holds every draw of `want` (what the
+/// uninterrupted run had left) as often as drawn, and fewer than `ranks` more: the pad draws,
+/// at most one a rank.
+pub fn assert_same_draws<T: Ord + Clone + std::fmt::Debug>(want: &[T], got: &[T], ranks: usize) {
+    let mut want = want.to_vec();
+    let mut extra = got.to_vec();
+    want.sort();
+    extra.sort();
+    for d in &want {
+        let at = extra
+            .iter()
+            .position(|x| x == d)
+            .unwrap_or_else(|| panic!("{d:?} lost"));
+        extra.remove(at);
+    }
+    assert!(extra.len() < ranks, "{extra:?} delivered twice");
+}
+
 /// Runs a loader to the end on a plain thread and returns its first error (from `build()` or
 /// from the batches), as text. Panics when the run succeeds.
 pub fn first_error(builder: voxlake::LoaderBuilder, what: &str) -> String {

@@ -236,6 +236,61 @@ fn delivered(
         .collect()
 }
 
+/// An epoch of `sampler` over files of row groups `groups`, dealt to `worlds.0` ranks that stop
+/// after `cut` batches and resumed on `worlds.1`: the epoch's draws, the table rows delivered
+/// over both segments (pad aside) and the rows drawn, each sorted.
+fn elastic(
+    sampler: &Sampler,
+    seed: u64,
+    batch_size: usize,
+    groups: &[Vec<u64>],
+    (w1, w2): (usize, usize),
+    cut: u64,
+) -> (Draws, Vec<u64>, Vec<u64>) {
+    let rows_per_file: Vec<u64> = groups.iter().map(|g| g.iter().sum()).collect();
+    let settings = OrderSettings {
+        batch_size,
+        uneven: Uneven::Pad,
+        interleave: 2,
+        loosen: crate::mixer::Loosen::Half,
+        ..OrderSettings::shuffled(seed, 6)
+    };
+    let order = settings.order(&rows_per_file, 0);
+    let at = rows_at(&order, &rows_per_file);
+    let drawn = sampler.draws(&order, 0);
+    let k = cut.min(settings.batches(drawn.len(), w1));
+    let closed = [Segment {
+        world_size: w1,
+        batches: k,
+        ahead: 0,
+    }];
+    let mut got: Vec<u64> = (0..w1)
+        .flat_map(|rank| delivered(&settings, &order, &at, groups, &[], &drawn, w1, rank, k))
+        .collect();
+    let left = remaining(&settings, &order, 0, &drawn, &closed, |f| {
+        Ok::<_, ()>(groups[f].clone())
+    })
+    .unwrap();
+    got.extend((0..w2).flat_map(|rank| {
+        delivered(
+            &settings,
+            &order,
+            &at,
+            groups,
+            &closed,
+            &left,
+            w2,
+            rank,
+            u64::MAX,
+        )
+    }));
+    got.sort_unstable();
+    let (all, _) = share(&drawn, 1, 0, Uneven::Pad);
+    let mut want: Vec<u64> = expand(&all).iter().map(|&p| at[p as usize]).collect();
+    want.sort_unstable();
+    (drawn, got, want)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
@@ -264,29 +319,8 @@ proptest! {
         };
         let rows = RowsOf { labels: Some(&labels), weights: Some(&weights), ..RowsOf::default() };
         let sampler = Sampler::new(&spec, seed, &rows_per_file, rows).unwrap();
-        let settings = OrderSettings {
-            batch_size,
-            uneven: Uneven::Pad,
-            interleave: 2,
-            loosen: crate::mixer::Loosen::Half,
-            ..OrderSettings::shuffled(seed, 6)
-        };
-        let order = settings.order(&rows_per_file, 0);
-        let at = rows_at(&order, &rows_per_file);
-        let drawn = sampler.draws(&order, 0);
+        let (drawn, got, want) = elastic(&sampler, seed, batch_size, &groups, (w1, w2), cut);
         prop_assert_eq!(drawn.len(), size);
-        let full = settings.batches(size, w1);
-        let k = cut.min(full);
-        let closed = [Segment { world_size: w1, batches: k, ahead: 0 }];
-        let mut got: Vec<u64> = (0..w1)
-            .flat_map(|rank| delivered(&settings, &order, &at, &groups, &[], &drawn, w1, rank, k))
-            .collect();
-        let left = remaining(&settings, &order, 0, &drawn, &closed, |f| Ok::<_, ()>(groups[f].clone())).unwrap();
-        got.extend((0..w2).flat_map(|rank| delivered(&settings, &order, &at, &groups, &closed, &left, w2, rank, u64::MAX)));
-        got.sort_unstable();
-        let (all, _) = share(&drawn, 1, 0, Uneven::Pad);
-        let mut want: Vec<u64> = expand(&all).iter().map(|&p| at[p as usize]).collect();
-        want.sort_unstable();
         prop_assert_eq!(got, want);
     }
 }
@@ -527,16 +561,7 @@ proptest! {
             1 => Some(vec![(2.5 * n0 as f64).round() as u64, size]),
             _ => Some(vec![size, (0.5 * n1 as f64).round() as u64]),
         };
-        let settings = OrderSettings {
-            batch_size,
-            uneven: Uneven::Pad,
-            interleave: 2,
-            loosen: crate::mixer::Loosen::Half,
-            ..OrderSettings::shuffled(seed, 6)
-        };
-        let order = settings.order(&rows_per_file, 0);
-        let at = rows_at(&order, &rows_per_file);
-        let drawn = sampler.draws(&order, 0);
+        let (drawn, got, want) = elastic(&sampler, seed, batch_size, &groups, (w1, w2), cut);
         let lens = drawn.strata_len();
         match want_sizes {
             Some(w) => prop_assert_eq!(lens, w),
@@ -545,19 +570,6 @@ proptest! {
                 prop_assert!((lens[0] as f64 - 0.7 * size as f64).abs() < 1.0);
             }
         }
-        let total = drawn.len();
-        let full = settings.batches(total, w1);
-        let k = cut.min(full);
-        let closed = [Segment { world_size: w1, batches: k, ahead: 0 }];
-        let mut got: Vec<u64> = (0..w1)
-            .flat_map(|rank| delivered(&settings, &order, &at, &groups, &[], &drawn, w1, rank, k))
-            .collect();
-        let left = remaining(&settings, &order, 0, &drawn, &closed, |f| Ok::<_, ()>(groups[f].clone())).unwrap();
-        got.extend((0..w2).flat_map(|rank| delivered(&settings, &order, &at, &groups, &closed, &left, w2, rank, u64::MAX)));
-        got.sort_unstable();
-        let (all, _) = share(&drawn, 1, 0, Uneven::Pad);
-        let mut want: Vec<u64> = expand(&all).iter().map(|&p| at[p as usize]).collect();
-        want.sort_unstable();
         prop_assert_eq!(got, want);
     }
 }
