@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
 # Without the `cloud` feature (Azure, S3 and GCS stores): the demo's tables are local, and a
-# cold build is a third shorter. `cargo build --release` builds the full binaries.
+# cold build is a third shorter. `cargo build --release -p voxlake-cli` builds the full binaries.
 cargo build --release --quiet -p voxlake-cli --bin compact --bin voxlake --no-default-features
 dir=demo-data
 args=("$@")
