@@ -77,27 +77,26 @@ for lib in voxlake-compact voxlake-loader voxlake; do
   fi
 done
 
-# One public path to each item: no library crate re-exports another crate's item (indented or
-# not), but in the hidden module its macros name (`__macro`, `__private`); the loader's
-# `pub use tch` hands users the tch its tensors are of.
+# One public path to each item: no library crate re-exports another voxlake crate's item (the
+# facade alone gathers them), nor another crate's item but in the hidden module its macros
+# name (`__private`); the loader's `pub use tch` hands users the tch its tensors are of.
 python3 - <<'PY' || fail "an item re-exported under a second public path: use its own crate's path"
 import pathlib, re, sys
 bad = []
-external = re.compile(r"^\s*pub use (voxlake_\w+|object_store|deltalake\w*|arrow\w*|parquet|tokio|async_trait|futures)\b")
+ours = re.compile(r"^\s*pub use voxlake_\w+")
+external = re.compile(r"^\s*pub use (object_store|deltalake\w*|arrow\w*|parquet|tokio|async_trait|futures)\b")
 for path in sorted(pathlib.Path("crates").glob("*/src/**/*.rs")):
     if path.parts[1] in ("python", "testkit"):
         continue
     hidden = None
     for n, line in enumerate(path.read_text().splitlines(), 1):
-        m = re.match(r"^(\s*)pub mod __(macro|private) \{", line)
+        m = re.match(r"^(\s*)pub mod __private \{", line)
         if m:
             hidden = m.group(1) + "}"
             continue
-        if hidden is not None:
-            if line == hidden:
-                hidden = None
-            continue
-        if external.match(line):
+        if hidden is not None and line == hidden:
+            hidden = None
+        if ours.match(line) or (hidden is None and external.match(line)):
             bad.append(f"{path}:{n}: {line.strip()}")
 for b in bad:
     print(b)

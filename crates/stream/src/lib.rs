@@ -28,13 +28,6 @@ mod read_options;
 mod sources;
 mod stats;
 
-/// What the setter macros (`read_options_setters!`) name, for the builders that use them.
-#[doc(hidden)]
-pub mod __macro {
-    pub use voxlake_plan::order::Uneven;
-    pub use voxlake_table::hooks;
-}
-
 pub use builder::{AtLocation, OverSources, StreamBuilder, default_columns};
 pub use error::StreamError;
 pub use group::RowGroupBatch;

@@ -61,7 +61,8 @@ pub enum Verify {
 }
 
 /// The `with_*` setters of [`ReadOptions`], for a builder with one in its field `$field`:
-/// written once here, so the stream and the loader take them with the same meaning.
+/// written once here, so the stream and the loader take them with the same meaning. The crate
+/// that expands it depends on `voxlake-plan` and `voxlake-table` itself (the types it names).
 #[macro_export]
 macro_rules! read_options_setters {
     ($field:ident) => {
@@ -89,7 +90,7 @@ macro_rules! read_options_setters {
 
         /// Pad or drop the rows that do not divide evenly over the ranks (default pad: every
         /// rank gets the same number of rows, the last ones wrapping onto the epoch's first).
-        pub fn with_uneven(mut self, uneven: $crate::__macro::Uneven) -> Self {
+        pub fn with_uneven(mut self, uneven: ::voxlake_plan::order::Uneven) -> Self {
             self.$field.uneven = uneven;
             self
         }
@@ -108,8 +109,8 @@ macro_rules! read_options_setters {
         /// Calls `hook` at every stage (footer, fetch, decode, and a loader's assemble) so
         /// tests can inject errors and panics (feature `fault-hooks`).
         #[cfg(feature = "fault-hooks")]
-        pub fn with_fault_hook(mut self, hook: $crate::__macro::hooks::FaultHook) -> Self {
-            self.$field.hooks = $crate::__macro::hooks::Hooks::new(hook);
+        pub fn with_fault_hook(mut self, hook: ::voxlake_table::hooks::FaultHook) -> Self {
+            self.$field.hooks = ::voxlake_table::hooks::Hooks::new(hook);
             self
         }
     };

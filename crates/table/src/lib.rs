@@ -39,15 +39,4 @@ mod values;
 pub use error::TableError;
 pub use filter::FilterStats;
 pub use options::TableOptions;
-
-/// What `table_options_setters!` names from the builder's crate that expands it (each item's
-/// one public path is its own crate's).
-#[doc(hidden)]
-pub mod __macro {
-    pub use object_store::ObjectStore;
-    pub use voxlake_delta::{AsOf, pin::Job};
-    pub use voxlake_format::DType;
-    pub use voxlake_format::sample::{ColumnHints, FieldHint};
-    pub use voxlake_io::cache::CacheChoice;
-}
 pub use snapshot::{FOOTER_CACHE_BYTES, READ_CONCURRENCY, ReadTimings, Snapshot};

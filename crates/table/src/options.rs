@@ -143,7 +143,9 @@ impl Snapshot {
 
 /// The `with_*` setters of [`TableOptions`], for a builder with one at the field path `$field`
 /// (`voxlake_stream::StreamBuilder`, `voxlake_loader::LoaderBuilder`): written once here,
-/// so every builder that opens a table takes the same settings with the same meaning.
+/// so every builder that opens a table takes the same settings with the same meaning. Each
+/// type is named by its own crate's path: the crate that expands it depends on
+/// `voxlake-delta`, `voxlake-format`, `voxlake-io` and `object_store` itself.
 #[macro_export]
 macro_rules! table_options_setters {
     ($($field:ident).+) => {
@@ -162,7 +164,7 @@ macro_rules! table_options_setters {
         /// store's `ThrottledStore` for latency experiments, …
         pub fn with_object_store(
             mut self,
-            store: ::std::sync::Arc<dyn $crate::__macro::ObjectStore>,
+            store: ::std::sync::Arc<dyn ::object_store::ObjectStore>,
         ) -> Self {
             self.$($field).+.root_store = Some(store);
             self
@@ -175,13 +177,13 @@ macro_rules! table_options_setters {
         /// change (see `voxlake_io::cache`). Default: the cache `VOXLAKE_CACHE_DIR` names
         /// (capped at `VOXLAKE_CACHE_MAX_MB`), if set. Local tables are never cached.
         pub fn with_cache(mut self, dir: impl Into<::std::path::PathBuf>, max_bytes: u64) -> Self {
-            self.$($field).+.cache = $crate::__macro::CacheChoice::Folder(dir.into(), max_bytes);
+            self.$($field).+.cache = ::voxlake_io::cache::CacheChoice::Folder(dir.into(), max_bytes);
             self
         }
 
         /// Which disk cache to read through: one already open (shared by the loaders of a
         /// process), none whatever the environment says, or as `with_cache`.
-        pub fn with_cache_choice(mut self, cache: $crate::__macro::CacheChoice) -> Self {
+        pub fn with_cache_choice(mut self, cache: ::voxlake_io::cache::CacheChoice) -> Self {
             self.$($field).+.cache = cache;
             self
         }
@@ -198,7 +200,7 @@ macro_rules! table_options_setters {
         /// `voxlake_loader::LoaderBuilder` takes the job from `VOXLAKE_JOB_ID`,
         /// `TORCHELASTIC_RUN_ID` or `SLURM_JOB_ID` when its rank comes from the launcher. A
         /// loader of one rank writes nothing; a pinned version (`with_version`) needs no marker.
-        pub fn with_job(mut self, job: impl Into<$crate::__macro::Job>) -> Self {
+        pub fn with_job(mut self, job: impl Into<::voxlake_delta::pin::Job>) -> Self {
             self.$($field).+.job = Some(job.into());
             self
         }
@@ -216,7 +218,7 @@ macro_rules! table_options_setters {
         /// Pins the table version (default: the latest at open, or a resumed state's). A
         /// version the log does not have is an error saying which is the latest.
         pub fn with_version(mut self, version: u64) -> Self {
-            self.$($field).+.as_of = $crate::__macro::AsOf::Version(version);
+            self.$($field).+.as_of = ::voxlake_delta::AsOf::Version(version);
             self
         }
 
@@ -225,12 +227,12 @@ macro_rules! table_options_setters {
         /// files' modification times). A time before the first commit is an error saying when
         /// the table starts. `AsOf::parse_timestamp` reads RFC 3339 text.
         pub fn with_timestamp(mut self, at: ::std::time::SystemTime) -> Self {
-            self.$($field).+.as_of = $crate::__macro::AsOf::Timestamp(at);
+            self.$($field).+.as_of = ::voxlake_delta::AsOf::Timestamp(at);
             self
         }
 
         /// The version to read, as `with_version` or `with_timestamp` say it.
-        pub fn with_as_of(mut self, as_of: $crate::__macro::AsOf) -> Self {
+        pub fn with_as_of(mut self, as_of: ::voxlake_delta::AsOf) -> Self {
             self.$($field).+.as_of = as_of;
             self
         }
@@ -238,7 +240,7 @@ macro_rules! table_options_setters {
         /// How samples are read from a table other tools wrote, all at once (the same settings
         /// as the `with_tensor_*`, `with_field*`, `with_label_column` and `with_id_column`
         /// methods; see `voxlake_format::sample`).
-        pub fn with_sample_columns(mut self, hints: $crate::__macro::ColumnHints) -> Self {
+        pub fn with_sample_columns(mut self, hints: ::voxlake_format::sample::ColumnHints) -> Self {
             self.$($field).+.hints = hints;
             self
         }
@@ -259,7 +261,7 @@ macro_rules! table_options_setters {
         pub fn with_tensor_shape(
             mut self,
             shape: Vec<usize>,
-            dtype: $crate::__macro::DType,
+            dtype: ::voxlake_format::DType,
         ) -> Self {
             self.$($field).+.hints = self.$($field).+.hints.with_tensor_shape(shape, dtype);
             self
@@ -279,7 +281,7 @@ macro_rules! table_options_setters {
         /// are named, the sample is them (with the label and id).
         pub fn with_field(mut self, name: impl Into<String>) -> Self {
             let hints = std::mem::take(&mut self.$($field).+.hints);
-            self.$($field).+.hints = hints.with_field($crate::__macro::FieldHint::new(name));
+            self.$($field).+.hints = hints.with_field(::voxlake_format::sample::FieldHint::new(name));
             self
         }
 
@@ -289,12 +291,12 @@ macro_rules! table_options_setters {
             mut self,
             name: impl Into<String>,
             shape: Vec<usize>,
-            dtype: $crate::__macro::DType,
+            dtype: ::voxlake_format::DType,
         ) -> Self {
-            self.$($field).+.hints = self.$($field).+.hints.with_field($crate::__macro::FieldHint {
+            self.$($field).+.hints = self.$($field).+.hints.with_field(::voxlake_format::sample::FieldHint {
                 shape: Some(shape),
                 dtype: Some(dtype),
-                ..$crate::__macro::FieldHint::new(name)
+                ..::voxlake_format::sample::FieldHint::new(name)
             });
             self
         }

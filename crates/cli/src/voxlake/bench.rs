@@ -69,13 +69,8 @@ fn build_unless_stopped(builder: voxlake_loader::LoaderBuilder) -> Result<Loader
     }
 }
 
-/// Runs the loader as `args` say until it ends, `--stop-after` or a stop signal; writes the ids
-/// and state asked for, then the report to `out`.
-pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
-    // From the start: a stop while the table opens ends the run before its first batch, with
-    // its (empty) ids and state written.
-    stop_on_signals();
-    let start = Instant::now();
+/// The loader `args` describe: its table (or a mixture of tables), settings and sampling.
+fn builder(args: &BenchArgs) -> Result<voxlake_loader::LoaderBuilder, Error> {
     let builder = match args.sampling.sources(&args.tables)? {
         None => Loader::builder(args.tables[0].clone()),
         Some(sources) => Loader::mixture(sources),
@@ -161,7 +156,17 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
         };
         builder = builder.with_device(device);
     }
-    let loader = build_unless_stopped(builder)?;
+    Ok(builder)
+}
+
+/// Runs the loader as `args` say until it ends, `--stop-after` or a stop signal; writes the ids
+/// and state asked for, then the report to `out`.
+pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
+    // From the start: a stop while the table opens ends the run before its first batch, with
+    // its (empty) ids and state written.
+    stop_on_signals();
+    let start = Instant::now();
+    let loader = build_unless_stopped(builder(args)?)?;
     let mut ids_out = match &args.ids_out {
         Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
         None => None,
