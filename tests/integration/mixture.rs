@@ -224,6 +224,33 @@ async fn sources_of_other_fields_and_bad_shares_are_named_before_any_read() {
         "a negative proportion",
     );
     assert!(e.contains("proportion") && e.contains("-1"), "{e}");
+    // A voxlake table of pyarrow_tensor's shape (with a label column) and that table (none):
+    // the labels of one source would be lost, so the mixture is refused.
+    let cubes = dir.path().join("cubes4d");
+    std::fs::create_dir_all(&cubes).unwrap();
+    for i in 0..4 {
+        let bytes: Vec<u8> = (0..48)
+            .flat_map(|v| (v as f32 + i as f32).to_le_bytes())
+            .collect();
+        let file = encode(DType::F32, &[3, 4, 2, 2], &bytes, EncodeOptions::default());
+        std::fs::write(cubes.join(format!("c{i}.npy")), file).unwrap();
+    }
+    let labelled = dir.path().join("labelled").to_string_lossy().into_owned();
+    Compactor::new(&labelled)
+        .convert(cubes.to_str().unwrap())
+        .await
+        .unwrap();
+    let e = first_error(
+        Loader::mixture(vec![
+            Source::new(&labelled),
+            Source::new(crate::foreign::fixture("pyarrow_tensor")),
+        ]),
+        "a source without a label column",
+    );
+    assert!(
+        e.contains("source 1 of the mixture: it has no label column"),
+        "{e}"
+    );
     let e = first_error(Loader::mixture(Vec::new()), "no source");
     assert!(e.contains("no source"), "{e}");
 }

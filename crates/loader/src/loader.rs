@@ -101,14 +101,17 @@ impl Loader {
 
     /// The table's label column, if it has one, and whether its schema lets it be null
     /// (`Batch::labels` is all `None` where the table has no label; where it has, `None`
-    /// marks a null label).
+    /// marks a null label). Of a mixture (whose sources all have one or none): the first
+    /// source's name, nullable where any source's is.
     pub fn label_column(&self) -> Option<(&str, bool)> {
-        let snapshot = self.stream.snapshot();
-        let name = snapshot.columns().label.as_deref()?;
-        let nullable = snapshot
-            .schema()
-            .field_with_name(name)
-            .map_or(true, |f| f.is_nullable());
+        let name = self.stream.snapshot().columns().label.as_deref()?;
+        let nullable = self.stream.sources().snapshots().iter().any(|s| {
+            s.columns().label.as_deref().is_none_or(|label| {
+                s.schema()
+                    .field_with_name(label)
+                    .map_or(true, |f| f.is_nullable())
+            })
+        });
         Some((name, nullable))
     }
 

@@ -27,8 +27,16 @@ pub(crate) async fn sampler(
 ) -> Result<Sampler, LoaderError> {
     let rows_per_file = stream.rows_per_file();
     let mut all = Values::default();
-    for snapshot in stream.sources().snapshots() {
-        let values = values_of(snapshot, spec).await?;
+    // Each source's columns read at once (a mixture's sources are tables of their own).
+    let read = futures::future::try_join_all(
+        stream
+            .sources()
+            .snapshots()
+            .iter()
+            .map(|snapshot| values_of(snapshot, spec)),
+    )
+    .await?;
+    for values in read {
         if let Some(from) = values.labels {
             all.labels.get_or_insert_with(Vec::new).extend(from);
         }

@@ -12,8 +12,8 @@ use crate::error::StreamError;
 /// numbered one after the other (source 0's, then source 1's, …) so that the plan orders,
 /// deals and resumes them as the files of one table.
 ///
-/// Every source delivers the same fields (names, shapes, dtypes, in order): a batch mixes
-/// their rows.
+/// Every source delivers the same fields (names, shapes, dtypes, in order), and all have a
+/// label column or none: a batch mixes their rows.
 #[derive(Debug, Clone)]
 pub struct Sources {
     snapshots: Vec<Arc<Snapshot>>,
@@ -48,7 +48,19 @@ impl Sources {
                     .map(|f| f.name.clone())
                     .collect::<Vec<_>>()
             };
-            let reason = if names(want) != names(got) {
+            let has_label = |s: &Snapshot| s.columns().label.is_some();
+            let reason = if has_label(head) != has_label(snapshot) {
+                Some(format!(
+                    "it has {} label column, source 0 ({}) {}: a batch's labels would be lost",
+                    if has_label(snapshot) { "a" } else { "no" },
+                    voxlake_io::redact(head.location()),
+                    if has_label(head) {
+                        "has one"
+                    } else {
+                        "has none"
+                    }
+                ))
+            } else if names(want) != names(got) {
                 Some(format!(
                     "its fields are {:?}, source 0's ({}) {:?}",
                     names(got),
