@@ -113,6 +113,15 @@ def write_rows(
     progress: Optional[Callable[[int], None]] = None,
 ) -> Dict[str, Any]:
     """Write rows (id, label, field bytes) of fields (name, shape, dtype) into table."""
+def write_arrow(
+    table: str,
+    data: Any,
+    *,
+    shapes: Optional[Dict[str, List[int]]] = None,
+    storage_options: Optional[Dict[str, str]] = None,
+    progress: Optional[Callable[[int], None]] = None,
+) -> Dict[str, Any]:
+    """Write Arrow data (an object with __arrow_c_stream__) into table: id, label, a field a column."""
 def default_rank() -> Tuple[int, int]: ...
 def default_job() -> Optional[str]: ...
 def live_threads() -> int: ...

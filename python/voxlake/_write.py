@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import numpy as np
 
 from ._errors import ConfigError
-from ._voxlake import write_rows
+from ._voxlake import write_arrow, write_rows
 
 # numpy's dtypes by voxlake's names (little-endian, as the table stores them).
 _DTYPES = {
@@ -41,15 +41,22 @@ def write(
     visible before its commit. ``progress``: True draws a tqdm bar where tqdm is installed
     (Jupyter too), or a callable gets the count of samples taken so far.
 
-    ``samples`` may also be a pyarrow ``Table`` or ``RecordBatchReader``: an ``id`` column
+    ``samples`` may also be Arrow data, any object with ``__arrow_c_stream__`` (a pyarrow
+    ``Table`` or ``RecordBatchReader`` from pyarrow 14, a polars ``DataFrame``), taken
+    through the Arrow C stream interface and cut into rows in Rust: an ``id`` column
     (string), an optional ``label`` (integer) and one column per field, either
     ``fixed_shape_tensor`` (its shape from the type), a list of numbers per row, reshaped to
     ``shapes[column]`` where given (else one axis), or a string column (a text field).
     """
-    if _is_arrow(samples):
-        samples = _arrow_samples(samples, shapes or {})
-    elif shapes:
-        raise ConfigError("write: shapes= is for a pyarrow source (numpy arrays carry theirs)")
+    if hasattr(samples, "__arrow_c_stream__"):
+        report, done = _progress(progress)
+        try:
+            return dict(write_arrow(table, samples, shapes={k: list(v) for k, v in (shapes or {}).items()},
+                                    storage_options=storage_options, progress=report))
+        finally:
+            done()
+    if shapes:
+        raise ConfigError("write: shapes= is for Arrow data (numpy arrays carry theirs)")
     it = iter(samples)
     try:
         first = next(it)
@@ -62,58 +69,6 @@ def write(
                                storage_options=storage_options, progress=report))
     finally:
         done()
-
-
-def _is_arrow(samples: Any) -> bool:
-    module = type(samples).__module__
-    return module.startswith("pyarrow") and hasattr(samples, "schema")
-
-
-def _arrow_samples(source: Any, shapes: Dict[str, Tuple[int, ...]]) -> Iterator[Dict[str, Any]]:
-    """The rows of a pyarrow Table or RecordBatchReader as write's dicts of numpy arrays."""
-    import pyarrow as pa  # type: ignore[import-untyped]
-
-    names = source.schema.names
-    if "id" not in names:
-        raise ConfigError(f"write: the pyarrow source has no 'id' column (it has {names})")
-    fields = [n for n in names if n not in _RESERVED]
-    batches = source.to_batches() if isinstance(source, pa.Table) else source
-    for batch in batches:
-        columns = {name: _arrow_column(name, batch.column(name), shapes.get(name)) for name in fields}
-        ids = batch.column("id").to_pylist()
-        labels = batch.column("label").to_pylist() if "label" in names else [None] * len(ids)
-        for i, sample_id in enumerate(ids):
-            row: Dict[str, Any] = {"id": sample_id, "label": labels[i]}
-            row.update((name, values[i]) for name, values in columns.items())
-            yield row
-
-
-def _arrow_column(name: str, column: Any, shape: Optional[Tuple[int, ...]]) -> Any:
-    """A tensor column as one numpy array of its rows: (rows, *shape); a text column as a list
-    of str."""
-    import pyarrow as pa
-
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) \
-            or pa.types.is_string_view(column.type):
-        if column.null_count:
-            raise ConfigError(f"write: column '{name}' has null rows")
-        return column.to_pylist()
-    if isinstance(column.type, pa.FixedShapeTensorType):
-        return np.asarray(column.to_numpy_ndarray())
-    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type) \
-            or pa.types.is_fixed_size_list(column.type):
-        if column.null_count:
-            raise ConfigError(f"write: column '{name}' has null rows")
-        values = column.flatten().to_numpy(zero_copy_only=False)
-        rows = len(column)
-        per_row = (len(values) // rows) if rows else 0
-        if rows and per_row * rows != len(values):
-            raise ConfigError(f"write: column '{name}': its rows are of different lengths")
-        wanted = tuple(shape) if shape is not None else (per_row,)
-        if int(np.prod(wanted)) != per_row:
-            raise ConfigError(f"write: column '{name}' has {per_row} values a row, shape {list(wanted)} takes {int(np.prod(wanted))}")
-        return np.asarray(values).reshape((rows, *wanted))
-    raise ConfigError(f"write: column '{name}' is {column.type}: a tensor column is a fixed_shape_tensor or a list of numbers")
 
 
 def _fields(sample: Mapping[str, Any]) -> List[Tuple[str, List[int], str]]:

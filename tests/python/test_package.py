@@ -963,8 +963,10 @@ def test_write_then_load_round_trips_and_a_rerun_adds_what_is_missing(tmp_path):
 
 
 def test_write_takes_a_pyarrow_table_or_reader(tmp_path):
-    """voxlake.write from pyarrow: a fixed_shape_tensor column and a list column reshaped by
-    shapes=, read back value for value; a column of another type is refused naming it."""
+    """voxlake.write from Arrow data (the Arrow C stream: a pyarrow Table, a slice of one, a
+    RecordBatchReader, one a generator feeds): a fixed_shape_tensor column and a list column
+    reshaped by shapes=, read back value for value; bad data is refused naming the column and
+    the row; a stream that fails commits nothing of its open window."""
     import pyarrow as pa
 
     n = 25
@@ -995,5 +997,32 @@ def test_write_takes_a_pyarrow_table_or_reader(tmp_path):
                   shapes={"mask": (2, 3)}, progress=False)
     notes = {i: note for b in voxlake.Loader(noted, batch_size=4) for i, note in zip(b["id"], b["note"])}
     assert notes == {f"a{i:02}": f"n{i}" for i in range(n)}
-    with pytest.raises(voxlake.ConfigError, match="column 'note' is struct"):
+    with pytest.raises(voxlake.ConfigError, match="arrow column .note.: Struct"):
         voxlake.write(str(tmp_path / "bad"), source.append_column("note", pa.array([{"a": 1}] * n)), progress=False)
+    # A slice (offsets into every column's buffers) writes exactly its rows.
+    sliced = str(tmp_path / "sliced")
+    voxlake.write(sliced, source.slice(3, 15), shapes={"mask": (2, 3)}, progress=False)
+    rows = {i: t.copy() for b in voxlake.Loader(sliced, batch_size=4) for i, t in zip(b["id"], b["tensor"])}
+    assert sorted(rows) == [f"a{i:02}" for i in range(3, 18)]
+    for i in range(3, 18):
+        np.testing.assert_array_equal(rows[f"a{i:02}"], volumes[i])
+    # Bad data is refused naming the column (and the row); a shape for no column is no setting
+    # silently ignored.
+    with pytest.raises(voxlake.ConfigError, match="arrow column 'masks': a shape is given"):
+        voxlake.write(str(tmp_path / "bad"), source, shapes={"masks": (2, 3)}, progress=False)
+    holes = source.set_column(3, "mask", pa.array([None if i == 4 else list(m) for i, m in enumerate(masks)],
+                                                  type=pa.list_(pa.uint8())))
+    with pytest.raises(voxlake.ConfigError, match="arrow column 'mask': row 'a04' is null"):
+        voxlake.write(str(tmp_path / "bad"), holes, shapes={"mask": (2, 3)}, progress=False)
+
+    # A stream a Python generator feeds, failing after two batches: the error is raised and
+    # nothing of the open window is committed.
+    def failing():
+        yield from source.to_batches(max_chunksize=7)[:2]
+        raise RuntimeError("the source broke")
+
+    broken = str(tmp_path / "broken")
+    with pytest.raises(voxlake.VoxlakeError, match="reading the Arrow data: .*the source broke"):
+        voxlake.write(broken, pa.RecordBatchReader.from_batches(source.schema, failing()),
+                      shapes={"mask": (2, 3)}, progress=False)
+    assert ids_of(voxlake.Loader(broken, batch_size=8)) == [], "nothing of the open window"

@@ -105,6 +105,15 @@ pub enum CompactError {
         /// Why.
         reason: String,
     },
+    /// Arrow data that does not make samples (see [`ArrowSamples`](crate::ArrowSamples)): a
+    /// missing or mistyped column, a null, a row of another length.
+    #[error("arrow column '{column}': {reason}")]
+    Arrow {
+        /// The column.
+        column: String,
+        /// Why.
+        reason: String,
+    },
     /// A worker task panicked or was cancelled.
     #[error("internal error: {0}")]
     Internal(String),

@@ -42,6 +42,7 @@ use std::sync::Arc;
 
 use voxlake_format::{DType, Layout};
 
+mod arrow_rows;
 mod commit;
 mod convert;
 mod error;
@@ -56,6 +57,7 @@ pub mod synth;
 mod table;
 mod writer;
 
+pub use arrow_rows::{ArrowRow, ArrowSamples};
 pub use error::CompactError;
 pub use inspect::{FileInfo, TableInfo};
 pub use labels::Labels;

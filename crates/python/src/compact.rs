@@ -14,10 +14,12 @@ use crate::errors::{Kind, config, internal, raise, table_kind};
 use crate::options::SIGNAL_CHECK;
 
 /// A `compact` error as the exception of its kind.
-fn compact_error(e: CompactError) -> PyErr {
+pub(crate) fn compact_error(e: CompactError) -> PyErr {
     let kind = match &e {
         CompactError::Read(voxlake_stream::StreamError::Table(t)) => table_kind(t),
-        CompactError::Labels { .. } | CompactError::EmptySource { .. } => Kind::Config,
+        CompactError::Labels { .. }
+        | CompactError::EmptySource { .. }
+        | CompactError::Arrow { .. } => Kind::Config,
         CompactError::Internal(_) => Kind::Voxlake,
         _ => Kind::Table,
     };
@@ -25,7 +27,7 @@ fn compact_error(e: CompactError) -> PyErr {
 }
 
 /// A runtime of its own for one `compact` operation (logs forwarded to Python's).
-fn runtime() -> PyResult<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> PyResult<tokio::runtime::Runtime> {
     crate::logs::install();
     voxlake_loader::tokio_runtime(2, "voxlake-compact")
         .map_err(|e| config(format!("cannot start the runtime: {e}")))
@@ -33,7 +35,7 @@ fn runtime() -> PyResult<tokio::runtime::Runtime> {
 
 /// Ends `runtime`, waiting (the GIL released) for its threads and the blocking writes under
 /// way: a process that forks next hands none of them on.
-fn shut_down(py: Python<'_>, runtime: tokio::runtime::Runtime) {
+pub(crate) fn shut_down(py: Python<'_>, runtime: tokio::runtime::Runtime) {
     py.detach(|| runtime.shutdown_timeout(SHUTDOWN_WAIT));
 }
 
@@ -71,7 +73,10 @@ fn run<T: Send + 'static>(
     outcome
 }
 
-fn to_python<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn to_python<'py>(
+    py: Python<'py>,
+    value: &impl serde::Serialize,
+) -> PyResult<Bound<'py, PyAny>> {
     let json = serde_json::to_string(value).map_err(|e| config(e.to_string()))?;
     py.import("json")?.call_method1("loads", (json,))
 }
@@ -143,82 +148,4 @@ pub(crate) fn inspect<'py>(
     }
     let info = run(py, async move { compactor.inspect().await })?;
     to_python(py, &info)
-}
-
-/// A row for [`write_rows`]: id, label and each field's little-endian C-order bytes (a text
-/// field's UTF-8).
-type PyRow = (String, Option<i64>, Vec<Vec<u8>>);
-
-/// Writes the rows `rows` yields (`(id, label, [field bytes…])`, each field as `fields` says:
-/// `(name, shape, dtype)`, dtype `"text"` for a text field) into `table` through `compact`'s writer (row groups sized for
-/// streaming, commits in windows; rows whose id the table holds are skipped); `progress` is
-/// called with the rows taken so far. Returns the summary as a dict. The Python `voxlake.write`
-/// makes the rows from dicts of numpy arrays.
-#[pyfunction]
-#[pyo3(signature = (table, fields, rows, *, storage_options=None, progress=None))]
-pub(crate) fn write_rows<'py>(
-    py: Python<'py>,
-    table: String,
-    fields: Vec<(String, Vec<usize>, String)>,
-    rows: Bound<'py, PyAny>,
-    storage_options: Option<HashMap<String, String>>,
-    progress: Option<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    use voxlake_format::{FieldKind, SampleSpec, TensorSpec};
-    let mut specs = Vec::with_capacity(fields.len());
-    for (name, shape, dtype) in fields {
-        if dtype == "text" {
-            specs.push((name, FieldKind::Text));
-            continue;
-        }
-        let dtype: DType = dtype
-            .parse()
-            .map_err(|e| config(format!("field {name}: dtype {dtype}: {e}")))?;
-        specs.push((name, FieldKind::Tensor(TensorSpec::new(shape, dtype))));
-    }
-    let sample = SampleSpec::new(specs).map_err(|e| config(format!("fields: {e}")))?;
-    let mut compactor = Compactor::new(table);
-    if let Some(options) = storage_options {
-        compactor = compactor.with_storage_options(options);
-    }
-    let runtime = runtime()?;
-    // A few rows ahead of the writer; the writer's task ends the channel on its first error.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<PyRow>(16);
-    let writing = runtime.spawn(async move {
-        let mut writer = compactor.writer(sample).await?;
-        while let Some((id, label, fields)) = rx.recv().await {
-            writer.push(&id, label, fields).await?;
-        }
-        writer.finish().await
-    });
-    let mut taken = 0u64;
-    let fed: PyResult<()> = (|| {
-        for row in rows.try_iter()? {
-            let row: PyRow = row?.extract()?;
-            // The writer's error, if it stopped, is raised below.
-            if py.detach(|| tx.blocking_send(row)).is_err() {
-                return Ok(());
-            }
-            taken += 1;
-            if let Some(progress) = &progress {
-                progress.call1((taken,))?;
-            }
-            py.check_signals()?;
-        }
-        Ok(())
-    })();
-    // Rows that failed abort the writer while it still waits for more (the sender alive), so
-    // nothing of its open window is committed; else, without the sender, it commits the rest.
-    if fed.is_err() {
-        writing.abort();
-    }
-    drop(tx);
-    let summary = py.detach(|| runtime.block_on(writing));
-    shut_down(py, runtime);
-    crate::logs::drain(py)?;
-    fed?;
-    let summary = summary
-        .map_err(|e| internal(format!("the writer's task ended without an answer: {e}")))?
-        .map_err(compact_error)?;
-    to_python(py, &summary)
 }

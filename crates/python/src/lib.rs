@@ -32,6 +32,7 @@ mod shared;
 mod staging;
 mod transforms;
 mod workers;
+mod write;
 
 use pyo3::prelude::*;
 
@@ -47,7 +48,8 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(loader::live_threads, m)?)?;
     m.add_function(wrap_pyfunction!(compact::convert, m)?)?;
     m.add_function(wrap_pyfunction!(compact::inspect, m)?)?;
-    m.add_function(wrap_pyfunction!(compact::write_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(write::write_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(write::write_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(cli::run_command, m)?)?;
     m.add_function(wrap_pyfunction!(staging::copy_into, m)?)?;
     m.add_function(wrap_pyfunction!(shared::compare_exchange, m)?)?;

@@ -1,0 +1,74 @@
+"""`voxlake.write` from a pyarrow Table of reference cubes (30×30×10×10 float32, a binary label):
+the samples a second, each way of handing them over timed alternately in one run.
+
+usage: write_arrow.py [--count N] [--rounds R] [--modes arrow,dicts]
+  arrow: the pyarrow Table itself (a fixed_shape_tensor column)
+  dicts: the same samples as dicts of numpy arrays, made from the Table batch by batch as
+         the write took a Table before it read Arrow data itself (the per-sample path)
+"""
+
+import argparse
+import shutil
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+
+import voxlake
+
+SHAPE = (30, 30, 10, 10)
+
+
+def reference_table(count: int) -> pa.Table:
+    rng = np.random.default_rng(7)
+    values = rng.standard_normal((count, *SHAPE), dtype=np.float32)
+    tensor = pa.FixedShapeTensorArray.from_numpy_ndarray(values)
+    return pa.table({
+        "id": [f"cube-{i:06d}" for i in range(count)],
+        "label": pa.array(rng.integers(0, 2, count), type=pa.int64()),
+        "tensor": tensor,
+    })
+
+
+def as_dicts(table: pa.Table):
+    for batch in table.to_batches():
+        values = batch.column("tensor").to_numpy_ndarray()
+        ids, labels = batch.column("id").to_pylist(), batch.column("label").to_pylist()
+        yield from ({"id": i, "label": l, "tensor": v} for i, l, v in zip(ids, labels, values))
+
+
+def main() -> None:
+    args = argparse.ArgumentParser()
+    args.add_argument("--count", type=int, default=4000)
+    args.add_argument("--rounds", type=int, default=3)
+    args.add_argument("--modes", default="arrow,dicts")
+    a = args.parse_args()
+    table = reference_table(a.count)
+    sources = {"arrow": lambda: table, "dicts": lambda: as_dicts(table)}
+    modes = a.modes.split(",")
+    times: dict = {m: [] for m in modes}
+    stages: dict = {}
+    for _ in range(a.rounds):
+        for mode in modes:
+            out = tempfile.mkdtemp(prefix="voxlake-write-")
+            try:
+                start = time.perf_counter()
+                summary = voxlake.write(out, sources[mode](), progress=False)
+                times[mode].append(time.perf_counter() - start)
+                assert summary["rows"] == a.count, summary
+                stages[mode] = {k: round(v, 2) for k, v in summary.items() if k.endswith("_s")}
+            finally:
+                shutil.rmtree(out)
+    mib = table.column("tensor").nbytes / 2**20
+    for mode in modes:
+        best = min(times[mode])
+        print(f"{mode:6} best {best:6.2f} s  {a.count / best:8.0f} samples/s  {mib / best:7.0f} MiB/s"
+              f"  (rounds: {', '.join(f'{t:.2f}' for t in times[mode])})")
+        print(f"       the writer's stages, last round: {stages[mode]}")
+    if "arrow" in times and "dicts" in times:
+        print(f"arrow / dicts: {min(times['dicts']) / min(times['arrow']):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
