@@ -48,7 +48,7 @@ fn epoch_rows(settings: &OrderSettings, epoch: u64) -> Vec<Vec<u64>> {
                 .iter()
                 .map(|&(u, row)| {
                     let unit = &r.units[u];
-                    unit.file as u64 * ROWS + unit.first_row + unit.kept_row(row).expect("kept")
+                    unit.file as u64 * ROWS + unit.first_row + unit.drawn_row(row).expect("kept")
                 })
                 .collect()
         })

@@ -39,10 +39,10 @@ class Source:
         if self.version is not None and self.timestamp is not None:
             raise OptionError(f"Source({self.table!r}): give version or timestamp, not both")
 
-    def pinned(self) -> bool:
+    def fixed(self) -> bool:
         """Whether it names its own version (or time)."""
         return self.version is not None or self.timestamp is not None
 
     def at_version(self, version: int) -> "Source":
         """This source at ``version``, unless it names its own."""
-        return self if self.pinned() else dataclasses.replace(self, version=int(version))
+        return self if self.fixed() else dataclasses.replace(self, version=int(version))

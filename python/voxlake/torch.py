@@ -74,7 +74,7 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         self._worker_passes = 0
         self._report_states = False
         # The version of each table this job reads (one, or each source's of a mixture), where
-        # it was resolved for it (a DataLoader's probe, a broadcast from rank 0); a state pins
+        # it was resolved for it (a DataLoader's probe, a broadcast from rank 0); a state fixes
         # its own.
         self._job_versions: Optional[List[int]] = None
 
@@ -150,13 +150,13 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         if "memory_budget" not in options and workers > 1:
             # A rank's workers share the budget one loader would have.
             options["memory_budget"] = DEFAULT_MEMORY_BUDGET // workers
-        pinned = _pinned(self._table, options)
-        if info is None and state is None and not pinned and self._job_versions is None:
+        fixed = _fixed(self._table, options)
+        if info is None and state is None and not fixed and self._job_versions is None:
             self._job_versions = _agree_versions(self._table, options, place)
         table = self._table
-        if self._job_versions is not None and state is None and not pinned:
+        if self._job_versions is not None and state is None and not fixed:
             table = _at_versions(table, options, self._job_versions)
-        elif place.job is not None and not pinned and _process_group(place) is None:
+        elif place.job is not None and not fixed and _process_group(place) is None:
             options["job"] = place.job
         self._pass_epoch = epoch
         # A loader inherited from the parent (a forked worker) is forgotten by the extension,
@@ -170,7 +170,7 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         if state is not None:
             loader.load_state_dict(state)
         before = loader.state_dict()  # opens the table: the state is valid from iter() on
-        if info is None and not pinned and self._job_versions is None:
+        if info is None and not fixed and self._job_versions is None:
             self._job_versions = loader.versions  # the run's later passes read them too
         self._loader = loader
         bf16 = frozenset(name for name, dtype in loader.fields() if dtype == "bf16")
@@ -271,14 +271,14 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         options = dict(ds._options, rank=place.rank, world_size=place.world_size, epochs=0)
         if _process_group(place) is not None:
             options.update(rank=0, world_size=1)  # rank 0's version is broadcast at the first pass
-        pinned = _pinned(ds._table, options)
+        fixed = _fixed(ds._table, options)
         table = ds._table
-        if ds._job_versions is not None and not pinned:
+        if ds._job_versions is not None and not fixed:
             table = _at_versions(table, options, ds._job_versions)  # a loaded state's, or resolved before
-        elif place.job is not None and not pinned and _process_group(place) is None:
+        elif place.job is not None and not fixed and _process_group(place) is None:
             options["job"] = place.job  # torch.distributed agrees without writing anything
         with Loader(table, **options) as probe:
-            if not pinned:
+            if not fixed:
                 ds._job_versions = probe.versions
             per_epoch = probe.batches_per_epoch(worker_rank(place, 0, self._workers())[1])
         self._batches_per_pass = per_epoch * self._workers() * max(ds._per_pass, 1)
@@ -372,11 +372,11 @@ def _agree_versions(table: Union[str, List[Source]], options: Dict[str, Any], pl
     return None if box[0] is None else [int(v) for v in box[0]]
 
 
-def _pinned(table: Union[str, List[Source]], options: Dict[str, Any]) -> bool:
+def _fixed(table: Union[str, List[Source]], options: Dict[str, Any]) -> bool:
     """Whether the options (or, of a mixture, every source) name the version to read."""
     if "version" in options or "timestamp" in options:
         return True
-    return not isinstance(table, str) and all(s.pinned() for s in table)
+    return not isinstance(table, str) and all(s.fixed() for s in table)
 
 
 def _at_versions(table: Union[str, List[Source]], options: Dict[str, Any], versions: List[int]) -> Union[str, List[Source]]:

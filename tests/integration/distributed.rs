@@ -1,5 +1,5 @@
 //! Distributed training: equal batch counts on every rank, lineage, exact resume from any batch,
-//! pinned versions, refused states, elastic world sizes (in process and as OS processes),
+//! fixed versions, refused states, elastic world sizes (in process and as OS processes),
 //! and faults in every stage reported as errors.
 
 use std::collections::{HashMap, HashSet};
@@ -264,7 +264,7 @@ async fn a_state_pins_its_version_and_refuses_other_tables() {
         .with_shuffle(1, 6);
     let full = collect(builder.clone());
     let (head, state) = take(builder.clone(), 2);
-    let pinned = state.clone();
+    let fixed = state.clone();
     // The table moves on: an append, then optimize rewrites the files.
     Compactor::new(table.to_str().unwrap())
         .with_layout(small)
@@ -317,8 +317,8 @@ async fn a_state_pins_its_version_and_refuses_other_tables() {
         .unwrap();
     assert!(e.to_string().contains("batch size"), "{e}");
 
-    // A file of the pinned version vacuumed: the error names it and the version.
-    let state = pinned;
+    // A file of the fixed version vacuumed: the error names it and the version.
+    let state = fixed;
     let version = state.version;
     let victim = data_files(&table)
         .into_iter()

@@ -9,7 +9,7 @@ use std::process::Stdio;
 
 use voxlake::LoaderBuilder;
 use voxlake::compact::{Compactor, synth};
-use voxlake::delta::pin::Job;
+use voxlake::delta::agree::Job;
 use voxlake::loader::Loader;
 
 /// Eight ranks of one job, each `setup` as the test says where they agree, opening one after
@@ -91,7 +91,7 @@ async fn ranks_under_commits(
     .unwrap();
     assert!(
         latest > version,
-        "no commit landed while the ranks opened (pinned {version}, latest {latest})"
+        "no commit landed while the ranks opened (agreed {version}, latest {latest})"
     );
     let delivered: Vec<String> = results.into_iter().flat_map(|r| r.1).collect();
     let unique: HashSet<String> = delivered.iter().cloned().collect();

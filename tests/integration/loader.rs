@@ -1,5 +1,5 @@
 //! The stream and the loader: exactly-once epochs over ranks, determinism, mixing, batch
-//! shapes and values, pinned versions, early drop, missing files.
+//! shapes and values, fixed versions, early drop, missing files.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

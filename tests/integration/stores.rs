@@ -761,7 +761,7 @@ async fn convert_under_faults_on_every_request_finishes(backend: Backend) {
 
 on_every_backend!(convert_under_faults_on_every_request_finishes);
 
-/// A job's version pinned beside a table in the store: the first rank publishes it in
+/// A job's version agreed beside a table in the store: the first rank publishes it in
 /// `_voxlake/jobs/<job>.json`, and a rank of the same job opening after another commit landed
 /// reads the job's version (found before it opens anything), while a rank of no job reads the
 /// latest.
@@ -792,7 +792,7 @@ async fn a_jobs_version_is_pinned_in_the_store(backend: Backend) {
     let first = version(Some("job-remote"));
     convert(1).await.unwrap();
     assert_eq!(version(Some("job-remote")), first, "the job's version");
-    assert!(version(None) > first, "no commit landed after the pin");
+    assert!(version(None) > first, "no commit landed after the agreement");
     let marker = backend
         .store()
         .get(&StorePath::from(format!(
@@ -1129,7 +1129,7 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
             ),
         }
         // A rank of a job asks for the job's marker and the log's two questions at once (one
-        // round trip, `pin::open_for_job`), and the open asks neither again.
+        // round trip, `agree::open_for_job`), and the open asks neither again.
         let proxy = FaultProxy::start(backend.addr(), held).await.unwrap();
         let options = voxlake::table::TableOptions {
             storage_options: backend.through(&proxy),

@@ -583,7 +583,7 @@ def test_ranks_left_to_the_launcher_join_its_job(table, monkeypatch):
     marker = os.path.join(table, "_voxlake", "jobs", f"pytest-{os.getpid()}.json")
     loader = voxlake.Loader(table, batch_size=8)
     assert loader.rank() == (1, 2)
-    assert os.path.exists(marker), "the job's version was not pinned"
+    assert os.path.exists(marker), "the job's version was not agreed"
     assert json.load(open(marker))["version"] == loader.version
     ds = Dataset(table, batch_size=8)
     assert ds.placement() == (1, 2, f"pytest-{os.getpid()}")

@@ -1,4 +1,4 @@
-//! The Delta log of a table at a version: read once (the latest version, a pinned one, or the
+//! The Delta log of a table at a version: read once (the latest version, a fixed one, or the
 //! one current at a time) (protocol, metadata, the active data files with
 //! their deletion vectors and statistics), its reader features and column mapping checked. It
 //! reads no data file and knows nothing of the table's samples (`voxlake-table` does).
@@ -9,7 +9,7 @@
 //!   commits, the Delta kernel's for checkpoints and time travel by timestamp.
 //! - [`FileList`]: the active files column by column, and its copy in the node's cache.
 //! - [`Protocol`], [`ColumnMapping`]: the reader features and column names the log declares.
-//! - [`pin`]: one version per job, agreed by its ranks through a marker (or the node's cache).
+//! - [`agree`]: one version per job, agreed by its ranks through a marker (or the node's cache).
 //! - [`stores`]: stores opened with deltalake's own factories, so sources and tables get the
 //!   same settings.
 //!
@@ -44,7 +44,7 @@ mod log_memo;
 mod mapping;
 mod open;
 mod partition;
-pub mod pin;
+pub mod agree;
 mod read;
 mod replayed;
 pub mod stores;

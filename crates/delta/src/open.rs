@@ -33,7 +33,7 @@ enum Opened {
 }
 
 /// What a rank knows of the table before it opens it, found while it looked for its job's
-/// marker ([`crate::pin`]); [`DeltaLog::with_prior`] hands it to the read.
+/// marker ([`crate::agree`]); [`DeltaLog::with_prior`] hands it to the read.
 #[derive(Default)]
 pub struct Prior {
     /// A marker named the version, so the table has a log.
@@ -179,7 +179,7 @@ impl DeltaLog {
     }
 
     /// What a job's rank learnt of the table while it looked for the job's version
-    /// ([`pin::open_for_job`](crate::pin::open_for_job)): whether the table has a log (it is
+    /// ([`agree::open_for_job`](crate::agree::open_for_job)): whether the table has a log (it is
     /// then not listed first to learn so), the log's first answers if it asked them.
     pub fn with_prior(mut self, prior: Prior) -> DeltaLog {
         self.known_delta = prior.known_delta;

@@ -20,7 +20,7 @@
 //! assert_eq!(from_vars(|_| None), Ok(None));
 //! ```
 
-use voxlake_delta::pin::Job;
+use voxlake_delta::agree::Job;
 use voxlake_plan::affinity::Affinity;
 
 /// One launcher's variables.

@@ -30,7 +30,7 @@
 //! # }
 //! ```
 //!
-//! The table as it was at a time (`with_timestamp`; `with_version` pins a version), one of
+//! The table as it was at a time (`with_timestamp`; `with_version` fixes a version), one of
 //! the table settings every builder that opens a table shares (`voxlake_table::TableOptions`):
 //!
 //! ```no_run

@@ -120,13 +120,13 @@ impl Loader {
         (self.state_template.rank, self.state_template.world_size)
     }
 
-    /// The pinned table version (of a mixture, the first source's: see
+    /// The table version read (of a mixture, the first source's: see
     /// [`versions`](Self::versions)).
     pub fn version(&self) -> u64 {
         self.stream.snapshot().version()
     }
 
-    /// The pinned version of each table read: the one table's, or each source's of a mixture
+    /// The version of each table read: the one table's, or each source's of a mixture
     /// in order.
     pub fn versions(&self) -> Vec<u64> {
         self.stream

@@ -13,7 +13,7 @@ use crate::{LoaderBuilder, LoaderError};
 
 impl LoaderBuilder {
     /// The version of each table to open (one, or a mixture's sources in order): a state's
-    /// (it must be the one pinned, if any), else the one asked for; ranks of no job each
+    /// (it must be the one fixed, if any), else the one asked for; ranks of no job each
     /// resolving "latest" are warned of.
     pub(crate) fn versions_to_read(&self) -> Result<Vec<AsOf>, LoaderError> {
         let asked: Vec<AsOf> = match &self.sources {
@@ -23,31 +23,31 @@ impl LoaderBuilder {
                 .map(|s| s.as_of().unwrap_or(self.options.as_of))
                 .collect(),
         };
-        let pinned: Vec<u64> = match &self.state {
+        let fixed: Vec<u64> = match &self.state {
             None => Vec::new(),
             Some(s) if s.sources.is_empty() => vec![s.version],
             Some(s) => s.sources.iter().map(|p| p.version).collect(),
         };
-        if self.state.is_some() && pinned.len() != asked.len() {
+        if self.state.is_some() && fixed.len() != asked.len() {
             return Err(LoaderError::State(format!(
                 "the state is of {} table(s), this loader reads {}",
-                pinned.len(),
+                fixed.len(),
                 asked.len()
             )));
         }
         let mut versions = Vec::with_capacity(asked.len());
         for (i, as_of) in asked.into_iter().enumerate() {
-            versions.push(match (pinned.get(i), as_of) {
+            versions.push(match (fixed.get(i), as_of) {
                 (Some(&s), AsOf::Version(v)) if s != v => {
                     return Err(LoaderError::State(format!(
-                        "the state is of version {s}{}, the builder pins version {v}",
+                        "the state is of version {s}{}, the builder fixes version {v}",
                         match self.sources {
                             None => String::new(),
                             Some(_) => format!(" of source {i}"),
                         }
                     )));
                 }
-                // A state pins the version it was read at, whatever time named it.
+                // A state fixes the version it was read at, whatever time named it.
                 (Some(&s), _) => AsOf::Version(s),
                 (None, as_of) => as_of,
             });
@@ -57,7 +57,7 @@ impl LoaderBuilder {
                 caution = true,
                 rank = self.rank,
                 world_size = self.world_size,
-                "each rank resolves the latest version by itself: while the table takes commits, ranks may read different versions. Name the job (with_job, VOXLAKE_JOB_ID) or pin a version"
+                "each rank resolves the latest version by itself: while the table takes commits, ranks may read different versions. Name the job (with_job, VOXLAKE_JOB_ID) or fix a version"
             );
         }
         Ok(versions)

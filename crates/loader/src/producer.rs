@@ -165,7 +165,7 @@ impl Producer {
                     Some(group) => {
                         self.received.fetch_add(1, Ordering::SeqCst);
                         let group = self.assembler.group(group?)?;
-                        let (kept, rows) = (group.data.unit.kept(), group.data.unit.rows);
+                        let (kept, rows) = (group.data.unit.drawn(), group.data.unit.rows);
                         mixer.push(Arc::new(group), kept, rows);
                         mixer.loosen(|group, kept| self.assembler.loosen(group, kept))?;
                     }

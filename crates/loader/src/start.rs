@@ -295,7 +295,7 @@ impl LoaderBuilder {
             .with_seed(settings.seed)
             .with_interleave(INTERLEAVE)
             .with_affinity(settings.affinity)
-            .with_memory_budget(stream_budget);
+            .with_row_group_budget(stream_budget);
         let stream = match self.row_group_prefetch {
             Some(n) => stream.with_row_group_prefetch(n),
             None => stream,

@@ -1,6 +1,6 @@
 //! The loader's resumable state: where the last batch handed to the caller sits in the run.
 //!
-//! A state names the table version and a hash of the pinned file set (paths and sizes in plan
+//! A state names the table version and a hash of the file set read (paths and sizes in plan
 //! order), every setting the order depends on, and the position: the epoch, the segments of
 //! it closed by a change of world size, and the batches each rank delivered since (`batches`,
 //! and one more for each of the first `ahead` ranks: a DataLoader's workers, asked in turn,
@@ -37,11 +37,11 @@ pub struct LoaderState {
     pub format: u32,
     /// The table location (without query string: no secrets).
     pub table: String,
-    /// The pinned Delta version.
+    /// The Delta version read.
     pub version: u64,
-    /// Hash of the pinned file set: `fnv1a64:` and 16 hex digits.
+    /// Hash of the file set read: `fnv1a64:` and 16 hex digits.
     pub files: String,
-    /// Number of data files in the pinned version.
+    /// Number of data files in the version read.
     pub file_count: usize,
     /// Shuffle seed.
     pub seed: u64,
@@ -90,16 +90,16 @@ pub struct LoaderState {
     pub sources: Vec<SourceState>,
 }
 
-/// A mixture's source as a state records it: the table and its pinned file set.
+/// A mixture's source as a state records it: the table and the file set read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceState {
     /// The table location (without query string).
     pub table: String,
-    /// The pinned Delta version.
+    /// The Delta version read.
     pub version: u64,
-    /// Hash of the pinned file set (as [`LoaderState::files`]).
+    /// Hash of the file set read (as [`LoaderState::files`]).
     pub files: String,
-    /// Number of data files in the pinned version.
+    /// Number of data files in the version read.
     pub file_count: usize,
 }
 

@@ -333,7 +333,7 @@ fn contiguous(
     (real, pad)
 }
 
-/// One unit of reading: a row group of a file and the rows of it that the rank keeps.
+/// One unit of reading: a row group of a file and the rows of it that the rank draws.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unit {
     /// Index of the file in the snapshot.
@@ -344,22 +344,22 @@ pub struct Unit {
     pub rows: u64,
     /// The row group's first row in the file.
     pub first_row: u64,
-    /// The rows kept, as ranges of row indices inside the row group, sorted by start; a row
+    /// The rows drawn, as ranges of row indices inside the row group, sorted by start; a row
     /// drawn `k` times is in `k` of them.
-    pub keep: Vec<Range<u64>>,
-    /// Whether the kept rows are pad rows (repeats).
+    pub draws: Vec<Range<u64>>,
+    /// Whether the rows drawn are pad rows (repeats).
     pub pad: bool,
 }
 
 impl Unit {
-    /// Rows kept.
-    pub fn kept(&self) -> u64 {
-        self.keep.iter().map(|r| r.end - r.start).sum()
+    /// Rows drawn (a row drawn `k` times counted `k` times).
+    pub fn drawn(&self) -> u64 {
+        self.draws.iter().map(|r| r.end - r.start).sum()
     }
 
-    /// The row index inside the row group of the `i`-th kept row (`None` past the last).
-    pub fn kept_row(&self, mut i: u64) -> Option<u64> {
-        for r in &self.keep {
+    /// The row index inside the row group of the `i`-th row drawn (`None` past the last).
+    pub fn drawn_row(&self, mut i: u64) -> Option<u64> {
+        for r in &self.draws {
             let n = r.end - r.start;
             if i < n {
                 return Some(r.start + i);
@@ -385,18 +385,18 @@ pub fn units_of(planner: &Planner, piece: &Piece, row_group_rows: &[u64], epoch:
         .filter_map(|g| {
             let start = first[g];
             let end = start + row_group_rows[g];
-            let keep: Vec<Range<u64>> = piece
+            let draws: Vec<Range<u64>> = piece
                 .rows
                 .iter()
                 .filter(|r| r.start < end && r.end > start)
                 .map(|r| r.start.max(start) - start..r.end.min(end) - start)
                 .collect();
-            (!keep.is_empty()).then(|| Unit {
+            (!draws.is_empty()).then(|| Unit {
                 file: piece.file,
                 row_group: g,
                 rows: row_group_rows[g],
                 first_row: start,
-                keep,
+                draws,
                 pad: piece.pad,
             })
         })
@@ -470,7 +470,7 @@ mod tests {
     }
 
     #[test]
-    fn units_keep_only_the_piece_rows() {
+    fn units_draw_only_the_piece_rows() {
         let planner = Planner::new(0, false);
         let piece = Piece {
             file: 0,
@@ -479,12 +479,12 @@ mod tests {
         };
         let u = units_of(&planner, &piece, &[4, 4, 4], 0);
         assert_eq!(u.len(), 3);
-        assert_eq!((u[0].row_group, u[0].keep.clone()), (0, vec![3..4]));
-        assert_eq!((u[1].row_group, u[1].keep.clone()), (1, vec![0..4]));
-        assert_eq!((u[2].row_group, u[2].keep.clone()), (2, vec![0..1]));
+        assert_eq!((u[0].row_group, u[0].draws.clone()), (0, vec![3..4]));
+        assert_eq!((u[1].row_group, u[1].draws.clone()), (1, vec![0..4]));
+        assert_eq!((u[2].row_group, u[2].draws.clone()), (2, vec![0..1]));
         assert_eq!(u[1].first_row, 4);
-        assert_eq!(u[1].kept_row(2), Some(2));
-        assert_eq!(u[1].kept_row(4), None);
+        assert_eq!(u[1].drawn_row(2), Some(2));
+        assert_eq!(u[1].drawn_row(4), None);
         assert_eq!(u.iter().map(Unit::kept).sum::<u64>(), 6);
     }
 

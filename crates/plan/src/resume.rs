@@ -194,7 +194,7 @@ pub fn rewind<E>(
     while drawn < batches {
         while mixer.wants() {
             match units.get(next_unit) {
-                Some(u) => mixer.push(next_unit, u.kept(), u.rows),
+                Some(u) => mixer.push(next_unit, u.drawn(), u.rows),
                 None => mixer.finish(),
             }
             next_unit = (next_unit + 1).min(units.len());
@@ -242,7 +242,7 @@ pub fn remaining<E>(
             )?;
             for &(unit, row) in &r.rows {
                 let u = &r.units[unit];
-                if let (false, Some(row)) = (u.pad, u.kept_row(row)) {
+                if let (false, Some(row)) = (u.pad, u.drawn_row(row)) {
                     delivered.push(order.position(u.file, u.first_row + row));
                 }
             }
@@ -305,7 +305,7 @@ mod tests {
                     let mut rows = r.rows.iter().map(|&(u, row)| {
                         let unit = &r.units[u];
                         let p =
-                            order.position(unit.file, unit.first_row + unit.kept_row(row).unwrap());
+                            order.position(unit.file, unit.first_row + unit.drawn_row(row).unwrap());
                         (p, unit.pad)
                     });
                     sizes
@@ -448,7 +448,7 @@ mod tests {
             loop {
                 while mixer.wants() {
                     match cut_at.units.get(next) {
-                        Some(u) => mixer.push(next, u.kept(), u.rows),
+                        Some(u) => mixer.push(next, u.drawn(), u.rows),
                         None => mixer.finish(),
                     }
                     next = (next + 1).min(cut_at.units.len());

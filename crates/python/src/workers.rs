@@ -1,6 +1,6 @@
 //! What `voxlake.torch` asks of the Rust side about its `DataLoader` workers
 //! (`voxlake_loader::workers`): a worker's rank, a state fitted to this run's workers, the
-//! pass's state after a batch, the versions a state pins. States cross as the dicts
+//! pass's state after a batch, the versions a state names. States cross as the dicts
 //! `Loader.state_dict()` gives; no Python code reads or writes their segment keys.
 
 use pyo3::prelude::*;
@@ -76,7 +76,7 @@ pub(crate) fn state_at_boundary(py: Python<'_>, state: &Bound<'_, PyAny>) -> PyR
     Ok(state_of(py, state)?.at_boundary())
 }
 
-/// The versions a state pins: each source's of a mixture, else the table's.
+/// The versions a state names: each source's of a mixture, else the table's.
 #[pyfunction]
 #[pyo3(name = "_state_versions")]
 pub(crate) fn state_versions(py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {

@@ -203,9 +203,11 @@ impl<T> StreamBuilder<T> {
         self
     }
 
-    /// Bytes that fetched and decoded row groups not yet released, and those kept between
-    /// epochs, may hold (default 1 GiB, as the loader's budget).
-    pub fn with_memory_budget(mut self, bytes: u64) -> Self {
+    /// Bytes for row groups (default 1 GiB): those fetched and decoded not yet released, and
+    /// those kept between epochs. The stream's whole share of memory; the loader's
+    /// `with_memory_budget` covers everything it holds and gives the stream what its batches
+    /// leave.
+    pub fn with_row_group_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = bytes.max(1);
         self
     }

@@ -230,7 +230,7 @@ mod tests {
             row_group: 1,
             first_row: 8,
             rows: 8,
-            keep: std::iter::once(0..8).collect(),
+            draws: std::iter::once(0..8).collect(),
             pad: false,
         };
         let permit = budget.clone().try_acquire_many_owned(kib).unwrap();

@@ -1,4 +1,4 @@
-//! The budgeted prefetch pipeline: a pinned snapshot's row groups, in the order
+//! The budgeted prefetch pipeline: a snapshot's row groups, in the order
 //! [`voxlake_plan`] deals them to this rank, fetched ahead and decoded off the runtime threads
 //! within a memory budget, handed out as [`RowGroupBatch`]es.
 //!

@@ -36,7 +36,7 @@ mod read;
 
 use read::Obtained;
 
-/// Streams the row groups of a pinned snapshot for one shard, epoch by epoch.
+/// Streams the row groups of a snapshot for one shard, epoch by epoch.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -50,7 +50,7 @@ use read::Obtained;
 ///
 /// let stream = TableStream::builder(&table).with_shuffle(true).with_seed(7).build().await?;
 /// let row_groups: Vec<_> = stream.epoch(0).try_collect().await?;
-/// let rows: u64 = row_groups.iter().map(|g| g.unit.kept()).sum();
+/// let rows: u64 = row_groups.iter().map(|g| g.unit.drawn()).sum();
 /// assert_eq!(rows, stream.snapshot().num_rows().unwrap());
 /// # Ok(())
 /// # }
@@ -86,18 +86,18 @@ pub(crate) struct Inner {
 }
 
 impl TableStream {
-    /// The pinned snapshot (of a mixture, the first source's: see [`sources`](Self::sources)).
+    /// The snapshot read (of a mixture, the first source's: see [`sources`](Self::sources)).
     pub fn snapshot(&self) -> &Arc<Snapshot> {
         &self.inner.sources.snapshots()[0]
     }
 
-    /// The pinned snapshots read, with the numbering of their files.
+    /// The snapshots read, with the numbering of their files.
     pub fn sources(&self) -> &Sources {
         &self.inner.sources
     }
 
-    /// The memory budget in bytes.
-    pub fn memory_budget(&self) -> u64 {
+    /// The row-group budget in bytes ([`with_row_group_budget`](crate::StreamBuilder::with_row_group_budget)).
+    pub fn row_group_budget(&self) -> u64 {
         self.inner.budget_bytes
     }
 

@@ -1,4 +1,4 @@
-//! [`Sources`]: the pinned snapshots a stream reads — one table, or a mixture's sources — with
+//! [`Sources`]: the snapshots a stream reads — one table, or a mixture's sources — with
 //! their files numbered one after the other (source 0's files, then source 1's, …), so that
 //! the plan orders, deals and resumes them as the files of one table.
 

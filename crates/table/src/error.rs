@@ -24,16 +24,16 @@ pub enum TableError {
         /// Why.
         reason: String,
     },
-    /// A data file the snapshot lists is gone (deleted or vacuumed under a pinned version).
+    /// A data file the snapshot lists is gone (deleted or vacuumed under the version read).
     #[error(
-        "table {location}: data file {file} of version {version} is missing from the store (deleted or vacuumed under the pinned version?)"
+        "table {location}: data file {file} of version {version} is missing from the store (deleted or vacuumed under the version read?)"
     )]
     MissingFile {
         /// The table location.
         location: String,
         /// The file's path relative to the table.
         file: String,
-        /// The pinned version that lists it.
+        /// The version read, which lists it.
         version: u64,
     },
     /// A data file could not be fetched or decoded.

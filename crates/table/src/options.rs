@@ -14,7 +14,7 @@ use voxlake_io::cache::CacheChoice;
 use crate::error::TableError;
 use crate::snapshot::Snapshot;
 use voxlake_delta::AsOf;
-use voxlake_delta::pin;
+use voxlake_delta::agree;
 use voxlake_delta::{DeltaLog, Prior};
 
 /// How a table is opened: everything [`Snapshot::open`] needs besides the
@@ -46,11 +46,11 @@ pub struct TableOptions {
     /// The disk cache remote reads go through.
     pub cache: CacheChoice,
     /// The job this process is a rank of: with one, "the latest version" is resolved once for
-    /// the whole job (see [`voxlake_delta::pin`]).
-    pub job: Option<voxlake_delta::pin::Job>,
+    /// the whole job (see [`voxlake_delta::agree`]).
+    pub job: Option<voxlake_delta::agree::Job>,
     /// Where the job's ranks agree on its version: a local folder or a store URL they may all
-    /// write (default: [`voxlake_delta::pin::JOB_DIR_ENV`]'s, else the node's or the table's; see
-    /// [`voxlake_delta::pin`]).
+    /// write (default: [`voxlake_delta::agree::JOB_DIR_ENV`]'s, else the node's or the table's; see
+    /// [`voxlake_delta::agree`]).
     pub job_dir: Option<String>,
 }
 
@@ -118,12 +118,12 @@ impl Snapshot {
             Box::pin(async move { log?.read().await })
         };
         // "Latest" is the job's, not this rank's, where a job is named: the version a rank of
-        // the job pinned, else this rank's latest, published for the others.
+        // the job agreed on, else this rank's latest, published for the others.
         let found = match (&options.job, options.as_of) {
             (Some(job), AsOf::Latest) => {
                 let job_dir = options.job_dir.as_deref();
                 let cache = cache.as_ref();
-                pin::open_for_job(location, storage, root, job, job_dir, cache, &open).await?
+                agree::open_for_job(location, storage, root, job, job_dir, cache, &open).await?
             }
             (_, as_of) => open(as_of, Prior::default()).await?,
         };
@@ -189,18 +189,18 @@ macro_rules! table_options_setters {
         }
 
         /// The job this process is a rank of (any id its ranks share: a Slurm job id,
-        /// torchrun's run id; or a `voxlake_delta::pin::Job` saying more): the latest version
+        /// torchrun's run id; or a `voxlake_delta::agree::Job` saying more): the latest version
         /// is then resolved once for the whole job — the first rank to open writes it to the
         /// job's marker, the others read that version — so ranks never mix versions while a
         /// writer commits. The marker goes to the job folder (`with_job_dir`), else this user's
         /// folder on the node where every rank runs on it, else `_voxlake/jobs/` beside the
         /// table; where none can be written (read-only data, ranks on several nodes), the ranks
         /// read the latest version committed before the job started where the launcher says
-        /// when, else each its latest, with a warning (see `voxlake_delta::pin`).
+        /// when, else each its latest, with a warning (see `voxlake_delta::agree`).
         /// `voxlake_loader::LoaderBuilder` takes the job from `VOXLAKE_JOB_ID`,
         /// `TORCHELASTIC_RUN_ID` or `SLURM_JOB_ID` when its rank comes from the launcher. A
-        /// loader of one rank writes nothing; a pinned version (`with_version`) needs no marker.
-        pub fn with_job(mut self, job: impl Into<::voxlake_delta::pin::Job>) -> Self {
+        /// loader of one rank writes nothing; a fixed version (`with_version`) needs no marker.
+        pub fn with_job(mut self, job: impl Into<::voxlake_delta::agree::Job>) -> Self {
             self.$($field).+.job = Some(job.into());
             self
         }
@@ -215,7 +215,7 @@ macro_rules! table_options_setters {
             self
         }
 
-        /// Pins the table version (default: the latest at open, or a resumed state's). A
+        /// Reads this table version (default: the latest at open, or a resumed state's). A
         /// version the log does not have is an error saying which is the latest.
         pub fn with_version(mut self, version: u64) -> Self {
             self.$($field).+.as_of = ::voxlake_delta::AsOf::Version(version);

@@ -24,11 +24,11 @@ pub(crate) struct Selection {
     pub stats: FilterStats,
 }
 
-/// The rows each row group keeps, for a file whose row groups hold `group_rows` rows and whose
-/// rows `deleted` (ascending, unique) are deleted: per row group its kept rows (ascending rows
-/// of the row group), `None` where it keeps them all. A deleted row past the file's end is an
+/// The live rows of each row group (not deleted), for a file whose row groups hold `group_rows`
+/// rows and whose rows `deleted` (ascending, unique) are deleted: per row group its live rows
+/// (ascending rows of the row group), `None` where none is deleted. A deleted row past the file's end is an
 /// error (the vector is not this file's).
-pub fn kept_by_group(deleted: &[u64], group_rows: &[u64]) -> Result<GroupRows, String> {
+pub fn live_by_group(deleted: &[u64], group_rows: &[u64]) -> Result<GroupRows, String> {
     let total: u64 = group_rows.iter().sum();
     if let Some(&last) = deleted.last()
         && last >= total
@@ -91,23 +91,23 @@ pub fn intersect(a: Option<Arc<[u32]>>, b: Option<&Arc<[u32]>>) -> Option<Arc<[u
     }
 }
 
-/// Whether a row group keeping `kept` of its `rows` rows (deleted by a vector, or not
-/// selected by a filter) copies them out of its pages: when fewer than half are kept, so its
-/// budget share shrinks with them. Otherwise the kept rows stay views into the pages (a
-/// deletion vector rarely leaves fewer: a copy of most of a row group, into fresh memory, cost
-/// more than half the read rate) and the group keeps its whole share.
-pub fn copies_kept_rows(kept: usize, rows: usize) -> bool {
-    kept * 2 < rows
+/// Whether a row group of which `selected` of its `rows` rows are read (the others deleted by
+/// a vector, or not selected by a filter) copies them out of its pages: when fewer than half
+/// are, so its budget share shrinks with them. Otherwise the selected rows stay views into the
+/// pages (a deletion vector rarely leaves fewer: a copy of most of a row group, into fresh
+/// memory, cost more than half the read rate) and the group keeps its whole share.
+pub fn copies_selected_rows(selected: usize, rows: usize) -> bool {
+    selected * 2 < rows
 }
 
 /// The rows at `indices` of `batch`: copied out of its buffers (view columns too, which `take`
 /// would leave pointing into the whole row group's pages) when
-/// [`copies_kept_rows`] says so, else as views into them.
-pub fn kept_rows(
+/// [`copies_selected_rows`] says so, else as views into them.
+pub fn take_rows(
     batch: &RecordBatch,
     indices: &[u64],
 ) -> Result<RecordBatch, arrow_schema::ArrowError> {
-    if copies_kept_rows(indices.len(), batch.num_rows()) {
+    if copies_selected_rows(indices.len(), batch.num_rows()) {
         copy_rows(batch, indices)
     } else {
         arrow_select::take::take_record_batch(batch, &UInt64Array::from(indices.to_vec()))
@@ -162,7 +162,7 @@ mod tests {
     #[test]
     fn deletions_spanning_row_groups_leave_the_other_rows() {
         let sizes = [4, 4, 4];
-        let groups = kept_by_group(&[1, 3, 4, 5, 6, 7, 11], &sizes).unwrap();
+        let groups = live_by_group(&[1, 3, 4, 5, 6, 7, 11], &sizes).unwrap();
         assert_eq!(groups[0].as_deref(), Some(&[0, 2][..]));
         assert_eq!(
             groups[1].as_deref(),
@@ -172,12 +172,12 @@ mod tests {
         assert_eq!(groups[2].as_deref(), Some(&[0, 1, 2][..]));
         assert_eq!(kept(&groups, &sizes), vec![0, 2, 8, 9, 10]);
         assert!(
-            kept_by_group(&[], &sizes)
+            live_by_group(&[], &sizes)
                 .unwrap()
                 .iter()
                 .all(Option::is_none)
         );
-        let err = kept_by_group(&[12], &sizes).unwrap_err();
+        let err = live_by_group(&[12], &sizes).unwrap_err();
         assert!(err.contains("row 12") && err.contains("12 rows"), "{err}");
     }
 
@@ -219,24 +219,24 @@ mod tests {
         };
         let (original, _) = pages(&batch);
         // Seven of eight (a deletion vector's usual lot): views into the same pages.
-        let most = kept_rows(&batch, &[0, 1, 2, 4, 5, 6, 7]).unwrap();
+        let most = take_rows(&batch, &[0, 1, 2, 4, 5, 6, 7]).unwrap();
         let (buffers, views) = pages(&most);
         assert_eq!(buffers, original);
         assert_eq!(views.value(3), vec![4u8; 4096]);
         // Three of eight: copied out into buffers of their own, three tensors' bytes.
-        let few = kept_rows(&batch, &[1, 5, 6]).unwrap();
+        let few = take_rows(&batch, &[1, 5, 6]).unwrap();
         let (buffers, views) = pages(&few);
         assert!(buffers.iter().all(|b| !original.contains(b)));
         let held: usize = views.data_buffers().iter().map(|d| d.len()).sum();
         assert_eq!(held, 3 * 4096);
         assert_eq!(views.value(2), vec![6u8; 4096]);
-        assert!(copies_kept_rows(3, 8) && !copies_kept_rows(4, 8));
+        assert!(copies_selected_rows(3, 8) && !copies_selected_rows(4, 8));
     }
 
     proptest! {
         /// Every row not deleted is kept, once, in order; every deleted one is gone.
         #[test]
-        fn kept_rows_are_the_complement_of_the_deleted(
+        fn live_rows_are_the_complement_of_the_deleted(
             sizes in proptest::collection::vec(0u64..40, 1..8),
             picks in proptest::collection::vec(any::<u64>(), 0..60),
         ) {
@@ -245,7 +245,7 @@ mod tests {
             let mut deleted: Vec<u64> = picks.iter().map(|p| p % total).collect();
             deleted.sort_unstable();
             deleted.dedup();
-            let groups = kept_by_group(&deleted, &sizes).unwrap();
+            let groups = live_by_group(&deleted, &sizes).unwrap();
             prop_assert_eq!(groups.len(), sizes.len());
             let want: Vec<u64> = (0..total).filter(|r| deleted.binary_search(r).is_err()).collect();
             prop_assert_eq!(kept(&groups, &sizes), want);

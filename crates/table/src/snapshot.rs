@@ -1,4 +1,4 @@
-//! A pinned snapshot of a table: its data files (as voxlake-delta read the version, or listed
+//! A snapshot of a table at one version: its data files (as voxlake-delta read the version, or listed
 //! once where there is no log), how its samples are read (its tensor spec), the rows it reads
 //! (not deleted by a deletion vector, kept by a filter), and cached footers. Making it is
 //! `open`'s and `from_log`'s job (`columns` decides how samples are read, `schema` the
@@ -23,7 +23,7 @@ use voxlake_io::location;
 
 mod columns;
 mod from_log;
-mod kept;
+mod selected;
 mod open;
 mod read;
 mod schema;
@@ -37,7 +37,7 @@ use voxlake_delta::{ColumnMapping, DataFile, FileList, MappingMode, Protocol};
 /// Footers and small-column reads in flight at once.
 pub const READ_CONCURRENCY: usize = 16;
 
-/// A pinned snapshot of a table: a voxlake table, another Delta table, or a folder of Parquet
+/// A snapshot of a table at one version: a voxlake table, another Delta table, or a folder of Parquet
 /// files (version 0; the files listed once at open).
 pub struct Snapshot {
     location: String,
@@ -139,7 +139,7 @@ impl Snapshot {
         &self.location
     }
 
-    /// The pinned version.
+    /// The version read.
     pub fn version(&self) -> u64 {
         self.version
     }

@@ -56,7 +56,7 @@ impl Snapshot {
         let mut every = true;
         for (g, rg) in groups.iter().enumerate() {
             let n = rg.num_rows().max(0) as u64;
-            match self.kept_rows(index, g).await? {
+            match self.selected_rows(index, g).await? {
                 Some(rows) => {
                     every = false;
                     kept.extend(rows.iter().map(|&r| first + u64::from(r)));

@@ -159,7 +159,7 @@ pub(crate) fn parse_field(s: &str) -> Result<voxlake_format::sample::FieldHint, 
 /// Which version of a table to read.
 #[derive(clap::Args)]
 pub(crate) struct VersionArgs {
-    /// Pin the table version.
+    /// Read this table version (default: the latest).
     #[arg(long, conflicts_with = "timestamp")]
     pub(crate) version: Option<u64>,
     /// Read the table as it was at this time (RFC 3339, e.g. 2026-11-23T10:00:00Z): the

@@ -1,7 +1,7 @@
 //! The log's first two questions, asked at once: `_last_checkpoint` (is there a checkpoint?)
 //! and the listing of `_delta_log` (which commits?). The commit reader (`commits`) asks them
 //! when it opens a table; a rank resolving its job's version asks them beside the job's marker
-//! ([`LogAhead`], `pin::open_for_job`), a round trip before the open, which continues from
+//! ([`LogAhead`], `agree::open_for_job`), a round trip before the open, which continues from
 //! those answers.
 
 use std::sync::Arc;

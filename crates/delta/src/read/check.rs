@@ -172,7 +172,7 @@ mod tests {
             found.starts_with("checkpoint 00000000000000000001.checkpoint.parquet: "),
             "{found}"
         );
-        // Pinned before the checkpoint, the load reads commit 0: its line 2 is named.
+        // At a version before the checkpoint, the load reads commit 0: its line 2 is named.
         let found = unreadable_log_file(&store, Some(0)).await.unwrap();
         assert!(
             found.starts_with("commit 00000000000000000000.json, line 2: "),

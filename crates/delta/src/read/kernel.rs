@@ -50,7 +50,7 @@ pub(crate) async fn load_at(
         Err(e) => e,
     };
     // No log segment, or no folder at all: a folder of Parquet files (listed once), whose
-    // only version is 0 (a loader state pins it; the state's file-set hash tells listings
+    // only version is 0 (a loader state names it; the state's file-set hash tells listings
     // apart) — or a log that does not reach the version asked, which the existence check
     // tells apart. (A time travel looked before, above.)
     if !known_delta
@@ -128,7 +128,7 @@ pub(crate) async fn explain(
 
 /// The error for a version or time asked of a location without a Delta log.
 fn not_a_table(display: &str, as_of: AsOf) -> DeltaError {
-    let pinned = match as_of {
+    let fixed = match as_of {
         AsOf::Version(v) => format!("version {v}"),
         AsOf::Timestamp(t) => format!("time {}", as_of::shown(t)),
         AsOf::Latest => "the latest version".to_string(),
@@ -136,7 +136,7 @@ fn not_a_table(display: &str, as_of: AsOf) -> DeltaError {
     DeltaError::Deltalake {
         location: display.to_string(),
         source: Box::new(DeltaTableError::NotATable(format!(
-            "no _delta_log at this location ({pinned} needs a Delta table)"
+            "no _delta_log at this location ({fixed} needs a Delta table)"
         ))),
     }
 }

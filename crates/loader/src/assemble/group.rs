@@ -27,7 +27,7 @@ pub(crate) struct Group {
 impl Group {
     /// The index in `data` of the unit's `kept`-th kept row.
     pub(crate) fn index_of(&self, kept: u64) -> Option<usize> {
-        self.data.index_of_row(self.data.unit.kept_row(kept)?)
+        self.data.index_of_row(self.data.unit.drawn_row(kept)?)
     }
 
     pub(super) fn id(&self, index: usize) -> String {

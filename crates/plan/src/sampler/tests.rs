@@ -231,7 +231,7 @@ fn delivered(
         .filter(|(u, _)| !r.units[*u].pad)
         .map(|&(u, row)| {
             let unit = &r.units[u];
-            at[order.position(unit.file, unit.first_row + unit.kept_row(row).unwrap()) as usize]
+            at[order.position(unit.file, unit.first_row + unit.drawn_row(row).unwrap()) as usize]
         })
         .collect()
 }

@@ -74,7 +74,7 @@ impl Inner {
         let meta = snapshot.reader_metadata(file).await?;
         let mut rows = Vec::with_capacity(meta.metadata().num_row_groups());
         for (g, rg) in meta.metadata().row_groups().iter().enumerate() {
-            rows.push(match snapshot.kept_rows(file, g).await? {
+            rows.push(match snapshot.selected_rows(file, g).await? {
                 Some(kept) => kept.len() as u64,
                 None => rg.num_rows().max(0) as u64,
             });
@@ -116,13 +116,13 @@ impl Inner {
             // Units count the rows read (not deleted, selected by a filter): lineage needs
             // the rows in the file, and only those rows were kept (copied out), with their
             // share.
-            let selected = snapshot.kept_rows(file, unit.row_group).await?;
+            let selected = snapshot.selected_rows(file, unit.row_group).await?;
             let meta = snapshot.reader_metadata(file).await?;
             let groups = meta.metadata().row_groups();
             if let Some(rows) = &selected {
                 // Copied out, the kept rows hold their share of the pages; as views, all.
                 let physical = groups[unit.row_group].num_rows().max(1) as usize;
-                if voxlake_table::rows::copies_kept_rows(rows.len(), physical) {
+                if voxlake_table::rows::copies_selected_rows(rows.len(), physical) {
                     keep = (keep * rows.len()).div_ceil(physical).max(1);
                 }
             }

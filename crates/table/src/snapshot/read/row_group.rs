@@ -104,10 +104,10 @@ impl Snapshot {
     }
 
     /// `read_row_group_timed` with a test's fault hooks: the row
-    /// group's rows that are read ([`kept_rows`](Self::kept_rows): not deleted, selected by
+    /// group's rows that are read ([`selected_rows`](Self::selected_rows): not deleted, selected by
     /// the filter), taken out of the decoded pages when it keeps only some (on the blocking
     /// pool; copied when it keeps fewer than half, see
-    /// [`copies_kept_rows`](crate::rows::copies_kept_rows)). With `verify`, every row read is
+    /// [`copies_selected_rows`](crate::rows::copies_selected_rows)). With `verify`, every row read is
     /// checked against its checksum where the projection reads it; without, the caller checks
     /// each row before it uses it ([`row_checks`](Self::row_checks)).
     pub async fn read_row_group_hooked(
@@ -123,7 +123,7 @@ impl Snapshot {
             .read_whole_row_group(index, row_group, &metadata, projection, hooks)
             .await?;
         // Rows are selected first: a row that is not delivered is never converted or checked.
-        let kept = self.kept_rows(index, row_group).await?;
+        let kept = self.selected_rows(index, row_group).await?;
         if !self.columns.native {
             let batch = self
                 .normalize(index, row_group, &metadata, batches, kept)
@@ -135,7 +135,7 @@ impl Snapshot {
             None => batch,
             Some(rows) => tokio::task::spawn_blocking(move || {
                 let indices: Vec<u64> = rows.iter().map(|&r| u64::from(r)).collect();
-                crate::rows::kept_rows(&batch, &indices)
+                crate::rows::take_rows(&batch, &indices)
             })
             .await
             .map_err(|e| self.task_error("decode", index, e))?
@@ -324,7 +324,7 @@ impl Snapshot {
         let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
         let copies = kept
             .as_deref()
-            .is_some_and(|rows| crate::rows::copies_kept_rows(rows.len(), total));
+            .is_some_and(|rows| crate::rows::copies_selected_rows(rows.len(), total));
         let columns = self.columns.clone();
         let path = self.path_of(index).to_string();
         let wanted: Vec<&String> = [&columns.label, &columns.id]

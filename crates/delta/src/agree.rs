@@ -21,7 +21,7 @@
 //! A rank looks for the marker before it opens anything (`open_for_job`), so the ranks after
 //! the first replay the log once, at the job's version. The marker's name and contents are
 //! pure ([`marker_name`], [`Marker`]); the reads and the put are in `agree` and
-//! `pinned_in`.
+//! `agreed_in`.
 
 mod expire;
 mod job;
@@ -78,7 +78,7 @@ pub struct Marker {
 /// digits, `.`, `_`, `-`, at most 100 of them), else replaced by its FNV-1a hash.
 ///
 /// ```
-/// use voxlake_delta::pin::marker_name;
+/// use voxlake_delta::agree::marker_name;
 ///
 /// assert_eq!(marker_name("slurm-42.1"), "slurm-42.1.json");
 /// assert!(marker_name("../x").starts_with('h'));
@@ -106,30 +106,30 @@ pub(crate) enum Agreed {
     Reopen {
         /// The job's version.
         version: u64,
-        /// Its file-set hash, as the rank that pinned it saw it.
+        /// Its file-set hash, as the rank that published it saw it.
         files: String,
     },
     /// No marker could be written there (read-only data): the job has no place to agree.
     Unwritable(String),
 }
 
-/// Refuses a rank whose files at the job's version (`files`) are not those the job pinned
-/// (`pinned`, in the marker `marker`): the table was replaced under its path.
+/// Refuses a rank whose files at the job's version (`files`) are not those the job agreed on
+/// (`agreed`, in the marker `marker`): the table was replaced under its path.
 fn check_files(
     location: &str,
     job: &str,
     marker: &str,
     version: u64,
-    pinned: &str,
+    agreed: &str,
     files: &str,
 ) -> Result<(), DeltaError> {
-    if pinned == files {
+    if agreed == files {
         return Ok(());
     }
     Err(DeltaError::Version {
         location: location.to_string(),
         reason: format!(
-            "job {job} ({marker}): the job pinned version {version} with files {pinned}, this rank opened it with files {files}: the table changed under its path"
+            "job {job} ({marker}): the job agreed on version {version} with files {agreed}, this rank opened it with files {files}: the table changed under its path"
         ),
     })
 }
@@ -166,7 +166,7 @@ pub(crate) async fn agree(
     let create = PutOptions::from(PutMode::Create);
     let marker = match place.store.put_opts(&path, body.into(), create).await {
         Ok(_) => {
-            tracing::info!(job, version = opened, marker = %shown, "this rank pinned the job's version");
+            tracing::info!(job, version = opened, marker = %shown, "this rank published the job's version");
             expire::expire(place.store.as_ref(), &place.folder, &path, now).await;
             return Ok(Agreed::Keep);
         }
@@ -195,9 +195,9 @@ pub(crate) async fn agree(
     }
     tracing::info!(
         job,
-        pinned = marker.version,
+        agreed = marker.version,
         opened,
-        "the job's version is pinned: reading it"
+        "the job agreed on its version: reading it"
     );
     Ok(Agreed::Reopen {
         version: marker.version,
@@ -230,7 +230,7 @@ pub(crate) fn table_store(
 }
 
 /// Job `job`'s marker in `place`, if a rank wrote one.
-pub(crate) async fn pinned_in(
+pub(crate) async fn agreed_in(
     place: &Place,
     location: &str,
     job: &str,
@@ -301,7 +301,7 @@ where
     }
 }
 
-/// Opens `location` at job `job`'s version: the version its marker in `place` pins, else this
+/// Opens `location` at job `job`'s version: the version its marker in `place` names, else this
 /// rank's latest, published as the job's (a rank that lost the race reopens the published
 /// one); the file set is checked against the marker's. `open(as_of, prior)` opens the table.
 /// The marker and the log's first answers are asked at once (either way the open needs the
@@ -325,13 +325,13 @@ where
     let url = voxlake_io::location::to_url(location, true)?;
     let table = voxlake_io::redact(url.as_str());
     let (marker, ahead) = futures::join!(
-        pinned_in(place, location, id),
+        agreed_in(place, location, id),
         LogAhead::read(&place.table_store, &url)
     );
     if let Some(marker) = marker? {
         let shown = place.shown_marker(id);
-        let pinned = (marker.version, marker.files.as_str());
-        return open_pinned(open, &table, id, &shown, pinned, ahead)
+        let agreed = (marker.version, marker.files.as_str());
+        return open_agreed(open, &table, id, &shown, agreed, ahead)
             .await
             .map(marked);
     }
@@ -346,7 +346,7 @@ where
         // Another rank published first, between the look and the put.
         Agreed::Reopen { version, files } => {
             let shown = place.shown_marker(id);
-            open_pinned(open, &table, id, &shown, (version, &files), None)
+            open_agreed(open, &table, id, &shown, (version, &files), None)
                 .await
                 .map(marked)
         }
@@ -414,22 +414,22 @@ where
     Ok(latest)
 }
 
-/// Opens the version job `job` pinned with its file-set hash (`pinned`) in marker `marker`,
+/// Opens the version job `job` agreed on, with its file-set hash (`agreed`) in marker `marker`,
 /// and checks that its files are those (see [`check_files`]); `table` names the table in
 /// messages; `ahead`: the log's first answers, if asked.
-pub(crate) async fn open_pinned<F, Fut>(
+pub(crate) async fn open_agreed<F, Fut>(
     open: &F,
     table: &str,
     job: &str,
     marker: &str,
-    pinned: (u64, &str),
+    agreed: (u64, &str),
     ahead: Option<LogAhead>,
 ) -> Result<Found, DeltaError>
 where
     F: Fn(crate::as_of::AsOf, Prior) -> Fut,
     Fut: std::future::Future<Output = Result<Found, DeltaError>>,
 {
-    let (version, files) = pinned;
+    let (version, files) = agreed;
     let prior = Prior {
         known_delta: true,
         ahead,
@@ -469,7 +469,7 @@ mod tests {
             async move { agree(beside, "mem://t", "job-1", opened, files).await }
         };
         assert_eq!(agree(11, "fnv1a64:a").await.unwrap(), Agreed::Keep);
-        // A later rank that saw a later version reads the pinned one.
+        // A later rank that saw a later version reads the agreed one.
         assert_eq!(
             agree(12, "fnv1a64:b").await.unwrap(),
             Agreed::Reopen {
@@ -484,7 +484,7 @@ mod tests {
             e.contains("job job-1") && e.contains("fnv1a64:a") && e.contains("fnv1a64:c"),
             "{e}"
         );
-        // Another job pins its own.
+        // Another job agrees on its own.
         let other = super::agree(&beside, "mem://t", "job-other", 12, "fnv1a64:x").await;
         assert_eq!(other.unwrap(), Agreed::Keep, "jobs are independent");
         // Something else at the marker's path is refused, not trusted.

@@ -1,7 +1,7 @@
 //! A job's version resolved once a node: the ranks of a node that start at once found no
 //! marker, each resolved "latest" and replayed the log by itself (8 replays a node of 8 GPUs).
 //! Through the node's cache the first of them resolves the job's version as a rank does
-//! (`pin::open_for_job`: the marker's, else its latest, published) and keeps the answer, the
+//! (`agree::open_for_job`: the marker's, else its latest, published) and keeps the answer, the
 //! version and its file-set hash, as an entry named by the table and the job; the others wait
 //! for it (the entry's lock, `DiskCache::get_or_make`), check it against the job's marker (one
 //! GET: the marker is the truth across nodes) unless the entry says none was written (the job
@@ -83,16 +83,16 @@ where
     // No place took a marker: the node's ranks agree through the node's answer.
     if !marked {
         tracing::debug!(location = %shown, job = id, version, "the job's version from the node's cache (no marker)");
-        return super::open_pinned(open, &shown, id, &kept, (version, &files), None).await;
+        return super::open_agreed(open, &shown, id, &kept, (version, &files), None).await;
     }
     // Checked against the job's marker (one GET, no request of the log): a marker removed or
     // rewritten since the node kept its answer (a job restarted under its id) is the job's
     // truth across nodes, never overruled by what one node kept.
-    match super::pinned_in(place, location, id).await? {
+    match super::agreed_in(place, location, id).await? {
         Some(marker) if marker.version == version && marker.files == files => {
             tracing::debug!(location = %shown, job = id, version, "the job's version from the node's cache");
             let marker = place.shown_marker(id);
-            super::open_pinned(open, &shown, id, &marker, (version, &files), None).await
+            super::open_agreed(open, &shown, id, &marker, (version, &files), None).await
         }
         marker => {
             tracing::warn!(

@@ -4,11 +4,11 @@ use std::time::SystemTime;
 
 /// The job a process is a rank of (`voxlake_table::TableOptions::job`): its id, and
 /// what its launcher says of it, which decides how its ranks agree on one version (see
-/// [`crate::pin`]).
+/// [`crate::agree`]).
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
-/// use voxlake_delta::pin::Job;
+/// use voxlake_delta::agree::Job;
 ///
 /// let started = SystemTime::UNIX_EPOCH + Duration::from_secs(1_790_000_000);
 /// let job = Job::new("4242").with_one_node(true).with_started(started);

@@ -57,7 +57,7 @@ pub(crate) async fn expire(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pin::{Channel, JOBS_FOLDER, Place};
+    use crate::agree::{Channel, JOBS_FOLDER, Place};
     use object_store::local::LocalFileSystem;
     use std::sync::Arc;
 
@@ -87,7 +87,7 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, ["notes.txt", "ours.json", "recent.json"]);
-        // The first rank of a new job removes them as it pins its version; a later rank, no.
+        // The first rank of a new job removes them as it publishes its version; a later rank, no.
         aged("old.json", RETENTION * 2);
         let place = Place::new(Arc::new(store), JOBS_FOLDER, Channel::Table);
         let agreed = super::super::agree(&place, "file:///t", "job-new", 3, "fnv1a64:a").await;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::Snapshot;
 use crate::error::TableError;
 use crate::filter::FilterStats;
-use crate::rows::{GroupRows, kept_by_group};
+use crate::rows::{GroupRows, live_by_group};
 
 impl Snapshot {
     /// The snapshot of only the rows `filter` (one SQL boolean expression over the files'
@@ -84,7 +84,7 @@ impl Snapshot {
     /// The rows of row group `row_group` of file `index` that are read (ascending rows of the
     /// row group): those no deletion vector deletes and the filter, if any, selects; `None`
     /// when every row is (the file's footer is read first where it has a deletion vector).
-    pub async fn kept_rows(
+    pub async fn selected_rows(
         &self,
         index: usize,
         row_group: usize,
@@ -130,7 +130,7 @@ impl Snapshot {
                     .map(|rg| rg.num_rows().max(0) as u64)
                     .collect();
                 let kept =
-                    kept_by_group(&deleted.rows, &sizes).map_err(|reason| TableError::Corrupt {
+                    live_by_group(&deleted.rows, &sizes).map_err(|reason| TableError::Corrupt {
                         location: self.location.clone(),
                         file: self.path_of(index).to_string(),
                         reason: format!("its deletion vector {}: {reason}", deleted.id),
