@@ -792,7 +792,10 @@ async fn a_jobs_version_is_pinned_in_the_store(backend: Backend) {
     let first = version(Some("job-remote"));
     convert(1).await.unwrap();
     assert_eq!(version(Some("job-remote")), first, "the job's version");
-    assert!(version(None) > first, "no commit landed after the agreement");
+    assert!(
+        version(None) > first,
+        "no commit landed after the agreement"
+    );
     let marker = backend
         .store()
         .get(&StorePath::from(format!(

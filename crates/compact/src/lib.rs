@@ -42,10 +42,10 @@ use std::sync::Arc;
 
 use voxlake_format::{DType, Layout};
 
-mod arrow_rows;
 mod commit;
 mod convert;
 mod error;
+mod from_arrow;
 mod from_table;
 pub mod infer;
 mod inspect;
@@ -57,8 +57,8 @@ pub mod synth;
 mod table;
 mod writer;
 
-pub use arrow_rows::{ArrowRow, ArrowSamples};
 pub use error::CompactError;
+pub use from_arrow::{ArrowRow, ArrowSamples};
 pub use inspect::{FileInfo, TableInfo};
 pub use labels::Labels;
 pub use optimize::{OptimizeSummary, plan_bins};

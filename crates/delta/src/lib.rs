@@ -33,6 +33,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod agree;
 mod as_of;
 mod deletes;
 mod error;
@@ -44,7 +45,6 @@ mod log_memo;
 mod mapping;
 mod open;
 mod partition;
-pub mod agree;
 mod read;
 mod replayed;
 pub mod stores;

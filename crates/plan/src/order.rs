@@ -485,7 +485,7 @@ mod tests {
         assert_eq!(u[1].first_row, 4);
         assert_eq!(u[1].drawn_row(2), Some(2));
         assert_eq!(u[1].drawn_row(4), None);
-        assert_eq!(u.iter().map(Unit::kept).sum::<u64>(), 6);
+        assert_eq!(u.iter().map(Unit::drawn).sum::<u64>(), 6);
     }
 
     use proptest::prelude::*;

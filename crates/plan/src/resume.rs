@@ -304,8 +304,8 @@ mod tests {
                     let sizes = batch_sizes(&r, &self.settings);
                     let mut rows = r.rows.iter().map(|&(u, row)| {
                         let unit = &r.units[u];
-                        let p =
-                            order.position(unit.file, unit.first_row + unit.drawn_row(row).unwrap());
+                        let p = order
+                            .position(unit.file, unit.first_row + unit.drawn_row(row).unwrap());
                         (p, unit.pad)
                     });
                     sizes

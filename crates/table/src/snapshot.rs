@@ -23,10 +23,10 @@ use voxlake_io::location;
 
 mod columns;
 mod from_log;
-mod selected;
 mod open;
 mod read;
 mod schema;
+mod selected;
 
 pub use read::{FOOTER_CACHE_BYTES, ReadTimings};
 pub(crate) use schema::{column_at_path, root_of};
