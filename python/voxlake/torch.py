@@ -125,7 +125,7 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
             return
         if at_boundary(state):
             pass_epoch = int(state["epoch"])  # a finished pass: the next one is the state's
-        if not _pinned(self._table, self._options):
+        if not _fixed(self._table, self._options):
             self._job_versions = state_versions(state)  # the run goes on at the state's versions
         self._passes.set(pass_epoch, state)
 
@@ -290,7 +290,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         self._agreed = True
         ds = self._voxlake_dataset
         dist = _process_group(ds.placement())
-        if dist is None or _pinned(ds._table, ds._options):
+        if dist is None or _fixed(ds._table, ds._options):
             return
         box = [ds._job_versions]
         dist.broadcast_object_list(box, src=0)
