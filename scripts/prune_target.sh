@@ -1,8 +1,9 @@
 # Sourced by scripts/test.sh: cargo never deletes old test and example binaries (~0.5 GB each in
 # debug), so a target directory shared across runs fills the disk. Deletes, in deps/ and
-# examples/ of every profile, binaries more than 15 minutes older than the newest of the same name
-# (one build can hold several of a name: a lib's tests, a bin, the bin's tests).
-for dir in "$CARGO_TARGET_DIR"/{debug,release}/{deps,examples}; do
+# examples/ of every profile (and of the wheel's target triple), binaries more than 15 minutes
+# older than the newest of the same name (one build can hold several of a name: a lib's tests, a
+# bin, the bin's tests).
+for dir in "$CARGO_TARGET_DIR"/{,x86_64-unknown-linux-gnu/}{debug,release}/{deps,examples}; do
   [ -d "$dir" ] || continue
   find "$dir" -maxdepth 1 -type f -executable -printf '%T@ %p\n' | sort -rn | awk '
     { path = $2; name = path; sub(/.*\//, "", name); sub(/-[0-9a-f]{16}$/, "", name)

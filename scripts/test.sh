@@ -40,17 +40,25 @@ source scripts/azurite.sh
 source scripts/s3.sh
 source scripts/gcs.sh
 
+# Each step's wall time, said as it ends (where a cold run's minutes go: CONTRIBUTING.md).
+step_start=0
+step() { echo "[test.sh] $1: $((SECONDS - step_start)) s" >&2; step_start=$SECONDS; }
+step "set-up (venv, torch wheel, store servers)"
+
 cargo fmt --all -- --check
 # The walls between the crates and between files (docs/architecture.md).
 bash scripts/check_walls.sh
 cargo clippy --workspace --all-features --all-targets --quiet -- -D warnings
 # The API docs build without a broken or private link.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
+step "fmt, walls, clippy, docs"
 # What scripts/demo.sh builds: the binaries without the `cloud` feature (local tables only).
 cargo clippy -p voxlake-cli --bin compact --bin voxlake --no-default-features --quiet -- -D warnings
 # The binaries the CLI and Python tests run (default features: none of them needs `--device`).
 cargo build --workspace --bins
+step "the binaries"
 cargo test --workspace --all-features "$@"
+step "cargo test"
 # The Python package (crates/python + python/voxlake) as users install it: one abi3
 # manylinux_2_28 wheel (scripts/wheel.sh, here in the dev profile: the packaging is the release
 # wheel's, and a second optimized build of the whole tree would be a third of a cold run),
@@ -62,6 +70,9 @@ trap 'rm -rf "$wheels"' EXIT
 bash scripts/wheel.sh "$wheels" dev >"$wheels/build.log" 2>&1 || { tail -30 "$wheels/build.log"; exit 1; }
 wheel=$(ls "$wheels"/voxlake-*.whl)
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+step "the wheel"
 .venv/bin/python -m pytest -q tests/python/test_package.py tests/python/test_torch.py
 .venv/bin/python -m mypy --strict examples/train_torch.py python/voxlake
+step "pytest, mypy"
 bash scripts/check_wheel.sh "$wheel"
+step "the wheel in a fresh venv"

@@ -134,7 +134,7 @@ impl Compactor {
                     size: Some(file.size() as i64),
                     // The rewrite left its deleted rows out; the remove names the vector the
                     // add had, as the protocol asks.
-                    deletion_vector: file.deletion_vector().cloned(),
+                    deletion_vector: file.deletion_vector().map(descriptor),
                     ..Default::default()
                 }));
             }
@@ -170,6 +170,22 @@ fn chrono_millis() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// voxlake-delta's description of a deletion vector as deltalake's action field.
+fn descriptor(v: &voxlake_delta::VectorDescriptor) -> deltalake::kernel::DeletionVectorDescriptor {
+    use deltalake::kernel::StorageType;
+    deltalake::kernel::DeletionVectorDescriptor {
+        storage_type: match v.storage_type {
+            'i' => StorageType::Inline,
+            'p' => StorageType::AbsolutePath,
+            _ => StorageType::UuidRelativePath,
+        },
+        path_or_inline_dv: v.path_or_inline_dv.clone(),
+        offset: v.offset,
+        size_in_bytes: v.size_in_bytes,
+        cardinality: v.cardinality,
+    }
 }
 
 #[cfg(test)]

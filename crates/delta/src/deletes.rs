@@ -37,7 +37,42 @@ pub struct Deleted {
     /// snapshots with the same files and vectors plan the same rows.
     pub id: String,
     /// The add action's descriptor (a commit that removes the file names it too).
-    pub descriptor: deltalake::kernel::DeletionVectorDescriptor,
+    pub descriptor: VectorDescriptor,
+}
+
+/// A deletion vector as a data file's add action describes it (the Delta protocol's
+/// `deletionVector` field), in voxlake's own type: a commit that removes the file names it too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VectorDescriptor {
+    /// How the vector is stored: `u` (a file beside the table named by a UUID), `i` (inline
+    /// in the log) or `p` (a file at an absolute path).
+    pub storage_type: char,
+    /// The UUID (with its optional prefix), the inline bytes (Z85) or the absolute path.
+    pub path_or_inline_dv: String,
+    /// Where the vector starts in its file (`None` inline).
+    pub offset: Option<i32>,
+    /// The vector's bytes.
+    pub size_in_bytes: i32,
+    /// The rows it deletes.
+    pub cardinality: i64,
+}
+
+impl From<&deltalake::kernel::DeletionVectorDescriptor> for VectorDescriptor {
+    fn from(d: &deltalake::kernel::DeletionVectorDescriptor) -> VectorDescriptor {
+        use deltalake::kernel::StorageType;
+        VectorDescriptor {
+            storage_type: match d.storage_type {
+                StorageType::UuidRelativePath => 'u',
+                StorageType::Inline => 'i',
+                StorageType::AbsolutePath => 'p',
+            },
+            path_or_inline_dv: d.path_or_inline_dv.clone(),
+            offset: d.offset,
+            size_in_bytes: d.size_in_bytes,
+            cardinality: d.cardinality,
+        }
+    }
 }
 
 /// One file's vector, as its add action describes it.
@@ -245,7 +280,7 @@ impl Vector {
         Ok(Deleted {
             rows: rows.into(),
             id: format!("{id}#{cardinality}"),
-            descriptor: self.original,
+            descriptor: VectorDescriptor::from(&self.original),
         })
     }
 }

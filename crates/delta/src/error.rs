@@ -13,13 +13,18 @@ pub enum DeltaError {
     /// A location or a store's endpoint that cannot be used.
     #[error(transparent)]
     Io(#[from] IoError),
-    /// deltalake could not read the log (no table, unreachable store, bad credentials, …).
-    #[error("table {location}: {}", delta_message(source))]
-    Deltalake {
+    /// The log could not be read (no table, an unreachable store, bad credentials, a log the
+    /// Delta reader refuses, …): deltalake's or its kernel's message, classified.
+    #[error("table {location}: {reason}")]
+    Read {
         /// The table location.
         location: String,
-        /// deltalake's error (boxed: it is large, and every `Result` would carry its size).
-        source: Box<DeltaTableError>,
+        /// What the reader said.
+        reason: String,
+        /// Whether the store's answer was a fault that may pass.
+        transient: bool,
+        /// Whether the answer was that there is no table.
+        not_found: bool,
     },
     /// A log file that does not parse (a commit with a broken line, a checkpoint cut short),
     /// named with the cause.
@@ -89,11 +94,9 @@ impl DeltaError {
     /// answer (not found, forbidden, bad input).
     pub fn is_transient(&self) -> bool {
         match self {
-            DeltaError::Deltalake { source, .. } => match source.as_ref() {
-                DeltaTableError::ObjectStore { source } => store_error_is_transient(source),
-                _ => false,
-            },
-            DeltaError::DeletionVector { transient, .. } => *transient,
+            DeltaError::Read { transient, .. } | DeltaError::DeletionVector { transient, .. } => {
+                *transient
+            }
             _ => false,
         }
     }
@@ -102,21 +105,27 @@ impl DeltaError {
     pub fn is_not_found(&self) -> bool {
         match self {
             DeltaError::NotFound { .. } => true,
-            DeltaError::Deltalake { source, .. } => matches!(
-                source.as_ref(),
+            DeltaError::Read { not_found, .. } => *not_found,
+            _ => false,
+        }
+    }
+
+    /// deltalake's error as voxlake-delta's own (its type stays out of the API).
+    pub(crate) fn deltalake(location: &str, source: DeltaTableError) -> DeltaError {
+        DeltaError::Read {
+            location: location.to_string(),
+            reason: delta_message(&source),
+            transient: match &source {
+                DeltaTableError::ObjectStore { source } => store_error_is_transient(source),
+                _ => false,
+            },
+            not_found: matches!(
+                source,
                 DeltaTableError::NotATable(_)
                     | DeltaTableError::ObjectStore {
                         source: object_store::Error::NotFound { .. }
                     }
             ),
-            _ => false,
-        }
-    }
-
-    pub(crate) fn deltalake(location: &str, source: DeltaTableError) -> DeltaError {
-        DeltaError::Deltalake {
-            location: location.to_string(),
-            source: Box::new(source),
         }
     }
 }

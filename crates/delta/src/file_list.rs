@@ -129,7 +129,7 @@ impl<'a> DataFile<'a> {
 
     /// The file's deletion vector as its add action describes it (a commit that removes the
     /// file must name it too).
-    pub fn deletion_vector(&self) -> Option<&'a deltalake::kernel::DeletionVectorDescriptor> {
+    pub fn deletion_vector(&self) -> Option<&'a crate::VectorDescriptor> {
         self.deleted().map(|d| &d.descriptor)
     }
 }

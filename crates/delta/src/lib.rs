@@ -51,6 +51,7 @@ pub mod stores;
 mod version;
 
 pub use as_of::AsOf;
+pub use deletes::VectorDescriptor;
 pub use error::DeltaError;
 pub use features::{Protocol, SUPPORTED_READER_FEATURES};
 pub use file_list::{DataFile, Deleted, FileList};

@@ -21,6 +21,7 @@ use crate::transform::{self, FieldValue, Sample, SampleFn};
 
 mod direct;
 mod group;
+mod on_device;
 mod transforms;
 
 pub(crate) use group::Group;
@@ -54,11 +55,11 @@ pub(crate) struct Assembler {
     pub channels: Option<usize>,
     pub counters: Arc<Counters>,
     pub hooks: Hooks,
-    #[cfg(feature = "tch")]
-    pub device: Option<tch::Device>,
-    /// The staging ring for a CUDA device (set up beside the stream's first reads).
-    #[cfg(feature = "tch")]
-    pub feed: Option<Mutex<crate::feed::Setup>>,
+    pub device: Option<crate::device::Device>,
+    /// The staging ring for a CUDA device (set up beside the stream's first reads); read by
+    /// the device path alone, which needs `tch`.
+    #[cfg_attr(not(feature = "tch"), allow(dead_code))]
+    pub feed: Option<Mutex<crate::device::Staging>>,
     pub recycled: Arc<Mutex<Vec<Tensors>>>,
     /// Samples a per-sample transform handed back, for the next ones to be read into.
     pub spare_samples: Mutex<Vec<Tensors>>,
@@ -68,12 +69,19 @@ pub(crate) struct Assembler {
     pub pool: Option<Arc<rayon::ThreadPool>>,
 }
 
+/// The rows' bytes of a tensor field's values (none for a field not read).
+fn bytes<'a>(v: &'a Option<Values<'_>>) -> Vec<&'a [u8]> {
+    match v {
+        Some(Values::Tensors(b)) => b.iter().map(|c| c.as_ref()).collect(),
+        _ => Vec::new(),
+    }
+}
+
 impl Assembler {
     /// Makes the first batch's memory (`rows` rows, faulted in) while its row groups are read,
     /// sparing that batch the page faults of fresh memory ([`reusable`](Self::reusable) hands it
     /// out). Not for a device's batches (they are libtorch's).
     pub(crate) fn prefault_spare(&self, rows: usize) -> Result<(), LoaderError> {
-        #[cfg(feature = "tch")]
         if self.device.is_some() {
             return Ok(());
         }
@@ -257,103 +265,9 @@ impl Assembler {
         index: u64,
     ) -> Result<Batch, LoaderError> {
         let fields = self.spec.fields();
-        fn bytes<'a>(v: &'a Option<Values<'_>>) -> Vec<&'a [u8]> {
-            match v {
-                Some(Values::Tensors(b)) => b.iter().map(|c| c.as_ref()).collect(),
-                _ => Vec::new(),
-            }
-        }
         let has_tensors = values.first().is_some_and(Option::is_some);
-        #[cfg(feature = "tch")]
         if let (Some(device), true) = (self.device, has_tensors) {
-            let labels = labels.unwrap_or_else(|| self.row_labels(rows));
-            let tensor_fields: Vec<(usize, &TensorSpec)> = fields
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| values[*i].is_some())
-                .filter_map(|(i, f)| f.kind.tensor().map(|s| (i, s)))
-                .collect();
-            let samples: Vec<Vec<&[u8]>> = tensor_fields
-                .iter()
-                .map(|(i, _)| bytes(&values[*i]))
-                .collect();
-            let check = self.row_check(rows);
-            let mut tensors: Vec<Tensors> = match &self.feed {
-                None => tensor_fields
-                    .iter()
-                    .zip(&samples)
-                    .enumerate()
-                    .map(|(n, ((i, spec), samples))| {
-                        let channels = if *i == 0 { self.channels } else { None };
-                        crate::torch::assemble_cpu(
-                            spec.dtype(),
-                            spec.shape(),
-                            samples,
-                            channels,
-                            self.pool.as_deref(),
-                            // The first tensor field's copy checks the rows.
-                            (n == 0).then_some(&check as _),
-                        )
-                        .map(Tensors::Tch)
-                    })
-                    .collect::<Result<_, _>>()?,
-                Some(feed) => {
-                    self.check_rows(rows)?;
-                    let failed = |message: String| LoaderError::Device {
-                        device: format!("{device:?}"),
-                        object: format!("batch {index} of epoch {epoch}"),
-                        message,
-                    };
-                    let staged: Vec<crate::feed::Staged<'_>> = tensor_fields
-                        .iter()
-                        .zip(&samples)
-                        .map(|((_, spec), samples)| crate::feed::Staged {
-                            dtype: spec.dtype(),
-                            shape: spec.shape(),
-                            samples,
-                        })
-                        .collect();
-                    let mut setup = feed.lock().map_err(|_| {
-                        failed("the staging ring was poisoned by an earlier panic".into())
-                    })?;
-                    let feed = setup.ready().map_err(failed)?;
-                    let sent = feed
-                        .send(&staged, &labels, self.pool.as_deref())
-                        .map_err(failed)?;
-                    self.counters
-                        .staging_waits
-                        .store(feed.waits(), Ordering::Relaxed);
-                    drop(setup);
-                    let mut on_device = Vec::with_capacity(sent.tensors.len());
-                    for (n, t) in sent.tensors.into_iter().enumerate() {
-                        let channels = if tensor_fields[n].0 == 0 {
-                            self.channels
-                        } else {
-                            None
-                        };
-                        let t = crate::torch::channels_first(t, channels).map_err(failed)?;
-                        on_device.push(Tensors::Tch(crate::torch::TchTensor(t)));
-                    }
-                    let mut batch = self.batch_of(
-                        rows,
-                        on_device.remove(0),
-                        self.more_fields(
-                            &values,
-                            tensor_fields[1..].iter().map(|f| f.0).zip(on_device),
-                        ),
-                        Some(labels),
-                        epoch,
-                        index,
-                    );
-                    // Copied with the batch: `label_tensor` never blocks on them.
-                    batch.device_labels = sent.labels.map(crate::torch::TchTensor);
-                    return Ok(batch);
-                }
-            };
-            let first = tensors.remove(0);
-            let more =
-                self.more_fields(&values, tensor_fields[1..].iter().map(|f| f.0).zip(tensors));
-            return Ok(self.batch_of(rows, first, more, Some(labels), epoch, index));
+            return self.on_device(device, rows, &values, labels, epoch, index);
         }
         let first = self.spec.first();
         // Rows are checked as they are copied (once: a transform's rows, checked before it ran,
@@ -480,7 +394,6 @@ impl Assembler {
             },
             epoch,
             index,
-            #[cfg(feature = "tch")]
             device_labels: None,
         }
     }

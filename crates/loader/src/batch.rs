@@ -34,8 +34,7 @@ pub struct Batch {
     /// The batch's index inside its epoch (the same on every rank).
     pub index: u64,
     /// The labels already on their way to the batch's CUDA device (feature `tch`).
-    #[cfg(feature = "tch")]
-    pub(crate) device_labels: Option<crate::torch::TchTensor>,
+    pub(crate) device_labels: Option<crate::TchTensor>,
 }
 
 /// Where one sample of a batch came from.
@@ -148,19 +147,6 @@ impl Batch {
         self.ids.is_empty()
     }
 
-    /// The labels as an Int64 tensor on `device`, if every sample has one (feature `tch`).
-    /// For the loader's CUDA device they were copied with the batch, without blocking.
-    #[cfg(feature = "tch")]
-    pub fn label_tensor(&self, device: tch::Device) -> Option<tch::Tensor> {
-        if let Some(labels) = &self.device_labels
-            && labels.0.device() == device
-        {
-            return Some(labels.0.shallow_clone());
-        }
-        let labels: Vec<i64> = self.labels.iter().copied().collect::<Option<_>>()?;
-        Some(tch::Tensor::from_slice(&labels).to_device(device))
-    }
-
     /// The labels as one array, if every sample has one.
     pub fn label_array(&self) -> Option<ndarray::Array1<i64>> {
         self.labels
@@ -189,9 +175,9 @@ pub enum Tensors {
     BF16(ArrayD<half::bf16>),
     F32(ArrayD<f32>),
     F64(ArrayD<f64>),
-    /// A libtorch tensor (feature `tch`), on the loader's device.
-    #[cfg(feature = "tch")]
-    Tch(crate::torch::TchTensor),
+    /// A libtorch tensor on the loader's device (feature `tch`; without it no value of this
+    /// variant exists).
+    Tch(crate::TchTensor),
 }
 
 /// Evaluates `$body` with `$a` bound to the `ndarray` array that a [`Tensors`] holds, whatever
@@ -231,9 +217,8 @@ macro_rules! each_tensor {
 impl Tensors {
     /// The shape `[B, …]`.
     pub fn shape(&self) -> Vec<usize> {
-        #[cfg(feature = "tch")]
         if let Tensors::Tch(t) = self {
-            return t.0.size().iter().map(|&d| d as usize).collect();
+            return t.shape();
         }
         each_tensor!(self, a => a.shape().to_vec(), _ => unreachable!("handled before"))
     }
@@ -246,8 +231,7 @@ impl Tensors {
     /// The element type.
     pub fn dtype(&self) -> DType {
         match self {
-            #[cfg(feature = "tch")]
-            Tensors::Tch(t) => crate::torch::dtype_of(t.0.kind()),
+            Tensors::Tch(t) => t.dtype(),
             Tensors::Bool(_) => DType::Bool,
             Tensors::I8(_) => DType::I8,
             Tensors::I16(_) => DType::I16,
@@ -284,7 +268,6 @@ impl Tensors {
     /// `None` for a libtorch tensor that is not a contiguous CPU tensor (copy it to the CPU
     /// first).
     pub fn as_bytes(&self) -> Option<&[u8]> {
-        #[cfg(feature = "tch")]
         if let Tensors::Tch(t) = self {
             return t.cpu_bytes();
         }
@@ -315,7 +298,6 @@ macro_rules! map_tensor {
             Tensors::BF16($a) => Tensors::BF16($body),
             Tensors::F32($a) => Tensors::F32($body),
             Tensors::F64($a) => Tensors::F64($body),
-            #[cfg(feature = "tch")]
             Tensors::Tch(t) => Tensors::Tch(t),
         }
     };

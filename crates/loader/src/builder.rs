@@ -42,8 +42,7 @@ pub struct LoaderBuilder {
     /// A mixture's sources (`None`: the one table `table`).
     pub(crate) sources: Option<Vec<crate::Source>>,
     pub(crate) transforms: crate::transform::Transforms,
-    #[cfg(feature = "tch")]
-    pub(crate) device: Option<tch::Device>,
+    pub(crate) device: Option<crate::device::Device>,
 }
 
 /// A quarter of the cores, 1 to 4.
@@ -78,8 +77,7 @@ impl LoaderBuilder {
     /// a batch and its labels, whichever is more.
     pub(crate) fn outside_bytes(&self, batch_size: usize, sample_bytes: u64) -> u64 {
         let batches = batches_outside(self.prefetch) * batch_size as u64 * sample_bytes;
-        #[cfg(feature = "tch")]
-        if self.device.is_some_and(|d| d.is_cuda()) {
+        if self.device.is_some_and(crate::device::is_cuda) {
             let staged = crate::STAGING_BUFFERS as u64 * batch_size as u64 * (sample_bytes + 8);
             return batches.max(staged);
         }
@@ -133,22 +131,12 @@ impl LoaderBuilder {
             sampling: Default::default(),
             sources: None,
             transforms: Default::default(),
-            #[cfg(feature = "tch")]
             device: None,
         }
     }
 
     voxlake_table::table_options_setters!(options);
     voxlake_stream::read_options_setters!(read);
-
-    /// Hand out the tensors as libtorch tensors on `device` (feature `tch`): assembled in
-    /// one copy from the Arrow buffers; for CUDA, into pinned memory and copied asynchronously,
-    /// with the channel axis moved on the device. Without it, batches are `ndarray`s.
-    #[cfg(feature = "tch")]
-    pub fn with_device(mut self, device: tch::Device) -> Self {
-        self.device = Some(device);
-        self
-    }
 
     /// Samples per batch (default 32).
     pub fn with_batch_size(mut self, batch_size: usize) -> Self {

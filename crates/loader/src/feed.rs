@@ -508,7 +508,7 @@ mod tests {
         );
         engine.finish();
         for (batch, (got, nd, labels)) in sent.into_iter().enumerate() {
-            let tensors = crate::batch::Tensors::Tch(crate::torch::TchTensor(
+            let tensors = crate::batch::Tensors::Tch(crate::TchTensor(
                 got.tensors.into_iter().next().unwrap(),
             ));
             assert_eq!(tensors.as_bytes(), nd.as_bytes(), "batch {batch}");
@@ -556,7 +556,7 @@ mod tests {
                     .unwrap();
                 let batch_shape = [rows, 2, 3, 4];
                 let nd = crate::batch::build_tensors(dtype, &batch_shape, &refs, None).unwrap();
-                let got_tensors = crate::batch::Tensors::Tch(crate::torch::TchTensor(
+                let got_tensors = crate::batch::Tensors::Tch(crate::TchTensor(
                     got.tensors.into_iter().next().unwrap(),
                 ));
                 assert_eq!(got_tensors.shape(), batch_shape);
@@ -645,7 +645,7 @@ mod tests {
                 (DType::F64, vec![rows], &scalar),
             ];
             for (t, (dtype, shape, refs)) in got.tensors.into_iter().zip(checks) {
-                let t = crate::batch::Tensors::Tch(crate::torch::TchTensor(t));
+                let t = crate::batch::Tensors::Tch(crate::TchTensor(t));
                 let nd = crate::batch::build_tensors(dtype, &shape, refs, None).unwrap();
                 assert_eq!((t.shape(), t.dtype()), (shape, dtype));
                 assert_eq!(t.as_bytes(), nd.as_bytes(), "{dtype} of {rows} rows");

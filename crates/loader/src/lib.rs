@@ -56,6 +56,7 @@ pub mod budget;
 mod builder;
 mod checks;
 mod counters;
+mod device;
 #[cfg(feature = "tch")]
 mod feed;
 mod fill;
@@ -80,6 +81,7 @@ pub mod workers;
 
 pub use batch::{Batch, FieldBatch, FieldRef, RowOrigin, Tensors};
 pub use builder::{DEFAULT_MEMORY_BUDGET, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
+pub use device::TchTensor;
 pub use fork::{live_threads, tokio_runtime};
 pub use loader::{Loader, Recycler};
 pub use mixture::Source;

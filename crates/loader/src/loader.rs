@@ -408,7 +408,6 @@ impl Recycler {
     /// Keeps `tensors` (a batch's first field, [`Batch::tensors`]) for a later batch, if the
     /// loader holds fewer spares than it keeps; libtorch tensors are not kept.
     pub fn recycle(&self, tensors: Tensors) {
-        #[cfg(feature = "tch")]
         if matches!(tensors, Tensors::Tch(_)) {
             return;
         }

@@ -84,12 +84,8 @@ impl LoaderBuilder {
             .check()
             .map_err(crate::sampling::config_error)?;
         // CUDA's context is made while the table opens (`feed::Setup`).
-        #[cfg(feature = "tch")]
         let warming = match self.device {
-            Some(device) => {
-                crate::torch::check_device(device)?;
-                crate::feed::Setup::warm(device)?
-            }
+            Some(device) => crate::device::warm(device)?,
             None => None,
         };
         let affinity = crate::launch::resolve_affinity(
@@ -123,10 +119,7 @@ impl LoaderBuilder {
         ))?);
         let start = self.check_run(&runtime, &opened, &mut settings, sampler.draws_per_epoch())?;
         let (counters, recycled) = (Arc::new(Counters::default()), Arc::default());
-        #[cfg(feature = "tch")]
         let assembler = self.assembler(&opened, &settings, &counters, &recycled, warming)?;
-        #[cfg(not(feature = "tch"))]
-        let assembler = self.assembler(&opened, &settings, &counters, &recycled)?;
         let state_template = self.state_template(&opened.stream, &settings, &start);
         let (tx, rx) = crossbeam_channel::bounded(self.prefetch);
         let producer = Producer {
@@ -185,17 +178,10 @@ impl LoaderBuilder {
         settings: &OrderSettings,
         counters: &Arc<Counters>,
         recycled: &Arc<Mutex<Vec<Tensors>>>,
-        #[cfg(feature = "tch")] warming: Option<crate::feed::Warming>,
+        warming: Option<crate::device::Warming>,
     ) -> Result<Assembler, LoaderError> {
-        #[cfg(feature = "tch")]
         let feed = match self.device {
-            Some(device) => {
-                for (_, field) in opened.spec.tensors() {
-                    crate::torch::kind_of(field.dtype())?;
-                }
-                let fields: Vec<usize> = opened.spec.tensors().map(|(_, s)| s.nbytes()).collect();
-                crate::feed::Setup::start(device, self.batch_size, fields, warming)?.map(Mutex::new)
-            }
+            Some(device) => crate::device::staging(device, &opened.spec, self.batch_size, warming)?,
             None => None,
         };
         let pool = match self.assembly_threads {
@@ -217,9 +203,7 @@ impl LoaderBuilder {
             channels: self.channels(&opened.spec)?,
             counters: counters.clone(),
             hooks: self.read.hooks.clone(),
-            #[cfg(feature = "tch")]
             device: self.device,
-            #[cfg(feature = "tch")]
             feed,
             recycled: recycled.clone(),
             spare_samples: Mutex::default(),

@@ -15,34 +15,30 @@ use tch::{Device, Kind, Tensor};
 use voxlake_format::DType;
 
 use crate::LoaderError;
+use crate::TchTensor;
 use crate::fill::{Check, Dest, Element, fill_each, fill_sample};
 
-/// A libtorch tensor in a batch (a newtype so batches stay `Clone` and comparable).
-#[derive(Debug)]
-pub struct TchTensor(pub Tensor);
-
-impl Clone for TchTensor {
-    fn clone(&self) -> Self {
-        TchTensor(self.0.shallow_clone())
+impl crate::LoaderBuilder {
+    /// Hand out the tensors as libtorch tensors on `device`: assembled in one copy from the
+    /// Arrow buffers; for CUDA, into pinned memory and copied asynchronously, with the channel
+    /// axis moved on the device. Without it, batches are `ndarray`s.
+    pub fn with_device(mut self, device: Device) -> Self {
+        self.device = Some(device);
+        self
     }
 }
 
-impl PartialEq for TchTensor {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.size() == other.0.size() && self.0.kind() == other.0.kind() && self.0.equal(&other.0)
-    }
-}
-
-impl TchTensor {
-    /// The bytes of a contiguous CPU tensor.
-    pub(crate) fn cpu_bytes(&self) -> Option<&[u8]> {
-        if self.0.device() != Device::Cpu || !self.0.is_contiguous() {
-            return None;
+impl crate::Batch {
+    /// The labels as an Int64 tensor on `device`, if every sample has one. For the loader's
+    /// CUDA device they were copied with the batch, without blocking.
+    pub fn label_tensor(&self, device: Device) -> Option<Tensor> {
+        if let Some(labels) = &self.device_labels
+            && labels.0.device() == device
+        {
+            return Some(labels.0.shallow_clone());
         }
-        let len = self.0.numel() * self.0.kind().elt_size_in_bytes();
-        // SAFETY: a contiguous CPU tensor owns `len` initialized bytes at data_ptr, alive as
-        // long as `self`.
-        Some(unsafe { std::slice::from_raw_parts(self.0.data_ptr().cast::<u8>(), len) })
+        let labels: Vec<i64> = self.labels.iter().copied().collect::<Option<_>>()?;
+        Some(Tensor::from_slice(&labels).to_device(device))
     }
 }
 
@@ -95,21 +91,6 @@ pub fn kind_of(dtype: DType) -> Result<Kind, LoaderError> {
             )));
         }
     })
-}
-
-pub(crate) fn dtype_of(kind: Kind) -> DType {
-    match kind {
-        Kind::Bool => DType::Bool,
-        Kind::Int8 => DType::I8,
-        Kind::Int16 => DType::I16,
-        Kind::Int => DType::I32,
-        Kind::Int64 => DType::I64,
-        Kind::Uint8 => DType::U8,
-        Kind::Half => DType::F16,
-        Kind::BFloat16 => DType::BF16,
-        Kind::Double => DType::F64,
-        _ => DType::F32,
-    }
 }
 
 /// Assembles `samples` (stored shape `sample_shape`) into a CPU tensor, channels first when
@@ -422,7 +403,9 @@ mod tests {
     #[test]
     fn kinds_and_dtypes_map_both_ways() {
         assert!(kind_of(DType::U32).is_err());
-        assert_eq!(dtype_of(kind_of(DType::F16).unwrap()), DType::F16);
-        assert_eq!(dtype_of(kind_of(DType::BF16).unwrap()), DType::BF16);
+        for dtype in [DType::F16, DType::BF16] {
+            let t = TchTensor(Tensor::zeros([1], (kind_of(dtype).unwrap(), Device::Cpu)));
+            assert_eq!(t.dtype(), dtype);
+        }
     }
 }

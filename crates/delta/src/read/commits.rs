@@ -239,9 +239,8 @@ pub(crate) async fn replay(
     ahead: Option<LogAhead>,
     memo: Option<&LogMemo>,
 ) -> Result<Option<Replayed>, DeltaError> {
-    let store_error = |source: object_store::Error| DeltaError::Deltalake {
-        location: location.to_string(),
-        source: Box::new(DeltaTableError::ObjectStore { source }),
+    let store_error = |source: object_store::Error| {
+        DeltaError::deltalake(location, DeltaTableError::ObjectStore { source })
     };
     // A `_last_checkpoint` says there is a checkpoint: the kernel's log (handed what was read).
     let Some(paths) = log_paths(log_root) else {

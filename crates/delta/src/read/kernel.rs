@@ -20,10 +20,7 @@ pub(crate) async fn load_at(
     known_delta: bool,
     display: &str,
 ) -> Result<Option<Snapshot>, DeltaError> {
-    let err = |source| DeltaError::Deltalake {
-        location: display.to_string(),
-        source: Box::new(source),
-    };
+    let err = |source| DeltaError::deltalake(display, source);
     let version_error = |reason: String| DeltaError::Version {
         location: display.to_string(),
         reason,
@@ -111,10 +108,7 @@ pub(crate) async fn explain(
     }
     // A log the kernel refuses: say which version was being read.
     if store_fault || matches!(e, DeltaTableError::NotATable(_)) {
-        return DeltaError::Deltalake {
-            location: display.to_string(),
-            source: Box::new(e),
-        };
+        return DeltaError::deltalake(display, e);
     }
     let at = match version {
         Some(v) => format!("version {v}"),
@@ -133,10 +127,10 @@ fn not_a_table(display: &str, as_of: AsOf) -> DeltaError {
         AsOf::Timestamp(t) => format!("time {}", as_of::shown(t)),
         AsOf::Latest => "the latest version".to_string(),
     };
-    DeltaError::Deltalake {
-        location: display.to_string(),
-        source: Box::new(DeltaTableError::NotATable(format!(
+    DeltaError::deltalake(
+        display,
+        DeltaTableError::NotATable(format!(
             "no _delta_log at this location ({fixed} needs a Delta table)"
-        ))),
-    }
+        )),
+    )
 }

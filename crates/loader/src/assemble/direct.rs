@@ -13,7 +13,6 @@ impl Assembler {
     /// The copy's plan, where this batch can take it: ndarray batches (no device), no channels
     /// moved first, the first field read.
     pub(super) fn direct(&self, rows: &[Row]) -> Option<&Direct> {
-        #[cfg(feature = "tch")]
         if self.device.is_some() {
             return None;
         }

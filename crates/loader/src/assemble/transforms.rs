@@ -124,7 +124,6 @@ impl Assembler {
             message,
         };
         let mut rng = transform::batch_rng(self.seed, epoch, index);
-        #[cfg(feature = "tch")]
         let labels = batch.device_labels.is_some().then(|| batch.labels.clone());
         let start = std::time::Instant::now();
         let done = std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut batch, &mut rng)));
@@ -134,7 +133,6 @@ impl Assembler {
         match done {
             Ok(Ok(())) => {
                 // Labels the transform changed are no longer the ones copied with the batch.
-                #[cfg(feature = "tch")]
                 if labels.is_some_and(|l| l != batch.labels) {
                     batch.device_labels = None;
                 }

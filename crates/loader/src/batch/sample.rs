@@ -101,7 +101,6 @@ impl Tensors {
         {
             return Some(std::borrow::Cow::Borrowed(bytes));
         }
-        #[cfg(feature = "tch")]
         if let Tensors::Tch(_) = self {
             return None;
         }
