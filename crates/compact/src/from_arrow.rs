@@ -303,26 +303,8 @@ fn extension_shape(field: &Field) -> Result<Option<Vec<usize>>, CompactError> {
 }
 
 fn dtype_of(column: &str, t: &DataType) -> Result<DType, CompactError> {
-    Ok(match t {
-        DataType::Boolean => DType::Bool,
-        DataType::Int8 => DType::I8,
-        DataType::Int16 => DType::I16,
-        DataType::Int32 => DType::I32,
-        DataType::Int64 => DType::I64,
-        DataType::UInt8 => DType::U8,
-        DataType::UInt16 => DType::U16,
-        DataType::UInt32 => DType::U32,
-        DataType::UInt64 => DType::U64,
-        DataType::Float16 => DType::F16,
-        DataType::Float32 => DType::F32,
-        DataType::Float64 => DType::F64,
-        other => {
-            return Err(refused(
-                column,
-                format!("values of {other}: not a number type voxlake stores"),
-            ));
-        }
-    })
+    DType::of_arrow(t)
+        .ok_or_else(|| refused(column, format!("values of {t}: not a number type voxlake stores")))
 }
 
 /// Row `row`'s range in a list column's values.

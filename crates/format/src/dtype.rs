@@ -63,6 +63,27 @@ enum Kind {
 }
 
 impl DType {
+    /// The element type of an Arrow number type (`Boolean` a byte each); `None` for any
+    /// other type.
+    pub fn of_arrow(data_type: &arrow_schema::DataType) -> Option<DType> {
+        use arrow_schema::DataType as A;
+        Some(match data_type {
+            A::Boolean => DType::Bool,
+            A::Int8 => DType::I8,
+            A::Int16 => DType::I16,
+            A::Int32 => DType::I32,
+            A::Int64 => DType::I64,
+            A::UInt8 => DType::U8,
+            A::UInt16 => DType::U16,
+            A::UInt32 => DType::U32,
+            A::UInt64 => DType::U64,
+            A::Float16 => DType::F16,
+            A::Float32 => DType::F32,
+            A::Float64 => DType::F64,
+            _ => return None,
+        })
+    }
+
     /// Every element type, in a stable order.
     pub const ALL: [DType; 13] = [
         DType::Bool,

@@ -26,6 +26,15 @@ pub(crate) fn compact_error(e: CompactError) -> PyErr {
     raise(kind, e.to_string(), e.is_transient())
 }
 
+/// A compactor of `table` with the caller's store settings, if any.
+pub(crate) fn compactor(table: String, storage_options: Option<HashMap<String, String>>) -> Compactor {
+    let compactor = Compactor::new(table);
+    match storage_options {
+        Some(options) => compactor.with_storage_options(options),
+        None => compactor,
+    }
+}
+
 /// A runtime of its own for one `compact` operation (logs forwarded to Python's).
 pub(crate) fn runtime() -> PyResult<tokio::runtime::Runtime> {
     crate::logs::install();
@@ -98,10 +107,7 @@ pub(crate) fn convert<'py>(
     storage_options: Option<HashMap<String, String>>,
     progress: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut compactor = Compactor::new(table);
-    if let Some(options) = storage_options {
-        compactor = compactor.with_storage_options(options);
-    }
+    let mut compactor = compactor(table, storage_options);
     if let Some(labels) = labels {
         compactor = compactor.with_labels(labels);
     }
@@ -142,10 +148,7 @@ pub(crate) fn inspect<'py>(
     table: String,
     storage_options: Option<HashMap<String, String>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let mut compactor = Compactor::new(table);
-    if let Some(options) = storage_options {
-        compactor = compactor.with_storage_options(options);
-    }
+    let compactor = compactor(table, storage_options);
     let info = run(py, async move { compactor.inspect().await })?;
     to_python(py, &info)
 }

@@ -10,10 +10,10 @@ use arrow_array::RecordBatch;
 use arrow_array::ffi_stream::ArrowArrayStreamReader;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
-use voxlake_compact::{ArrowSamples, Compactor};
+use voxlake_compact::ArrowSamples;
 use voxlake_format::DType;
 
-use crate::compact::{compact_error, runtime, shut_down, to_python};
+use crate::compact::{compact_error, compactor, runtime, shut_down, to_python};
 use crate::errors::{Kind, config, internal, raise};
 
 /// A row for [`write_rows`]: id, label and each field's little-endian C-order bytes (a text
@@ -48,10 +48,7 @@ pub(crate) fn write_rows<'py>(
         specs.push((name, FieldKind::Tensor(TensorSpec::new(shape, dtype))));
     }
     let sample = SampleSpec::new(specs).map_err(|e| config(format!("fields: {e}")))?;
-    let mut compactor = Compactor::new(table);
-    if let Some(options) = storage_options {
-        compactor = compactor.with_storage_options(options);
-    }
+    let compactor = compactor(table, storage_options);
     let runtime = runtime()?;
     // A few rows ahead of the writer; the writer's task ends the channel on its first error.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<PyRow>(16);
@@ -146,10 +143,7 @@ pub(crate) fn write_arrow<'py>(
     };
     let samples = ArrowSamples::try_new(&first, &shapes.unwrap_or_default())
         .map_err(|e| config(format!("write: {e}")))?;
-    let mut compactor = Compactor::new(table);
-    if let Some(options) = storage_options {
-        compactor = compactor.with_storage_options(options);
-    }
+    let compactor = compactor(table, storage_options);
     let runtime = runtime()?;
     // A batch ahead of the writer; its task ends the channel on its first error.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<RecordBatch>(1);

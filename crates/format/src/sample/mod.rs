@@ -161,21 +161,7 @@ fn field_named<'a>(schema: &'a Schema, name: &str) -> Result<&'a Field, FormatEr
 
 /// The element type of an Arrow number type.
 fn dtype_of(data_type: &DataType) -> Option<DType> {
-    Some(match data_type {
-        DataType::Int8 => DType::I8,
-        DataType::Int16 => DType::I16,
-        DataType::Int32 => DType::I32,
-        DataType::Int64 => DType::I64,
-        DataType::UInt8 => DType::U8,
-        DataType::UInt16 => DType::U16,
-        DataType::UInt32 => DType::U32,
-        DataType::UInt64 => DType::U64,
-        DataType::Float16 => DType::F16,
-        DataType::Float32 => DType::F32,
-        DataType::Float64 => DType::F64,
-        DataType::Boolean => DType::Bool,
-        _ => return None,
-    })
+    DType::of_arrow(data_type)
 }
 
 fn is_binary(data_type: &DataType) -> bool {
