@@ -391,7 +391,8 @@ def test_every_rust_setter_is_an_option_or_says_why():
     sources: each is reached by the options _setters() names (which must exist), or says how
     else Python reaches it, or why not."""
     root = os.path.join(os.path.dirname(__file__), "..", "..")
-    sources = ["crates/loader/src/builder.rs", "crates/table/src/options.rs", "crates/stream/src/read_options.rs"]
+    sources = ["crates/loader/src/builder.rs", "crates/loader/src/torch.rs", "crates/table/src/options.rs",
+               "crates/stream/src/read_options.rs"]
     setters = set()
     for path in sources:
         setters |= set(re.findall(r"pub fn (with_\w+)", open(os.path.join(root, path)).read()))
