@@ -303,8 +303,12 @@ fn extension_shape(field: &Field) -> Result<Option<Vec<usize>>, CompactError> {
 }
 
 fn dtype_of(column: &str, t: &DataType) -> Result<DType, CompactError> {
-    DType::of_arrow(t)
-        .ok_or_else(|| refused(column, format!("values of {t}: not a number type voxlake stores")))
+    DType::of_arrow(t).ok_or_else(|| {
+        refused(
+            column,
+            format!("values of {t}: not a number type voxlake stores"),
+        )
+    })
 }
 
 /// Row `row`'s range in a list column's values.

@@ -27,7 +27,10 @@ pub(crate) fn compact_error(e: CompactError) -> PyErr {
 }
 
 /// A compactor of `table` with the caller's store settings, if any.
-pub(crate) fn compactor(table: String, storage_options: Option<HashMap<String, String>>) -> Compactor {
+pub(crate) fn compactor(
+    table: String,
+    storage_options: Option<HashMap<String, String>>,
+) -> Compactor {
     let compactor = Compactor::new(table);
     match storage_options {
         Some(options) => compactor.with_storage_options(options),
