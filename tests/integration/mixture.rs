@@ -183,6 +183,36 @@ async fn a_source_keeps_its_own_filter_and_version() {
     assert!(per_source(&got, 2)[0] > 0 && per_source(&got, 2)[0] < 24);
 }
 
+/// A mixture's filter counts are its sources' summed (they were the first source's alone).
+#[tokio::test]
+async fn a_mixtures_filter_stats_sum_its_sources() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = table(dir.path(), "a", 24).await;
+    let b = table(dir.path(), "b", 20).await;
+    let stats = |builder: voxlake::LoaderBuilder| {
+        std::thread::spawn(move || builder.build().unwrap().filter_stats().unwrap())
+            .join()
+            .unwrap()
+    };
+    let alone_a = stats(Loader::builder(&a).with_filter("label = 1"));
+    let alone_b = stats(Loader::builder(&b).with_filter("label = 0"));
+    let mixed = stats(Loader::mixture(vec![
+        Source::new(&a).with_filter("label = 1"),
+        Source::new(&b).with_filter("label = 0"),
+    ]));
+    assert_eq!(mixed.rows_before, 44);
+    assert_eq!(mixed.rows_before, alone_a.rows_before + alone_b.rows_before);
+    assert_eq!(
+        mixed.rows_selected,
+        alone_a.rows_selected + alone_b.rows_selected
+    );
+    assert_eq!(
+        mixed.rows_decided,
+        alone_a.rows_decided + alone_b.rows_decided
+    );
+    assert!(alone_a.rows_selected > 0 && alone_b.rows_selected > 0);
+}
+
 #[tokio::test]
 async fn sources_of_other_fields_and_bad_shares_are_named_before_any_read() {
     let dir = tempfile::tempdir().unwrap();

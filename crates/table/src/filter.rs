@@ -416,6 +416,17 @@ pub struct FilterStats {
     pub rows_before: u64,
 }
 
+impl std::ops::AddAssign<&FilterStats> for FilterStats {
+    /// Another snapshot's counts added (a mixture's sources, each with its own filter).
+    fn add_assign(&mut self, other: &FilterStats) {
+        self.files_skipped += other.files_skipped;
+        self.row_groups_skipped += other.row_groups_skipped;
+        self.rows_decided += other.rows_decided;
+        self.rows_selected += other.rows_selected;
+        self.rows_before += other.rows_before;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
