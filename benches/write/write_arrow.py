@@ -8,6 +8,7 @@ usage: write_arrow.py [--count N] [--rounds R] [--modes arrow,dicts] [--dir DIR=
 """
 
 import argparse
+import statistics
 import os
 import shutil
 import tempfile
@@ -65,12 +66,14 @@ def main() -> None:
                 shutil.rmtree(out)
     mib = table.column("tensor").nbytes / 2**20
     for mode in modes:
-        best = min(times[mode])
-        print(f"{mode:6} best {best:6.2f} s  {a.count / best:8.0f} samples/s  {mib / best:7.0f} MiB/s"
+        mid = statistics.median(times[mode])
+        print(f"{mode:6} median {mid:6.2f} s  {a.count / mid:8.0f} samples/s  {mib / mid:7.0f} MiB/s"
               f"  (rounds: {', '.join(f'{t:.2f}' for t in times[mode])})")
         print(f"       the writer's stages, last round: {stages[mode]}")
     if "arrow" in times and "dicts" in times:
-        print(f"arrow / dicts: {min(times['dicts']) / min(times['arrow']):.2f}x")
+        ratios = [d / a for a, d in zip(times["arrow"], times["dicts"])]
+        print(f"dicts / arrow time, medians: {statistics.median(times['dicts']) / statistics.median(times['arrow']):.2f}x"
+              f"  (per round: {', '.join(f'{r:.2f}' for r in ratios)})")
 
 
 if __name__ == "__main__":

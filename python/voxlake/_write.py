@@ -48,7 +48,8 @@ def write(
     ``fixed_shape_tensor`` (its shape from the type), a list of numbers per row, reshaped to
     ``shapes[column]`` where given (else one axis), or a string column (a text field).
     """
-    if hasattr(samples, "__arrow_c_stream__"):
+    # Arrow data goes to Rust; pyarrow too old to export a C stream is told so there.
+    if hasattr(samples, "__arrow_c_stream__") or type(samples).__module__.startswith("pyarrow"):
         report, done = _progress(progress)
         try:
             return dict(write_arrow(table, samples, shapes={k: list(v) for k, v in (shapes or {}).items()},

@@ -218,20 +218,7 @@ async fn sources_of_other_fields_and_bad_shares_are_named_before_any_read() {
     let dir = tempfile::tempdir().unwrap();
     let a = table(dir.path(), "a", 8).await;
     // A table of 4-float vectors.
-    let small = dir.path().join("small");
-    std::fs::create_dir_all(&small).unwrap();
-    for i in 0..6 {
-        let bytes: Vec<u8> = (0..4)
-            .flat_map(|v| (v as f32 + i as f32).to_le_bytes())
-            .collect();
-        let file = encode(DType::F32, &[4], &bytes, EncodeOptions::default());
-        std::fs::write(small.join(format!("v{i}.npy")), file).unwrap();
-    }
-    let other = dir.path().join("other").to_string_lossy().into_owned();
-    Compactor::new(&other)
-        .convert(small.to_str().unwrap())
-        .await
-        .unwrap();
+    let other = npy_table(dir.path(), "other", &[4], 6).await;
     let e = first_error(
         Loader::mixture(vec![Source::new(&a), Source::new(&other)]),
         "other fields",
@@ -256,20 +243,7 @@ async fn sources_of_other_fields_and_bad_shares_are_named_before_any_read() {
     assert!(e.contains("proportion") && e.contains("-1"), "{e}");
     // A voxlake table of pyarrow_tensor's shape (with a label column) and that table (none):
     // the labels of one source would be lost, so the mixture is refused.
-    let cubes = dir.path().join("cubes4d");
-    std::fs::create_dir_all(&cubes).unwrap();
-    for i in 0..4 {
-        let bytes: Vec<u8> = (0..48)
-            .flat_map(|v| (v as f32 + i as f32).to_le_bytes())
-            .collect();
-        let file = encode(DType::F32, &[3, 4, 2, 2], &bytes, EncodeOptions::default());
-        std::fs::write(cubes.join(format!("c{i}.npy")), file).unwrap();
-    }
-    let labelled = dir.path().join("labelled").to_string_lossy().into_owned();
-    Compactor::new(&labelled)
-        .convert(cubes.to_str().unwrap())
-        .await
-        .unwrap();
+    let labelled = npy_table(dir.path(), "labelled", &[3, 4, 2, 2], 4).await;
     let e = first_error(
         Loader::mixture(vec![
             Source::new(&labelled),
@@ -393,4 +367,25 @@ async fn voxlake_bench_mixes_the_tables_it_is_given() {
             "{flags:?}: {stderr}"
         );
     }
+}
+
+/// A table `name` under `dir` converted from `count` `.npy` arrays of `shape` (f32, array `i`
+/// holding `i + k` at its `k`-th value).
+async fn npy_table(dir: &Path, name: &str, shape: &[usize], count: usize) -> String {
+    let src = dir.join(format!("{name}-npy"));
+    std::fs::create_dir_all(&src).unwrap();
+    let numel: usize = shape.iter().product();
+    for i in 0..count {
+        let bytes: Vec<u8> = (0..numel)
+            .flat_map(|v| (v as f32 + i as f32).to_le_bytes())
+            .collect();
+        let file = encode(DType::F32, shape, &bytes, EncodeOptions::default());
+        std::fs::write(src.join(format!("v{i}.npy")), file).unwrap();
+    }
+    let table = dir.join(name).to_string_lossy().into_owned();
+    Compactor::new(&table)
+        .convert(src.to_str().unwrap())
+        .await
+        .unwrap();
+    table
 }

@@ -6,17 +6,13 @@
 use std::collections::HashMap;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int8Type, Int16Type, Int32Type, Int64Type};
-use arrow_array::types::{UInt8Type, UInt16Type, UInt32Type, UInt64Type};
+use arrow_array::types::Int64Type;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, SchemaRef};
 use bytes::Bytes;
 use voxlake_format::{DType, FieldKind, SampleSpec, TensorSpec};
 
 use crate::CompactError;
-
-/// The extension name Arrow gives a fixed-shape tensor column (in the field's metadata).
-const TENSOR_EXTENSION: &str = "arrow.fixed_shape_tensor";
 
 /// How a batch's columns become samples: the `id` column (strings), an optional `label`
 /// column (integers, null for no label) and one field per other column, in the schema's order:
@@ -219,7 +215,9 @@ fn field_kind(
     }
     let (item, typed_shape) = match field.data_type() {
         DataType::FixedSizeList(item, size) => {
-            let typed = extension_shape(field)?.unwrap_or(vec![*size as usize]);
+            let typed = voxlake_format::sample::fixed_shape_of(field)
+                .map_err(|e| refused(name, e.to_string()))?
+                .unwrap_or(vec![*size as usize]);
             if numel(&typed) != Some(*size as usize) {
                 return Err(refused(
                     name,
@@ -269,39 +267,6 @@ fn numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }
 
-/// A `fixed_shape_tensor`'s shape, from the field's extension metadata; `None` for a plain
-/// fixed-size list. A permuted layout is refused: its rows are not in C order.
-fn extension_shape(field: &Field) -> Result<Option<Vec<usize>>, CompactError> {
-    let meta = field.metadata();
-    if meta.get("ARROW:extension:name").map(String::as_str) != Some(TENSOR_EXTENSION) {
-        return Ok(None);
-    }
-    #[derive(serde::Deserialize)]
-    struct Params {
-        shape: Vec<usize>,
-        permutation: Option<Vec<usize>>,
-    }
-    let text = meta
-        .get("ARROW:extension:metadata")
-        .map_or("", String::as_str);
-    let params: Params = serde_json::from_str(text).map_err(|e| {
-        refused(
-            field.name(),
-            format!("fixed_shape_tensor metadata {text:?}: {e}"),
-        )
-    })?;
-    if let Some(p) = params
-        .permutation
-        .filter(|p| p.iter().enumerate().any(|(i, v)| i != *v))
-    {
-        return Err(refused(
-            field.name(),
-            format!("a fixed_shape_tensor of permutation {p:?} (not C order)"),
-        ));
-    }
-    Ok(Some(params.shape))
-}
-
 fn dtype_of(column: &str, t: &DataType) -> Result<DType, CompactError> {
     DType::of_arrow(t).ok_or_else(|| {
         refused(
@@ -337,7 +302,9 @@ fn tensor_rows(
     dtype: DType,
     rows: &[ArrowRow],
 ) -> Result<Vec<Bytes>, CompactError> {
-    if let Some(row) = (0..array.len()).find(|r| array.is_null(*r)) {
+    if array.null_count() > 0
+        && let Some(row) = (0..array.len()).find(|r| array.is_null(*r))
+    {
         return Err(refused(name, format!("row '{}' is null", rows[row].id)));
     }
     let values = match array.data_type() {
@@ -441,38 +408,15 @@ fn text_rows(array: &ArrayRef) -> Vec<Bytes> {
         .collect()
 }
 
-/// A label column's values (null: no label); a value beyond `i64` is an error.
+/// A label column's values as `i64` (null: no label); a value beyond `i64` is an error.
 fn labels(array: &ArrayRef) -> Result<Vec<Option<i64>>, CompactError> {
-    macro_rules! widen {
-        ($t:ty) => {
-            array
-                .as_primitive::<$t>()
-                .iter()
-                .map(|v| v.map(i64::from))
-                .collect()
-        };
-    }
-    Ok(match array.data_type() {
-        DataType::Int8 => widen!(Int8Type),
-        DataType::Int16 => widen!(Int16Type),
-        DataType::Int32 => widen!(Int32Type),
-        DataType::Int64 => widen!(Int64Type),
-        DataType::UInt8 => widen!(UInt8Type),
-        DataType::UInt16 => widen!(UInt16Type),
-        DataType::UInt32 => widen!(UInt32Type),
-        DataType::UInt64 => array
-            .as_primitive::<UInt64Type>()
-            .iter()
-            .map(|v| v.map(i64::try_from).transpose())
-            .collect::<Result<_, _>>()
-            .map_err(|_| refused("label", "a label beyond the range of int64"))?,
-        other => {
-            return Err(refused(
-                "label",
-                format!("{other}, the first batch's an integer type"),
-            ));
-        }
-    })
+    let options = arrow_cast::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let wide = arrow_cast::cast_with_options(array, &DataType::Int64, &options)
+        .map_err(|e| refused("label", e.to_string()))?;
+    Ok(wide.as_primitive::<Int64Type>().iter().collect())
 }
 
 #[cfg(test)]

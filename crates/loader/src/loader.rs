@@ -86,12 +86,7 @@ impl Loader {
     /// What the filter skipped and kept (`None` without `with_filter`); of a mixture, summed
     /// over the sources that have a filter.
     pub fn filter_stats(&self) -> Option<voxlake_table::FilterStats> {
-        let mut each = self.stream.sources().snapshots().iter();
-        let mut sum = each.by_ref().find_map(|s| s.filter_stats())?.clone();
-        for stats in each.filter_map(|s| s.filter_stats()) {
-            sum += stats;
-        }
-        Some(sum)
+        self.stream.sources().filter_stats()
     }
 
     /// The spec of one sample's first field (its one tensor, `Batch::tensors`) as handed out:

@@ -165,8 +165,8 @@ impl Producer {
                     Some(group) => {
                         self.received.fetch_add(1, Ordering::SeqCst);
                         let group = self.assembler.group(group?)?;
-                        let (kept, rows) = (group.data.unit.drawn(), group.data.unit.rows);
-                        mixer.push(Arc::new(group), kept, rows);
+                        let (drawn, rows) = (group.data.unit.drawn(), group.data.unit.rows);
+                        mixer.push(Arc::new(group), drawn, rows);
                         mixer.loosen(|group, kept| self.assembler.loosen(group, kept))?;
                     }
                     None => mixer.finish(),

@@ -19,7 +19,7 @@ use crate::TchTensor;
 use crate::fill::{Check, Dest, Element, fill_each, fill_sample};
 
 impl crate::LoaderBuilder {
-    /// Hand out the tensors as libtorch tensors on `device`: assembled in one copy from the
+    /// Hand out the tensors as libtorch tensors on `device` (feature `tch`): assembled in one copy from the
     /// Arrow buffers; for CUDA, into pinned memory and copied asynchronously, with the channel
     /// axis moved on the device. Without it, batches are `ndarray`s.
     pub fn with_device(mut self, device: Device) -> Self {
@@ -29,8 +29,8 @@ impl crate::LoaderBuilder {
 }
 
 impl crate::Batch {
-    /// The labels as an Int64 tensor on `device`, if every sample has one. For the loader's
-    /// CUDA device they were copied with the batch, without blocking.
+    /// The labels as an Int64 tensor on `device`, if every sample has one (feature `tch`). For
+    /// the loader's CUDA device they were copied with the batch, without blocking.
     pub fn label_tensor(&self, device: Device) -> Option<Tensor> {
         if let Some(labels) = &self.device_labels
             && labels.0.device() == device

@@ -114,6 +114,16 @@ impl Sources {
         &self.snapshots
     }
 
+    /// What the sources' filters skipped and kept, summed (`None` where no source has one).
+    pub fn filter_stats(&self) -> Option<voxlake_table::FilterStats> {
+        let mut each = self.snapshots.iter().filter_map(|s| s.filter_stats());
+        let mut sum = each.next()?.clone();
+        for stats in each {
+            sum += stats;
+        }
+        Some(sum)
+    }
+
     /// The number of files of all sources.
     pub fn file_count(&self) -> usize {
         self.first.last().copied().unwrap_or(0)

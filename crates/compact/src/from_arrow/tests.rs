@@ -33,7 +33,7 @@ fn batch(n: usize) -> RecordBatch {
     let meta = HashMap::from([
         (
             "ARROW:extension:name".to_string(),
-            TENSOR_EXTENSION.to_string(),
+            voxlake_format::sample::FIXED_SHAPE_TENSOR.to_string(),
         ),
         (
             "ARROW:extension:metadata".to_string(),
@@ -168,7 +168,11 @@ fn rows_of_another_length_nulls_and_labels_out_of_range_are_named() {
         ],
     )
     .unwrap();
-    assert!(reason(samples.rows(&big).unwrap_err()).contains("beyond the range of int64"));
+    let e = reason(samples.rows(&big).unwrap_err());
+    assert!(
+        e.contains("'label'") && e.contains("18446744073709551615"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -231,7 +235,7 @@ fn columns_that_make_no_sample_are_refused_by_name() {
     let meta = HashMap::from([
         (
             "ARROW:extension:name".to_string(),
-            TENSOR_EXTENSION.to_string(),
+            voxlake_format::sample::FIXED_SHAPE_TENSOR.to_string(),
         ),
         (
             "ARROW:extension:metadata".to_string(),

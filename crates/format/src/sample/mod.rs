@@ -180,8 +180,11 @@ fn can_hold_tensors(data_type: &DataType) -> bool {
     }
 }
 
-/// The shape recorded by an `arrow.fixed_shape_tensor` field, if it is one.
-fn fixed_shape_of(field: &Field) -> Result<Option<Vec<usize>>, FormatError> {
+/// The shape recorded by an `arrow.fixed_shape_tensor` field, if it is one; a permuted
+/// layout (not C order) or parameters that do not parse are an error naming the column.
+/// arrow-schema's `FixedShapeTensor` is not used: it refuses pyarrow's tensors (their items
+/// are nullable) and panics on a shape whose product passes `i32`.
+pub fn fixed_shape_of(field: &Field) -> Result<Option<Vec<usize>>, FormatError> {
     if field.metadata().get(EXTENSION_NAME_KEY).map(String::as_str) != Some(FIXED_SHAPE_TENSOR) {
         return Ok(None);
     }
