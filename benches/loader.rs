@@ -16,7 +16,7 @@ use voxlake::format::npy::{EncodeOptions, NpyArray, encode};
 use voxlake::format::sample::ColumnHints;
 use voxlake::format::{Casting, DType};
 use voxlake::io::cache::CacheChoice;
-use voxlake::table::{Snapshot, TableOptions};
+use voxlake::table::{Scan, Snapshot, TableError, TableOptions};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -99,14 +99,23 @@ fn npy(c: &mut Criterion) {
     group.finish();
 }
 
+/// A scan of every row of the table at `location`, opened as `options` say.
+async fn scan_of(location: &str, options: TableOptions) -> Result<Scan, TableError> {
+    let snapshot = Snapshot::builder(location)
+        .with_options(options)
+        .build()
+        .await?;
+    std::sync::Arc::new(snapshot).scan_builder().build().await
+}
+
 fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) {
     let snapshot = runtime
-        .block_on(Snapshot::open(&f.table, &TableOptions::default()))
+        .block_on(scan_of(&f.table, TableOptions::default()))
         .unwrap();
     let meta = runtime.block_on(snapshot.view_metadata(0)).unwrap();
     let rows = meta.metadata().row_group(0).num_rows() as u64;
     let columns = ["id", "label", "tensor"].map(String::from).to_vec();
-    let projection = snapshot.projection(&meta, &columns).unwrap();
+    let projection = snapshot.snapshot().projection(&meta, &columns).unwrap();
     let mut group = c.benchmark_group("row group → Arrow (fetch + decode)");
     group.throughput(Throughput::Bytes(rows * 360_000));
     group.bench_function(BenchmarkId::new("local", format!("{rows} rows")), |b| {
@@ -121,9 +130,9 @@ fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) 
     let cache_dir = tempfile::tempdir().unwrap();
     let cache = voxlake::io::cache::DiskCache::open(cache_dir.path(), 1 << 30).unwrap();
     let remote = runtime
-        .block_on(Snapshot::open(
+        .block_on(scan_of(
             "s3://bench/table",
-            &TableOptions {
+            TableOptions {
                 root_store: Some(in_memory(runtime, &f.table, Some("table"))),
                 cache: CacheChoice::Shared(cache.clone()),
                 ..TableOptions::default()
@@ -131,6 +140,7 @@ fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) 
         ))
         .unwrap();
     let projection = remote
+        .snapshot()
         .projection(
             &runtime.block_on(remote.view_metadata(0)).unwrap(),
             &columns,
@@ -153,7 +163,7 @@ fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) 
     );
     assert!(cache.stats().hits > hits, "read from the cache");
     // The same rows in other tools' LIST encodings (decoded from their pages, then normalized).
-    let projection = snapshot.projection(&meta, &columns).unwrap();
+    let projection = snapshot.snapshot().projection(&meta, &columns).unwrap();
     let native = runtime
         .block_on(snapshot.read_row_group(0, 0, projection.clone()))
         .unwrap();
@@ -165,16 +175,16 @@ fn row_group(c: &mut Criterion, runtime: &tokio::runtime::Runtime, f: &Fixture) 
         let table = list_table(&dir.path().join(dtype.name()), &native, dtype);
         let hints = ColumnHints::default().with_tensor_shape(shape, dtype);
         let snapshot = runtime
-            .block_on(Snapshot::open(
+            .block_on(scan_of(
                 &table,
-                &TableOptions {
+                TableOptions {
                     hints,
                     ..TableOptions::default()
                 },
             ))
             .unwrap();
         let meta = runtime.block_on(snapshot.view_metadata(0)).unwrap();
-        let projection = snapshot.projection(&meta, &columns).unwrap();
+        let projection = snapshot.snapshot().projection(&meta, &columns).unwrap();
         group.bench_function(BenchmarkId::new(name, format!("{rows} rows")), |b| {
             b.iter(|| {
                 runtime
@@ -375,7 +385,7 @@ fn log_open_latency(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
         "open a log of {COMMITS} one-file commits, in-memory store through ThrottledStore +20 ms a request"
     ));
     group.sample_size(10);
-    group.bench_function("Snapshot::open", |b| {
+    group.bench_function("Snapshot::builder(…).build()", |b| {
         b.iter(|| {
             let slow = ThrottledStore::new(
                 memory.clone(),
@@ -388,13 +398,11 @@ fn log_open_latency(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
                 },
             );
             let snapshot = runtime
-                .block_on(Snapshot::open(
-                    table.to_str().unwrap(),
-                    &TableOptions {
-                        root_store: Some(std::sync::Arc::new(slow)),
-                        ..TableOptions::default()
-                    },
-                ))
+                .block_on(
+                    Snapshot::builder(table.to_str().unwrap())
+                        .with_object_store(std::sync::Arc::new(slow))
+                        .build(),
+                )
                 .unwrap();
             assert_eq!(snapshot.files().len(), COMMITS);
         })

@@ -193,6 +193,77 @@ fn bad_filters_are_named() {
     }
 }
 
+/// The cube numbers of `depths` (any integer column).
+fn cubes_of(depths: &arrow::array::ArrayRef) -> Vec<usize> {
+    let depths = arrow::compute::cast(depths, &arrow::datatypes::DataType::Int64).unwrap();
+    let depths = depths.as_any().downcast_ref::<arrow::array::Int64Array>();
+    let depths = depths.unwrap().values().iter();
+    depths.map(|d| ((d - 100) / 10) as usize).collect()
+}
+
+/// The cube numbers of every row a scan's whole-file reads deliver.
+async fn cubes_read(scan: &voxlake::table::Scan) -> Vec<usize> {
+    let mut out = Vec::new();
+    for i in 0..scan.files().len() {
+        for batch in scan.read_file(i, Some(&["depth"]), 5).await.unwrap() {
+            out.extend(cubes_of(batch.column(0)));
+        }
+    }
+    out
+}
+
+/// One snapshot, two scans: each reads its own rows under its own file numbers (a filter's
+/// scan numbers only the files it reads), whether the filter skips files by the log's
+/// statistics or, where the snapshot keeps none, by the footers.
+#[tokio::test]
+async fn scans_of_one_snapshot_read_their_own_rows() {
+    // The second file's depths end at 290: the log's statistics (or its footer) skip it.
+    let filter = "region IN ('a', 'c') AND depth > 290 AND target = 1";
+    let want: BTreeSet<usize> = (0..24)
+        .filter(|&n| region(n) != "b" && depth(n) > 290 && n % 2 == 1)
+        .collect();
+    for statistics in [true, false] {
+        let snapshot = voxlake::table::Snapshot::builder(fixture("spark_delta"))
+            .with_id_column("sample")
+            .with_label_column("target")
+            .with_tensor_shape(SHAPE.to_vec(), DType::F32)
+            .with_statistics(statistics)
+            .build()
+            .await
+            .unwrap();
+        let snapshot = std::sync::Arc::new(snapshot);
+        let all = snapshot.scan_builder().build().await.unwrap();
+        let some = snapshot
+            .scan_builder()
+            .with_filter(filter)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!((snapshot.num_rows(), all.num_rows()), (24, 24));
+        assert_eq!(some.num_rows(), want.len() as u64, "{statistics}");
+        assert_eq!(some.filter(), Some(filter));
+        assert!(all.filter().is_none() && all.filter_stats().is_none());
+        assert!(
+            some.files().len() < snapshot.files().len(),
+            "a file without a match leaves"
+        );
+        assert_ne!(all.file_set_hash(), some.file_set_hash());
+        let mut read = cubes_read(&all).await;
+        read.sort_unstable();
+        assert_eq!(read, (0..24).collect::<Vec<_>>());
+        let read = cubes_read(&some).await;
+        assert_eq!(read.len(), want.len(), "a row twice");
+        assert_eq!(read.into_iter().collect::<BTreeSet<_>>(), want);
+        // The sampler's column reads deliver the same rows.
+        let values = some.column_values(&["depth"]).await.unwrap();
+        let depths: BTreeSet<usize> = values[0].iter().flat_map(cubes_of).collect();
+        assert_eq!(depths, want);
+        let past = some.files().len();
+        let e = some.footer(past).await.unwrap_err().to_string();
+        assert!(e.contains(&format!("no file {past}")), "{e}");
+    }
+}
+
 #[tokio::test]
 async fn voxlake_tables_filter_on_their_labels() {
     let dir = tempfile::tempdir().unwrap();

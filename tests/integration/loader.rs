@@ -800,10 +800,16 @@ async fn parallel_assembly_gives_the_same_batches_bit_for_bit() {
 async fn bad_calls_are_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();
     let table = table(dir.path(), 4, 13).await;
-    let snapshot = voxlake::table::Snapshot::open(table.to_str().unwrap(), &Default::default())
+    let snapshot = voxlake::table::Snapshot::builder(table.to_str().unwrap())
+        .build()
         .await
         .unwrap();
-    let e = snapshot.footer(99).await.unwrap_err().to_string();
+    let scan = std::sync::Arc::new(snapshot)
+        .scan_builder()
+        .build()
+        .await
+        .unwrap();
+    let e = scan.footer(99).await.unwrap_err().to_string();
     assert!(e.contains("no file 99"), "{e}");
     let e = build_err(Loader::builder(table.to_str().unwrap()).with_rank(3, 3)).to_string();
     assert!(e.contains("rank 3 must be below the world size 3"), "{e}");

@@ -999,28 +999,23 @@ async fn random_faults_over_epochs(backend: Backend) {
 
 on_every_backend!(random_faults_over_epochs);
 
-/// A proxy that counts the requests to `backend`, options that go through it, and `table`
-/// opened through it.
+/// A proxy that counts the requests to `backend`, options that go through it, and a scan of
+/// `table` opened through it.
 async fn counted(
     backend: Backend,
     table: &str,
-) -> (
-    FaultProxy,
-    HashMap<String, String>,
-    voxlake::table::Snapshot,
-) {
+) -> (FaultProxy, HashMap<String, String>, voxlake::table::Scan) {
     let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
         .await
         .unwrap();
     let opts = backend.through(&proxy);
-    let options = voxlake::table::TableOptions {
-        storage_options: opts.clone(),
-        ..Default::default()
-    };
-    let snapshot = voxlake::table::Snapshot::open(table, &options)
+    let snapshot = voxlake::table::Snapshot::builder(table)
+        .with_storage_options(opts.clone())
+        .build()
         .await
         .unwrap();
-    (proxy, opts, snapshot)
+    let scan = Arc::new(snapshot).scan_builder().build().await.unwrap();
+    (proxy, opts, scan)
 }
 
 /// Over two epochs: only bounded range GETs on data files (no HEAD, no whole-object GET, no
@@ -1081,7 +1076,9 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
             storage_options: backend.through(&proxy),
             ..Default::default()
         };
-        let snapshot = voxlake::table::Snapshot::open(&uploaded.table, &options)
+        let snapshot = voxlake::table::Snapshot::builder(&uploaded.table)
+            .with_options(options)
+            .build()
             .await
             .unwrap();
         assert_eq!(snapshot.files().len(), count, "checkpoint {checkpoint}");
@@ -1139,7 +1136,9 @@ async fn an_open_asks_each_log_question_once(backend: Backend) {
             job: Some(format!("log-questions-{checkpoint}").into()),
             ..Default::default()
         };
-        let snapshot = voxlake::table::Snapshot::open(&uploaded.table, &options)
+        let snapshot = voxlake::table::Snapshot::builder(&uploaded.table)
+            .with_options(options)
+            .build()
             .await
             .unwrap();
         assert_eq!(snapshot.files().len(), count);
@@ -1247,7 +1246,7 @@ async fn npy_tables_open_without_reading_a_row_group(backend: Backend) {
         .unwrap();
     let table = backend.url(&prefix);
     let (proxy, opts, snapshot) = counted(backend, &table).await;
-    assert_eq!(snapshot.spec().shape(), [30, 30, 10, 10]);
+    assert_eq!(snapshot.snapshot().spec().shape(), [30, 30, 10, 10]);
     let footer = snapshot.footer(0).await.unwrap();
     assert_eq!(footer.num_row_groups(), 1);
     let chunk = footer.row_group(0).column(1).byte_range().1;

@@ -39,7 +39,11 @@ impl Compactor {
             cache: CacheChoice::Off,
             ..TableOptions::default()
         };
-        let snapshot = Snapshot::open(source, &options).await?;
+        let snapshot = Snapshot::builder(source)
+            .with_options(options)
+            .with_statistics(false)
+            .build()
+            .await?;
         let source_display = snapshot.location().to_string();
         let spec = snapshot.sample().clone();
         if self.labels.is_some() {
@@ -53,7 +57,7 @@ impl Compactor {
             source = %source_display,
             table = %table_display,
             sample = %snapshot.sample(),
-            rows = snapshot.num_rows().unwrap_or(0),
+            rows = snapshot.num_rows(),
             "converting a table"
         );
         let mut summary = ConvertSummary::starting(
@@ -61,12 +65,13 @@ impl Compactor {
             spec.to_string(),
             start.elapsed().as_secs_f64(),
         );
-        let total = snapshot.num_rows().unwrap_or(0) as usize;
+        let total = snapshot.num_rows() as usize;
         self.report(&summary, total);
 
         // The source in table order, through the loader's reader (budgeted, prefetched).
         // Opened above with the sample's column hints.
-        let stream = TableStream::over(Arc::new(snapshot)).build();
+        let scan = Arc::new(snapshot).scan_builder().build().await?;
+        let stream = TableStream::over(Arc::new(scan)).build();
         let mut groups = stream.epoch(0);
         let mut sink = self.row_sink(&table, &spec)?;
         let mut seen = HashSet::new();
@@ -76,7 +81,7 @@ impl Compactor {
                 let Some(group) = groups.next().await else { break };
                 summary.timings.wait_s += waiting.elapsed().as_secs_f64();
                 let group = group?;
-                let file = stream.snapshot().files().at(group.file()).path();
+                let file = stream.scan().files().at(group.file()).path();
                 let data = &group.batch;
                 let column = |name: &str| data.column_by_name(name);
                 let fields: Option<Vec<_>> = spec

@@ -2,6 +2,7 @@
 //! row groups, tensor spec, label counts.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use arrow_array::{Array, Int64Array};
 use futures::StreamExt;
@@ -12,7 +13,7 @@ use voxlake_format::sample::SampleColumns;
 use crate::Compactor;
 use crate::error::CompactError;
 use voxlake_io::cache::CacheChoice;
-use voxlake_table::{READ_CONCURRENCY, Snapshot, TableOptions};
+use voxlake_table::{READ_CONCURRENCY, Scan, Snapshot, TableOptions};
 
 /// One data file of a table.
 #[derive(Debug, Clone, Serialize)]
@@ -102,7 +103,13 @@ impl Compactor {
             cache: CacheChoice::Off,
             ..TableOptions::default()
         };
-        let snapshot = Snapshot::open(&self.table, &options).await?;
+        let snapshot = Snapshot::builder(&self.table)
+            .with_options(options)
+            .with_statistics(false)
+            .build()
+            .await?;
+        let snapshot = Arc::new(snapshot);
+        let scan = snapshot.scan_builder().build().await?;
         let columns = snapshot.columns().clone();
         let spec = columns.sample.first().clone();
         let fields = columns
@@ -119,8 +126,8 @@ impl Compactor {
             .collect();
         let files = snapshot.files();
 
-        let (file_list, row_group_rows) = file_infos(&snapshot).await?;
-        let labels = label_counts(&snapshot, &columns, &file_list).await?;
+        let (file_list, row_group_rows) = file_infos(&scan).await?;
+        let labels = label_counts(&scan, &columns, &file_list).await?;
 
         Ok(TableInfo {
             location: snapshot.location().to_string(),
@@ -153,15 +160,12 @@ impl Compactor {
     }
 }
 
-/// Each data file of `snapshot` as its footer says (rows less those deleted), and the smallest
+/// Each data file of `scan` as its footer says (rows less those deleted), and the smallest
 /// and largest row group in rows.
-async fn file_infos(snapshot: &Snapshot) -> Result<(Vec<FileInfo>, (u64, u64)), CompactError> {
-    let files = snapshot.files();
+async fn file_infos(scan: &Scan) -> Result<(Vec<FileInfo>, (u64, u64)), CompactError> {
+    let files = scan.files();
     let mut footers = futures::stream::iter(0..files.len())
-        .map(|index| {
-            let snapshot = &snapshot;
-            async move { snapshot.footer(index).await.map(|m| (files.at(index), m)) }
-        })
+        .map(|index| async move { scan.footer(index).await.map(|m| (files.at(index), m)) })
         .buffered(READ_CONCURRENCY);
     let mut file_list = Vec::with_capacity(files.len());
     let mut row_group_rows = (u64::MAX, 0);
@@ -190,11 +194,12 @@ async fn file_infos(snapshot: &Snapshot) -> Result<(Vec<FileInfo>, (u64, u64)), 
 /// file's value and rows (`file_list`), a label column read and normalized as the loader
 /// hands it out.
 async fn label_counts(
-    snapshot: &Snapshot,
+    scan: &Scan,
     columns: &SampleColumns,
     file_list: &[FileInfo],
 ) -> Result<BTreeMap<String, u64>, CompactError> {
-    let files = snapshot.files();
+    let files = scan.files();
+    let snapshot = scan.snapshot();
     let mut labels = BTreeMap::new();
     let partition_label = columns
         .label
@@ -213,31 +218,30 @@ async fn label_counts(
         }
     } else if let Some(column) = &columns.label {
         let location = snapshot.location().to_string();
-        snapshot
-            .scan_column(column, |file, batches| {
-                for batch in batches {
-                    // Labels as the loader hands them out (Int64, whatever the column).
-                    let normalized = columns.normalize(&batch, |_| String::new()).map_err(|e| {
-                        CompactError::Incompatible {
-                            location: location.clone(),
-                            reason: format!("file {}: {e}", file.path()),
-                        }
-                    })?;
-                    let values = normalized
-                        .column_by_name(LABEL_COLUMN)
-                        .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
-                        .ok_or_else(|| CompactError::Incompatible {
-                            location: location.clone(),
-                            reason: format!("file {}: '{column}' is not Int64", file.path()),
-                        })?;
-                    for value in values.iter() {
-                        let key = value.map_or_else(|| "null".to_string(), |v| v.to_string());
-                        *labels.entry(key).or_insert(0) += 1;
+        scan.scan_column(column, |file, batches| {
+            for batch in batches {
+                // Labels as the loader hands them out (Int64, whatever the column).
+                let normalized = columns.normalize(&batch, |_| String::new()).map_err(|e| {
+                    CompactError::Incompatible {
+                        location: location.clone(),
+                        reason: format!("file {}: {e}", file.path()),
                     }
+                })?;
+                let values = normalized
+                    .column_by_name(LABEL_COLUMN)
+                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+                    .ok_or_else(|| CompactError::Incompatible {
+                        location: location.clone(),
+                        reason: format!("file {}: '{column}' is not Int64", file.path()),
+                    })?;
+                for value in values.iter() {
+                    let key = value.map_or_else(|| "null".to_string(), |v| v.to_string());
+                    *labels.entry(key).or_insert(0) += 1;
                 }
-                Ok::<_, CompactError>(())
-            })
-            .await?;
+            }
+            Ok::<_, CompactError>(())
+        })
+        .await?;
     }
     Ok(labels)
 }

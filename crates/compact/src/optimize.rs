@@ -72,8 +72,8 @@ impl Compactor {
         let mut table = self.open_existing(&options).await?;
         // Only voxlake tables: the rewrite uses their schema and layout.
         table.sample()?;
-        let snapshot = table.snapshot().await?;
-        let files = snapshot.files();
+        let scan = table.scan().await?;
+        let files = scan.files();
         let sizes: Vec<u64> = files.iter().map(|f| f.size()).collect();
         let target = self.layout.target_file_bytes;
         let bins = plan_bins(&sizes, target);
@@ -98,7 +98,7 @@ impl Compactor {
                 let mut writer = writer_for(&table, &self.layout)?;
                 let written: Result<(), CompactError> = async {
                     for &file in bin {
-                        let batches = snapshot
+                        let batches = scan
                             .read_file(file, None, self.layout.row_group_rows)
                             .await?;
                         for batch in batches {

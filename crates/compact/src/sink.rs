@@ -381,22 +381,21 @@ impl BatchBuilder {
 
 /// The ids of every row in the table.
 pub(crate) async fn read_ids(table: &mut Table) -> Result<HashSet<String>, CompactError> {
-    let snapshot = table.snapshot().await?;
+    let scan = table.scan().await?;
     let mut ids = HashSet::new();
-    snapshot
-        .scan_column(ID_COLUMN, |file, batches| {
-            for batch in batches {
-                let column = batch
-                    .column_by_name(ID_COLUMN)
-                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-                    .ok_or_else(|| CompactError::Incompatible {
-                        location: table.display.clone(),
-                        reason: format!("file {}: no Utf8 'id' column", file.path()),
-                    })?;
-                ids.extend(column.iter().flatten().map(str::to_string));
-            }
-            Ok::<_, CompactError>(())
-        })
-        .await?;
+    scan.scan_column(ID_COLUMN, |file, batches| {
+        for batch in batches {
+            let column = batch
+                .column_by_name(ID_COLUMN)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                .ok_or_else(|| CompactError::Incompatible {
+                    location: table.display.clone(),
+                    reason: format!("file {}: no Utf8 'id' column", file.path()),
+                })?;
+            ids.extend(column.iter().flatten().map(str::to_string));
+        }
+        Ok::<_, CompactError>(())
+    })
+    .await?;
     Ok(ids)
 }

@@ -1,6 +1,7 @@
 //! Opening, creating, reading and committing to the Delta table.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::kernel::{StructType, engine::arrow_conversion::TryIntoKernel};
@@ -11,7 +12,7 @@ use voxlake_delta::{DeltaLog, stores};
 use voxlake_format::sample::ColumnHints;
 use voxlake_format::{Layout, SampleSpec};
 use voxlake_io::redact;
-use voxlake_table::Snapshot;
+use voxlake_table::{Scan, Snapshot};
 
 use crate::error::CompactError;
 
@@ -182,14 +183,15 @@ impl Table {
         self.head
     }
 
-    /// The handle's version as a read-only snapshot: files from the log, cached footers, reads.
-    pub(crate) async fn snapshot(&mut self) -> Result<Snapshot, CompactError> {
+    /// A scan of every row of the handle's version: files from the log, cached footers, reads.
+    pub(crate) async fn scan(&mut self) -> Result<Scan, CompactError> {
         self.catch_up().await?;
         let (version, store) = DeltaLog::of_table(&self.table, &self.display)
             .await
             .map_err(voxlake_table::TableError::from)?;
         let hints = ColumnHints::default();
-        Ok(Snapshot::from_log(version, store, &self.display, &hints).await?)
+        let snapshot = Snapshot::from_log(version, store, &self.display, &hints).await?;
+        Ok(Arc::new(snapshot).scan_builder().build().await?)
     }
 
     /// Moves `table` to the handle's version where blind appends left it behind.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use voxlake_format::SampleSpec;
 use voxlake_stream::ReadOptions;
-use voxlake_table::TableOptions;
+use voxlake_table::{ScanOptions, TableOptions};
 
 use crate::Epochs;
 use crate::batch::Batch;
@@ -15,8 +15,10 @@ use crate::transform::{Sample, TransformError, TransformRng};
 #[derive(Clone)]
 pub struct LoaderBuilder {
     pub(crate) table: String,
-    /// How the table is opened (version, store settings, sample columns, filter, cache).
+    /// How the table is opened (version, store settings, sample columns, cache, job).
     pub(crate) options: TableOptions,
+    /// What is read of it (a filter).
+    pub(crate) scan: ScanOptions,
     pub(crate) batch_size: usize,
     pub(crate) epochs: Epochs,
     pub(crate) start_epoch: u64,
@@ -111,6 +113,7 @@ impl LoaderBuilder {
         LoaderBuilder {
             table,
             options: TableOptions::default(),
+            scan: ScanOptions::default(),
             batch_size: 32,
             epochs: Epochs::Count(1),
             start_epoch: 0,
@@ -136,6 +139,7 @@ impl LoaderBuilder {
     }
 
     voxlake_table::table_options_setters!(options);
+    voxlake_table::scan_options_setters!(scan);
     voxlake_stream::read_options_setters!(read);
 
     /// Samples per batch (default 32).

@@ -105,8 +105,9 @@ impl Loader {
     /// marks a null label). Of a mixture (whose sources all have one or none): the first
     /// source's name, nullable where any source's is.
     pub fn label_column(&self) -> Option<(&str, bool)> {
-        let name = self.stream.snapshot().columns().label.as_deref()?;
-        let nullable = self.stream.sources().snapshots().iter().any(|s| {
+        let name = self.stream.scan().snapshot().columns().label.as_deref()?;
+        let nullable = self.stream.sources().scans().iter().any(|s| {
+            let s = s.snapshot();
             s.columns().label.as_deref().is_none_or(|label| {
                 s.schema()
                     .field_with_name(label)
@@ -124,7 +125,7 @@ impl Loader {
     /// The table version read (of a mixture, the first source's: see
     /// [`versions`](Self::versions)).
     pub fn version(&self) -> u64 {
-        self.stream.snapshot().version()
+        self.stream.scan().snapshot().version()
     }
 
     /// The version of each table read: the one table's, or each source's of a mixture
@@ -132,9 +133,9 @@ impl Loader {
     pub fn versions(&self) -> Vec<u64> {
         self.stream
             .sources()
-            .snapshots()
+            .scans()
             .iter()
-            .map(|s| s.version())
+            .map(|s| s.snapshot().version())
             .collect()
     }
 
@@ -432,7 +433,7 @@ impl Loader {
             true => Ok(()),
             false => Err(LoaderError::Internal(format!(
                 "the loader's threads of {} did not end within {THREADS_WAIT:?} of close()",
-                self.stream.snapshot().location()
+                self.stream.scan().snapshot().location()
             ))),
         }
     }
@@ -449,7 +450,7 @@ impl Loader {
         match self.thread.take().map(JoinHandle::join) {
             Some(Err(panic)) => Err(LoaderError::Panicked {
                 stage: "loader".into(),
-                object: self.stream.snapshot().location().to_string(),
+                object: self.stream.scan().snapshot().location().to_string(),
                 message: voxlake_io::panic_message(panic.as_ref()),
             }),
             _ => Ok(true),

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use voxlake_delta::AsOf;
 use voxlake_plan::mixture::Share;
-use voxlake_table::TableOptions;
+use voxlake_table::{ScanOptions, TableOptions};
 
 /// One table of a mixture ([`Loader::mixture`](crate::Loader::mixture)): its location, its own
 /// version, filter and store settings, and its share of each epoch's draws
@@ -143,12 +143,20 @@ impl Source {
     pub(crate) fn options(&self, base: &TableOptions, as_of: AsOf) -> TableOptions {
         TableOptions {
             as_of,
-            filter: self.filter.clone().or_else(|| base.filter.clone()),
             storage_options: self
                 .storage_options
                 .clone()
                 .unwrap_or_else(|| base.storage_options.clone()),
             ..base.clone()
         }
+    }
+
+    /// What is read of it: the builder's `base` settings with its own.
+    pub(crate) fn scan_options(&self, base: &ScanOptions) -> ScanOptions {
+        let mut options = base.clone();
+        if let Some(filter) = &self.filter {
+            options.filter = Some(filter.clone());
+        }
+        options
     }
 }

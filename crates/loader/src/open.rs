@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use voxlake_delta::AsOf;
 use voxlake_stream::{Sources, StreamError, TableStream};
-use voxlake_table::{Snapshot, TableOptions};
+use voxlake_table::{ScanOptions, Snapshot, TableOptions};
 
 use crate::state::{LoaderState, sources_of};
 use crate::{LoaderBuilder, LoaderError};
@@ -90,31 +90,48 @@ impl LoaderBuilder {
     /// Opens the table, or each source of a mixture, at `versions` (one each, in order), at
     /// once; sources whose fields differ are refused before any data is read.
     pub(crate) async fn open_sources(&self, versions: Vec<AsOf>) -> Result<Sources, LoaderError> {
-        let opens: Vec<(String, TableOptions)> = match &self.sources {
+        let opens: Vec<(String, TableOptions, ScanOptions)> = match &self.sources {
             None => vec![(
                 self.table.clone(),
                 TableOptions {
                     as_of: versions.first().copied().unwrap_or_default(),
                     ..self.options.clone()
                 },
+                self.scan.clone(),
             )],
             Some(sources) => sources
                 .iter()
                 .zip(versions)
-                .map(|(s, v)| (s.location().to_string(), s.options(&self.options, v)))
+                .map(|(s, v)| {
+                    let options = s.options(&self.options, v);
+                    (
+                        s.location().to_string(),
+                        options,
+                        s.scan_options(&self.scan),
+                    )
+                })
                 .collect(),
         };
         if opens.is_empty() {
             return Err(LoaderError::Config("a mixture of no source".into()));
         }
-        let snapshots = futures::future::try_join_all(
-            opens
-                .iter()
-                .map(|(at, options)| Snapshot::open(at, options)),
-        )
+        let scans = futures::future::try_join_all(opens.into_iter().map(
+            |(at, options, scan)| async move {
+                let snapshot = Snapshot::builder(at)
+                    .with_options(options)
+                    .with_statistics(scan.filter.is_some())
+                    .build()
+                    .await?;
+                Arc::new(snapshot)
+                    .scan_builder()
+                    .with_options(scan)
+                    .build()
+                    .await
+            },
+        ))
         .await
         .map_err(StreamError::from)?;
-        Ok(Sources::new(snapshots.into_iter().map(Arc::new).collect())?)
+        Ok(Sources::new(scans.into_iter().map(Arc::new).collect())?)
     }
 
     /// A state of a mixture was taken over these sources at these versions: else an error

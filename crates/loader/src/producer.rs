@@ -72,8 +72,8 @@ impl Producer {
             Ok(Ok(true)) => {
                 // The cache's last entries in place before the caller hears the run is over (a
                 // process that exits then would leave them unwritten).
-                for snapshot in self.stream.sources().snapshots() {
-                    if let Some(cache) = snapshot.cache() {
+                for scan in self.stream.sources().scans() {
+                    if let Some(cache) = scan.snapshot().cache() {
                         cache.flush().await;
                     }
                 }
@@ -83,7 +83,7 @@ impl Producer {
             Ok(Err(e)) => Msg::Failed(e),
             Err(panic) => Msg::Failed(LoaderError::Panicked {
                 stage: "loader".into(),
-                object: self.stream.snapshot().location().to_string(),
+                object: self.stream.scan().snapshot().location().to_string(),
                 message: panic_message(panic.as_ref()),
             }),
         };
@@ -213,7 +213,7 @@ impl Producer {
         if delivered != total {
             return Err(LoaderError::Internal(format!(
                 "epoch {epoch} of {} ended after {delivered} of its {total} batches on rank {}",
-                self.stream.snapshot().location(),
+                self.stream.scan().snapshot().location(),
                 self.rank
             )));
         }

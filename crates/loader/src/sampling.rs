@@ -9,7 +9,7 @@ use arrow_schema::DataType;
 use voxlake_plan::sample::{Sampling, SamplingError, SubsetBy};
 use voxlake_plan::sampler::{RowsOf, Sampler};
 use voxlake_stream::{StreamError, TableStream};
-use voxlake_table::Snapshot;
+use voxlake_table::Scan;
 
 use crate::LoaderError;
 
@@ -31,9 +31,9 @@ pub(crate) async fn sampler(
     let read = futures::future::try_join_all(
         stream
             .sources()
-            .snapshots()
+            .scans()
             .iter()
-            .map(|snapshot| values_of(snapshot, spec)),
+            .map(|scan| values_of(scan, spec)),
     )
     .await?;
     for values in read {
@@ -79,8 +79,9 @@ struct Values {
     in_split: Option<Vec<bool>>,
 }
 
-/// The columns `spec` weighs or splits `snapshot`'s rows by, read.
-async fn values_of(snapshot: &Snapshot, spec: &Sampling) -> Result<Values, LoaderError> {
+/// The columns `spec` weighs or splits `scan`'s rows by, read.
+async fn values_of(scan: &Scan, spec: &Sampling) -> Result<Values, LoaderError> {
+    let snapshot = scan.snapshot();
     let resolved = snapshot.columns();
     let mut columns: Vec<&str> = Vec::new();
     if spec.needs_ids() {
@@ -130,7 +131,7 @@ async fn values_of(snapshot: &Snapshot, spec: &Sampling) -> Result<Values, Loade
     }
     let read = match columns.is_empty() {
         true => Vec::new(),
-        false => snapshot
+        false => scan
             .column_values(&columns)
             .await
             .map_err(StreamError::from)?,

@@ -241,7 +241,7 @@ impl LoaderBuilder {
         settings: &mut OrderSettings,
     ) -> Result<Opened, LoaderError> {
         let sources = runtime.block_on(self.open_sources(versions))?;
-        let snapshot = &sources.snapshots()[0];
+        let snapshot = sources.scans()[0].snapshot();
         // The table's samples, and what the loader hands out (a transform may change them).
         let input_spec = snapshot.sample().clone();
         let transforms = self
@@ -330,7 +330,7 @@ impl LoaderBuilder {
         // on them.
         let start = match &self.state {
             Some(state) => {
-                let files = stream.snapshot().file_set_hash();
+                let files = stream.scan().file_set_hash();
                 self.check_sources(state, stream)?;
                 self.check_state(state, settings, &files, sample_bytes, total)?
             }
@@ -389,9 +389,9 @@ impl LoaderBuilder {
         LoaderState {
             format: STATE_FORMAT,
             table: voxlake_io::redact(&self.table),
-            version: stream.snapshot().version(),
-            files: stream.snapshot().file_set_hash(),
-            file_count: stream.snapshot().files().len(),
+            version: stream.scan().snapshot().version(),
+            files: stream.scan().file_set_hash(),
+            file_count: stream.scan().files().len(),
             seed: settings.seed,
             shuffle: settings.shuffle,
             shuffle_buffer: self.shuffle.map_or(0, |s| s.1),
@@ -432,9 +432,9 @@ struct Opened {
 /// Bytes the sources' file lists take (~80 bytes a file).
 pub(crate) fn files_bytes(sources: &voxlake_stream::Sources) -> u64 {
     sources
-        .snapshots()
+        .scans()
         .iter()
-        .map(|s| s.files().memory_size() as u64)
+        .map(|s| (s.snapshot().files().memory_size() + s.memory_size()) as u64)
         .sum()
 }
 

@@ -113,14 +113,14 @@ pub(crate) fn sources_of(
     }
     stream
         .sources()
-        .snapshots()
+        .scans()
         .iter()
         .zip(sources)
-        .map(|(snapshot, source)| SourceState {
+        .map(|(scan, source)| SourceState {
             table: voxlake_io::redact(source.location()),
-            version: snapshot.version(),
-            files: snapshot.file_set_hash(),
-            file_count: snapshot.files().len(),
+            version: scan.snapshot().version(),
+            files: scan.file_set_hash(),
+            file_count: scan.files().len(),
         })
         .collect()
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 use voxlake_format::{CHECKSUM_COLUMN, ID_COLUMN, LABEL_COLUMN, TENSOR_COLUMN};
-use voxlake_table::{Snapshot, TableOptions};
+use voxlake_table::{ScanOptions, Snapshot, TableOptions};
 
 use crate::error::StreamError;
 use crate::kept::Kept;
@@ -28,7 +28,7 @@ const LOCAL_IN_FLIGHT: usize = 16;
 
 /// Configures and opens a [`TableStream`]: over a table it opens at `build()`
 /// ([`TableStream::builder`]: the table settings, `with_version`, `with_filter`, …, are
-/// setters of `StreamBuilder<AtLocation>` only), or over snapshots already open
+/// setters of `StreamBuilder<AtLocation>` only), or over scans already made
 /// ([`TableStream::over`]: opened with their own settings, which a builder cannot change).
 #[derive(Clone)]
 pub struct StreamBuilder<T = AtLocation> {
@@ -53,6 +53,8 @@ pub struct AtLocation {
     location: String,
     /// How the table is opened.
     table: TableOptions,
+    /// What is read of it.
+    scan: ScanOptions,
 }
 
 impl std::fmt::Debug for AtLocation {
@@ -60,30 +62,40 @@ impl std::fmt::Debug for AtLocation {
         f.debug_struct("AtLocation")
             .field("location", &voxlake_io::redact(&self.location))
             .field("table", &self.table)
+            .field("scan", &self.scan)
             .finish()
     }
 }
 
-/// Snapshots already open (one table, or a mixture's [`Sources`]): `build()` opens nothing.
+/// Scans already made (one table's, or a mixture's [`Sources`]): `build()` opens nothing.
 #[derive(Clone, Debug)]
 pub struct OverSources(Sources);
 
 impl StreamBuilder<AtLocation> {
     voxlake_table::table_options_setters!(target.table);
+    voxlake_table::scan_options_setters!(target.scan);
 
-    /// Opens the snapshot: a voxlake table's log only; another table's log or listing and its
-    /// first footer.
+    /// Opens the snapshot (a voxlake table's log only; another table's log or listing and its
+    /// first footer) and makes its scan.
     pub async fn build(self) -> Result<TableStream, StreamError> {
-        let snapshot = Snapshot::open(&self.target.location, &self.target.table).await?;
-        let sources = Sources::from(Arc::new(snapshot));
+        let AtLocation {
+            location,
+            table,
+            scan,
+        } = &self.target;
+        let snapshot = Snapshot::builder(location)
+            .with_options(table.clone())
+            .with_statistics(scan.filter.is_some())
+            .build()
+            .await?;
+        let scan = Arc::new(snapshot).scan_builder().with_options(scan.clone());
+        let sources = Sources::from(Arc::new(scan.build().await?));
         Ok(self.with_target(OverSources(sources)).build())
     }
 }
 
 impl StreamBuilder<OverSources> {
-    /// The stream over the snapshots (several shards can share them). Files whose add action
-    /// has no row count count as empty: open such a table with [`TableStream::builder`], which
-    /// reads their footers.
+    /// The stream over the scans (several shards can share them).
     pub fn build(self) -> TableStream {
         let sources = self.target.0;
         // Semaphore permits are counted in KiB so budgets above 2^32 bytes fit.
@@ -93,7 +105,7 @@ impl StreamBuilder<OverSources> {
             .min(Semaphore::MAX_PERMITS as u64) as usize;
         let (depth, max_in_flight) = match self.prefetch {
             Some(n) => (Depth::fixed(n), n),
-            None if sources.snapshots().iter().any(|s| s.is_remote()) => (
+            None if sources.scans().iter().any(|s| s.snapshot().is_remote()) => (
                 Depth::new(START_IN_FLIGHT, REMOTE_IN_FLIGHT),
                 REMOTE_IN_FLIGHT,
             ),
@@ -103,9 +115,10 @@ impl StreamBuilder<OverSources> {
             ),
         };
         let columns = sources
-            .snapshots()
+            .scans()
             .iter()
-            .map(|snapshot| {
+            .map(|scan| {
+                let snapshot = scan.snapshot();
                 with_checksum(
                     self.read
                         .columns
@@ -128,7 +141,7 @@ impl StreamBuilder<OverSources> {
                 affinity: self.affinity,
                 uneven: self.read.uneven,
                 rows_per_file: sources
-                    .snapshots()
+                    .scans()
                     .iter()
                     .flat_map(|s| s.files().iter().map(|f| f.rows().unwrap_or(0)))
                     .collect(),
@@ -245,11 +258,12 @@ impl TableStream {
         StreamBuilder::new(AtLocation {
             location: location.into(),
             table: TableOptions::default(),
+            scan: ScanOptions::default(),
         })
     }
 
-    /// A builder for a stream over snapshots already open: one (`Arc<Snapshot>`), or a
-    /// mixture's [`Sources`]. Their table settings are those they were opened with.
+    /// A builder for a stream over scans already made: one (`Arc<Scan>`), or a mixture's
+    /// [`Sources`]. Their table and scan settings are those they were made with.
     pub fn over(sources: impl Into<Sources>) -> StreamBuilder<OverSources> {
         StreamBuilder::new(OverSources(sources.into()))
     }

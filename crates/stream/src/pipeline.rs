@@ -27,7 +27,7 @@ use voxlake_plan::draws::Draws;
 use voxlake_plan::order::{EpochOrder, Piece, Uneven, Unit, deal, rows_per_rank, units_of};
 use voxlake_plan::plan::{Planner, Shard};
 use voxlake_table::hooks::{Hooks, Stage};
-use voxlake_table::{Snapshot, TableError};
+use voxlake_table::{Scan, TableError};
 
 /// Footers read ahead of the row groups that need them.
 const FOOTERS_AHEAD: usize = 16;
@@ -51,7 +51,7 @@ use read::Obtained;
 /// let stream = TableStream::builder(&table).with_shuffle(true).with_seed(7).build().await?;
 /// let row_groups: Vec<_> = stream.epoch(0).try_collect().await?;
 /// let rows: u64 = row_groups.iter().map(|g| g.unit.drawn()).sum();
-/// assert_eq!(rows, stream.snapshot().num_rows().unwrap());
+/// assert_eq!(rows, stream.scan().num_rows());
 /// # Ok(())
 /// # }
 /// ```
@@ -86,12 +86,13 @@ pub(crate) struct Inner {
 }
 
 impl TableStream {
-    /// The snapshot read (of a mixture, the first source's: see [`sources`](Self::sources)).
-    pub fn snapshot(&self) -> &Arc<Snapshot> {
-        &self.inner.sources.snapshots()[0]
+    /// The scan read (of a mixture, the first source's: see [`sources`](Self::sources)); its
+    /// snapshot is `scan().snapshot()`.
+    pub fn scan(&self) -> &Arc<Scan> {
+        &self.inner.sources.scans()[0]
     }
 
-    /// The snapshots read, with the numbering of their files.
+    /// The scans read, with the numbering of their files.
     pub fn sources(&self) -> &Sources {
         &self.inner.sources
     }
@@ -135,7 +136,13 @@ impl TableStream {
     pub fn stats(&self) -> StreamStats {
         let c = &self.inner.counters;
         let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
-        let snapshots = self.inner.sources.snapshots();
+        let snapshots: Vec<&voxlake_table::Snapshot> = self
+            .inner
+            .sources
+            .scans()
+            .iter()
+            .map(|s| s.snapshot().as_ref())
+            .collect();
         StreamStats {
             row_groups: c.row_groups.load(Ordering::Relaxed),
             rows: c.rows.load(Ordering::Relaxed),
@@ -148,7 +155,7 @@ impl TableStream {
             store_bytes: snapshots.iter().map(|s| s.store_bytes_fetched()).sum(),
             reasked: snapshots.iter().map(|s| s.store_reads_reasked()).sum(),
             kept_hits: c.kept_hits.load(Ordering::Relaxed),
-            cache: crate::stats::cache_stats(snapshots),
+            cache: crate::stats::cache_stats(&snapshots),
         }
     }
 
@@ -166,11 +173,11 @@ impl TableStream {
     /// Each row group of file `file`: rows and budget shares (from its footer).
     pub async fn group_budgets(&self, file: usize) -> Result<Vec<GroupBudget>, StreamError> {
         let inner = &self.inner;
-        let (source, snapshot, local) = inner.sources.locate(file);
+        let (source, scan, local) = inner.sources.locate(file);
         let meta = inner
-            .caught(Stage::Footer, file, snapshot.reader_metadata(local))
+            .caught(Stage::Footer, file, scan.reader_metadata(local))
             .await?;
-        let projection = snapshot.projection(&meta, &inner.columns[source])?;
+        let projection = scan.snapshot().projection(&meta, &inner.columns[source])?;
         Ok(meta
             .metadata()
             .row_groups()
@@ -209,7 +216,7 @@ impl TableStream {
         pieces: Vec<Piece>,
         from: u64,
     ) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
-        let location = self.snapshot().location().to_string();
+        let location = self.scan().snapshot().location().to_string();
         let ahead = spawn_ahead(
             self.plan_stream(epoch, pieces, from),
             self.inner.max_in_flight,
@@ -281,7 +288,7 @@ impl TableStream {
         from: u64,
     ) -> BoxStream<'static, Result<RowGroupBatch, StreamError>> {
         let inner = self.inner.clone();
-        let location = inner.sources.snapshots()[0].location().to_string();
+        let location = inner.sources.scans()[0].snapshot().location().to_string();
 
         // Footers, in plan order, a few files ahead, in a task of their own: the windows below
         // stop polling them while a window's row groups are read, and a footer fetched only then

@@ -1,14 +1,14 @@
-//! [`Sources`]: the snapshots a stream reads — one table, or a mixture's sources — with
+//! [`Sources`]: the scans a stream reads — one table's, or a mixture's sources' — with
 //! their files numbered one after the other (source 0's files, then source 1's, …), so that
 //! the plan orders, deals and resumes them as the files of one table.
 
 use std::sync::Arc;
 
-use voxlake_table::{Snapshot, TableError};
+use voxlake_table::{Scan, Snapshot, TableError};
 
 use crate::error::StreamError;
 
-/// The snapshots a stream reads, in order: one table, or a mixture's sources, their files
+/// The scans a stream reads, in order: one table's, or a mixture's sources', their files
 /// numbered one after the other (source 0's, then source 1's, …) so that the plan orders,
 /// deals and resumes them as the files of one table.
 ///
@@ -16,16 +16,16 @@ use crate::error::StreamError;
 /// label column or none: a batch mixes their rows.
 #[derive(Debug, Clone)]
 pub struct Sources {
-    snapshots: Vec<Arc<Snapshot>>,
+    scans: Vec<Arc<Scan>>,
     /// `first[s]`: the number of source `s`'s first file; one more entry at the end.
     first: Vec<usize>,
 }
 
-impl From<Arc<Snapshot>> for Sources {
-    fn from(snapshot: Arc<Snapshot>) -> Self {
-        let files = snapshot.files().len();
+impl From<Arc<Scan>> for Sources {
+    fn from(scan: Arc<Scan>) -> Self {
+        let files = scan.files().len();
         Sources {
-            snapshots: vec![snapshot],
+            scans: vec![scan],
             first: vec![0, files],
         }
     }
@@ -35,12 +35,13 @@ impl Sources {
     /// The sources of a mixture, in order: at least one, each delivering the fields the first
     /// does (a field that differs is an error naming the source, the field and both specs,
     /// before any data is read).
-    pub fn new(snapshots: Vec<Arc<Snapshot>>) -> Result<Sources, StreamError> {
-        let Some(head) = snapshots.first() else {
+    pub fn new(scans: Vec<Arc<Scan>>) -> Result<Sources, StreamError> {
+        let Some(head) = scans.first().map(|s| s.snapshot().as_ref()) else {
             return Err(StreamError::Internal("a mixture of no source".into()));
         };
         let want = head.sample();
-        for (s, snapshot) in snapshots.iter().enumerate().skip(1) {
+        for (s, scan) in scans.iter().enumerate().skip(1) {
+            let snapshot = scan.snapshot().as_ref();
             let got = snapshot.sample();
             let names = |spec: &voxlake_format::SampleSpec| {
                 spec.fields()
@@ -89,34 +90,34 @@ impl Sources {
                 }));
             }
         }
-        let mut first = Vec::with_capacity(snapshots.len() + 1);
+        let mut first = Vec::with_capacity(scans.len() + 1);
         let mut at = 0;
-        for snapshot in &snapshots {
+        for scan in &scans {
             first.push(at);
-            at += snapshot.files().len();
+            at += scan.files().len();
         }
         first.push(at);
-        Ok(Sources { snapshots, first })
+        Ok(Sources { scans, first })
     }
 
     /// How many sources (1: one table).
     pub fn len(&self) -> usize {
-        self.snapshots.len()
+        self.scans.len()
     }
 
     /// Whether there is no source (never: a `Sources` has at least one).
     pub fn is_empty(&self) -> bool {
-        self.snapshots.is_empty()
+        self.scans.is_empty()
     }
 
-    /// The snapshots, in order.
-    pub fn snapshots(&self) -> &[Arc<Snapshot>] {
-        &self.snapshots
+    /// The scans, in order.
+    pub fn scans(&self) -> &[Arc<Scan>] {
+        &self.scans
     }
 
     /// What the sources' filters skipped and kept, summed (`None` where no source has one).
     pub fn filter_stats(&self) -> Option<voxlake_table::FilterStats> {
-        let mut each = self.snapshots.iter().filter_map(|s| s.filter_stats());
+        let mut each = self.scans.iter().filter_map(|s| s.filter_stats());
         let mut sum = each.next()?.clone();
         for stats in each {
             sum += stats;
@@ -136,12 +137,12 @@ impl Sources {
 
     /// The source of file `file` (numbered over all sources).
     pub fn source_of(&self, file: usize) -> usize {
-        (self.first.partition_point(|&f| f <= file) - 1).min(self.snapshots.len() - 1)
+        (self.first.partition_point(|&f| f <= file) - 1).min(self.scans.len() - 1)
     }
 
-    /// File `file`'s source, its snapshot and its number in that snapshot.
-    pub fn locate(&self, file: usize) -> (usize, &Arc<Snapshot>, usize) {
+    /// File `file`'s source, its scan and its number in that scan.
+    pub fn locate(&self, file: usize) -> (usize, &Arc<Scan>, usize) {
         let s = self.source_of(file);
-        (s, &self.snapshots[s], file - self.first[s])
+        (s, &self.scans[s], file - self.first[s])
     }
 }

@@ -78,9 +78,7 @@ pub struct StreamStats {
 
 /// The node caches' counts over the sources' snapshots (each cache counted once where sources
 /// share it).
-pub(crate) fn cache_stats(
-    snapshots: &[std::sync::Arc<voxlake_table::Snapshot>],
-) -> voxlake_io::cache::CacheStats {
+pub(crate) fn cache_stats(snapshots: &[&voxlake_table::Snapshot]) -> voxlake_io::cache::CacheStats {
     let mut seen: Vec<*const voxlake_io::cache::DiskCache> = Vec::new();
     let mut out = voxlake_io::cache::CacheStats::default();
     for cache in snapshots.iter().filter_map(|s| s.cache()) {

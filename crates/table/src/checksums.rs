@@ -2,9 +2,9 @@
 //! columns that a row's checksum covers, and remembers the rows it has found whole, so a row
 //! is checked once however often it is used (a row group kept from one epoch to the next).
 //!
-//! A read checks every row it returns ([`Snapshot::read_row_group_hooked`] with `verify`);
+//! A read checks every row it returns ([`Scan::read_row_group_hooked`](crate::Scan::read_row_group_hooked) with `verify`);
 //! a reader that copies rows out itself may check each just before its copy instead
-//! ([`Snapshot::row_checks`]): the row's bytes are then read from memory once, into the cache
+//! ([`Scan::row_checks`](crate::Scan::row_checks)): the row's bytes are then read from memory once, into the cache
 //! the copy reads them from.
 
 use std::sync::Arc;
@@ -175,7 +175,7 @@ impl Snapshot {
     /// The checks of `batch`'s rows, read from row group `row_group` of file `index` (the
     /// columns of every field the table stores, with id, label and the checksum): `None` where
     /// the file has no checksums.
-    pub fn row_checks(
+    pub(crate) fn row_checks(
         &self,
         index: usize,
         row_group: usize,

@@ -3,12 +3,15 @@
 //! groups, files and columns through `voxlake-io`'s stores. It knows nothing of the pipeline
 //! that streams it.
 //!
-//! - [`Snapshot`]: the table at a version; `Snapshot::open` and its reads.
+//! - [`Snapshot`]: the table at a version (its files, samples, schema, store), opened by
+//!   [`SnapshotBuilder`] (`Snapshot::builder(location)…build()`).
+//! - [`Scan`]: what a reader reads of a snapshot and the reads, made by [`ScanBuilder`]
+//!   (`snapshot.scan_builder().with_filter(…).build()`).
 //! - [`filter`]: the filter language and the statistics it skips by.
 //! - [`rows`]: which rows of a row group are read (deletion vectors, a selection), as pure
 //!   arithmetic.
 //! - `options`: [`TableOptions`], how a table is opened, and the `with_*` setters every
-//!   builder that opens one shares.
+//!   builder that opens one shares; [`ScanOptions`] and its setters likewise for a scan.
 //! - [`hooks`]: fault injection at each stage of a read (feature `fault-hooks`, tests only).
 //!
 //! ```
@@ -32,11 +35,13 @@ pub mod filter;
 pub mod hooks;
 mod options;
 pub mod rows;
+mod scan;
 mod select;
 mod snapshot;
 mod values;
 
 pub use error::TableError;
 pub use filter::FilterStats;
-pub use options::TableOptions;
+pub use options::{SnapshotBuilder, TableOptions};
+pub use scan::{Scan, ScanBuilder, ScanOptions};
 pub use snapshot::{FOOTER_CACHE_BYTES, READ_CONCURRENCY, ReadTimings, Snapshot};

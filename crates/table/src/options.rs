@@ -1,8 +1,9 @@
-//! [`TableOptions`]: how a table is opened (store settings, version, sample columns, filter,
-//! cache), held once by every builder that opens one, and
-//! [`table_options_setters`](crate::table_options_setters), the `with_*` setters each of those
-//! builders gets from it: a setting is declared and documented here, not again in each
-//! builder.
+//! [`TableOptions`]: how a table is opened (store settings, version, sample columns, cache,
+//! job), held once by every builder that opens one ([`SnapshotBuilder`], the stream's and the
+//! loader's), and [`table_options_setters`](crate::table_options_setters), the `with_*`
+//! setters each of those builders gets from it: a setting is declared and documented here,
+//! not again in each builder. What is read of the table (a filter) is a scan's
+//! ([`crate::ScanOptions`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,8 +18,7 @@ use voxlake_delta::AsOf;
 use voxlake_delta::agree;
 use voxlake_delta::{DeltaLog, Prior};
 
-/// How a table is opened: everything [`Snapshot::open`] needs besides the
-/// location.
+/// How a table is opened: everything [`SnapshotBuilder`] takes besides the location.
 ///
 /// ```
 /// use voxlake_delta::AsOf;
@@ -26,7 +26,6 @@ use voxlake_delta::{DeltaLog, Prior};
 ///
 /// let options = TableOptions {
 ///     as_of: AsOf::Version(3),
-///     filter: Some("label = 1".into()),
 ///     ..TableOptions::default()
 /// };
 /// assert_eq!(options.as_of, AsOf::Version(3));
@@ -41,8 +40,6 @@ pub struct TableOptions {
     pub root_store: Option<Arc<dyn ObjectStore>>,
     /// How samples are read from the table's columns.
     pub hints: ColumnHints,
-    /// The rows to read: an SQL boolean expression (see [`crate::filter`]).
-    pub filter: Option<String>,
     /// The disk cache remote reads go through.
     pub cache: CacheChoice,
     /// The job this process is a rank of: with one, "the latest version" is resolved once for
@@ -65,7 +62,6 @@ impl std::fmt::Debug for TableOptions {
         .field("as_of", &self.as_of)
         .field("custom_store", &self.root_store.is_some())
         .field("sample_columns", &self.hints)
-        .field("filter", &self.filter)
         .field("job", &self.job)
         .field("job_dir", &self.job_dir.as_deref().map(voxlake_io::redact));
         d.field("cache", &self.cache);
@@ -73,10 +69,56 @@ impl std::fmt::Debug for TableOptions {
     }
 }
 
+/// Configures and opens a [`Snapshot`]: `Snapshot::builder(location)`, the `with_*` setters
+/// of [`table_options_setters`](crate::table_options_setters), then `build()`.
+#[derive(Clone)]
+pub struct SnapshotBuilder {
+    location: String,
+    options: TableOptions,
+    statistics: bool,
+}
+
+impl std::fmt::Debug for SnapshotBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotBuilder")
+            .field("location", &voxlake_io::redact(&self.location))
+            .field("options", &self.options)
+            .field("statistics", &self.statistics)
+            .finish()
+    }
+}
+
 impl Snapshot {
-    /// Opens the table at `location` (a local path or URL) as `options` say: its log at the
-    /// version (a job's, where a job is named), the cache its remote reads go through, the row
-    /// counts of files whose log has none (from their footers), then the filter's selection.
+    /// The builder of the snapshot of the table at `location` (a local path or URL).
+    pub fn builder(location: impl Into<String>) -> SnapshotBuilder {
+        SnapshotBuilder {
+            location: location.into(),
+            options: TableOptions::default(),
+            statistics: true,
+        }
+    }
+}
+
+impl SnapshotBuilder {
+    crate::table_options_setters!(options);
+
+    /// Every setting at once (replacing those given before).
+    pub fn with_options(mut self, options: TableOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Whether the add actions' statistics (JSON, about 100 bytes a file) are kept in memory,
+    /// so that a scan's filter skips files by them unread; without them a filter reads every
+    /// file's footer. Default: kept. A stream or loader without a filter opens without them.
+    pub fn with_statistics(mut self, keep: bool) -> Self {
+        self.statistics = keep;
+        self
+    }
+
+    /// Opens the table as the settings say: its log at the version (a job's, where a job is
+    /// named), the cache its remote reads go through, the row counts of files whose log has
+    /// none (from their footers).
     ///
     /// The table may be any Delta table, or a folder (prefix) of Parquet files without a log,
     /// with its tensors in any encoding of [`voxlake_format::sample::TensorEncoding`]; a table
@@ -89,21 +131,19 @@ impl Snapshot {
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), voxlake_table::TableError> {
-    /// use voxlake_delta::AsOf;
-    /// use voxlake_table::{Snapshot, TableOptions};
+    /// use voxlake_table::Snapshot;
     ///
-    /// let options = TableOptions { as_of: AsOf::Version(3), ..TableOptions::default() };
-    /// let snapshot = Snapshot::open("az://data/cubes", &options).await?;
+    /// let snapshot = Snapshot::builder("az://data/cubes").with_version(3).build().await?;
     /// assert_eq!(snapshot.version(), 3);
     /// # Ok(()) }
     /// ```
-    pub async fn open(location: &str, options: &TableOptions) -> Result<Snapshot, TableError> {
+    pub async fn build(self) -> Result<Snapshot, TableError> {
+        let (location, options) = (self.location.as_str(), &self.options);
+        let stats = self.statistics;
         // The cache is opened first: the log's immutable objects are read through it too.
         let cache = options.cache.open()?;
         let (storage, root) = (&options.storage_options, options.root_store.as_ref());
         let log = DeltaLog::new(location, storage)?;
-        // Statistics kept where a filter reads them.
-        let stats = options.filter.is_some();
         // `prior`: what a job's resolution found first. Boxed: a read's future is large, and a
         // job's resolution holds several (a loader builds on a thread of the default stack
         // size).
@@ -133,16 +173,12 @@ impl Snapshot {
             Some(cache) => snapshot.with_cache(cache),
             None => snapshot,
         };
-        let snapshot = snapshot.load_row_counts().await?;
-        match &options.filter {
-            Some(filter) => snapshot.select_rows(filter).await,
-            None => Ok(snapshot),
-        }
+        snapshot.load_row_counts().await
     }
 }
 
 /// The `with_*` setters of [`TableOptions`], for a builder with one at the field path `$field`
-/// (`voxlake_stream::StreamBuilder`, `voxlake_loader::LoaderBuilder`): written once here,
+/// ([`SnapshotBuilder`], `voxlake_stream::StreamBuilder`, `voxlake_loader::LoaderBuilder`): written once here,
 /// so every builder that opens a table takes the same settings with the same meaning. Each
 /// type is named by its own crate's path: the crate that expands it depends on
 /// `voxlake-delta`, `voxlake-format`, `voxlake-io` and `object_store` itself.
@@ -324,18 +360,6 @@ macro_rules! table_options_setters {
         /// row is named `<file>#<row in file>`).
         pub fn with_id_column(mut self, name: impl Into<String>) -> Self {
             self.$($field).+.hints = self.$($field).+.hints.with_id_column(name);
-            self
-        }
-
-        /// Reads only the rows `filter` keeps: one SQL boolean expression over the table's
-        /// columns (as the files name them) and partition values, e.g.
-        /// `label = 1 AND region IN ('a', 'b') AND depth >= 100`. It is applied when the table
-        /// is opened, where it is cheapest: files and row groups that cannot match are skipped
-        /// unread (partition values, Delta and Parquet statistics), the filter's columns of the
-        /// rest read and decided row by row; ranks then share the kept rows in equal batch
-        /// counts as without a filter, and a state resumes only under the same filter.
-        pub fn with_filter(mut self, filter: impl Into<String>) -> Self {
-            self.$($field).+.filter = Some(filter.into());
             self
         }
     };

@@ -1,9 +1,10 @@
 //! A snapshot of a table at one version: its data files (as voxlake-delta read the version, or listed
-//! once where there is no log), how its samples are read (its tensor spec), the rows it reads
-//! (not deleted by a deletion vector, kept by a filter), and cached footers. Making it is
-//! `open`'s and `from_log`'s job (`columns` decides how samples are read, `schema` the
-//! table's columns); `kept` says which rows are read; reads of footers, row groups, files
-//! and columns are `read`'s.
+//! once where there is no log, each with its live row count), how its samples are read (its
+//! tensor spec), its store, and the footers and small files' bytes its scans share. Making it
+//! is `open`'s and `from_log`'s job (`columns` decides how samples are read, `schema` the
+//! table's columns); `undeleted` says which rows deletion vectors leave; reads of footers,
+//! row groups and files by the snapshot's file numbers are `read`'s, which `crate::Scan`
+//! calls with the rows it reads.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,25 +14,23 @@ use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::errors::ParquetError;
-use parquet::file::metadata::ParquetMetaData;
 use voxlake_format::TensorSpec;
 use voxlake_format::sample::SampleColumns;
 use voxlake_io::ObjectFileReader;
 
 use crate::error::TableError;
-use voxlake_io::location;
 
 mod columns;
 mod from_log;
 mod open;
 mod read;
 mod schema;
-mod selected;
+mod undeleted;
 
+pub(crate) use read::RowGroupRead;
 pub use read::{FOOTER_CACHE_BYTES, ReadTimings};
 pub(crate) use schema::{column_at_path, root_of};
 
-use crate::rows::Selection;
 use voxlake_delta::{ColumnMapping, DataFile, FileList, MappingMode, Protocol};
 
 /// Footers and small-column reads in flight at once.
@@ -54,8 +53,6 @@ pub struct Snapshot {
     /// Partition columns the files do not hold (hive folders, Delta partitions), typed as the
     /// Delta schema says (a listing's: Int64 where every value is an integer, else Utf8).
     partition_types: HashMap<String, arrow_schema::DataType>,
-    /// The filter's selection (deleted rows already left out).
-    selection: Option<Selection>,
     /// The protocol of a Delta table (`None` for a folder of Parquet files).
     protocol: Option<Protocol>,
     /// How the files name the table's columns.
@@ -81,7 +78,6 @@ impl std::fmt::Debug for Snapshot {
             .field("files", &self.files.len())
             .field("sample", &self.columns.sample)
             .field("protocol", &self.protocol)
-            .field("filtered", &self.selection.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -94,7 +90,7 @@ impl Snapshot {
         self.partition_types.get(name)
     }
     /// The table's columns at this version, under their logical names (see
-    /// [`Snapshot::open`]): a column a file lacks reads as null there, a column a file
+    /// [`SnapshotBuilder::build`](crate::SnapshotBuilder::build)): a column a file lacks reads as null there, a column a file
     /// holds in a narrower type reads widened.
     pub fn schema(&self) -> &arrow_schema::SchemaRef {
         &self.schema
@@ -191,7 +187,7 @@ impl Snapshot {
     /// fetching and writing what it lacks: a later epoch, or another process of the node using
     /// the same folder, reads them from local disk. A local table is never cached (returned as
     /// it is).
-    pub fn with_cache(self, cache: Arc<voxlake_io::cache::DiskCache>) -> Snapshot {
+    pub(crate) fn with_cache(self, cache: Arc<voxlake_io::cache::DiskCache>) -> Snapshot {
         match &self.remote {
             Some(remote) => remote.set_cache(cache),
             None => tracing::debug!(
@@ -208,7 +204,8 @@ impl Snapshot {
     }
 
     /// Whether the table is in a remote store (read through one store that counts, splits
-    /// and caches; see [`with_cache`](Self::with_cache)), not on a local filesystem.
+    /// and caches; see [`SnapshotBuilder::with_cache`](crate::SnapshotBuilder::with_cache)),
+    /// not on a local filesystem.
     pub fn is_remote(&self) -> bool {
         self.remote.is_some()
     }
@@ -231,22 +228,9 @@ impl Snapshot {
         0
     }
 
-    /// A hash of the file set, in plan order: `fnv1a64:` and 16 hex digits over each file's
-    /// path and size (and deletion vector). Two snapshots with the same hash plan the same
-    /// epochs.
-    pub fn file_set_hash(&self) -> String {
-        let mut hash = location::StableHasher::default();
-        self.files.hash_into(&mut hash);
-        // Another filter plans other rows.
-        if let Some(filter) = self.filter() {
-            hash.write(&format!("filter\0{filter}\n"));
-        }
-        format!("fnv1a64:{:016x}", hash.finish())
-    }
-
     /// The snapshot with every file's row count: files whose add action recorded none get it
     /// from their footer (read concurrently; the footers kept as `FOOTER_CACHE_BYTES` allows).
-    pub async fn load_row_counts(mut self) -> Result<Snapshot, TableError> {
+    pub(crate) async fn load_row_counts(mut self) -> Result<Snapshot, TableError> {
         let missing: Vec<usize> = (0..self.files.len())
             .filter(|&i| self.files.at(i).rows().is_none())
             .collect();
@@ -279,9 +263,15 @@ impl Snapshot {
         Ok(self)
     }
 
-    /// Total live rows, if every add action recorded its row count.
-    pub fn num_rows(&self) -> Option<u64> {
-        self.files.iter().map(|f| f.rows()).sum()
+    /// Live rows of the version (every file's row count is known once a snapshot is made:
+    /// from its add action, else its footer).
+    pub fn num_rows(&self) -> u64 {
+        self.files.iter().map(|f| f.rows().unwrap_or(0)).sum()
+    }
+
+    /// Whether a file has a deletion vector.
+    pub(crate) fn has_deletes(&self) -> bool {
+        self.has_deletes
     }
 
     /// The error for a failed read of file `index`: a vanished file is named as such.
@@ -324,7 +314,7 @@ impl Snapshot {
     }
 
     /// File `index`, or an error naming the index and the file count.
-    pub fn file(&self, index: usize) -> Result<DataFile<'_>, TableError> {
+    pub(crate) fn file(&self, index: usize) -> Result<DataFile<'_>, TableError> {
         self.files
             .get(index)
             .ok_or_else(|| TableError::Incompatible {
@@ -339,7 +329,10 @@ impl Snapshot {
 
     /// The footer of file `index` (one ranged GET of the tail; a small file's whole, see
     /// `small`), kept while it is among the most recently used ([`FOOTER_CACHE_BYTES`]).
-    pub async fn reader_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, TableError> {
+    pub(crate) async fn reader_metadata(
+        &self,
+        index: usize,
+    ) -> Result<ArrowReaderMetadata, TableError> {
         let file = self.file(index)?;
         let footer = self.footers.entry(index);
         let mut loaded = None;
@@ -375,7 +368,10 @@ impl Snapshot {
 
     /// The footer of file `index` with its binary columns read as `BinaryView`: parquet then
     /// decodes PLAIN values as views into the fetched page instead of copying them out.
-    pub async fn view_metadata(&self, index: usize) -> Result<ArrowReaderMetadata, TableError> {
+    pub(crate) async fn view_metadata(
+        &self,
+        index: usize,
+    ) -> Result<ArrowReaderMetadata, TableError> {
         let plain = self.reader_metadata(index).await?;
         self.footers
             .entry(index)
@@ -408,10 +404,5 @@ impl Snapshot {
             })
             .await
             .cloned()
-    }
-
-    /// The Parquet metadata of file `index` (cached).
-    pub async fn footer(&self, index: usize) -> Result<Arc<ParquetMetaData>, TableError> {
-        Ok(self.reader_metadata(index).await?.metadata().clone())
     }
 }

@@ -10,19 +10,22 @@ use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use crate::error::TableError;
+use crate::scan::Scan;
 use crate::snapshot::{Snapshot, column_at_path, root_of};
 
-impl Snapshot {
-    /// The values of `columns` in every row the snapshot reads (not deleted, kept by its
-    /// filter), file by file in the snapshot's order, each file's rows in file order: per
-    /// column, one array per file. A column the table lacks is an error naming it.
+impl Scan {
+    /// The values of `columns` in every row the scan reads (not deleted, selected by its
+    /// filter), file by file in the scan's order, each file's rows in file order: per column,
+    /// one array per file. A column the table lacks is an error naming it.
     pub async fn column_values(&self, columns: &[&str]) -> Result<Vec<Vec<ArrayRef>>, TableError> {
-        let schema = self.schema().clone();
-        let partitions: Vec<&str> = self.files().partition_columns().collect();
+        let scan = self;
+        let snapshot = scan.snapshot();
+        let schema = snapshot.schema().clone();
+        let partitions: Vec<&str> = snapshot.files().partition_columns().collect();
         for &c in columns {
             if !partitions.contains(&c) && schema.field_with_name(c).is_err() {
                 return Err(TableError::Incompatible {
-                    location: self.location().to_string(),
+                    location: snapshot.location().to_string(),
                     reason: format!(
                         "no column '{c}' (the table has {:?})",
                         schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
@@ -30,8 +33,22 @@ impl Snapshot {
                 });
             }
         }
-        let per_file: Vec<Vec<ArrayRef>> = futures::stream::iter(0..self.files().len())
-            .map(|index| self.values_in_file(index, columns, &partitions))
+        let partitions = &partitions;
+        let per_file: Vec<Vec<ArrayRef>> = futures::stream::iter(0..scan.files().len())
+            .map(|index| async move {
+                let meta = scan.reader_metadata(index).await?;
+                let mut selected = Vec::with_capacity(meta.metadata().num_row_groups());
+                for g in 0..meta.metadata().num_row_groups() {
+                    selected.push(scan.selected_rows(index, g).await?);
+                }
+                let at = scan.at(index)?;
+                let file = FileRows {
+                    index: at,
+                    meta: &meta,
+                    selected: &selected,
+                };
+                snapshot.values_in_file(file, columns, partitions).await
+            })
             .buffered(crate::READ_CONCURRENCY)
             .try_collect()
             .await?;
@@ -39,16 +56,30 @@ impl Snapshot {
             .map(|c| per_file.iter().map(|f| f[c].clone()).collect())
             .collect())
     }
+}
 
-    /// `columns`' values in the read rows of file `index`.
+/// The rows read of one file: the snapshot's file `index`, its footer `meta`, per row group
+/// its selected rows (`None`: all).
+struct FileRows<'a> {
+    index: usize,
+    meta: &'a ArrowReaderMetadata,
+    selected: &'a [Option<std::sync::Arc<[u32]>>],
+}
+
+impl Snapshot {
+    /// `columns`' values in the read rows of a file.
     async fn values_in_file(
         &self,
-        index: usize,
+        file: FileRows<'_>,
         columns: &[&str],
         partitions: &[&str],
     ) -> Result<Vec<ArrayRef>, TableError> {
+        let FileRows {
+            index,
+            meta,
+            selected,
+        } = file;
         let perr = |e| self.file_error(index, e);
-        let meta = self.reader_metadata(index).await?;
         let groups = meta.metadata().row_groups();
         // The read rows: per row group those kept, as rows of the file.
         let mut kept = Vec::new();
@@ -56,7 +87,7 @@ impl Snapshot {
         let mut every = true;
         for (g, rg) in groups.iter().enumerate() {
             let n = rg.num_rows().max(0) as u64;
-            match self.selected_rows(index, g).await? {
+            match &selected[g] {
                 Some(rows) => {
                     every = false;
                     kept.extend(rows.iter().map(|&r| first + u64::from(r)));
@@ -65,7 +96,7 @@ impl Snapshot {
             }
             first += n;
         }
-        let logical = self.logical_schema(&meta);
+        let logical = self.logical_schema(meta);
         let table = self.schema();
         let in_file: Vec<&str> = columns
             .iter()
@@ -82,7 +113,7 @@ impl Snapshot {
             RecordBatch::new_empty(std::sync::Arc::new(Schema::empty()))
         } else {
             let groups = (0..groups.len()).collect();
-            self.projected_rows(index, &meta, roots, groups).await?
+            self.projected_rows(index, meta, roots, groups).await?
         };
         if !in_file.is_empty() && all.num_rows() as u64 != first {
             return Err(TableError::Corrupt {

@@ -65,8 +65,9 @@ impl Assembler {
         let ids = column(ID_COLUMN).and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned());
         let labels =
             column(LABEL_COLUMN).and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned());
-        let (source, snapshot, file) = self.sources.locate(data.file());
-        let file: Arc<str> = snapshot.files().at(file).path().into();
+        let (source, scan, file) = self.sources.locate(data.file());
+        let file: Arc<str> = scan.files().at(file).path().into();
+        let snapshot = scan.snapshot();
         let mut fields = Vec::with_capacity(self.input_spec.fields().len());
         for field in self.input_spec.fields() {
             let read = column(&field.name);

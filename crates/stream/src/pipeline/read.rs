@@ -42,11 +42,11 @@ impl Inner {
             .await
             .map(|r| r.map_err(Into::into))
             .unwrap_or_else(|panic| {
-                let (_, snapshot, file) = self.sources.locate(file);
+                let (_, scan, file) = self.sources.locate(file);
                 Err(StreamError::from(TableError::Panicked {
-                    location: snapshot.location().to_string(),
+                    location: scan.snapshot().location().to_string(),
                     stage: stage.to_string(),
-                    object: snapshot.files().at(file).path().to_string(),
+                    object: scan.files().at(file).path().to_string(),
                     message: panic_message(panic.as_ref()),
                 }))
             })
@@ -55,7 +55,8 @@ impl Inner {
     /// One sample's tensor bytes: of the fields the stream reads (every source delivers the
     /// same fields).
     pub(super) fn sample_bytes(&self) -> u64 {
-        self.sources.snapshots()[0]
+        self.sources.scans()[0]
+            .snapshot()
             .sample()
             .tensors()
             .filter(|(name, _)| self.columns[0].iter().any(|c| c == name))
@@ -66,15 +67,15 @@ impl Inner {
     /// Row counts of a file's row groups (the rows read of them: not deleted, selected by a
     /// filter), from its footer, checked against the log.
     pub(super) async fn row_group_rows(&self, global: usize) -> Result<Vec<u64>, StreamError> {
-        let (_, snapshot, file) = self.sources.locate(global);
-        let path = snapshot.file(file)?.path();
+        let (_, scan, file) = self.sources.locate(global);
+        let path = scan.file(file)?.path();
         self.hooks
             .check(Stage::Footer, path)
             .map_err(StreamError::Internal)?;
-        let meta = snapshot.reader_metadata(file).await?;
+        let meta = scan.reader_metadata(file).await?;
         let mut rows = Vec::with_capacity(meta.metadata().num_row_groups());
         for (g, rg) in meta.metadata().row_groups().iter().enumerate() {
-            rows.push(match snapshot.selected_rows(file, g).await? {
+            rows.push(match scan.selected_rows(file, g).await? {
                 Some(kept) => kept.len() as u64,
                 None => rg.num_rows().max(0) as u64,
             });
@@ -82,7 +83,7 @@ impl Inner {
         let total: u64 = rows.iter().sum();
         if total != self.rows_per_file[global] {
             return Err(StreamError::from(TableError::Corrupt {
-                location: snapshot.location().to_string(),
+                location: scan.snapshot().location().to_string(),
                 file: path.to_string(),
                 reason: format!(
                     "the footer counts {total} rows, the Delta log {}",
@@ -111,13 +112,13 @@ impl Inner {
         // decoded: keep the share of what the group holds, as `build()` counted it.
         let mut keep = (held.div_ceil(1024) as usize).clamp(1, permit.num_permits().max(1));
         let mut group = None;
-        let (_, snapshot, file) = self.sources.locate(unit.file);
-        if snapshot.selects_rows() {
+        let (_, scan, file) = self.sources.locate(unit.file);
+        if scan.selects_rows() {
             // Units count the rows read (not deleted, selected by a filter): lineage needs
             // the rows in the file, and only those rows were kept (copied out), with their
             // share.
-            let selected = snapshot.selected_rows(file, unit.row_group).await?;
-            let meta = snapshot.reader_metadata(file).await?;
+            let selected = scan.selected_rows(file, unit.row_group).await?;
+            let meta = scan.reader_metadata(file).await?;
             let groups = meta.metadata().row_groups();
             if let Some(rows) = &selected {
                 // Copied out, the kept rows hold their share of the pages; as views, all.
@@ -134,9 +135,7 @@ impl Inner {
         }
         drop(permit.split(permit.num_permits() - keep));
         let checks = match self.verify {
-            Verify::OnUse => snapshot
-                .row_checks(file, unit.row_group, &batch)?
-                .map(Arc::new),
+            Verify::OnUse => scan.row_checks(file, unit.row_group, &batch)?.map(Arc::new),
             _ => None,
         };
         let batch = RowGroupBatch::new(batch, unit, position, permit).with_checks(checks);
@@ -175,10 +174,10 @@ impl Inner {
                 "row group {}, kept in memory since an earlier epoch: its pages could not be read in again: {e}",
                 unit.row_group
             );
-            let (_, snapshot, file) = self.sources.locate(unit.file);
+            let (_, scan, file) = self.sources.locate(unit.file);
             return Err(StreamError::from(TableError::Parquet {
-                location: snapshot.location().to_string(),
-                file: snapshot.files().at(file).path().to_string(),
+                location: scan.snapshot().location().to_string(),
+                file: scan.files().at(file).path().to_string(),
                 source: parquet::errors::ParquetError::External(reason.into()),
             }));
         }
@@ -207,9 +206,9 @@ impl Inner {
         if let Some(share) = self.kept.live(key) {
             return Ok(Obtained::Reused(Reused::Shared(share)));
         }
-        let (source, snapshot, file) = self.sources.locate(unit.file);
-        let meta = snapshot.reader_metadata(file).await?;
-        let projection = snapshot.projection(&meta, &self.columns[source])?;
+        let (source, scan, file) = self.sources.locate(unit.file);
+        let meta = scan.reader_metadata(file).await?;
+        let projection = scan.snapshot().projection(&meta, &self.columns[source])?;
         let GroupBudget { peak, held, .. } = group_budget(
             meta.metadata().row_group(unit.row_group),
             &projection,
@@ -219,10 +218,10 @@ impl Inner {
         // check at build reads the first file's footers, a later file may hold larger groups.
         if peak > self.budget_bytes {
             return Err(StreamError::from(TableError::Incompatible {
-                location: snapshot.location().to_string(),
+                location: scan.snapshot().location().to_string(),
                 reason: format!(
                     "file {}, row group {}: reading it takes {peak} bytes, more than the stream's memory budget of {} bytes; raise the memory budget (--memory-budget-mb) by at least {} MiB",
-                    snapshot.files().at(file).path(),
+                    scan.files().at(file).path(),
                     unit.row_group,
                     self.budget_bytes,
                     (peak - self.budget_bytes).div_ceil(1 << 20)
@@ -260,11 +259,11 @@ impl Inner {
         unit: &Unit,
         projection: ProjectionMask,
     ) -> Result<RecordBatch, StreamError> {
-        let (_, snapshot, file) = self.sources.locate(unit.file);
+        let (_, scan, file) = self.sources.locate(unit.file);
         self.hooks
-            .check(Stage::Fetch, snapshot.files().at(file).path())
+            .check(Stage::Fetch, scan.files().at(file).path())
             .map_err(StreamError::Internal)?;
-        let (batch, timings) = snapshot
+        let (batch, timings) = scan
             .read_row_group_hooked(
                 file,
                 unit.row_group,

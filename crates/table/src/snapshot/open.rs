@@ -38,15 +38,19 @@ impl Snapshot {
     }
 
     /// The snapshot of a version whose log was read already
-    /// ([`DeltaLog::of_table`](voxlake_delta::DeltaLog::of_table)), its data files read through `store`, its samples as `hints`
-    /// say; `location` names it in messages and cache keys.
+    /// ([`DeltaLog::of_table`](voxlake_delta::DeltaLog::of_table)), its data files read through
+    /// `store`, its samples as `hints` say, the row counts of files whose log has none read
+    /// from their footers; `location` names it in messages and cache keys.
     pub async fn from_log(
         version: LogVersion,
         store: Arc<dyn ObjectStore>,
         location: &str,
         hints: &ColumnHints,
     ) -> Result<Snapshot, TableError> {
-        Snapshot::from_log_in(version, store, location.to_string(), hints, location).await
+        Snapshot::from_log_in(version, store, location.to_string(), hints, location)
+            .await?
+            .load_row_counts()
+            .await
     }
 
     pub(super) fn new(
@@ -80,7 +84,6 @@ impl Snapshot {
             schema: Arc::new(arrow_schema::Schema::empty()),
             delta: None,
             partition_types: HashMap::new(),
-            selection: None,
             protocol: None,
             mapping: ColumnMapping::default(),
             files,

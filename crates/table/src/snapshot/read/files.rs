@@ -1,25 +1,25 @@
-//! Whole files read at once, for `compact` (convert from a table, optimize, inspect): every
-//! record batch of a file, its deleted rows left out, or one column of every file in file
-//! order. The row groups the loader streams are `read`'s.
+//! Whole files read at once: every record batch of a file, some of its rows left out (see
+//! `Scan::read_file`).
 
 use arrow_array::RecordBatch;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::errors::ParquetError;
 
 use crate::error::TableError;
-use crate::snapshot::{READ_CONCURRENCY, Snapshot};
-use voxlake_delta::DataFile;
+use crate::snapshot::Snapshot;
 
 impl Snapshot {
-    /// Every record batch of file `index`, its deleted rows left out: only `columns` (all if
-    /// `None`), `batch_rows` rows at a time (fewer where rows were deleted).
-    pub async fn read_file(
+    /// Every record batch of file `index` without the rows `left_out` (ascending rows of the
+    /// file; `None`: its deleted rows): only `columns` (all if `None`), `batch_rows` rows at a
+    /// time (fewer where rows were left out).
+    pub(crate) async fn read_file(
         &self,
         index: usize,
         columns: Option<&[&str]>,
         batch_rows: usize,
+        left_out: Option<&[u64]>,
     ) -> Result<Vec<RecordBatch>, TableError> {
         let perr = |e| self.file_error(index, e);
         let metadata = self.reader_metadata(index).await?;
@@ -45,32 +45,13 @@ impl Snapshot {
         };
         let stream = builder.with_batch_size(batch_rows).build().map_err(perr)?;
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(perr)?;
-        let batches = match self.files.at(index).deleted() {
+        let deleted = self.files.at(index).deleted();
+        let batches = match left_out.or(deleted.map(|d| &d.rows[..])) {
             None => batches,
-            Some(deleted) => without_rows(batches, &deleted.rows)
+            Some(rows) => without_rows(batches, rows)
                 .map_err(|e| perr(ParquetError::ArrowError(e.to_string())))?,
         };
         Ok(batches.into_iter().map(|b| self.logical_batch(b)).collect())
-    }
-
-    /// Reads one column of every file, [`READ_CONCURRENCY`] files at a time, and hands each
-    /// file's batches to `f` in file order.
-    pub async fn scan_column<E: From<TableError>>(
-        &self,
-        column: &str,
-        mut f: impl FnMut(DataFile<'_>, Vec<RecordBatch>) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let mut reads = futures::stream::iter(0..self.files.len())
-            .map(|index| async move {
-                let batches = self.read_file(index, Some(&[column]), 8192).await?;
-                Ok::<_, TableError>((index, batches))
-            })
-            .buffered(READ_CONCURRENCY);
-        while let Some(result) = reads.next().await {
-            let (index, batches) = result?;
-            f(self.files.at(index), batches)?;
-        }
-        Ok(())
     }
 }
 

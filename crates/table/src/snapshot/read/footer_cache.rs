@@ -113,35 +113,6 @@ impl FooterCache {
         }
     }
 
-    /// The cache of the files `keep` says, under their indices among those kept (a filter
-    /// dropped the others: the footers it read for the kept ones stay).
-    pub(crate) fn keep(self, keep: &[bool]) -> FooterCache {
-        let mut new_index = Vec::with_capacity(keep.len());
-        let mut next = 0;
-        for &k in keep {
-            new_index.push(k.then(|| {
-                next += 1;
-                next - 1
-            }));
-        }
-        let old = self.inner.into_inner().unwrap_or_else(|e| e.into_inner());
-        let mut inner = Inner {
-            clock: old.clock,
-            ..Inner::default()
-        };
-        for (index, (footer, used)) in old.entries {
-            if let Some(Some(new)) = new_index.get(index) {
-                inner.bytes += footer.bytes.load(Ordering::Relaxed);
-                inner.by_use.insert(used, *new);
-                inner.entries.insert(*new, (footer, used));
-            }
-        }
-        FooterCache {
-            cap: self.cap,
-            inner: Mutex::new(inner),
-        }
-    }
-
     /// Bytes of the footers kept.
     pub(crate) fn bytes(&self) -> usize {
         self.lock().bytes
@@ -183,8 +154,5 @@ mod tests {
         assert_eq!(cache.len(), 1, "only the last one used stays past the cap");
         assert!(Arc::strong_count(&one) >= 1);
         assert_eq!(cache.bytes(), 1000);
-        let kept = cache.keep(&[true, false, false, false, true]);
-        assert_eq!((kept.len(), kept.bytes()), (1, 1000));
-        assert!(kept.peek(1).is_some(), "file 4 is the second kept");
     }
 }

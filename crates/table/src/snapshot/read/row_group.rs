@@ -23,6 +23,16 @@ const MAX_BATCH_ROWS: usize = 1 << 16;
 /// Values decoded at once from a LIST tensor column (see `read_whole_row_group`).
 const LIST_DECODE_BYTES: usize = 1 << 20;
 
+/// One row group's read: file `index` of the snapshot, the rows `kept` of row group
+/// `row_group` (`None`: all), the columns `projection` says, checked with `verify`.
+pub(crate) struct RowGroupRead {
+    pub index: usize,
+    pub row_group: usize,
+    pub kept: Option<Arc<[u32]>>,
+    pub projection: ProjectionMask,
+    pub verify: bool,
+}
+
 impl Snapshot {
     /// A projection of `columns` for file `index`'s schema; unknown columns are an error, except
     /// the checksum column, which files written before it lack.
@@ -71,59 +81,25 @@ impl Snapshot {
         ))
     }
 
-    /// Reads one row group of file `index`: the projected column chunks are fetched with one
-    /// coalesced `get_ranges`, and decoded on the blocking pool. Binary columns come back as
-    /// `BinaryView` arrays that point into the fetched pages (no copy of the tensors).
-    pub async fn read_row_group(
+    /// Reads `read`'s rows of one row group (see [`Scan::read_row_group_hooked`]).
+    ///
+    /// [`Scan::read_row_group_hooked`]: crate::Scan::read_row_group_hooked
+    pub(crate) async fn read_rows(
         &self,
-        index: usize,
-        row_group: usize,
-        projection: ProjectionMask,
-    ) -> Result<RecordBatch, TableError> {
-        Ok(self
-            .read_row_group_timed(index, row_group, projection)
-            .await?
-            .0)
-    }
-
-    /// [`read_row_group`](Self::read_row_group), also returning where the time went.
-    pub(crate) async fn read_row_group_timed(
-        &self,
-        index: usize,
-        row_group: usize,
-        projection: ProjectionMask,
-    ) -> Result<(RecordBatch, ReadTimings), TableError> {
-        self.read_row_group_hooked(
-            index,
-            row_group,
-            projection,
-            true,
-            &crate::hooks::Hooks::default(),
-        )
-        .await
-    }
-
-    /// `read_row_group_timed` with a test's fault hooks: the row
-    /// group's rows that are read ([`selected_rows`](Self::selected_rows): not deleted, selected by
-    /// the filter), taken out of the decoded pages when it keeps only some (on the blocking
-    /// pool; copied when it keeps fewer than half, see
-    /// [`copies_selected_rows`](crate::rows::copies_selected_rows)). With `verify`, every row read is
-    /// checked against its checksum where the projection reads it; without, the caller checks
-    /// each row before it uses it ([`row_checks`](Self::row_checks)).
-    pub async fn read_row_group_hooked(
-        &self,
-        index: usize,
-        row_group: usize,
-        projection: ProjectionMask,
-        verify: bool,
+        read: RowGroupRead,
         hooks: &crate::hooks::Hooks,
     ) -> Result<(RecordBatch, ReadTimings), TableError> {
+        let RowGroupRead {
+            index,
+            row_group,
+            kept,
+            projection,
+            verify,
+        } = read;
         let metadata = self.view_metadata(index).await?;
         let (batches, timings) = self
             .read_whole_row_group(index, row_group, &metadata, projection, hooks)
             .await?;
-        // Rows are selected first: a row that is not delivered is never converted or checked.
-        let kept = self.selected_rows(index, row_group).await?;
         if !self.columns.native {
             let batch = self
                 .normalize(index, row_group, &metadata, batches, kept)
@@ -154,7 +130,7 @@ impl Snapshot {
     }
 
     /// Every row of one row group, decoded, as the file holds it (logical names): selected,
-    /// then normalized or verified, by [`read_row_group_hooked`](Self::read_row_group_hooked).
+    /// then normalized or verified, by [`read_rows`](Self::read_rows).
     async fn read_whole_row_group(
         &self,
         index: usize,

@@ -1,0 +1,143 @@
+//! [`ScanBuilder`]: what a scan reads of a snapshot ([`ScanOptions`]), and making it: a filter
+//! is applied here, once, where it is cheapest (see `crate::select`).
+
+use std::sync::Arc;
+
+use super::{Narrowed, Scan};
+use crate::error::TableError;
+use crate::filter::Filter;
+use crate::snapshot::Snapshot;
+
+/// What a scan reads of a snapshot: everything [`ScanBuilder`] takes besides the snapshot.
+///
+/// ```
+/// use voxlake_table::ScanOptions;
+///
+/// let mut options = ScanOptions::default();
+/// options.filter = Some("label = 1".into());
+/// assert_eq!(options.filter.as_deref(), Some("label = 1"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScanOptions {
+    /// The rows to read: an SQL boolean expression (see [`crate::filter`]).
+    pub filter: Option<String>,
+}
+
+/// Configures and makes a [`Scan`] of a snapshot: `snapshot.scan_builder()`, the `with_*`
+/// setters of [`scan_options_setters`](crate::scan_options_setters), then `build()`.
+#[derive(Debug, Clone)]
+pub struct ScanBuilder {
+    snapshot: Arc<Snapshot>,
+    options: ScanOptions,
+}
+
+impl Snapshot {
+    /// A scan of this snapshot: every live row unless a setter says otherwise.
+    pub fn scan_builder(self: &Arc<Self>) -> ScanBuilder {
+        ScanBuilder {
+            snapshot: self.clone(),
+            options: ScanOptions::default(),
+        }
+    }
+}
+
+impl ScanBuilder {
+    crate::scan_options_setters!(options);
+
+    /// Every setting at once (replacing those given before).
+    pub fn with_options(mut self, options: ScanOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The scan: with a filter, its selection made (files and row groups that cannot match
+    /// skipped unread, the filter's columns of the rest read and decided row by row); files
+    /// without a selected row then leave the scan, and each file's row count is its selected
+    /// rows.
+    pub async fn build(self) -> Result<Scan, TableError> {
+        let snapshot = self.snapshot;
+        let narrowed = match &self.options.filter {
+            Some(filter) => Some(narrow(&snapshot, filter).await?),
+            None => None,
+        };
+        Ok(Scan { snapshot, narrowed })
+    }
+}
+
+/// The files and rows `filter` selects of `snapshot`.
+async fn narrow(snapshot: &Snapshot, filter: &str) -> Result<Narrowed, TableError> {
+    let parsed = Filter::parse(filter).map_err(|reason| TableError::Incompatible {
+        location: snapshot.location().to_string(),
+        reason,
+    })?;
+    let mut selection = snapshot.select(&parsed, filter).await?;
+    let files = snapshot.files();
+    let mut counts = Vec::with_capacity(files.len());
+    for i in 0..files.len() {
+        counts.push(match selection.rows.get(i) {
+            Some(groups) if !groups.is_empty() => selected_count(snapshot, i, groups).await?,
+            _ => 0,
+        });
+    }
+    selection.stats.rows_selected = counts.iter().sum();
+    let keep: Vec<bool> = counts.iter().map(|&n| n > 0).collect();
+    let of: Vec<usize> = (0..files.len()).filter(|&i| keep[i]).collect();
+    selection.rows = selection
+        .rows
+        .into_iter()
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .map(|(r, _)| r)
+        .collect();
+    tracing::debug!(
+        location = snapshot.location(),
+        filter,
+        stats = ?selection.stats,
+        "filter applied"
+    );
+    Ok(Narrowed {
+        files: files.keep(&keep, &counts),
+        of,
+        selection,
+    })
+}
+
+/// Rows of the snapshot's file `index` the groups' selection keeps (its footer was read to
+/// select them: read again only if it was let go since).
+async fn selected_count(
+    snapshot: &Snapshot,
+    index: usize,
+    groups: &[Option<Arc<[u32]>>],
+) -> Result<u64, TableError> {
+    let meta = snapshot.reader_metadata(index).await?;
+    Ok(groups
+        .iter()
+        .zip(meta.metadata().row_groups())
+        .map(|(g, rg)| match g {
+            Some(selected) => selected.len() as u64,
+            None => rg.num_rows().max(0) as u64,
+        })
+        .sum())
+}
+
+/// The `with_*` setters of [`ScanOptions`], for a builder with one at the field path `$field`
+/// ([`ScanBuilder`], `voxlake_stream::StreamBuilder`, `voxlake_loader::LoaderBuilder`):
+/// written once here, so every builder that scans a table takes the same settings with the
+/// same meaning.
+#[macro_export]
+macro_rules! scan_options_setters {
+    ($($field:ident).+) => {
+        /// Reads only the rows `filter` keeps: one SQL boolean expression over the table's
+        /// columns (as the files name them) and partition values, e.g.
+        /// `label = 1 AND region IN ('a', 'b') AND depth >= 100`. It is applied when the scan
+        /// is made, where it is cheapest: files and row groups that cannot match are skipped
+        /// unread (partition values, Delta and Parquet statistics), the filter's columns of the
+        /// rest read and decided row by row; ranks then share the kept rows in equal batch
+        /// counts as without a filter, and a state resumes only under the same filter.
+        pub fn with_filter(mut self, filter: impl Into<String>) -> Self {
+            self.$($field).+.filter = Some(filter.into());
+            self
+        }
+    };
+}
