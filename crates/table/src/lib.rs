@@ -42,6 +42,6 @@ mod values;
 
 pub use error::TableError;
 pub use filter::FilterStats;
-pub use options::{SnapshotBuilder, TableOptions};
-pub use scan::{Scan, ScanBuilder, ScanOptions};
-pub use snapshot::{FOOTER_CACHE_BYTES, READ_CONCURRENCY, ReadTimings, Snapshot};
+pub use options::{ScanOptions, TableOptions};
+pub use scan::{Scan, ScanBuilder};
+pub use snapshot::{FOOTER_CACHE_BYTES, READ_CONCURRENCY, ReadTimings, Snapshot, SnapshotBuilder};

@@ -1,9 +1,10 @@
 //! [`TableOptions`]: how a table is opened (store settings, version, sample columns, cache,
-//! job), held once by every builder that opens one ([`SnapshotBuilder`], the stream's and the
-//! loader's), and [`table_options_setters`](crate::table_options_setters), the `with_*`
-//! setters each of those builders gets from it: a setting is declared and documented here,
-//! not again in each builder. What is read of the table (a filter) is a scan's
-//! ([`crate::ScanOptions`]).
+//! job), held once by every builder that opens one ([`SnapshotBuilder`](crate::SnapshotBuilder),
+//! the stream's and the loader's); [`ScanOptions`]: what is read of it (a filter), held by
+//! every builder that scans one; and [`table_options_setters`](crate::table_options_setters)
+//! and [`scan_options_setters`](crate::scan_options_setters), the `with_*` setters each of
+//! those builders gets from them: a setting is declared and documented here, not again in
+//! each builder.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,13 +13,10 @@ use object_store::ObjectStore;
 use voxlake_format::sample::ColumnHints;
 use voxlake_io::cache::CacheChoice;
 
-use crate::error::TableError;
-use crate::snapshot::Snapshot;
 use voxlake_delta::AsOf;
-use voxlake_delta::agree;
-use voxlake_delta::{DeltaLog, Prior};
 
-/// How a table is opened: everything [`SnapshotBuilder`] takes besides the location.
+/// How a table is opened: everything [`SnapshotBuilder`](crate::SnapshotBuilder) takes besides
+/// the location.
 ///
 /// ```
 /// use voxlake_delta::AsOf;
@@ -69,116 +67,24 @@ impl std::fmt::Debug for TableOptions {
     }
 }
 
-/// Configures and opens a [`Snapshot`]: `Snapshot::builder(location)`, the `with_*` setters
-/// of [`table_options_setters`](crate::table_options_setters), then `build()`.
-#[derive(Clone)]
-pub struct SnapshotBuilder {
-    location: String,
-    options: TableOptions,
-    statistics: bool,
-}
-
-impl std::fmt::Debug for SnapshotBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SnapshotBuilder")
-            .field("location", &voxlake_io::redact(&self.location))
-            .field("options", &self.options)
-            .field("statistics", &self.statistics)
-            .finish()
-    }
-}
-
-impl Snapshot {
-    /// The builder of the snapshot of the table at `location` (a local path or URL).
-    pub fn builder(location: impl Into<String>) -> SnapshotBuilder {
-        SnapshotBuilder {
-            location: location.into(),
-            options: TableOptions::default(),
-            statistics: true,
-        }
-    }
-}
-
-impl SnapshotBuilder {
-    crate::table_options_setters!(options);
-
-    /// Every setting at once (replacing those given before).
-    pub fn with_options(mut self, options: TableOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// Whether the add actions' statistics (JSON, about 100 bytes a file) are kept in memory,
-    /// so that a scan's filter skips files by them unread; without them a filter reads every
-    /// file's footer. Default: kept. A stream or loader without a filter opens without them.
-    pub fn with_statistics(mut self, keep: bool) -> Self {
-        self.statistics = keep;
-        self
-    }
-
-    /// Opens the table as the settings say: its log at the version (a job's, where a job is
-    /// named), the cache its remote reads go through, the row counts of files whose log has
-    /// none (from their footers).
-    ///
-    /// The table may be any Delta table, or a folder (prefix) of Parquet files without a log,
-    /// with its tensors in any encoding of [`voxlake_format::sample::TensorEncoding`]; a table
-    /// that is not voxlake's is resolved from the first file's footer. A Delta table is read as
-    /// its protocol says: deleted rows (deletion vectors) are left out, columns go by their
-    /// logical names (column mapping), and a reader feature not handled is an error naming it
-    /// ([`SUPPORTED_READER_FEATURES`]).
-    ///
-    /// [`SUPPORTED_READER_FEATURES`]: voxlake_delta::SUPPORTED_READER_FEATURES
-    ///
-    /// ```no_run
-    /// # async fn f() -> Result<(), voxlake_table::TableError> {
-    /// use voxlake_table::Snapshot;
-    ///
-    /// let snapshot = Snapshot::builder("az://data/cubes").with_version(3).build().await?;
-    /// assert_eq!(snapshot.version(), 3);
-    /// # Ok(()) }
-    /// ```
-    pub async fn build(self) -> Result<Snapshot, TableError> {
-        let (location, options) = (self.location.as_str(), &self.options);
-        let stats = self.statistics;
-        // The cache is opened first: the log's immutable objects are read through it too.
-        let cache = options.cache.open()?;
-        let (storage, root) = (&options.storage_options, options.root_store.as_ref());
-        let log = DeltaLog::new(location, storage)?;
-        // `prior`: what a job's resolution found first. Boxed: a read's future is large, and a
-        // job's resolution holds several (a loader builds on a thread of the default stack
-        // size).
-        let open = |as_of, prior: Prior| {
-            let log = DeltaLog::new(location, storage).map(|log| {
-                log.with_as_of(as_of)
-                    .with_root_store(root.cloned())
-                    .with_node_cache(cache.clone())
-                    .with_stats(stats)
-                    .with_prior(prior)
-            });
-            Box::pin(async move { log?.read().await })
-        };
-        // "Latest" is the job's, not this rank's, where a job is named: the version a rank of
-        // the job agreed on, else this rank's latest, published for the others.
-        let found = match (&options.job, options.as_of) {
-            (Some(job), AsOf::Latest) => {
-                let job_dir = options.job_dir.as_deref();
-                let cache = cache.as_ref();
-                agree::open_for_job(location, storage, root, job, job_dir, cache, &open).await?
-            }
-            (_, as_of) => open(as_of, Prior::default()).await?,
-        };
-        let hints = &options.hints;
-        let snapshot = Snapshot::from_found(found, log.display(), log.identity(), hints).await?;
-        let snapshot = match cache {
-            Some(cache) => snapshot.with_cache(cache),
-            None => snapshot,
-        };
-        snapshot.load_row_counts().await
-    }
+/// What a scan reads of a snapshot: everything [`ScanBuilder`](crate::ScanBuilder) takes besides the snapshot.
+///
+/// ```
+/// use voxlake_table::ScanOptions;
+///
+/// let mut options = ScanOptions::default();
+/// options.filter = Some("label = 1".into());
+/// assert_eq!(options.filter.as_deref(), Some("label = 1"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScanOptions {
+    /// The rows to read: an SQL boolean expression (see [`crate::filter`]).
+    pub filter: Option<String>,
 }
 
 /// The `with_*` setters of [`TableOptions`], for a builder with one at the field path `$field`
-/// ([`SnapshotBuilder`], `voxlake_stream::StreamBuilder`, `voxlake_loader::LoaderBuilder`): written once here,
+/// ([`SnapshotBuilder`](crate::SnapshotBuilder), `voxlake_stream::StreamBuilder`, `voxlake_loader::LoaderBuilder`): written once here,
 /// so every builder that opens a table takes the same settings with the same meaning. Each
 /// type is named by its own crate's path: the crate that expands it depends on
 /// `voxlake-delta`, `voxlake-format`, `voxlake-io` and `object_store` itself.
@@ -360,6 +266,27 @@ macro_rules! table_options_setters {
         /// row is named `<file>#<row in file>`).
         pub fn with_id_column(mut self, name: impl Into<String>) -> Self {
             self.$($field).+.hints = self.$($field).+.hints.with_id_column(name);
+            self
+        }
+    };
+}
+
+/// The `with_*` setters of [`ScanOptions`], for a builder with one at the field path `$field`
+/// ([`ScanBuilder`](crate::ScanBuilder), `voxlake_stream::StreamBuilder`, `voxlake_loader::LoaderBuilder`):
+/// written once here, so every builder that scans a table takes the same settings with the
+/// same meaning.
+#[macro_export]
+macro_rules! scan_options_setters {
+    ($($field:ident).+) => {
+        /// Reads only the rows `filter` keeps: one SQL boolean expression over the table's
+        /// columns (as the files name them) and partition values, e.g.
+        /// `label = 1 AND region IN ('a', 'b') AND depth >= 100`. It is applied when the scan
+        /// is made, where it is cheapest: files and row groups that cannot match are skipped
+        /// unread (partition values, Delta and Parquet statistics), the filter's columns of the
+        /// rest read and decided row by row; ranks then share the kept rows in equal batch
+        /// counts as without a filter, and a state resumes only under the same filter.
+        pub fn with_filter(mut self, filter: impl Into<String>) -> Self {
+            self.$($field).+.filter = Some(filter.into());
             self
         }
     };

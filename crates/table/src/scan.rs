@@ -25,7 +25,7 @@ use voxlake_io::location;
 mod build;
 mod files;
 
-pub use build::{ScanBuilder, ScanOptions};
+pub use build::ScanBuilder;
 
 /// The rows a reader reads of a [`Snapshot`], and their reads (see the module docs).
 ///

@@ -20,6 +20,7 @@ use voxlake_io::ObjectFileReader;
 
 use crate::error::TableError;
 
+mod builder;
 mod columns;
 mod from_log;
 mod open;
@@ -27,6 +28,7 @@ mod read;
 mod schema;
 mod undeleted;
 
+pub use builder::SnapshotBuilder;
 pub(crate) use read::RowGroupRead;
 pub use read::{FOOTER_CACHE_BYTES, ReadTimings};
 pub(crate) use schema::{column_at_path, root_of};

@@ -1,28 +1,13 @@
-//! [`ScanBuilder`]: what a scan reads of a snapshot ([`ScanOptions`]), and making it: a filter
-//! is applied here, once, where it is cheapest (see `crate::select`).
+//! [`ScanBuilder`]: making a scan as its [`ScanOptions`] say: a filter is applied here, once,
+//! where it is cheapest (see `crate::select`).
 
 use std::sync::Arc;
 
 use super::{Narrowed, Scan};
 use crate::error::TableError;
 use crate::filter::Filter;
+use crate::options::ScanOptions;
 use crate::snapshot::Snapshot;
-
-/// What a scan reads of a snapshot: everything [`ScanBuilder`] takes besides the snapshot.
-///
-/// ```
-/// use voxlake_table::ScanOptions;
-///
-/// let mut options = ScanOptions::default();
-/// options.filter = Some("label = 1".into());
-/// assert_eq!(options.filter.as_deref(), Some("label = 1"));
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ScanOptions {
-    /// The rows to read: an SQL boolean expression (see [`crate::filter`]).
-    pub filter: Option<String>,
-}
 
 /// Configures and makes a [`Scan`] of a snapshot: `snapshot.scan_builder()`, the `with_*`
 /// setters of [`scan_options_setters`](crate::scan_options_setters), then `build()`.
@@ -119,25 +104,4 @@ async fn selected_count(
             None => rg.num_rows().max(0) as u64,
         })
         .sum())
-}
-
-/// The `with_*` setters of [`ScanOptions`], for a builder with one at the field path `$field`
-/// ([`ScanBuilder`], `voxlake_stream::StreamBuilder`, `voxlake_loader::LoaderBuilder`):
-/// written once here, so every builder that scans a table takes the same settings with the
-/// same meaning.
-#[macro_export]
-macro_rules! scan_options_setters {
-    ($($field:ident).+) => {
-        /// Reads only the rows `filter` keeps: one SQL boolean expression over the table's
-        /// columns (as the files name them) and partition values, e.g.
-        /// `label = 1 AND region IN ('a', 'b') AND depth >= 100`. It is applied when the scan
-        /// is made, where it is cheapest: files and row groups that cannot match are skipped
-        /// unread (partition values, Delta and Parquet statistics), the filter's columns of the
-        /// rest read and decided row by row; ranks then share the kept rows in equal batch
-        /// counts as without a filter, and a state resumes only under the same filter.
-        pub fn with_filter(mut self, filter: impl Into<String>) -> Self {
-            self.$($field).+.filter = Some(filter.into());
-            self
-        }
-    };
 }
