@@ -822,6 +822,64 @@ async fn bad_calls_are_errors_not_panics() {
     );
 }
 
+/// A scan reads the columns it is given (id, label and the fields by default), and only those:
+/// a loader without `label` hands out no labels, one without `id` empty ids, and the bytes
+/// fetched shrink with the columns left out.
+#[tokio::test]
+async fn a_scan_reads_only_its_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 6, 5).await;
+    let at = table.to_str().unwrap();
+    let snapshot = voxlake::table::Snapshot::builder(at).build().await.unwrap();
+    let snapshot = std::sync::Arc::new(snapshot);
+    let all = snapshot.scan_builder().build().await.unwrap();
+    assert_eq!(all.columns(), ["id", "label", "tensor"]);
+    let given = snapshot.scan_builder().with_columns(vec!["id".into()]);
+    assert_eq!(given.build().await.unwrap().columns(), ["id"]);
+    // A loader blocks on a runtime of its own while it opens: built on a thread of its own.
+    let read = |columns: Option<Vec<&str>>| {
+        let mut builder = Loader::builder(at).with_batch_size(3);
+        if let Some(columns) = columns {
+            builder = builder.with_columns(columns.into_iter().map(String::from).collect());
+        }
+        std::thread::spawn(move || {
+            let mut loader = builder.build().unwrap();
+            let batches: Vec<Batch> = loader.by_ref().map(Result::unwrap).collect();
+            (batches, loader.stats().stream.bytes)
+        })
+        .join()
+        .unwrap()
+    };
+    let (every, bytes_all) = read(None);
+    assert!(every.iter().all(|b| b.labels.iter().all(Option::is_some)));
+    let (no_label, bytes_no_label) = read(Some(vec!["id", "tensor"]));
+    assert!(
+        no_label
+            .iter()
+            .all(|b| b.labels.iter().all(Option::is_none))
+    );
+    assert_eq!(
+        no_label.iter().map(|b| b.ids.clone()).collect::<Vec<_>>(),
+        every.iter().map(|b| b.ids.clone()).collect::<Vec<_>>()
+    );
+    let (no_id, bytes_tensor) = read(Some(vec!["tensor"]));
+    assert!(no_id.iter().all(|b| b.ids.iter().all(String::is_empty)));
+    assert_eq!(
+        no_id
+            .iter()
+            .map(|b| b.tensors.as_bytes().unwrap().to_vec())
+            .collect::<Vec<_>>(),
+        every
+            .iter()
+            .map(|b| b.tensors.as_bytes().unwrap().to_vec())
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        bytes_tensor < bytes_no_label && bytes_no_label < bytes_all,
+        "{bytes_tensor} {bytes_no_label} {bytes_all}"
+    );
+}
+
 /// Bits flipped at random offsets of a data file (40 seeded flips, one at a time): each is
 /// caught (an error naming the file) or harmless (every id, label and value as written), none
 /// delivered silently. Truncated files are errors.

@@ -8,7 +8,7 @@ use std::time::Instant;
 use voxlake_delta::AsOf;
 use voxlake_plan::plan::Shard;
 use voxlake_plan::resume::OrderSettings;
-use voxlake_stream::{ReadOptions, TableStream, Verify, default_columns};
+use voxlake_stream::{ReadOptions, TableStream, Verify};
 
 use voxlake_format::SampleSpec;
 
@@ -259,15 +259,9 @@ impl LoaderBuilder {
         let outside = self.outside_bytes(self.batch_size, sample_bytes) + files_bytes(&sources);
         // (Too little left for the stream is refused later, with the smallest budget that works.)
         let stream_budget = self.memory_budget.saturating_sub(outside).max(1024);
-        let columns = self
-            .read
-            .columns
-            .clone()
-            .unwrap_or_else(|| default_columns(snapshot));
         let stream = TableStream::over(sources)
             .with_shard(shard)
             .with_read_options(ReadOptions {
-                columns: Some(columns),
                 // Each row is checked just before its copy into a batch (`fill::Check`).
                 verify: match self.read.verify {
                     Verify::OnRead => Verify::OnUse,

@@ -114,20 +114,11 @@ impl StreamBuilder<OverSources> {
                 LOCAL_IN_FLIGHT,
             ),
         };
+        let verify = self.read.verify != Verify::Off;
         let columns = sources
             .scans()
             .iter()
-            .map(|scan| {
-                let snapshot = scan.snapshot();
-                with_checksum(
-                    self.read
-                        .columns
-                        .clone()
-                        .unwrap_or_else(|| default_columns(snapshot)),
-                    self.read.verify != Verify::Off,
-                    snapshot,
-                )
-            })
+            .map(|scan| with_checksum(scan.columns().to_vec(), verify, scan.snapshot()))
             .collect();
         TableStream {
             inner: Arc::new(Inner {
@@ -283,15 +274,6 @@ impl<T> StreamBuilder<T> {
             prefetch: None,
         }
     }
-}
-
-/// The columns a stream reads by default: id, label and every field of the snapshot's sample.
-pub fn default_columns(snapshot: &Snapshot) -> Vec<String> {
-    [ID_COLUMN, LABEL_COLUMN]
-        .into_iter()
-        .map(String::from)
-        .chain(snapshot.sample().fields().iter().map(|f| f.name.clone()))
-        .collect()
 }
 
 /// `columns`, with the checksum column when verifying and whole rows are read: id, label and

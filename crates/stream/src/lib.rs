@@ -1,13 +1,13 @@
-//! The budgeted prefetch pipeline: a snapshot's row groups, in the order
+//! The budgeted prefetch pipeline: a scan's row groups, in the order
 //! [`voxlake_plan`] deals them to this rank, fetched ahead and decoded off the runtime threads
 //! within a memory budget, handed out as [`RowGroupBatch`]es.
 //!
 //! - [`TableStream`]: the entry point; `TableStream::builder(table).with_…().build()`.
-//! - [`StreamBuilder`]: what to read (a table it opens, with its version, filter, cache…; or
-//!   snapshots already open: [`TableStream::over`]) and how (columns, shard, seed, budget,
-//!   reads in flight).
+//! - [`StreamBuilder`]: what to read (a table it opens, with its version, filter, columns,
+//!   cache…; or scans already made: [`TableStream::over`]) and how (checks, shard, seed,
+//!   budget, reads in flight).
 //! - [`StreamStats`]: where the time went, the reads in flight, the cache's counts.
-//! - [`Sources`]: the snapshots read, one table or a mixture's sources.
+//! - [`Sources`]: the scans read, one table's or a mixture's sources'.
 //!
 //! It re-exports nothing of the crates below it: a snapshot, a filter or the store settings are
 //! `voxlake_table`'s, locations, the cache and reads in flight `voxlake_io`'s, orders and
@@ -28,7 +28,7 @@ mod read_options;
 mod sources;
 mod stats;
 
-pub use builder::{AtLocation, OverSources, StreamBuilder, default_columns};
+pub use builder::{AtLocation, OverSources, StreamBuilder};
 pub use error::StreamError;
 pub use group::RowGroupBatch;
 pub use pipeline::TableStream;

@@ -1,25 +1,24 @@
-//! [`ReadOptions`]: what a stream reads of each row group and how it checks it, held once by
+//! [`ReadOptions`]: how a stream reads each row group (the columns are its scans':
+//! `voxlake_table::ScanOptions`) and how it checks it, held once by
 //! every builder that makes a stream (`StreamBuilder`, `voxlake_loader::LoaderBuilder`), and
 //! [`read_options_setters`], their shared `with_*` setters.
 
 use voxlake_plan::order::Uneven;
 use voxlake_table::hooks::Hooks;
 
-/// What a stream reads of each row group, and how it deals rows that do not divide evenly.
+/// How a stream reads each row group (checks, kept row groups, test hooks), and how it deals
+/// rows that do not divide evenly.
 ///
 /// ```
 /// use voxlake_plan::order::Uneven;
 /// use voxlake_stream::{ReadOptions, Verify};
 ///
 /// let read = ReadOptions::default();
-/// assert!(read.verify == Verify::OnRead && read.keep && read.columns.is_none());
+/// assert!(read.verify == Verify::OnRead && read.keep);
 /// assert_eq!(read.uneven, Uneven::Pad);
 /// ```
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
-    /// Columns to read (`None`: id, label and every field of the sample): only their byte
-    /// ranges are fetched.
-    pub columns: Option<Vec<String>>,
     /// When each row's checksum is verified (where the table has them and whole rows are read).
     pub verify: Verify,
     /// Pad or drop the rows that do not divide evenly over the ranks.
@@ -34,7 +33,6 @@ pub struct ReadOptions {
 impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
-            columns: None,
             verify: Verify::OnRead,
             uneven: Uneven::Pad,
             keep: true,
@@ -66,15 +64,6 @@ pub enum Verify {
 #[macro_export]
 macro_rules! read_options_setters {
     ($field:ident) => {
-        /// Columns to read (default `id`, `label` and every field of the sample: `tensor` for
-        /// a one-tensor table): only their byte ranges are fetched. Without the first field
-        /// a loader's tensors are empty; without `id` or `label` its ids are empty strings and
-        /// its labels `None`.
-        pub fn with_columns(mut self, columns: Vec<String>) -> Self {
-            self.$field.columns = Some(columns);
-            self
-        }
-
         /// Verify each row's checksum (id, label and every field, where the table has the
         /// `row_crc32` column and whole rows are read; default on): a corrupt row is an error
         /// naming file, row group, row and id. Costs a CRC-32 of every row

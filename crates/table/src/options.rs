@@ -81,6 +81,8 @@ impl std::fmt::Debug for TableOptions {
 pub struct ScanOptions {
     /// The rows to read: an SQL boolean expression (see [`crate::filter`]).
     pub filter: Option<String>,
+    /// The columns to read (`None`: id, label and every field of the sample).
+    pub columns: Option<Vec<String>>,
 }
 
 /// The `with_*` setters of [`TableOptions`], for a builder with one at the field path `$field`
@@ -287,6 +289,15 @@ macro_rules! scan_options_setters {
         /// counts as without a filter, and a state resumes only under the same filter.
         pub fn with_filter(mut self, filter: impl Into<String>) -> Self {
             self.$($field).+.filter = Some(filter.into());
+            self
+        }
+
+        /// Columns to read (default `id`, `label` and every field of the sample: `tensor` for
+        /// a one-tensor table): only their byte ranges are fetched. Without the first field
+        /// a loader's tensors are empty; without `id` or `label` its ids are empty strings and
+        /// its labels `None`.
+        pub fn with_columns(mut self, columns: Vec<String>) -> Self {
+            self.$($field).+.columns = Some(columns);
             self
         }
     };

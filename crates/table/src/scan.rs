@@ -3,7 +3,8 @@
 //! a scan is one reading of it, made by [`ScanBuilder`] (`snapshot.scan_builder()`), and several
 //! scans share one snapshot (its store, footers and small files' bytes).
 //!
-//! A scan numbers its files `0..files().len()`: the snapshot's files, less those without a
+//! A scan reads the columns it was given, else id, label and every field of the sample
+//! ([`Scan::columns`]). It numbers its files `0..files().len()`: the snapshot's files, less those without a
 //! selected row, each counting its selected rows. Every read of a scan takes the scan's file
 //! numbers.
 
@@ -41,6 +42,8 @@ pub use build::ScanBuilder;
 /// ```
 pub struct Scan {
     snapshot: Arc<Snapshot>,
+    /// The columns read (voxlake's names: id, label, the fields; or the table's).
+    columns: Vec<String>,
     /// The scan's files when a filter narrowed them (the snapshot's otherwise).
     narrowed: Option<Narrowed>,
 }
@@ -61,6 +64,7 @@ impl std::fmt::Debug for Scan {
             .field("snapshot", &self.snapshot)
             .field("files", &self.files().len())
             .field("filter", &self.filter())
+            .field("columns", &self.columns)
             .finish()
     }
 }
@@ -69,6 +73,13 @@ impl Scan {
     /// The snapshot scanned.
     pub fn snapshot(&self) -> &Arc<Snapshot> {
         &self.snapshot
+    }
+
+    /// The columns the scan reads: those given ([`ScanOptions::columns`](crate::ScanOptions)),
+    /// else id, label and every field of the snapshot's sample. A row group's projection of
+    /// them is [`Snapshot::projection`].
+    pub fn columns(&self) -> &[String] {
+        &self.columns
     }
 
     /// The files the scan reads, numbered as its reads number them: the snapshot's, less

@@ -8,6 +8,7 @@ use crate::error::TableError;
 use crate::filter::Filter;
 use crate::options::ScanOptions;
 use crate::snapshot::Snapshot;
+use voxlake_format::{ID_COLUMN, LABEL_COLUMN};
 
 /// Configures and makes a [`Scan`] of a snapshot: `snapshot.scan_builder()`, the `with_*`
 /// setters of [`scan_options_setters`](crate::scan_options_setters), then `build()`.
@@ -36,7 +37,7 @@ impl ScanBuilder {
         self
     }
 
-    /// The scan: with a filter, its selection made (files and row groups that cannot match
+    /// The scan: its columns resolved; with a filter, its selection made (files and row groups that cannot match
     /// skipped unread, the filter's columns of the rest read and decided row by row); files
     /// without a selected row then leave the scan, and each file's row count is its selected
     /// rows.
@@ -46,8 +47,25 @@ impl ScanBuilder {
             Some(filter) => Some(narrow(&snapshot, filter).await?),
             None => None,
         };
-        Ok(Scan { snapshot, narrowed })
+        let columns = match self.options.columns {
+            Some(columns) => columns,
+            None => default_columns(&snapshot),
+        };
+        Ok(Scan {
+            snapshot,
+            columns,
+            narrowed,
+        })
     }
+}
+
+/// The columns a scan reads by default: id, label and every field of the snapshot's sample.
+fn default_columns(snapshot: &Snapshot) -> Vec<String> {
+    [ID_COLUMN, LABEL_COLUMN]
+        .into_iter()
+        .map(String::from)
+        .chain(snapshot.sample().fields().iter().map(|f| f.name.clone()))
+        .collect()
 }
 
 /// The files and rows `filter` selects of `snapshot`.
