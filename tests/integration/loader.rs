@@ -822,6 +822,25 @@ async fn bad_calls_are_errors_not_panics() {
     );
 }
 
+/// `build()` on a thread that drives async tasks (an async test, a service) opens the table on
+/// a thread of its own: tokio refuses to block such a thread on another runtime (it panicked,
+/// "Cannot start a runtime from within a runtime", before).
+#[tokio::test]
+async fn a_loader_builds_inside_an_async_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 6, 5).await;
+    let loader = Loader::builder(table.to_str().unwrap())
+        .with_batch_size(4)
+        .build()
+        .unwrap();
+    let rows: usize = loader.map(|b| b.unwrap().len()).sum();
+    assert_eq!(rows, 6);
+    // An error of the build is the caller's, as on any thread.
+    let built = Loader::builder(table.to_str().unwrap().to_owned() + "-nope").build();
+    let e = built.map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("-nope"), "{e}");
+}
+
 /// A scan reads the columns it is given (id, label and the fields by default), and only those:
 /// a loader without `label` hands out no labels, one without `id` empty ids, and the bytes
 /// fetched shrink with the columns left out.
@@ -836,19 +855,14 @@ async fn a_scan_reads_only_its_columns() {
     assert_eq!(all.columns(), ["id", "label", "tensor"]);
     let given = snapshot.scan_builder().with_columns(vec!["id".into()]);
     assert_eq!(given.build().await.unwrap().columns(), ["id"]);
-    // A loader blocks on a runtime of its own while it opens: built on a thread of its own.
     let read = |columns: Option<Vec<&str>>| {
         let mut builder = Loader::builder(at).with_batch_size(3);
         if let Some(columns) = columns {
             builder = builder.with_columns(columns.into_iter().map(String::from).collect());
         }
-        std::thread::spawn(move || {
-            let mut loader = builder.build().unwrap();
-            let batches: Vec<Batch> = loader.by_ref().map(Result::unwrap).collect();
-            (batches, loader.stats().stream.bytes)
-        })
-        .join()
-        .unwrap()
+        let mut loader = builder.build().unwrap();
+        let batches: Vec<Batch> = loader.by_ref().map(Result::unwrap).collect();
+        (batches, loader.stats().stream.bytes)
     };
     let (every, bytes_all) = read(None);
     assert!(every.iter().all(|b| b.labels.iter().all(Option::is_some)));

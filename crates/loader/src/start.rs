@@ -72,8 +72,24 @@ impl LoaderBuilder {
         Ok(launch)
     }
 
-    /// Opens the table (its log only) and starts the background work.
-    pub fn build(mut self) -> Result<Loader, LoaderError> {
+    /// Opens the table (its log only) and starts the background work. It blocks while the
+    /// table opens, on a runtime of its own: called on a thread that drives async tasks
+    /// (tokio refuses to block one on another runtime), it opens on a thread of its own.
+    pub fn build(self) -> Result<Loader, LoaderError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return self.build_here();
+        }
+        let table = voxlake_io::redact(&self.table);
+        std::thread::scope(|s| s.spawn(move || self.build_here()).join()).map_err(|panic| {
+            LoaderError::Panicked {
+                stage: "build".into(),
+                object: table,
+                message: voxlake_io::panic_message(panic.as_ref()),
+            }
+        })?
+    }
+
+    fn build_here(mut self) -> Result<Loader, LoaderError> {
         crate::fork::check()?;
         // This thread waits on the runtime while the table opens.
         let _live = crate::fork::Live::new();
