@@ -4,9 +4,9 @@
 //! scans share one snapshot (its store, footers and small files' bytes).
 //!
 //! A scan reads the columns it was given, else id, label and every field of the sample
-//! ([`Scan::columns`]). It numbers its files `0..files().len()`: the snapshot's files, less those without a
-//! selected row, each counting its selected rows. Every read of a scan takes the scan's file
-//! numbers.
+//! ([`Scan::columns`]). It numbers its files `0..files().len()`: the snapshot's files, less
+//! those without a selected row, each counting its selected rows. Every read of a scan takes
+//! the scan's file numbers.
 
 use std::sync::Arc;
 

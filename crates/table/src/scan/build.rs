@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use futures::{StreamExt, TryStreamExt};
+
 use super::{Narrowed, Scan};
 use crate::error::TableError;
 use crate::filter::Filter;
@@ -37,10 +39,10 @@ impl ScanBuilder {
         self
     }
 
-    /// The scan: its columns resolved; with a filter, its selection made (files and row groups that cannot match
-    /// skipped unread, the filter's columns of the rest read and decided row by row); files
-    /// without a selected row then leave the scan, and each file's row count is its selected
-    /// rows.
+    /// The scan: its columns resolved; with a filter, its selection made (files and row
+    /// groups that cannot match skipped unread, the filter's columns of the rest read and
+    /// decided row by row); files without a selected row then leave the scan, and each
+    /// file's row count is its selected rows.
     pub async fn build(self) -> Result<Scan, TableError> {
         let snapshot = self.snapshot;
         let narrowed = match &self.options.filter {
@@ -76,13 +78,18 @@ async fn narrow(snapshot: &Snapshot, filter: &str) -> Result<Narrowed, TableErro
     })?;
     let mut selection = snapshot.select(&parsed, filter).await?;
     let files = snapshot.files();
-    let mut counts = Vec::with_capacity(files.len());
-    for i in 0..files.len() {
-        counts.push(match selection.rows.get(i) {
-            Some(groups) if !groups.is_empty() => selected_count(snapshot, i, groups).await?,
-            _ => 0,
-        });
-    }
+    // A footer let go since the selection read it is read again: concurrently, as there.
+    let rows = &selection.rows;
+    let counts: Vec<u64> = futures::stream::iter(0..files.len())
+        .map(|i| async move {
+            match rows.get(i) {
+                Some(groups) if !groups.is_empty() => selected_count(snapshot, i, groups).await,
+                _ => Ok(0),
+            }
+        })
+        .buffered(crate::READ_CONCURRENCY)
+        .try_collect()
+        .await?;
     selection.stats.rows_selected = counts.iter().sum();
     let keep: Vec<bool> = counts.iter().map(|&n| n > 0).collect();
     let of: Vec<usize> = (0..files.len()).filter(|&i| keep[i]).collect();
