@@ -1,10 +1,12 @@
 """`voxlake.write` from a pyarrow Table of reference cubes (30×30×10×10 float32, a binary label):
 the samples a second, each way of handing them over timed alternately in one run.
 
-usage: write_arrow.py [--count N] [--rounds R] [--modes arrow,dicts] [--dir DIR=/dev/shm]
+usage: write_arrow.py [--count N] [--rounds R] [--modes arrow,dicts,bytes] [--dir DIR=/dev/shm]
   arrow: the pyarrow Table itself (a fixed_shape_tensor column)
   dicts: the same samples as dicts of numpy arrays, made from the Table batch by batch as
          the write took a Table before it read Arrow data itself (the per-sample path)
+  bytes: no table: the tensors' bytes written to one file in 5 MiB writes (the floor: what
+         the file system takes to hold the bytes once)
 """
 
 import argparse
@@ -40,11 +42,19 @@ def as_dicts(table: pa.Table):
         yield from ({"id": i, "label": l, "tensor": v} for i, l, v in zip(ids, labels, values))
 
 
+def write_bytes(table: pa.Table, out: str) -> dict:
+    values = memoryview(table.column("tensor").combine_chunks().storage.values.buffers()[1])
+    with open(os.path.join(out, "tensors.bin"), "wb") as f:
+        for start in range(0, len(values), 5 << 20):
+            f.write(values[start:start + (5 << 20)])
+    return {"rows": len(table)}
+
+
 def main() -> None:
     args = argparse.ArgumentParser()
     args.add_argument("--count", type=int, default=4000)
     args.add_argument("--rounds", type=int, default=3)
-    args.add_argument("--modes", default="arrow,dicts")
+    args.add_argument("--modes", default="arrow,dicts,bytes")
     # tmpfs by default: the disk's writeback of 1.4 GB a round would time the disk.
     args.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None)
     a = args.parse_args()
@@ -58,7 +68,10 @@ def main() -> None:
             out = tempfile.mkdtemp(prefix="voxlake-write-", dir=a.dir)
             try:
                 start = time.perf_counter()
-                summary = voxlake.write(out, sources[mode](), progress=False)
+                if mode == "bytes":
+                    summary = write_bytes(table, out)
+                else:
+                    summary = voxlake.write(out, sources[mode](), progress=False)
                 times[mode].append(time.perf_counter() - start)
                 assert summary["rows"] == a.count, summary
                 stages[mode] = {k: round(v, 2) for k, v in summary.items() if k.endswith("_s")}
@@ -74,6 +87,8 @@ def main() -> None:
         ratios = [d / a for a, d in zip(times["arrow"], times["dicts"])]
         print(f"dicts / arrow time, medians: {statistics.median(times['dicts']) / statistics.median(times['arrow']):.2f}x"
               f"  (per round: {', '.join(f'{r:.2f}' for r in ratios)})")
+    if "arrow" in times and "bytes" in times:
+        print(f"arrow / bytes time, medians: {statistics.median(times['arrow']) / statistics.median(times['bytes']):.2f}x")
 
 
 if __name__ == "__main__":
