@@ -110,6 +110,9 @@ fi
 # No file of crates/*/src imports a file that imports it; none has over 500 lines before its tests.
 python3 scripts/check_layers.py
 python3 scripts/file_sizes.py --over 500 || fail "files over 500 lines of non-test code (one job per file: split them)"
+# docs/benchmarks.md answers questions, each with its command and table: a notebook grows past 500.
+lines=$(wc -l < docs/benchmarks.md)
+[ "$lines" -le 500 ] || fail "docs/benchmarks.md has $lines lines (500 at most: figures, not a lab notebook)"
 # No crate holds over 22 % of the code: one that grows past it holds more than one job.
 python3 scripts/file_sizes.py --crate-share 22 || fail "a crate holds over 22 % of the code: split it along its jobs"
 echo "walls: plan is std only, io has no Delta, the crates' arrows point down, none over 22 %"
