@@ -55,6 +55,9 @@ forbid voxlake-delta voxlake-table voxlake-stream voxlake-loader voxlake-compact
 forbid voxlake-table voxlake-stream voxlake-loader voxlake-compact voxlake-plan
 forbid voxlake-stream voxlake-loader voxlake-compact
 forbid voxlake-loader voxlake-compact
+# The copy kernels are pure: no voxlake crate, no store, no runtime.
+kernels=$(direct voxlake-kernels)
+[ "$(echo "$kernels" | grep -cvxE 'half|rayon')" -eq 0 ] || fail "voxlake-kernels depends on more than half and rayon: $kernels"
 
 # The loader names plan where it uses it, not through stream's re-exports.
 if grep -rnE 'voxlake_stream::(resume|replay|order|affinity|mixer|plan|Shard)\b' crates/loader/src; then

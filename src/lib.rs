@@ -10,7 +10,8 @@
 //!   deletion vectors, the file list);
 //! - [`table`]: a table's data at a version (samples, filters, row-group reads);
 //! - [`stream`]: the budgeted prefetch pipeline over a table's row groups;
-//! - [`loader`]: the batching iterator a training loop calls.
+//! - [`loader`]: the batching iterator a training loop calls;
+//! - [`kernels`]: the copy kernels that fill a batch's memory from stored samples.
 //!
 //! The `voxlake` and `compact` command lines are the `voxlake-cli` crate's; test and bench
 //! tooling (the fault proxy) lives in the unpublished `voxlake-testkit` crate.
@@ -20,6 +21,7 @@ pub use voxlake_compact as compact;
 pub use voxlake_delta as delta;
 pub use voxlake_format as format;
 pub use voxlake_io as io;
+pub use voxlake_kernels as kernels;
 pub use voxlake_loader as loader;
 pub use voxlake_plan as plan;
 pub use voxlake_stream as stream;

@@ -141,7 +141,7 @@ impl Assembler {
     }
 
     /// [`check_row`](Self::check_row) of sample `i` of `rows`, for the copy of the batch's
-    /// first field ([`Check`](crate::fill::Check)), which checks each row just before it
+    /// first field ([`Check`]), which checks each row just before it
     /// copies it.
     fn row_check(&self, rows: &[Row]) -> impl Fn(usize) -> Result<(), LoaderError> + Sync {
         |i: usize| match rows.get(i) {

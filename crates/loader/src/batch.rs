@@ -8,7 +8,9 @@ use ndarray::{ArrayD, IxDyn};
 use voxlake_format::DType;
 
 use crate::LoaderError;
-use crate::fill::{Check, Dest, fill_each, fill_sample};
+use voxlake_kernels::{Dest, fill_each, fill_sample};
+
+use crate::Check;
 
 /// A batch of samples.
 #[derive(Debug, Clone)]

@@ -59,7 +59,6 @@ mod counters;
 mod device;
 #[cfg(feature = "tch")]
 mod feed;
-mod fill;
 mod fork;
 pub mod launch;
 mod loader;
@@ -176,6 +175,10 @@ pub enum LoaderError {
         threads: usize,
     },
 }
+
+/// A row's check (its checksum) run just before its sample's copy, on the copying thread
+/// ([`voxlake_kernels::Check`]).
+pub(crate) type Check<'a> = voxlake_kernels::Check<'a, LoaderError>;
 
 impl LoaderError {
     /// Whether retrying later may succeed (a store or network fault).

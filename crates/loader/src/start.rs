@@ -278,7 +278,7 @@ impl LoaderBuilder {
         let stream = TableStream::over(sources)
             .with_shard(shard)
             .with_read_options(ReadOptions {
-                // Each row is checked just before its copy into a batch (`fill::Check`).
+                // Each row is checked just before its copy into a batch (`crate::Check`).
                 verify: match self.read.verify {
                     Verify::OnRead => Verify::OnUse,
                     other => other,

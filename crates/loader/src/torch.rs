@@ -16,7 +16,9 @@ use voxlake_format::DType;
 
 use crate::LoaderError;
 use crate::TchTensor;
-use crate::fill::{Check, Dest, Element, fill_each, fill_sample};
+use voxlake_kernels::{Dest, Element, fill_each, fill_sample};
+
+use crate::Check;
 
 impl crate::LoaderBuilder {
     /// Hand out the tensors as libtorch tensors on `device` (feature `tch`): assembled in one copy from the

@@ -6,7 +6,9 @@
 use voxlake_format::DType;
 
 use super::*;
-use crate::fill::{Check, Dest, Element, fill_flipped, fill_flipped_half};
+use voxlake_kernels::{Dest, Element, fill_flipped, fill_flipped_half};
+
+use crate::Check;
 use crate::transform::Direct;
 
 impl Assembler {

@@ -9,7 +9,7 @@ use voxlake_format::DType;
 
 use super::Tensors;
 use crate::LoaderError;
-use crate::fill::{Dest, Element, fill_sample};
+use voxlake_kernels::{Dest, Element, fill_sample};
 
 impl Tensors {
     /// One sample of `shape` from its little-endian C-order `bytes` (checked by the caller),

@@ -1,23 +1,48 @@
-//! Samples copied element by element from their stored little-endian bytes into a batch's
-//! memory: as they are where every bit pattern is a value and the host is little-endian, else
-//! converted; channels moved first on request; a batch's samples on a pool's threads. Shared by
-//! the ndarray batches (`batch`) and libtorch's (`torch`), so neither imports the other.
+//! The copy kernels that fill a batch's memory with samples from their stored little-endian
+//! bytes: as they are where every bit pattern is a value and the host is little-endian (large
+//! samples streamed past the caches), else converted value by value; channels moved first on
+//! request; axes reversed with a map applied to each value in one pass ([`fill_flipped`], with
+//! an AVX-512 line kernel and AVX2 groups where the CPU has them); a batch's samples on a
+//! pool's threads ([`fill_each`]). Pure: no I/O and no loader types, so the kernels are tested
+//! and benchmarked on their own (`cargo bench -p voxlake-kernels`); `voxlake-loader` calls them
+//! for its ndarray and libtorch batches.
+//!
+//! ```
+//! use std::mem::MaybeUninit;
+//! use voxlake_kernels::{Dest, fill_flipped, fill_sample};
+//!
+//! // A 2×3 sample of f32, stored little-endian.
+//! let stored: Vec<u8> = (0..6).flat_map(|v| (v as f32).to_le_bytes()).collect();
+//! let mut batch = vec![MaybeUninit::<f32>::uninit(); 6];
+//! fill_sample(&mut batch, &stored, None, Dest::Batch);
+//! // SAFETY: `fill_sample` writes every element.
+//! let values: Vec<f32> = batch.iter().map(|v| unsafe { v.assume_init() }).collect();
+//! assert_eq!(values, [0., 1., 2., 3., 4., 5.]);
+//!
+//! // The last axis reversed and each value doubled, in one pass.
+//! fill_flipped(&mut batch, &stored, &[2, 3], &[false, true], |v: f32| 2.0 * v, Dest::Near);
+//! // SAFETY: `fill_flipped` writes every element.
+//! let values: Vec<f32> = batch.iter().map(|v| unsafe { v.assume_init() }).collect();
+//! assert_eq!(values, [4., 2., 0., 10., 8., 6.]);
+//! ```
+
+#![warn(missing_docs)]
 
 use std::mem::MaybeUninit;
 
 use half::f16;
 
-use crate::LoaderError;
-
 mod flipped;
 
-pub(crate) use flipped::{fill_flipped, fill_flipped_half};
+pub use flipped::{fill_flipped, fill_flipped_half};
 
-/// An element type the loader can fill from little-endian bytes.
-pub(crate) trait Element: Copy + Send + Sync + 'static {
+/// An element type a sample is filled into from little-endian bytes.
+pub trait Element: Copy + Send + Sync + 'static {
     /// Whether every bit pattern is a valid value (so bytes may be copied as they are).
     const ANY_BITS: bool;
+    /// The value of its little-endian `bytes` (exactly its size).
     fn from_le(bytes: &[u8]) -> Self;
+    /// Appends its little-endian bytes to `out`.
     fn write_le(self, out: &mut Vec<u8>);
 }
 
@@ -69,7 +94,7 @@ impl Element for bool {
 
 /// Where a sample is copied to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dest {
+pub enum Dest {
     /// A batch: read next by another thread or a device copy, so written past the caches.
     Batch,
     /// A buffer the same thread reads at once (a sample for a transform): kept in them.
@@ -78,7 +103,10 @@ pub(crate) enum Dest {
 
 /// Writes one sample (`src`: little-endian, C order, shape `[…, C]`) into `dst`, moving the
 /// last axis first when `channels` is `Some(C)`. Every element of `dst` is written.
-pub(crate) fn fill_sample<T: Element>(
+///
+/// # Panics
+/// Where `src` is not `dst`'s size in bytes.
+pub fn fill_sample<T: Element>(
     dst: &mut [MaybeUninit<T>],
     src: &[u8],
     channels: Option<usize>,
@@ -111,20 +139,23 @@ pub(crate) fn fill_sample<T: Element>(
 
 /// Checks sample `i`'s row (its checksum) just before the sample is copied, on the thread that
 /// copies it: the check reads the row's bytes into that core's cache, where the copy finds
-/// them, instead of both reading them from memory.
-pub(crate) type Check<'a> = Option<&'a (dyn Fn(usize) -> Result<(), LoaderError> + Sync)>;
+/// them, instead of both reading them from memory. `E`: the caller's error.
+pub type Check<'a, E> = Option<&'a (dyn Fn(usize) -> Result<(), E> + Sync)>;
 
 /// Has `write(i, chunk)` write every element of sample `i`'s chunk of `dst` (`count` chunks of
 /// `numel` elements), `check(i)` first: on `pool`'s threads, a sample each at a time, when
 /// there is a pool. A failed check is the error (the batch is not to be used).
-pub(crate) fn fill_each<T: Send>(
+///
+/// # Panics
+/// Where `dst` does not hold `count` chunks of `numel`.
+pub fn fill_each<T: Send, E: Send>(
     dst: &mut [MaybeUninit<T>],
     numel: usize,
     count: usize,
     pool: Option<&rayon::ThreadPool>,
-    check: Check<'_>,
+    check: Check<'_, E>,
     write: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
-) -> Result<(), LoaderError> {
+) -> Result<(), E> {
     assert_eq!(dst.len(), numel * count, "batch size");
     let one = |i: usize, dst: &mut [MaybeUninit<T>]| {
         if let Some(check) = check {

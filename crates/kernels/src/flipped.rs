@@ -1,10 +1,10 @@
 //! A sample written with some axes reversed and a map applied to each value, in one pass from
-//! its stored bytes (the copy that makes flips, a normalization and a cast: `assemble/direct`).
+//! its stored bytes (the copy that makes flips, a normalization and a cast: the loader's direct transforms).
 //!
 //! Read with axes reversed, a sample is short runs (the axes after the last reversed one) taken
 //! against memory's order. The runs of the last reversed axis lie side by side: they are a row,
 //! a loop of its own, and an odometer over the axes before it moves once a row. The sample's
-//! bytes are in the core's cache when it runs (its row checked just before, `fill::Check`), so
+//! bytes are in the core's cache when it runs (its row checked just before, [`Check`](crate::Check)), so
 //! the out-of-order runs' reads cost no trips to memory. Into a batch, the copy's cost is then
 //! mostly its stores (each line loaded before it is written); into a cache, its instructions.
 //! So each run is a fixed number of vector-wide groups chosen once a sample by the run's length
@@ -29,7 +29,10 @@ mod lines;
 /// `reversed` axes reversed and `f` applied to each value, in one pass: the axes after the last
 /// reversed one are read as runs, forward. Every element of `dst` is written; `to` says what
 /// `dst` is (a batch's memory may be written past the caches, a thread's own buffer never).
-pub(crate) fn fill_flipped<T: Element, U>(
+///
+/// # Panics
+/// Where `src` is not `dst`'s size in `T`s, or `shape` and `reversed` do not describe `dst`.
+pub fn fill_flipped<T: Element, U>(
     dst: &mut [MaybeUninit<U>],
     src: &[u8],
     shape: &[usize],
@@ -76,7 +79,7 @@ pub(crate) fn fill_flipped<T: Element, U>(
 /// (the thread's, in its cache) and converted into the batch by `half`'s slice conversion
 /// (`f16`: eight at a time with F16C where the CPU has it). Converted one value at a time (a
 /// call each), the cast was most of the copy's time (docs/benchmarks.md).
-pub(crate) fn fill_flipped_half<H: Copy + Default>(
+pub fn fill_flipped_half<H: Copy + Default>(
     dst: &mut [MaybeUninit<H>],
     src: &[u8],
     shape: &[usize],
@@ -135,7 +138,7 @@ unsafe fn in_groups_avx2<T: Element, U>(
 }
 
 /// A sample with no axis reversed (one run: a normalization or a cast alone) of 4-byte values,
-/// its whole lines written past the caches (streaming stores), as `fill::copy_sample` writes a
+/// its whole lines written past the caches (streaming stores), as `copy_sample` writes a
 /// batch: a batch is read next by another thread, so loading its lines before overwriting them
 /// only adds memory traffic. The partial lines at either end take plain stores, a value at a
 /// time: a line half streamed and half stored costs far more than either.
