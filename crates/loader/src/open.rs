@@ -115,20 +115,9 @@ impl LoaderBuilder {
         if opens.is_empty() {
             return Err(LoaderError::Config("a mixture of no source".into()));
         }
-        let scans = futures::future::try_join_all(opens.into_iter().map(
-            |(at, options, scan)| async move {
-                let snapshot = Snapshot::builder(at)
-                    .with_options(options)
-                    .with_statistics(scan.filter.is_some())
-                    .build()
-                    .await?;
-                Arc::new(snapshot)
-                    .scan_builder()
-                    .with_options(scan)
-                    .build()
-                    .await
-            },
-        ))
+        let scans = futures::future::try_join_all(opens.into_iter().map(|(at, options, scan)| {
+            Snapshot::builder(at).with_options(options).build_scan(scan)
+        }))
         .await
         .map_err(StreamError::from)?;
         Ok(Sources::new(scans.into_iter().map(Arc::new).collect())?)

@@ -83,13 +83,11 @@ impl StreamBuilder<AtLocation> {
             table,
             scan,
         } = &self.target;
-        let snapshot = Snapshot::builder(location)
+        let scan = Snapshot::builder(location)
             .with_options(table.clone())
-            .with_statistics(scan.filter.is_some())
-            .build()
+            .build_scan(scan.clone())
             .await?;
-        let scan = Arc::new(snapshot).scan_builder().with_options(scan.clone());
-        let sources = Sources::from(Arc::new(scan.build().await?));
+        let sources = Sources::from(Arc::new(scan));
         Ok(self.with_target(OverSources(sources)).build())
     }
 }

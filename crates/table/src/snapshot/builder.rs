@@ -4,9 +4,12 @@ use voxlake_delta::AsOf;
 use voxlake_delta::agree;
 use voxlake_delta::{DeltaLog, Prior};
 
+use std::sync::Arc;
+
 use super::Snapshot;
 use crate::error::TableError;
-use crate::options::TableOptions;
+use crate::options::{ScanOptions, TableOptions};
+use crate::scan::Scan;
 
 /// Configures and opens a [`Snapshot`]: `Snapshot::builder(location)`, the `with_*` setters
 /// of [`table_options_setters`](crate::table_options_setters), then `build()`.
@@ -113,5 +116,29 @@ impl SnapshotBuilder {
             None => snapshot,
         };
         snapshot.load_row_counts().await
+    }
+
+    /// Opens the table for one scan and makes it: the snapshot as [`build`](Self::build),
+    /// keeping the log's file statistics only where `scan` has a filter to skip files by
+    /// (whatever [`with_statistics`](Self::with_statistics) said), then
+    /// `snapshot.scan_builder().with_options(scan).build()`. What a stream or a loader opening
+    /// a table by its location does.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), voxlake_table::TableError> {
+    /// use voxlake_table::{ScanOptions, Snapshot};
+    ///
+    /// let scan = Snapshot::builder("az://data/cubes").build_scan(ScanOptions::default()).await?;
+    /// assert_eq!(scan.columns(), ["id", "label", "tensor"]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn build_scan(self, scan: ScanOptions) -> Result<Scan, TableError> {
+        let filters = scan.filter.is_some();
+        let snapshot = self.with_statistics(filters).build().await?;
+        Arc::new(snapshot)
+            .scan_builder()
+            .with_options(scan)
+            .build()
+            .await
     }
 }
