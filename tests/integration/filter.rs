@@ -264,6 +264,98 @@ async fn scans_of_one_snapshot_read_their_own_rows() {
     }
 }
 
+/// Rows by their positions: in the order asked (repeats too), the positions numbered over the
+/// scan's own rows (a filter's only those it selects) across files and row groups, each row
+/// whole (its tensor the cube's); a position past the rows is an error naming it, and no
+/// positions read nothing.
+#[tokio::test]
+async fn a_scan_takes_rows_by_their_positions() {
+    use arrow::array::{Array, AsArray};
+    let dir = tempfile::tempdir().unwrap();
+    let data = voxlake::compact::synth::generate(dir.path(), 30, 5).unwrap();
+    let table = dir.path().join("table").to_string_lossy().into_owned();
+    // Two files (a shard each) of row groups of 4.
+    for shard in 0..2 {
+        voxlake::compact::Compactor::new(&table)
+            .with_labels(data.labels.to_string_lossy())
+            .with_shard(shard, 2)
+            .with_layout(voxlake::format::Layout {
+                row_group_rows: 4,
+                ..Default::default()
+            })
+            .convert(&data.cubes.to_string_lossy())
+            .await
+            .unwrap();
+    }
+    let snapshot = voxlake::table::Snapshot::builder(&table)
+        .build()
+        .await
+        .unwrap();
+    let snapshot = std::sync::Arc::new(snapshot);
+    assert_eq!(snapshot.files().len(), 2);
+    let ids = |column: &arrow::array::ArrayRef| -> Vec<String> {
+        let column = arrow::compute::cast(column, &arrow::datatypes::DataType::Utf8).unwrap();
+        column
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.unwrap().to_string())
+            .collect()
+    };
+    for filter in [None, Some("label = 1")] {
+        let mut scan = snapshot.scan_builder();
+        if let Some(filter) = filter {
+            scan = scan.with_filter(filter);
+        }
+        let scan = scan.build().await.unwrap();
+        // The positions' order: the whole-file reads', file after file.
+        let mut order = Vec::new();
+        for i in 0..scan.files().len() {
+            for batch in scan.read_file(i, Some(&["id"]), 3).await.unwrap() {
+                order.extend(ids(batch.column(0)));
+            }
+        }
+        let n = order.len() as u64;
+        assert_eq!(n, scan.num_rows());
+        let asked: Vec<u64> = (0..n).rev().chain([0, n - 1, 0]).collect();
+        let rows = scan.take(&asked).await.unwrap();
+        assert_eq!(
+            rows.num_columns(),
+            scan.columns().len(),
+            "the scan's columns"
+        );
+        let got = ids(rows.column_by_name("id").unwrap());
+        let want: Vec<String> = asked.iter().map(|&p| order[p as usize].clone()).collect();
+        assert_eq!(got, want, "{filter:?}");
+        let labels = rows.column_by_name("label").unwrap();
+        if filter.is_some() {
+            assert_eq!(labels.null_count(), 0);
+            let labels = arrow::compute::cast(labels, &arrow::datatypes::DataType::Int64).unwrap();
+            assert!(
+                labels
+                    .as_primitive::<arrow::datatypes::Int64Type>()
+                    .values()
+                    .iter()
+                    .all(|&l| l == 1)
+            );
+        }
+        let tensors = arrow::compute::cast(
+            rows.column_by_name("tensor").unwrap(),
+            &arrow::datatypes::DataType::Binary,
+        )
+        .unwrap();
+        for (id, bytes) in got.iter().zip(tensors.as_binary::<i32>().iter()) {
+            let cube = std::fs::read(data.cubes.join(id)).unwrap();
+            let npy = voxlake::format::npy::NpyArray::parse(&cube).unwrap();
+            assert!(npy.data() == bytes.unwrap(), "{id}");
+        }
+        let e = scan.take(&[1, n]).await.unwrap_err();
+        let past = matches!(e, voxlake::table::TableError::NoRow { position, rows, .. } if position == n && rows == n);
+        assert!(past, "{e}");
+        assert!(e.to_string().contains(&format!("position {n}")), "{e}");
+        assert_eq!(scan.take(&[]).await.unwrap().num_rows(), 0);
+    }
+}
+
 #[tokio::test]
 async fn voxlake_tables_filter_on_their_labels() {
     let dir = tempfile::tempdir().unwrap();

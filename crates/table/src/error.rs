@@ -86,6 +86,21 @@ pub enum TableError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A row asked by its position ([`Scan::take`](crate::Scan::take)) that the scan does not
+    /// read.
+    #[error(
+        "table {location}: no row at position {position}: the scan of version {version} reads {rows} rows (positions from 0)"
+    )]
+    NoRow {
+        /// The table location.
+        location: String,
+        /// The position asked.
+        position: u64,
+        /// The rows the scan reads.
+        rows: u64,
+        /// The version scanned.
+        version: u64,
+    },
     /// A fault: a worker task was cancelled, or a test's fault hook failed a stage.
     #[error("internal error: {0}")]
     Internal(String),

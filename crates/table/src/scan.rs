@@ -6,7 +6,8 @@
 //! A scan reads the columns it was given, else id, label and every field of the sample
 //! ([`Scan::columns`]). It numbers its files `0..files().len()`: the snapshot's files, less
 //! those without a selected row, each counting its selected rows. Every read of a scan takes
-//! the scan's file numbers.
+//! the scan's file numbers; its rows, numbered `0..num_rows()` in that order, are also read by
+//! their positions ([`Scan::take`]).
 
 use std::sync::Arc;
 
@@ -25,6 +26,7 @@ use voxlake_io::location;
 
 mod build;
 mod files;
+mod take;
 
 pub use build::ScanBuilder;
 
