@@ -59,15 +59,15 @@ cargo build --workspace --bins
 step "the binaries"
 cargo test --workspace --all-features "$@"
 step "cargo test"
-# The Python package (crates/python + python/voxlake) as users install it: one abi3
-# manylinux_2_28 wheel (scripts/wheel.sh, here in the dev profile: the packaging is the release
-# wheel's, and a second optimized build of the whole tree would be a third of a cold run),
+# The Python package (crates/python + python/voxlake) as users install it: one abi3 wheel
+# (scripts/wheel.sh in the dev profile for this host: built on the tree `cargo test` built, where
+# the manylinux_2_28 build by zig builds every dependency again; the release wheel is that one),
 # installed into .venv for its tests (they run the binaries built above and the S3 server
 # started above), then by a user without Rust into a fresh venv of another CPython (issue 45).
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements-package.txt
 wheels=$(mktemp -d)
 trap 'rm -rf "$wheels"' EXIT
-bash scripts/wheel.sh "$wheels" dev >"$wheels/build.log" 2>&1 || { tail -30 "$wheels/build.log"; exit 1; }
+bash scripts/wheel.sh "$wheels" dev host >"$wheels/build.log" 2>&1 || { tail -30 "$wheels/build.log"; exit 1; }
 wheel=$(ls "$wheels"/voxlake-*.whl)
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 step "the wheel"
