@@ -58,7 +58,7 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    match (args.rank, voxlake::loader::launch::from_env()?) {
+    match (args.rank, voxlake::plan::launch::from_env()?) {
         (Some(rank), _) => train(&args, Some(rank)),
         (None, Some(_)) => train(&args, None),
         (None, None) => launch(&args),

@@ -640,7 +640,7 @@ async fn ranks_from_the_launchers_environment() {
     let table = uneven_table(dir.path(), n, 9).await;
     let bench = |vars: &[(&str, &str)], ids: &Path| {
         let mut cmd = Command::new(voxlake_bin());
-        for l in voxlake::loader::launch::LAUNCHERS {
+        for l in voxlake::plan::launch::LAUNCHERS {
             cmd.env_remove(l.rank)
                 .env_remove(l.world_size)
                 .env_remove(l.local_rank);

@@ -29,7 +29,7 @@ mod node;
 mod place;
 
 pub use expire::RETENTION;
-pub use job::Job;
+pub use job::{JOB_VARS, Job, START_VAR};
 pub use place::JOB_DIR_ENV;
 pub(crate) use place::{Channel, Place};
 

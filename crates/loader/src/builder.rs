@@ -30,7 +30,7 @@ pub struct LoaderBuilder {
     pub(crate) world_size: usize,
     /// Take the rank and world size from the launcher's variables at `build()`.
     pub(crate) rank_from_env: bool,
-    pub(crate) node_affinity: crate::launch::NodeAffinity,
+    pub(crate) node_affinity: voxlake_plan::launch::NodeAffinity,
     pub(crate) channels_first: bool,
     pub(crate) memory_budget: u64,
     pub(crate) prefetch: usize,
@@ -123,7 +123,7 @@ impl LoaderBuilder {
             rank: 0,
             world_size: 1,
             rank_from_env: false,
-            node_affinity: crate::launch::NodeAffinity::Off,
+            node_affinity: voxlake_plan::launch::NodeAffinity::Off,
             channels_first: false,
             memory_budget: DEFAULT_MEMORY_BUDGET,
             prefetch: 2,
@@ -191,7 +191,7 @@ impl LoaderBuilder {
 
     /// Take the rank and world size from the variables the launcher set, read at `build()`:
     /// torchrun's `RANK`/`WORLD_SIZE` first, then Open MPI's, MPICH's (PMI) and a Slurm step's
-    /// (see [`launch::LAUNCHERS`](crate::launch::LAUNCHERS)); rank 0 of 1 where none are set
+    /// (see [`launch::LAUNCHERS`](voxlake_plan::launch::LAUNCHERS)); rank 0 of 1 where none are set
     /// (a process started on its own, an `sbatch` script). `build()` fails, naming the
     /// variables, where only one of a pair is set or a value is not a valid rank. The loader
     /// logs where its rank came from; [`Loader::rank`](crate::Loader::rank) says it.
@@ -209,17 +209,17 @@ impl LoaderBuilder {
     /// the trade is measured in `docs/scale-out.md`). Only when shuffling; `build()` fails
     /// where `nodes` does not divide the world size or the rank is not in its node's block.
     pub fn with_node_affinity(mut self, node: usize, nodes: usize) -> Self {
-        self.node_affinity = crate::launch::NodeAffinity::Given(node, nodes);
+        self.node_affinity = voxlake_plan::launch::NodeAffinity::Given(node, nodes);
         self
     }
 
     /// [`with_node_affinity`](Self::with_node_affinity) with the node and the number of nodes
-    /// from the launcher's variables, read at `build()` ([`NodeVars`](crate::launch::NodeVars):
+    /// from the launcher's variables, read at `build()` ([`NodeVars`](voxlake_plan::launch::NodeVars):
     /// torchrun's `GROUP_RANK` and `LOCAL_WORLD_SIZE`, Open MPI's and MPICH's ranks per
     /// node, Slurm's `SLURM_NODEID` and `SLURM_STEP_NUM_NODES`). A process started on its own
     /// is one node; a launcher that says no node is an error.
     pub fn with_node_affinity_from_env(mut self) -> Self {
-        self.node_affinity = crate::launch::NodeAffinity::FromEnv;
+        self.node_affinity = voxlake_plan::launch::NodeAffinity::FromEnv;
         self
     }
 

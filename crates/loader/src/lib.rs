@@ -60,7 +60,6 @@ mod device;
 #[cfg(feature = "tch")]
 mod feed;
 mod fork;
-pub mod launch;
 mod loader;
 mod mixture;
 mod open;

@@ -38,18 +38,20 @@ impl LoaderBuilder {
 
     /// The rank, world size and job from the launcher where asked for (the launcher's
     /// variables, also where node affinity comes from them); a job of one rank dropped.
-    fn place(&mut self) -> Result<Option<crate::launch::Launch>, LoaderError> {
+    fn place(&mut self) -> Result<Option<voxlake_plan::launch::Launch>, LoaderError> {
         let from_env =
-            self.rank_from_env || self.node_affinity == crate::launch::NodeAffinity::FromEnv;
+            self.rank_from_env || self.node_affinity == voxlake_plan::launch::NodeAffinity::FromEnv;
         let launch = match from_env {
-            true => crate::launch::from_env()
+            true => voxlake_plan::launch::from_env()
                 .map_err(|e| LoaderError::Config(format!("the rank from the environment: {e}")))?,
             false => None,
         };
         // The launcher says where and when the job runs, which decides how its ranks agree.
         self.options.job = match (self.options.job.take(), self.rank_from_env) {
             (None, false) => None,
-            (given, _) => crate::launch::job_from_env(given),
+            (given, _) => {
+                voxlake_delta::agree::Job::from_env(given, voxlake_plan::launch::nodes_from_env())
+            }
         };
         if self.rank_from_env {
             (self.rank, self.world_size) = match &launch {
@@ -104,7 +106,7 @@ impl LoaderBuilder {
             Some(device) => crate::device::warm(device)?,
             None => None,
         };
-        let affinity = crate::launch::resolve_affinity(
+        let affinity = voxlake_plan::launch::resolve_affinity(
             self.node_affinity,
             self.rank,
             self.world_size,

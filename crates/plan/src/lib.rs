@@ -27,6 +27,7 @@
 pub mod affinity;
 pub mod draws;
 mod error;
+pub mod launch;
 pub mod mixer;
 pub mod mixture;
 pub mod order;

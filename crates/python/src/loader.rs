@@ -116,7 +116,8 @@ impl Loader {
         // Rust builder's `with_rank_from_env` does.
         if from_env
             && !gathered.job
-            && let Some(job) = voxlake_loader::launch::job_from_env(None)
+            && let Some(job) =
+                voxlake::delta::agree::Job::from_env(None, voxlake::plan::launch::nodes_from_env())
         {
             builder = builder.with_job(job);
         }
@@ -472,7 +473,8 @@ pub(crate) fn live_threads() -> usize {
 /// joins.
 #[pyfunction]
 pub(crate) fn default_job() -> Option<String> {
-    voxlake_loader::launch::job_from_env(None).map(|job| job.id)
+    voxlake::delta::agree::Job::from_env(None, voxlake::plan::launch::nodes_from_env())
+        .map(|job| job.id)
 }
 
 /// This process's `(rank, world_size)` where none is given: torch.distributed's where it is
@@ -490,7 +492,7 @@ pub(crate) fn default_rank(py: Python<'_>) -> PyResult<(usize, usize)> {
         let world_size = dist.call_method0("get_world_size")?.extract()?;
         return Ok((rank, world_size));
     }
-    match voxlake_loader::launch::from_env() {
+    match voxlake::plan::launch::from_env() {
         Ok(Some(launch)) => Ok((launch.rank, launch.world_size)),
         Ok(None) => Ok((0, 1)),
         Err(e) => Err(config(e)),

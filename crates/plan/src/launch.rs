@@ -1,11 +1,12 @@
-//! A process's rank and world size as its launcher set them in the environment
-//! ([`LoaderBuilder::with_rank_from_env`](crate::LoaderBuilder::with_rank_from_env)).
+//! A process's rank and world size as its launcher set them in the environment (what
+//! `voxlake_loader::LoaderBuilder::with_rank_from_env` reads), and the node affinity they
+//! imply ([`affinity`](crate::affinity)).
 //!
 //! Pure: the variables come from a lookup function, so every launcher's case is tested
 //! without touching the process's environment.
 //!
 //! ```
-//! use voxlake_loader::launch::from_vars;
+//! use voxlake_plan::launch::from_vars;
 //!
 //! // As torchrun starts its fourth worker of eight.
 //! let env = |name: &str| match name {
@@ -20,8 +21,7 @@
 //! assert_eq!(from_vars(|_| None), Ok(None));
 //! ```
 
-use voxlake_delta::agree::Job;
-use voxlake_plan::affinity::Affinity;
+use crate::affinity::Affinity;
 
 /// One launcher's variables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,7 +213,13 @@ pub fn from_env() -> Result<Option<Launch>, String> {
     from_vars(|name| std::env::var(name).ok())
 }
 
-/// Which node affinity a loader asked for ([`LoaderBuilder::with_node_affinity`](crate::LoaderBuilder::with_node_affinity)).
+/// The number of nodes the launcher's variables say ([`from_env`]), if they say one: where it
+/// is 1, a job's ranks agree on their version on this node (`voxlake_delta::agree::Job`).
+pub fn nodes_from_env() -> Option<usize> {
+    from_env().ok().flatten()?.node.map(|(_, nodes)| nodes)
+}
+
+/// Which node affinity a loader asked for (`voxlake_loader::LoaderBuilder::with_node_affinity`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum NodeAffinity {
@@ -231,7 +237,7 @@ pub enum NodeAffinity {
 /// in its node's block (the deal gives node `k` ranks `k·L … (k+1)·L − 1`).
 ///
 /// ```
-/// use voxlake_loader::launch::affinity;
+/// use voxlake_plan::launch::affinity;
 ///
 /// assert_eq!(affinity(5, 8, 1, 2).unwrap().unwrap().ranks_per_node(), 4);
 /// assert_eq!(affinity(5, 8, 0, 1), Ok(None));
@@ -270,7 +276,7 @@ pub fn affinity(
 /// What `asked` means for rank `rank` of `world` (see [`affinity`]); with
 /// [`NodeAffinity::FromEnv`], an error where the launcher says no node (`launch`: the
 /// launcher's variables, `None` for a process started on its own: one node).
-pub(crate) fn resolve_affinity(
+pub fn resolve_affinity(
     asked: NodeAffinity,
     rank: usize,
     world: usize,
@@ -291,64 +297,6 @@ pub(crate) fn resolve_affinity(
             )),
         },
     }
-}
-
-/// The variables a job's id is read from, first set wins: voxlake's own, then torchrun's run
-/// id (not its default `none`: unnamed runs share it), then Slurm's job id.
-pub(crate) const JOB_VARS: [&str; 3] = ["VOXLAKE_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"];
-
-/// Slurm's variable with the job's start, in seconds since the Unix epoch: the same for every
-/// rank of the job. (torchrun exports no start time.)
-pub(crate) const START_VAR: &str = "SLURM_JOB_START_TIME";
-
-/// The job a rank of this launch is one of: `given` (a job the caller named), else the one
-/// `JOB_VARS` name; with what the launcher says of it: every rank on one node (its node
-/// count, see [`NodeVars`], or Slurm's `SLURM_JOB_NUM_NODES`, is 1) and when it started
-/// (`START_VAR`). `None` where neither names one.
-///
-/// ```
-/// use voxlake_loader::launch::job_from_vars;
-///
-/// let env = |name: &str| match name {
-///     "TORCHELASTIC_RUN_ID" => Some("none".to_string()),
-///     "SLURM_JOB_ID" => Some("4242".to_string()),
-///     "SLURM_JOB_NUM_NODES" => Some("1".to_string()),
-///     _ => None,
-/// };
-/// let job = job_from_vars(None, env).unwrap();
-/// assert_eq!((job.id.as_str(), job.one_node), ("4242", true));
-/// assert_eq!(job_from_vars(None, |_| None), None);
-/// ```
-pub fn job_from_vars(given: Option<Job>, var: impl Fn(&str) -> Option<String>) -> Option<Job> {
-    let mut job = given.or_else(|| {
-        JOB_VARS.iter().find_map(|name| {
-            var(name)
-                .map(|v| v.trim().to_string())
-                // torchrun's default run id is shared by every unnamed run.
-                .filter(|v| !(v.is_empty() || (*name == "TORCHELASTIC_RUN_ID" && v == "none")))
-                .map(Job::new)
-        })
-    })?;
-    let nodes = match from_vars(&var) {
-        Ok(Some(Launch {
-            node: Some((_, nodes)),
-            ..
-        })) => Some(nodes),
-        _ => var("SLURM_JOB_NUM_NODES").and_then(|n| n.trim().parse::<usize>().ok()),
-    };
-    job.one_node |= nodes == Some(1);
-    let started = var(START_VAR).and_then(|t| t.trim().parse::<u64>().ok());
-    if job.started.is_none()
-        && let Some(secs) = started
-    {
-        job.started = Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs));
-    }
-    Some(job)
-}
-
-/// [`job_from_vars`] over the process's environment.
-pub fn job_from_env(given: Option<Job>) -> Option<Job> {
-    job_from_vars(given, |name| std::env::var(name).ok())
 }
 
 #[cfg(test)]
@@ -534,56 +482,5 @@ mod tests {
         );
         let e = resolve_affinity(NodeAffinity::Given(2, 2), 0, 4, None).unwrap_err();
         assert!(e.contains("below"), "{e}");
-    }
-
-    fn job(given: Option<Job>, vars: &[(&str, &str)]) -> Option<Job> {
-        let vars: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        job_from_vars(given, |name| vars.get(name).cloned())
-    }
-
-    #[test]
-    fn a_job_is_told_where_and_when_it_runs() {
-        use std::time::{Duration, UNIX_EPOCH};
-        // torchrun --standalone, 2 workers: one node, no start time.
-        let standalone = [
-            ("TORCHELASTIC_RUN_ID", "3f2c"),
-            ("RANK", "1"),
-            ("WORLD_SIZE", "2"),
-            ("LOCAL_RANK", "1"),
-            ("GROUP_RANK", "0"),
-            ("LOCAL_WORLD_SIZE", "2"),
-        ];
-        let j = job(None, &standalone).unwrap();
-        assert_eq!((j.id.as_str(), j.one_node, j.started), ("3f2c", true, None));
-        // Two nodes of two.
-        let mut two_nodes = standalone;
-        two_nodes[2] = ("WORLD_SIZE", "4");
-        assert!(!job(None, &two_nodes).unwrap().one_node);
-        // A Slurm step over 2 nodes, its job's start.
-        let slurm = [
-            ("SLURM_JOB_ID", "4242"),
-            ("SLURM_PROCID", "3"),
-            ("SLURM_STEP_NUM_TASKS", "4"),
-            ("SLURM_NODEID", "1"),
-            ("SLURM_STEP_NUM_NODES", "2"),
-            ("SLURM_JOB_START_TIME", "1790000000"),
-        ];
-        let j = job(None, &slurm).unwrap();
-        assert!(!j.one_node);
-        assert_eq!(
-            j.started,
-            Some(UNIX_EPOCH + Duration::from_secs(1_790_000_000))
-        );
-        // A one-node allocation says so even without a step's variables.
-        let j = job(None, &[("SLURM_JOB_ID", "7"), ("SLURM_JOB_NUM_NODES", "1")]).unwrap();
-        assert!(j.one_node);
-        // A job the caller named keeps its id, and learns the rest.
-        let j = job(Some(Job::new("mine")), &slurm).unwrap();
-        assert_eq!((j.id.as_str(), j.started.is_some()), ("mine", true));
-        assert_eq!(job(None, &[("SLURM_JOB_START_TIME", "1")]), None);
-        assert_eq!(job(None, &[("TORCHELASTIC_RUN_ID", "none")]), None);
     }
 }
