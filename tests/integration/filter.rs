@@ -264,12 +264,12 @@ async fn scans_of_one_snapshot_read_their_own_rows() {
     }
 }
 
-/// Rows by their positions: in the order asked (repeats too), the positions numbered over the
-/// scan's own rows (a filter's only those it selects) across files and row groups, each row
-/// whole (its tensor the cube's); a position past the rows is an error naming it, and no
-/// positions read nothing.
+/// Rows by their positions and by their ids: in the order asked (repeats too), the positions
+/// numbered over the scan's own rows (a filter's only those it selects) across files and row
+/// groups, each row whole (its tensor the cube's); a position past the rows or an id the scan
+/// does not read is an error naming it, and no positions read nothing.
 #[tokio::test]
-async fn a_scan_takes_rows_by_their_positions() {
+async fn a_scan_takes_rows_by_their_positions_and_ids() {
     use arrow::array::{Array, AsArray};
     let dir = tempfile::tempdir().unwrap();
     let data = voxlake::compact::synth::generate(dir.path(), 30, 5).unwrap();
@@ -301,6 +301,7 @@ async fn a_scan_takes_rows_by_their_positions() {
             .map(|v| v.unwrap().to_string())
             .collect()
     };
+    let mut order_all: Vec<String> = Vec::new();
     for filter in [None, Some("label = 1")] {
         let mut scan = snapshot.scan_builder();
         if let Some(filter) = filter {
@@ -313,6 +314,9 @@ async fn a_scan_takes_rows_by_their_positions() {
             for batch in scan.read_file(i, Some(&["id"]), 3).await.unwrap() {
                 order.extend(ids(batch.column(0)));
             }
+        }
+        if filter.is_none() {
+            order_all = order.clone();
         }
         let n = order.len() as u64;
         assert_eq!(n, scan.num_rows());
@@ -353,6 +357,29 @@ async fn a_scan_takes_rows_by_their_positions() {
         assert!(past, "{e}");
         assert!(e.to_string().contains(&format!("position {n}")), "{e}");
         assert_eq!(scan.take(&[]).await.unwrap().num_rows(), 0);
+        // By id: the index lists the scan's ids in position order, and rows asked by id are
+        // those at their positions; an id the scan does not read is an error naming it.
+        let index = scan.row_index().await.unwrap();
+        assert_eq!(index.ids().collect::<Vec<_>>(), order);
+        let by_id: Vec<&str> = asked.iter().map(|&p| order[p as usize].as_str()).collect();
+        let again = scan.take_ids(&index, &by_id).await.unwrap();
+        assert_eq!(ids(again.column_by_name("id").unwrap()), want);
+        let absent = if filter.is_some() {
+            "no-such-cube"
+        } else {
+            "no-such-cube-either"
+        };
+        let e = scan.take_ids(&index, &[absent]).await.unwrap_err();
+        assert!(
+            matches!(&e, voxlake::table::TableError::NoId { id, .. } if id == absent),
+            "{e}"
+        );
+        if filter.is_some() {
+            // A row the filter leaves out is not the scan's to give by id.
+            let left = order_all.iter().find(|id| !order.contains(id)).unwrap();
+            let e = scan.take_ids(&index, &[left]).await.unwrap_err();
+            assert!(e.to_string().contains(left.as_str()), "{e}");
+        }
     }
 }
 

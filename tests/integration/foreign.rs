@@ -147,6 +147,45 @@ fn foreign_tables_read_value_for_value() {
     }
 }
 
+/// A table without an id column is asked by the ids its reads make (`{file}#{row}`): the index
+/// lists them in position order, and a row asked by one is that row.
+#[tokio::test]
+async fn rows_without_an_id_column_are_asked_by_file_and_row() {
+    use arrow::array::AsArray;
+    let scan = voxlake::table::Snapshot::builder(fixture("pyarrow_fsl"))
+        .with_tensor_shape(SHAPE.to_vec(), DType::F32)
+        .build_scan(voxlake::table::ScanOptions::default())
+        .await
+        .unwrap();
+    let index = scan.row_index().await.unwrap();
+    assert_eq!(index.len(), 24);
+    assert_eq!(index.id(0), Some("part-00000.parquet#0"));
+    assert_eq!(index.id(23), Some("part-00001.parquet#11"));
+    // The ids the reads give are the index's, position by position.
+    let all: Vec<u64> = (0..24).collect();
+    let rows = scan.take(&all).await.unwrap();
+    let ids = arrow::compute::cast(
+        rows.column_by_name("id").unwrap(),
+        &arrow::datatypes::DataType::Utf8,
+    )
+    .unwrap();
+    let read: Vec<&str> = ids.as_string::<i32>().iter().map(Option::unwrap).collect();
+    assert_eq!(read, index.ids().collect::<Vec<_>>());
+    let one = scan
+        .take_ids(&index, &["part-00001.parquet#1"])
+        .await
+        .unwrap();
+    let tensor = arrow::compute::cast(
+        one.column_by_name("tensor").unwrap(),
+        &arrow::datatypes::DataType::Binary,
+    )
+    .unwrap();
+    assert!(
+        tensor.as_binary::<i32>().value(0) == expected(DType::F32)[13].as_slice(),
+        "row 1 of the second file is cube 13"
+    );
+}
+
 #[test]
 fn rows_without_an_id_column_are_named_by_file_and_row() {
     let got = rows(

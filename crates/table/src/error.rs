@@ -101,6 +101,17 @@ pub enum TableError {
         /// The version scanned.
         version: u64,
     },
+    /// A row asked by its id ([`Scan::take_ids`](crate::Scan::take_ids)) that the scan does
+    /// not read: no row of the version has it, or the scan's filter leaves it out.
+    #[error("table {location}: no row of id '{id}' in the scan of version {version}")]
+    NoId {
+        /// The table location.
+        location: String,
+        /// The id asked.
+        id: String,
+        /// The version scanned.
+        version: u64,
+    },
     /// A fault: a worker task was cancelled, or a test's fault hook failed a stage.
     #[error("internal error: {0}")]
     Internal(String),

@@ -43,5 +43,5 @@ mod values;
 pub use error::TableError;
 pub use filter::FilterStats;
 pub use options::{ScanOptions, TableOptions};
-pub use scan::{Scan, ScanBuilder};
+pub use scan::{RowIndex, Scan, ScanBuilder};
 pub use snapshot::{FOOTER_CACHE_BYTES, READ_CONCURRENCY, ReadTimings, Snapshot, SnapshotBuilder};

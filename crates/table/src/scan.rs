@@ -7,7 +7,7 @@
 //! ([`Scan::columns`]). It numbers its files `0..files().len()`: the snapshot's files, less
 //! those without a selected row, each counting its selected rows. Every read of a scan takes
 //! the scan's file numbers; its rows, numbered `0..num_rows()` in that order, are also read by
-//! their positions ([`Scan::take`]).
+//! their positions ([`Scan::take`]) or their ids ([`Scan::take_ids`], through a [`RowIndex`]).
 
 use std::sync::Arc;
 
@@ -26,9 +26,11 @@ use voxlake_io::location;
 
 mod build;
 mod files;
+mod index;
 mod take;
 
 pub use build::ScanBuilder;
+pub use index::RowIndex;
 
 /// The rows a reader reads of a [`Snapshot`], and their reads (see the module docs).
 ///
