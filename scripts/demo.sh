@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
+source scripts/own_target.sh
 # Without the `cloud` feature (Azure, S3 and GCS stores): the demo's tables are local, and a
 # cold build is a third shorter; the `demo` profile (Cargo.toml) compiles the crates off the
 # read path for a shorter build. `cargo build --release -p voxlake-cli` builds the full binaries.

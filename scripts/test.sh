@@ -14,6 +14,7 @@ fi
 # Builds live outside the clone so CI runs on this machine reuse them.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/voxlake/target}"
 source scripts/prune_target.sh
+source scripts/own_target.sh
 
 # Python interop: the real deltalake and pyarrow from PyPI, pinned, and the torch wheel, in a
 # venv that lives beside the builds, at one path for every clone: tch's build script records
