@@ -264,6 +264,24 @@ async fn scans_of_one_snapshot_read_their_own_rows() {
     }
 }
 
+/// Converts `data`'s cubes of shard `shard` (`(i, n)`) into `table` in row groups of 4.
+async fn in_groups_of_4(
+    table: &str,
+    data: &voxlake::compact::synth::SynthDataset,
+    shard: (u32, u32),
+) {
+    voxlake::compact::Compactor::new(table)
+        .with_labels(data.labels.to_string_lossy())
+        .with_shard(shard.0, shard.1)
+        .with_layout(voxlake::format::Layout {
+            row_group_rows: 4,
+            ..Default::default()
+        })
+        .convert(&data.cubes.to_string_lossy())
+        .await
+        .unwrap();
+}
+
 /// Rows by their positions and by their ids: in the order asked (repeats too), the positions
 /// numbered over the scan's own rows (a filter's only those it selects) across files and row
 /// groups, each row whole (its tensor the cube's); a position past the rows or an id the scan
@@ -276,16 +294,7 @@ async fn a_scan_takes_rows_by_their_positions_and_ids() {
     let table = dir.path().join("table").to_string_lossy().into_owned();
     // Two files (a shard each) of row groups of 4.
     for shard in 0..2 {
-        voxlake::compact::Compactor::new(&table)
-            .with_labels(data.labels.to_string_lossy())
-            .with_shard(shard, 2)
-            .with_layout(voxlake::format::Layout {
-                row_group_rows: 4,
-                ..Default::default()
-            })
-            .convert(&data.cubes.to_string_lossy())
-            .await
-            .unwrap();
+        in_groups_of_4(&table, &data, (shard, 2)).await;
     }
     let snapshot = voxlake::table::Snapshot::builder(&table)
         .build()
@@ -388,15 +397,7 @@ async fn voxlake_tables_filter_on_their_labels() {
     let dir = tempfile::tempdir().unwrap();
     let data = voxlake::compact::synth::generate(dir.path(), 30, 5).unwrap();
     let table = dir.path().join("table").to_string_lossy().into_owned();
-    voxlake::compact::Compactor::new(&table)
-        .with_labels(data.labels.to_string_lossy())
-        .with_layout(voxlake::format::Layout {
-            row_group_rows: 4,
-            ..Default::default()
-        })
-        .convert(&data.cubes.to_string_lossy())
-        .await
-        .unwrap();
+    in_groups_of_4(&table, &data, (0, 1)).await;
     let (got, stats) = batches(
         Loader::builder(table)
             .with_batch_size(4)
