@@ -213,10 +213,15 @@ pub fn from_env() -> Result<Option<Launch>, String> {
     from_vars(|name| std::env::var(name).ok())
 }
 
-/// The number of nodes the launcher's variables say ([`from_env`]), if they say one: where it
-/// is 1, a job's ranks agree on their version on this node (`voxlake_delta::agree::Job`).
+/// The number of nodes the launcher's variables (`var`) say, if they say one: where it is 1, a
+/// job's ranks agree on their version on this node (`voxlake_delta::agree::Job::from_vars`).
+pub fn nodes_from_vars(var: impl Fn(&str) -> Option<String>) -> Option<usize> {
+    from_vars(var).ok().flatten()?.node.map(|(_, nodes)| nodes)
+}
+
+/// [`nodes_from_vars`] over this process's environment.
 pub fn nodes_from_env() -> Option<usize> {
-    from_env().ok().flatten()?.node.map(|(_, nodes)| nodes)
+    nodes_from_vars(|name| std::env::var(name).ok())
 }
 
 /// Which node affinity a loader asked for (`voxlake_loader::LoaderBuilder::with_node_affinity`).

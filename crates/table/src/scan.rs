@@ -50,6 +50,9 @@ pub struct Scan {
     columns: Vec<String>,
     /// The scan's files when a filter narrowed them (the snapshot's otherwise).
     narrowed: Option<Narrowed>,
+    /// `starts[i]`: the position of file i's first row read; last, the rows read. Made once
+    /// at build: every [`take`](Scan::take) locates its positions by them.
+    starts: Vec<u64>,
 }
 
 /// A filter's files and rows.
@@ -120,7 +123,7 @@ impl Scan {
 
     /// Rows the scan reads: live rows, those the filter selects.
     pub fn num_rows(&self) -> u64 {
-        self.files().iter().map(|f| f.rows().unwrap_or(0)).sum()
+        self.starts.last().copied().unwrap_or(0)
     }
 
     /// The filter's text, if the scan has one.

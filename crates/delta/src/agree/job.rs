@@ -131,23 +131,15 @@ mod tests {
 
     use super::*;
 
-    /// The job `vars` say, the launcher's node count read from them as
-    /// `voxlake_plan::launch::from_vars` reads it (torchrun's and Slurm's steps).
+    /// The job `vars` say, with the node count the launcher's variables among them say, as
+    /// the loader and the Python package compose the two.
     fn job(given: Option<Job>, vars: &[(&str, &str)]) -> Option<Job> {
         let vars: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let nodes = match (vars.get("WORLD_SIZE"), vars.get("LOCAL_WORLD_SIZE")) {
-            (Some(world), Some(per)) => Some(
-                world
-                    .parse::<usize>()
-                    .unwrap()
-                    .div_ceil(per.parse().unwrap()),
-            ),
-            _ => vars.get("SLURM_STEP_NUM_NODES").map(|n| n.parse().unwrap()),
-        };
-        Job::from_vars(given, nodes, |name| vars.get(name).cloned())
+        let var = |name: &str| vars.get(name).cloned();
+        Job::from_vars(given, voxlake_plan::launch::nodes_from_vars(var), var)
     }
 
     #[test]

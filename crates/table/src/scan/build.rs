@@ -53,10 +53,21 @@ impl ScanBuilder {
             Some(columns) => columns,
             None => default_columns(&snapshot),
         };
+        let files = match &narrowed {
+            Some(n) => &n.files,
+            None => snapshot.files(),
+        };
+        let starts = std::iter::once(0)
+            .chain(files.iter().scan(0u64, |total, file| {
+                *total += file.rows().unwrap_or(0);
+                Some(*total)
+            }))
+            .collect();
         Ok(Scan {
             snapshot,
             columns,
             narrowed,
+            starts,
         })
     }
 }

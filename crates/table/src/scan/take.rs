@@ -83,14 +83,7 @@ impl Scan {
 
     /// Where each of `positions` is; an error for the first past the scan's rows.
     async fn locate(&self, positions: &[u64]) -> Result<Vec<Place>, TableError> {
-        let files = self.files();
-        // `starts[i]`: the position of file i's first row.
-        let mut starts = Vec::with_capacity(files.len() + 1);
-        let mut total = 0u64;
-        for file in files.iter() {
-            starts.push(total);
-            total += file.rows().unwrap_or(0);
-        }
+        let (starts, total) = (&self.starts, self.num_rows());
         if let Some(&position) = positions.iter().find(|&&p| p >= total) {
             return Err(TableError::NoRow {
                 location: self.snapshot.location().to_string(),
@@ -101,6 +94,8 @@ impl Scan {
         }
         // Per file asked: the position of each row group's first row read, from its footer
         // (the footers fetched at once).
+        // The last file whose first row is at or before p (a file of no rows starts where
+        // the next does); p is below the total, so never the end.
         let file_of = |p: u64| starts.partition_point(|&s| s <= p) - 1;
         let asked: BTreeSet<usize> = positions.iter().map(|&p| file_of(p)).collect();
         let group_starts: BTreeMap<usize, Vec<u64>> =
