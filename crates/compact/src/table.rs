@@ -1,18 +1,17 @@
 //! Opening, creating, reading and committing to the Delta table.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::kernel::{StructType, engine::arrow_conversion::TryIntoKernel};
 use deltalake::operations::create::CreateBuilder;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
-use voxlake_delta::{DeltaLog, stores};
-use voxlake_format::sample::ColumnHints;
+use voxlake_delta::stores;
+use voxlake_io::cache::CacheChoice;
 use voxlake_format::{Layout, SampleSpec};
 use voxlake_io::redact;
-use voxlake_table::{Scan, Snapshot};
+use voxlake_table::{Scan, ScanOptions, Snapshot};
 
 use crate::error::CompactError;
 
@@ -37,10 +36,19 @@ pub(crate) struct Table {
     /// The newest version this handle committed or saw: blind appends go to the log without
     /// moving `table`'s file list (see `commit.rs`), so `table` may be older.
     pub(crate) head: u64,
+    /// Where the table is and the storage options it was opened with: a scan opens its
+    /// version through them.
+    url: Url,
+    options: HashMap<String, String>,
 }
 
 impl Table {
-    fn handle(table: DeltaTable, display: &str) -> Table {
+    fn handle(
+        table: DeltaTable,
+        url: &Url,
+        display: &str,
+        options: &HashMap<String, String>,
+    ) -> Table {
         use std::hash::{BuildHasher, Hasher};
         // Unique per handle: the process, the time and std's per-process random keys.
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -57,6 +65,8 @@ impl Table {
             display: display.to_string(),
             app_id: format!("voxlake-{:016x}", h.finish()),
             commits: 0,
+            url: url.clone(),
+            options: options.clone(),
         }
     }
 
@@ -85,7 +95,7 @@ impl Table {
             return Ok(None);
         }
         match table.load().await {
-            Ok(()) => Ok(Some(Table::handle(table, display))),
+            Ok(()) => Ok(Some(Table::handle(table, url, display, options))),
             Err(DeltaTableError::NotATable(_)) => Ok(None),
             Err(e) => Err(err(e)),
         }
@@ -140,7 +150,7 @@ impl Table {
             .with_commit_properties(commit_properties("create").with_max_retries(0))
             .await;
         match created {
-            Ok(table) => Ok(Table::handle(table, display)),
+            Ok(table) => Ok(Table::handle(table, url, display, options)),
             Err(e) => {
                 // A concurrent `--shard` run may have created it: use theirs if it fits.
                 match Table::open(url, display, options).await? {
@@ -183,15 +193,16 @@ impl Table {
         self.head
     }
 
-    /// A scan of every row of the handle's version: files from the log, cached footers, reads.
-    pub(crate) async fn scan(&mut self) -> Result<Scan, CompactError> {
-        self.catch_up().await?;
-        let (version, store) = DeltaLog::of_table(&self.table, &self.display)
-            .await
-            .map_err(voxlake_table::TableError::from)?;
-        let hints = ColumnHints::default();
-        let snapshot = Snapshot::from_log(version, store, &self.display, &hints).await?;
-        Ok(Arc::new(snapshot).scan_builder().build().await?)
+    /// A scan of every row of the handle's version, opened as a reader opens it (its log at
+    /// that version; no disk cache: the rows are read once).
+    pub(crate) async fn scan(&self) -> Result<Scan, CompactError> {
+        let scan = Snapshot::builder(self.url.as_str())
+            .with_storage_options(self.options.clone())
+            .with_version(self.head)
+            .with_cache_choice(CacheChoice::Off)
+            .build_scan(ScanOptions::default())
+            .await?;
+        Ok(scan)
     }
 
     /// Moves `table` to the handle's version where blind appends left it behind.

@@ -231,20 +231,6 @@ impl DeltaLog {
         let described = describe(replayed, &store, &root, &self.display).await?;
         Ok(Found::Log(Box::new(described), store))
     }
-
-    /// The version an already loaded table is at, its store.
-    pub async fn of_table(
-        table: &DeltaTable,
-        location: &str,
-    ) -> Result<(LogVersion, Arc<dyn ObjectStore>), DeltaError> {
-        let state = table
-            .snapshot()
-            .map_err(|e| DeltaError::deltalake(location, e))?;
-        let replayed =
-            crate::read::kernel_replay::replay(table, state.snapshot(), location, true).await?;
-        let (store, root) = (table.object_store(), table.log_store().root_url().clone());
-        Ok((describe(replayed, &store, &root, location).await?, store))
-    }
 }
 
 impl DeltaLog {

@@ -1,5 +1,4 @@
-//! The snapshot of a version as the Delta log describes it ([`Snapshot::from_log`]): its
-//! schema and samples resolved.
+//! The snapshot of a version as the Delta log describes it: its schema and samples resolved.
 
 use std::sync::Arc;
 
@@ -14,7 +13,7 @@ impl Snapshot {
     /// The snapshot of `described`, its files read through `store`, its samples as the
     /// table's configuration and `hints` say; `location` is used in messages, `identity` in
     /// cache keys.
-    pub(crate) async fn from_log_in(
+    pub(crate) async fn from_log(
         described: LogVersion,
         store: Arc<dyn ObjectStore>,
         location: String,

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use object_store::ObjectStore;
-use voxlake_delta::{ColumnMapping, FileList, Found, LogVersion};
+use voxlake_delta::{ColumnMapping, FileList, Found};
 use voxlake_format::TensorSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
 
@@ -24,7 +24,7 @@ impl Snapshot {
         let location = location.to_string();
         match found {
             Found::Log(version, store) => {
-                Snapshot::from_log_in(*version, store, location, hints, identity).await
+                Snapshot::from_log(*version, store, location, hints, identity).await
             }
             Found::Listing(files, store) => {
                 Snapshot::new(location, 0, *files, store, identity)
@@ -35,22 +35,6 @@ impl Snapshot {
                 "table {location}: found neither a log nor a listing"
             ))),
         }
-    }
-
-    /// The snapshot of a version whose log was read already
-    /// ([`DeltaLog::of_table`](voxlake_delta::DeltaLog::of_table)), its data files read through
-    /// `store`, its samples as `hints` say, the row counts of files whose log has none read
-    /// from their footers; `location` names it in messages and cache keys.
-    pub async fn from_log(
-        version: LogVersion,
-        store: Arc<dyn ObjectStore>,
-        location: &str,
-        hints: &ColumnHints,
-    ) -> Result<Snapshot, TableError> {
-        Snapshot::from_log_in(version, store, location.to_string(), hints, location)
-            .await?
-            .load_row_counts()
-            .await
     }
 
     pub(super) fn new(
