@@ -83,6 +83,7 @@ pub use device::TchTensor;
 pub use fork::{live_threads, tokio_runtime};
 pub use loader::{Loader, Recycler};
 pub use mixture::Source;
+pub use start::launcher_job;
 pub use state::LoaderState;
 pub use stats::LoaderStats;
 #[cfg(feature = "tch")]

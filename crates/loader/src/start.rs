@@ -19,6 +19,14 @@ use crate::producer::Producer;
 use crate::state::{LoaderState, Position, STATE_FORMAT};
 use crate::{Epochs, Loader, LoaderError, Tensors, budget, stall};
 
+/// The job this process's launcher names, if any ([`voxlake_delta::agree::Job::from_env`]:
+/// `VOXLAKE_JOB_ID`, torchrun's run id, Slurm's job id), told how many nodes the launch spans
+/// ([`voxlake_plan::launch::nodes_from_env`]); `given` is kept and completed from the
+/// launcher's variables. The job a loader whose rank the launcher gives joins.
+pub fn launcher_job(given: Option<voxlake_delta::agree::Job>) -> Option<voxlake_delta::agree::Job> {
+    voxlake_delta::agree::Job::from_env(given, voxlake_plan::launch::nodes_from_env())
+}
+
 impl LoaderBuilder {
     /// The epoch the run ends before (`None`: never) when it starts at `start`. A state
     /// decides where the run is; the run still ends where it would have, but never before the
@@ -49,9 +57,7 @@ impl LoaderBuilder {
         // The launcher says where and when the job runs, which decides how its ranks agree.
         self.options.job = match (self.options.job.take(), self.rank_from_env) {
             (None, false) => None,
-            (given, _) => {
-                voxlake_delta::agree::Job::from_env(given, voxlake_plan::launch::nodes_from_env())
-            }
+            (given, _) => launcher_job(given),
         };
         if self.rank_from_env {
             (self.rank, self.world_size) = match &launch {

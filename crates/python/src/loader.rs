@@ -116,8 +116,7 @@ impl Loader {
         // Rust builder's `with_rank_from_env` does.
         if from_env
             && !gathered.job
-            && let Some(job) =
-                voxlake::delta::agree::Job::from_env(None, voxlake::plan::launch::nodes_from_env())
+            && let Some(job) = voxlake_loader::launcher_job(None)
         {
             builder = builder.with_job(job);
         }
@@ -473,8 +472,7 @@ pub(crate) fn live_threads() -> usize {
 /// joins.
 #[pyfunction]
 pub(crate) fn default_job() -> Option<String> {
-    voxlake::delta::agree::Job::from_env(None, voxlake::plan::launch::nodes_from_env())
-        .map(|job| job.id)
+    voxlake_loader::launcher_job(None).map(|job| job.id)
 }
 
 /// This process's `(rank, world_size)` where none is given: torch.distributed's where it is
