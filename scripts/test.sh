@@ -49,9 +49,11 @@ step "set-up (venv, torch wheel, store servers)"
 cargo fmt --all -- --check
 # The walls between the crates and between files (docs/architecture.md).
 bash scripts/check_walls.sh
+# The binaries, cargo test and the wheel build one dependency tree (no crate compiled twice).
+bash scripts/check_features.sh
 cargo clippy --workspace --all-features --all-targets --quiet -- -D warnings
 # The API docs build without a broken or private link.
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --lib --quiet
 step "fmt, walls, clippy, docs"
 # What scripts/demo.sh builds: the binaries without the `cloud` feature (local tables only).
 cargo clippy -p voxlake-cli --bin compact --bin voxlake --no-default-features --quiet -- -D warnings
