@@ -14,6 +14,10 @@ words of memory (a ``multiprocessing.RawArray``, inherited by forked and spawned
 A pass that takes no setting reads the epoch after the latest pass's. All copies of a pass
 have the same token: the workers of one ``DataLoader`` iterator share its base seed, and a
 persistent worker counts its own passes, as each of its fellows does.
+
+- the versions: the table versions the copies read where nothing else fixes them (a one-rank
+  job's workers under a plain ``DataLoader``), resolved by the first copy to need them and read
+  by the others, for every later pass too, as one process keeps the version it opened.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import ctypes
 import json
 import multiprocessing
 import secrets
-from typing import Any, Dict, Optional, Tuple
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import ConfigError
 from ._voxlake import _compare_exchange
@@ -30,8 +35,15 @@ from ._voxlake import _compare_exchange
 #: Bytes of a state a setting can carry (a state is well under 1 KiB).
 STATE_BYTES = 16384
 
-_CLAIM, _SET_GEN, _SET_EPOCH, _SET_STATE_LEN = range(4)
-_HEADER_WORDS = 4
+#: Tables whose versions the copies agree on (a mixture's sources); more are resolved by each
+#: copy alone.
+MAX_VERSIONS = 256
+
+_CLAIM, _SET_GEN, _SET_EPOCH, _SET_STATE_LEN, _VERSIONS = range(5)
+_HEADER_WORDS = 5
+_VERSIONS_AT = _HEADER_WORDS + STATE_BYTES // 8
+# The versions word's phases.
+_NONE, _RESOLVING, _AGREED, _FAILED = range(4)
 _EPOCH_BITS = 24
 _GEN_BITS = 7
 _TOKEN_BITS = 32
@@ -68,7 +80,7 @@ class Passes:
     """The shared words of one dataset and its copies (see the module)."""
 
     def __init__(self, start_epoch: int) -> None:
-        self._words = multiprocessing.RawArray(ctypes.c_int64, _HEADER_WORDS + STATE_BYTES // 8)
+        self._words = multiprocessing.RawArray(ctypes.c_int64, _VERSIONS_AT + 1 + MAX_VERSIONS)
         self._check_epoch(start_epoch)
         self._words[_SET_EPOCH] = start_epoch
         self._words[_SET_GEN] = 1
@@ -131,6 +143,38 @@ class Passes:
             if _compare_exchange(address, word, new) == word:
                 _, took, _, claimed = _unpack(new)
                 return claimed, self._state() if took else None
+
+    def versions(self, resolve: Callable[[], List[int]]) -> Optional[List[int]]:
+        """The versions every copy reads: ``resolve()``'s in the first copy to ask, which the
+        others wait for (a copy that fails to resolve raises, and the next to ask tries in its
+        turn); None where they are more than ``MAX_VERSIONS``."""
+        address = ctypes.addressof(self._words) + 8 * _VERSIONS
+        while True:
+            phase = self._words[_VERSIONS]
+            if phase == _AGREED:
+                n = self._words[_VERSIONS_AT]
+                return [int(v) for v in self._words[_VERSIONS_AT + 1:_VERSIONS_AT + 1 + n]]
+            if phase == _RESOLVING:
+                # Another copy reads the log; a copy that dies while it does takes the
+                # DataLoader down with it, and this one with them.
+                time.sleep(0.005)
+                continue
+            if _compare_exchange(address, phase, _RESOLVING) != phase:
+                continue
+            try:
+                found = resolve()
+            except BaseException:
+                self._words[_VERSIONS] = _FAILED
+                raise
+            if len(found) > MAX_VERSIONS:
+                self._words[_VERSIONS] = _FAILED
+                return None
+            for i, v in enumerate(found):
+                self._words[_VERSIONS_AT + 1 + i] = v
+            self._words[_VERSIONS_AT] = len(found)
+            # Last: a copy that sees the phase sees the versions whole.
+            self._words[_VERSIONS] = _AGREED
+            return found
 
     def last_epoch(self) -> Optional[int]:
         """The epoch of the latest pass claimed, if any."""

@@ -153,6 +153,12 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         fixed = _fixed(self._table, options)
         if info is None and state is None and not fixed and self._job_versions is None:
             self._job_versions = _agree_versions(self._table, options, place)
+        elif info is not None and state is None and not fixed and self._job_versions is None and place.world_size == 1 and place.job is None:
+            # A one-rank run's workers (a plain DataLoader's; a named job agrees through its
+            # marker): the first to start resolves the latest versions for all of them, as one
+            # rank; the run's later passes read them too.
+            table_, probe = self._table, dict(options)
+            self._job_versions = self._passes.versions(lambda: _latest_versions(table_, probe))
         table = self._table
         if self._job_versions is not None and state is None and not fixed:
             table = _at_versions(table, options, self._job_versions)
@@ -365,11 +371,17 @@ def _agree_versions(table: Union[str, List[Source]], options: Dict[str, Any], pl
         return None
     box: List[Optional[List[int]]] = [None]
     if place.rank == 0:
-        # As one rank: the log and a footer, no data, no job.
-        with Loader(table, **dict(options, rank=0, world_size=1, epochs=0)) as probe:
-            box[0] = probe.versions
+        box[0] = _latest_versions(table, options)
     dist.broadcast_object_list(box, src=0)
     return None if box[0] is None else [int(v) for v in box[0]]
+
+
+def _latest_versions(table: Union[str, List[Source]], options: Dict[str, Any]) -> List[int]:
+    """The latest version of each table, opened as one rank: the log and a footer, no data,
+    no job."""
+    with Loader(table, **dict(options, rank=0, world_size=1, epochs=0)) as probe:
+        versions = [int(v) for v in probe.versions]
+    return versions
 
 
 def _fixed(table: Union[str, List[Source]], options: Dict[str, Any]) -> bool:

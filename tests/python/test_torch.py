@@ -167,6 +167,55 @@ def test_each_pass_reads_the_next_epoch_without_set_epoch(table, workers, persis
         assert first + second == both
 
 
+def test_a_one_rank_runs_workers_read_one_version_and_warn_nothing(table):
+    """Under a plain DataLoader the workers of a one-rank run are ranks of the loader: each
+    resolved the latest version by itself, and warned that ranks may read different versions.
+    Now the first to start resolves it for all (the dataset's shared words), the others wait
+    for it and read it, and a resolver that fails leaves the next to try."""
+    import multiprocessing
+
+    from voxlake._passes import Passes
+
+    fork = multiprocessing.get_context("fork")
+    passes, calls, answers = Passes(0), fork.Value("i", 0), fork.Queue()
+
+    def resolve():
+        with calls.get_lock():
+            calls.value += 1
+        time.sleep(0.3)  # the others ask while it reads the log
+        return [os.getpid(), 7]
+
+    copies = [fork.Process(target=lambda: answers.put(passes.versions(resolve))) for _ in range(3)]
+    for p in copies:
+        p.start()
+    agreed = [answers.get(timeout=30) for _ in copies]
+    for p in copies:
+        p.join(timeout=30)
+    assert calls.value == 1 and agreed[0] == agreed[1] == agreed[2] and agreed[0][1] == 7, agreed
+    assert passes.versions(lambda: [0]) == agreed[0]  # later passes read them too
+
+    failing = Passes(0)
+    with pytest.raises(RuntimeError, match="log unreadable"):
+        failing.versions(lambda: (_ for _ in ()).throw(RuntimeError("log unreadable")))
+    assert failing.versions(lambda: [3]) == [3]
+
+    script = f"""
+        import json, torch
+        from voxlake.torch import Dataset
+        ds = Dataset({table!r}, batch_size=8, shuffle=True, seed=5)
+        for context in ("fork", "spawn"):
+            dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
+                                             multiprocessing_context=context)
+            print(json.dumps([i for b in dl for i in b["id"]]))
+        """
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True,
+                          text=True, timeout=120, cwd=os.path.dirname(__file__))
+    assert done.returncode == 0, done.stderr
+    assert "different versions" not in done.stderr, done.stderr
+    for line in done.stdout.splitlines():
+        every_row_once(json.loads(line), slack=8)
+
+
 def test_a_loaders_passes_advance_the_epoch(table):
     both = ids_of(voxlake.Loader(table, batch_size=8, shuffle=True, seed=5, epochs=2))
     loader = voxlake.Loader(table, batch_size=8, shuffle=True, seed=5)
