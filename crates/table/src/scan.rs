@@ -30,7 +30,6 @@ mod index;
 mod take;
 
 pub use build::ScanBuilder;
-pub use index::RowIndex;
 
 /// The rows a reader reads of a [`Snapshot`], and their reads (see the module docs).
 ///
