@@ -75,6 +75,71 @@ async fn json_summary_has_the_documented_keys() {
     assert_eq!(v["rows"], 10);
     assert_eq!(v["row_groups"], 3);
     assert_eq!(v["shape"], serde_json::json!([30, 30, 10, 10]));
+    inspect_row_finds_a_row_by_its_id(&table);
+}
+
+/// `compact inspect TABLE --row ID`: the row the loader reads for that id, summed up; an id
+/// the version lacks fails naming it and the version.
+fn inspect_row_finds_a_row_by_its_id(table: &Path) {
+    let location = table.to_str().unwrap().to_string();
+    let batch = std::thread::spawn(move || {
+        voxlake::Loader::builder(&location)
+            .with_batch_size(10)
+            .build()
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+    })
+    .join()
+    .unwrap();
+    let voxlake::Tensors::F32(cubes) = &batch.tensors else {
+        panic!("f32 cubes: {:?}", batch.tensors.dtype());
+    };
+    let mut positions = Vec::new();
+    for k in [0, 7] {
+        let id = &batch.ids[k];
+        let v = json_output(Command::new(compact_bin()).args([
+            "inspect",
+            table.to_str().unwrap(),
+            "--row",
+            id,
+            "--json",
+        ]));
+        let cube = cubes.index_axis(ndarray::Axis(0), k);
+        let values: Vec<f64> = cube.iter().map(|&x| f64::from(x)).collect();
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        assert_eq!(v["id"], id.as_str(), "{v}");
+        assert_eq!(v["version"], 1);
+        assert_eq!(v["rows"], 10);
+        assert_eq!(v["label"], serde_json::json!(batch.labels[k]));
+        let field = &v["fields"][0];
+        assert_eq!(field["shape"], serde_json::json!([30, 30, 10, 10]));
+        assert_eq!(field["dtype"], "f32");
+        assert_eq!(field["min"].as_f64(), Some(min));
+        assert_eq!(field["max"].as_f64(), Some(max));
+        assert!(
+            (field["mean"].as_f64().unwrap() - mean).abs() < 1e-9,
+            "{field} vs {mean}"
+        );
+        positions.push(v["position"].as_u64().unwrap());
+    }
+    assert!(
+        positions[0] != positions[1] && positions.iter().all(|&p| p < 10),
+        "{positions:?}"
+    );
+    let out = Command::new(compact_bin())
+        .args(["inspect", table.to_str().unwrap(), "--row", "no-such-cube"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no-such-cube") && stderr.contains("version 1"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

@@ -8,8 +8,8 @@ use deltalake::operations::create::CreateBuilder;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
 use voxlake_delta::stores;
-use voxlake_io::cache::CacheChoice;
 use voxlake_format::{Layout, SampleSpec};
+use voxlake_io::cache::CacheChoice;
 use voxlake_io::redact;
 use voxlake_table::{Scan, ScanOptions, Snapshot};
 

@@ -94,6 +94,10 @@ enum Command {
     Inspect {
         /// Table: a local path or a URL.
         table: String,
+        /// One row instead, by its id: where it lies, its label, its fields' shapes, types and
+        /// values summed up.
+        #[arg(long, value_name = "ID")]
+        row: Option<String>,
         #[command(flatten)]
         sample: cli::SampleArgs,
         #[command(flatten)]
@@ -271,17 +275,19 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Inspect {
             table,
+            row,
             sample,
             version,
             common,
         } => {
-            let info = Compactor::new(table)
+            let compactor = Compactor::new(table)
                 .with_storage_options(common.storage.options()?)
                 .with_sample_columns(sample.hints())
-                .with_as_of(version.as_of()?)
-                .inspect()
-                .await?;
-            print::inspect(&mut out, &info, common.json)?;
+                .with_as_of(version.as_of()?);
+            match row {
+                Some(id) => print::row(&mut out, &compactor.inspect_row(&id).await?, common.json)?,
+                None => print::inspect(&mut out, &compactor.inspect().await?, common.json)?,
+            }
         }
         Command::Generate {
             dir,

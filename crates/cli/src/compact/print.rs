@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use voxlake_compact::{ConvertSummary, TableInfo};
+use voxlake_compact::{ConvertSummary, RowInfo, TableInfo};
 
 /// Printing failed: stdout closed (`compact … | head`) or a value that does not serialize.
 pub(super) type Error = Box<dyn std::error::Error>;
@@ -140,5 +140,56 @@ pub(super) fn inspect(out: &mut impl Write, info: &TableInfo, json: bool) -> Res
         .map(|(k, v)| format!("{k}: {v}"))
         .collect();
     writeln!(out, "labels    {}", labels.join(", "))?;
+    Ok(())
+}
+
+/// One row (`inspect --row`): one JSON object, or lines for a person.
+pub(super) fn row(out: &mut impl Write, info: &RowInfo, json: bool) -> Result<(), Error> {
+    if json {
+        writeln!(out, "{}", serde_json::to_string(info)?)?;
+        return Ok(());
+    }
+    writeln!(out, "table     {}", info.location)?;
+    writeln!(out, "version   {}", info.version)?;
+    writeln!(
+        out,
+        "row       {} (position {} of {})",
+        info.id, info.position, info.rows
+    )?;
+    match info.label {
+        Some(label) => writeln!(out, "label     {label}")?,
+        None => writeln!(out, "label     none")?,
+    }
+    for field in &info.fields {
+        match &field.text {
+            Some(text) => writeln!(out, "{:<9} {text:?}", field.name)?,
+            None if field.dtype == "text" => writeln!(out, "{:<9} null", field.name)?,
+            None => {
+                let show =
+                    |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.6}"));
+                writeln!(
+                    out,
+                    "{:<9} {:?} {}: min {}, max {}, mean {}{}",
+                    field.name,
+                    field.shape,
+                    field.dtype,
+                    show(field.min),
+                    show(field.max),
+                    show(field.mean),
+                    match field.nans {
+                        0 => String::new(),
+                        n => format!(", {n} NaN"),
+                    }
+                )?;
+            }
+        }
+    }
+    writeln!(
+        out,
+        "index     {} ids, {:.1} MB, built in {:.2} s",
+        info.rows,
+        info.index_bytes as f64 / 1e6,
+        info.index_seconds
+    )?;
     Ok(())
 }
