@@ -53,17 +53,7 @@ async fn json_summary_has_the_documented_keys() {
     let bf16 = dir.path().join("bf16");
     let v = json_output(convert_command(&data, &bf16).args(["--json", "--dtype", "bf16"]));
     assert_eq!(v["tensor"], "[30, 30, 10, 10] bf16");
-    let batch = std::thread::spawn(move || {
-        voxlake::Loader::builder(bf16.to_str().unwrap())
-            .with_batch_size(10)
-            .build()
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-    })
-    .join()
-    .unwrap();
+    let batch = first_batch(&bf16, 10);
     assert_eq!(batch.tensors.dtype(), voxlake::format::DType::BF16);
     assert_eq!(v["skipped"], serde_json::json!([]));
 
@@ -78,13 +68,13 @@ async fn json_summary_has_the_documented_keys() {
     inspect_row_finds_a_row_by_its_id(&table);
 }
 
-/// `compact inspect TABLE --row ID`: the row the loader reads for that id, summed up; an id
-/// the version lacks fails naming it and the version.
-fn inspect_row_finds_a_row_by_its_id(table: &Path) {
+/// The first batch of `size` rows a loader reads from `table` (on a thread of its own: the
+/// loader builds its runtime, which a test's runtime may not hold).
+fn first_batch(table: &Path, size: usize) -> voxlake::Batch {
     let location = table.to_str().unwrap().to_string();
-    let batch = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         voxlake::Loader::builder(&location)
-            .with_batch_size(10)
+            .with_batch_size(size)
             .build()
             .unwrap()
             .next()
@@ -92,7 +82,13 @@ fn inspect_row_finds_a_row_by_its_id(table: &Path) {
             .unwrap()
     })
     .join()
-    .unwrap();
+    .unwrap()
+}
+
+/// `compact inspect TABLE --row ID`: the row the loader reads for that id, summed up; an id
+/// the version lacks fails naming it and the version.
+fn inspect_row_finds_a_row_by_its_id(table: &Path) {
+    let batch = first_batch(table, 10);
     let voxlake::Tensors::F32(cubes) = &batch.tensors else {
         panic!("f32 cubes: {:?}", batch.tensors.dtype());
     };

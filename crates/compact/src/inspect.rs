@@ -95,7 +95,9 @@ pub struct TableInfo {
 }
 
 impl Compactor {
-    pub(crate) async fn run_inspect(&self) -> Result<TableInfo, CompactError> {
+    /// The table's version (as `with_as_of` says) opened to be looked at, and a scan of every
+    /// row: no disk cache, no file statistics.
+    pub(crate) async fn open_to_inspect(&self) -> Result<(Arc<Snapshot>, Scan), CompactError> {
         let options = TableOptions {
             storage_options: self.storage_options.clone(),
             as_of: self.as_of,
@@ -110,6 +112,11 @@ impl Compactor {
             .await?;
         let snapshot = Arc::new(snapshot);
         let scan = snapshot.scan_builder().build().await?;
+        Ok((snapshot, scan))
+    }
+
+    pub(crate) async fn run_inspect(&self) -> Result<TableInfo, CompactError> {
+        let (snapshot, scan) = self.open_to_inspect().await?;
         let columns = snapshot.columns().clone();
         let spec = columns.sample.first().clone();
         let fields = columns

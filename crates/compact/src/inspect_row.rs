@@ -2,15 +2,12 @@
 //! ([`voxlake_table::Scan::row_index`]) and read alone ([`voxlake_table::Scan::take_ids`]): where
 //! it lies, its label, each tensor field's shape, type and values summed up, its text fields.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch};
 use serde::Serialize;
 use voxlake_format::{DType, FieldKind, ID_COLUMN, LABEL_COLUMN};
-use voxlake_io::cache::CacheChoice;
-use voxlake_table::{Snapshot, TableOptions};
 
 use crate::{CompactError, Compactor};
 
@@ -66,20 +63,7 @@ impl Compactor {
     /// position, label and fields, read alone. An id the version has no row of is
     /// [`voxlake_table::TableError::NoId`], naming it and the version.
     pub async fn inspect_row(&self, id: &str) -> Result<RowInfo, CompactError> {
-        let options = TableOptions {
-            storage_options: self.storage_options.clone(),
-            as_of: self.as_of,
-            hints: self.hints.clone(),
-            cache: CacheChoice::Off,
-            ..TableOptions::default()
-        };
-        let snapshot = Snapshot::builder(&self.table)
-            .with_options(options)
-            .with_statistics(false)
-            .build()
-            .await?;
-        let snapshot = Arc::new(snapshot);
-        let scan = snapshot.scan_builder().build().await?;
+        let (snapshot, scan) = self.open_to_inspect().await?;
         let started = Instant::now();
         let index = scan.row_index().await?;
         let index_seconds = started.elapsed().as_secs_f64();
