@@ -3,7 +3,8 @@
 ``Loader(table, **options)`` iterates batches as dicts of field name -> numpy array, without a
 copy (the arrays look at the loader's buffers, given back to it when freed), plus ``label`` and
 ``id`` where the table has them. ``voxlake.torch.Dataset`` wraps it for ``torch.utils.data``.
-``convert(src, table, ...)`` and ``inspect(table)`` are ``compact convert`` and ``compact inspect``;
+``convert(src, table, ...)`` and ``inspect(table)`` are ``compact convert`` and ``compact inspect``
+(``inspect(table, row=ID)`` one row by its id, as ``compact inspect --row``);
 ``write(table, samples)`` writes samples held in memory (dicts of numpy arrays) the same way.
 A list of ``Source(table, proportion=...)`` in place of the table mixes several tables.
 The options are those of the Rust ``LoaderBuilder`` (``loader_options()`` lists them with their

@@ -102,8 +102,8 @@ def convert(
 ) -> Dict[str, Any]:
     """Convert the .npy objects under src not in table yet (compact convert); the summary."""
 
-def inspect(table: str, *, storage_options: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    """Describe a table as compact inspect --json does."""
+def inspect(table: str, *, row: Optional[str] = None, storage_options: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Describe a table as compact inspect --json does; with row, that row (inspect --row)."""
 def write_rows(
     table: str,
     fields: List[Tuple[str, List[int], str]],

@@ -216,6 +216,16 @@ def test_convert_and_inspect_are_compacts(table, tmp_path):
     batch = next(iter(voxlake.Loader(out, batch_size=20)))
     for row, sample_id in zip(batch["tensor"], batch["id"]):
         np.testing.assert_array_equal(row, cube(int(re.search(r"c(\d+)", sample_id).group(1))))
+    # One row by its id, as `compact inspect --row`: the loader's row summed up.
+    for k in (0, 13):
+        one = voxlake.inspect(out, row=batch["id"][k])
+        values = batch["tensor"][k].astype(np.float64)
+        field = one["fields"][0]
+        assert one["id"] == batch["id"][k] and one["rows"] == 20 and field["shape"] == SHAPE, one
+        assert (field["min"], field["max"]) == (values.min(), values.max()), (field, values.min(), values.max())
+        assert abs(field["mean"] - values.mean()) < 1e-6 * max(1.0, abs(values.mean())), field
+    with pytest.raises(voxlake.NotFoundError, match=r"no row of id 'c99\.npy' in the scan of version \d+"):
+        voxlake.inspect(out, row="c99.npy")
     with pytest.raises(voxlake.VoxlakeError):
         voxlake.convert(str(tmp_path / "nothing-here"), str(tmp_path / "t2"), progress=False)
     with pytest.raises(voxlake.ConfigError, match="shard"):

@@ -143,15 +143,25 @@ pub(crate) fn convert<'py>(
 }
 
 /// Describes `table` (any Delta table or folder of Parquet files voxlake can stream) as
-/// `compact inspect --json` does: version, files, rows, bytes, row groups, tensor spec, labels.
+/// `compact inspect --json` does: version, files, rows, bytes, row groups, tensor spec, labels;
+/// with `row`, that one row as `compact inspect --row ID --json` does.
 #[pyfunction]
-#[pyo3(signature = (table, *, storage_options=None))]
+#[pyo3(signature = (table, *, row=None, storage_options=None))]
 pub(crate) fn inspect<'py>(
     py: Python<'py>,
     table: String,
+    row: Option<String>,
     storage_options: Option<HashMap<String, String>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let compactor = compactor(table, storage_options);
-    let info = run(py, async move { compactor.inspect().await })?;
-    to_python(py, &info)
+    match row {
+        Some(id) => {
+            let info = run(py, async move { compactor.inspect_row(&id).await })?;
+            to_python(py, &info)
+        }
+        None => {
+            let info = run(py, async move { compactor.inspect().await })?;
+            to_python(py, &info)
+        }
+    }
 }

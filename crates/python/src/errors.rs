@@ -80,6 +80,8 @@ pub(crate) fn loader_error(e: LoaderError) -> PyErr {
 pub(crate) fn table_kind(e: &voxlake::table::TableError) -> Kind {
     match e {
         t if t.is_not_found() => Kind::NotFound,
+        // A row asked by an id the version lacks: named, with the version.
+        voxlake::table::TableError::NoId { .. } => Kind::NotFound,
         voxlake::table::TableError::Io(_) => Kind::Store,
         t if t.is_transient() => Kind::Store,
         _ => Kind::Table,
