@@ -18,7 +18,13 @@ async fn table(dir: &Path, count: usize, seed: u64) -> PathBuf {
 
 /// `count` synthetic cubes (labelled) in row groups of `rows` rows and files of about
 /// `file_bytes`.
-async fn table_of(dir: &Path, count: usize, seed: u64, rows: usize, file_bytes: u64) -> PathBuf {
+pub(crate) async fn table_of(
+    dir: &Path,
+    count: usize,
+    seed: u64,
+    rows: usize,
+    file_bytes: u64,
+) -> PathBuf {
     let data = synth::generate(dir, count, seed).unwrap();
     let table = dir.join("table");
     Compactor::new(table.to_str().unwrap())
@@ -90,7 +96,7 @@ fn ids(batches: &[Batch]) -> Vec<String> {
     batches.iter().flat_map(|b| b.ids.clone()).collect()
 }
 
-fn index_of(id: &str) -> usize {
+pub(crate) fn index_of(id: &str) -> usize {
     id.trim_start_matches("cube_")
         .trim_end_matches(".npy")
         .parse()

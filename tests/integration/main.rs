@@ -10,6 +10,7 @@ mod filter;
 mod foreign;
 mod jobs;
 mod loader;
+mod lookup;
 mod mixture;
 mod sampling;
 mod stores;

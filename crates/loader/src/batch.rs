@@ -123,6 +123,17 @@ impl Batch {
             .collect()
     }
 
+    /// Bytes of every tensor field.
+    pub(crate) fn tensor_bytes(&self) -> usize {
+        self.fields()
+            .iter()
+            .map(|(_, f)| match f {
+                FieldRef::Tensors(t) => t.nbytes(),
+                FieldRef::Text(_) => 0,
+            })
+            .sum()
+    }
+
     /// The first field's name (the field [`tensors`](Self::tensors) holds).
     pub fn first_name(&self) -> &str {
         &self.first

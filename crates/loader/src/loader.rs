@@ -384,16 +384,8 @@ impl Loader {
                     .store(self.started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
             c.samples.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            // Every tensor field's bytes.
-            let bytes: usize = batch
-                .fields()
-                .iter()
-                .map(|(_, f)| match f {
-                    crate::FieldRef::Tensors(t) => t.nbytes(),
-                    crate::FieldRef::Text(_) => 0,
-                })
-                .sum();
-            c.tensor_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+            c.tensor_bytes
+                .fetch_add(batch.tensor_bytes() as u64, Ordering::Relaxed);
         }
         item
     }

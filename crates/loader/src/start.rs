@@ -196,7 +196,7 @@ impl LoaderBuilder {
     /// What copies the rows of `opened`'s row groups into batches: its threads (the assembly
     /// pool), the channels' layout and, for a CUDA device, the staging ring (set up beside the
     /// stream's first reads, after the context `warming` made).
-    fn assembler(
+    pub(crate) fn assembler(
         &self,
         opened: &Opened,
         settings: &OrderSettings,
@@ -257,7 +257,7 @@ impl LoaderBuilder {
     /// Opens the table (or a mixture's sources) at `versions` and builds the stream of this
     /// rank's `shard` in what the budget leaves it; the shuffle buffer in `settings` cut to
     /// the budget.
-    fn open_stream(
+    pub(crate) fn open_stream(
         &self,
         runtime: &tokio::runtime::Runtime,
         versions: Vec<AsOf>,
@@ -433,8 +433,8 @@ impl LoaderBuilder {
 }
 
 /// The table opened and its stream built, with what the budget counts.
-struct Opened {
-    stream: TableStream,
+pub(crate) struct Opened {
+    pub(crate) stream: TableStream,
     /// What the loader hands out (after transforms).
     spec: SampleSpec,
     /// The table's samples.
@@ -442,7 +442,7 @@ struct Opened {
     /// The transforms, those chosen by name made for `input_spec`.
     transforms: crate::transform::Transforms,
     /// The larger sample of the two.
-    sample_bytes: u64,
+    pub(crate) sample_bytes: u64,
     /// The budget's bytes outside the stream: the batches the loader keeps, the file list.
     outside: u64,
 }

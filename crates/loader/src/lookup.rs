@@ -1,0 +1,303 @@
+//! [`Lookup`]: a table's rows by their positions or ids, as the loader's [`Batch`]es — what a
+//! map-style dataset (any torch `Sampler`) reads. The version is the builder's, fixed when it
+//! opens; the rows are numbered `0..len()` in the order the version fixes (the scan's
+//! positions: `voxlake_table::Scan::take`). Only the row groups holding an asked row are read,
+//! through the stream's reads (the memory budget, the node cache, the checksums), and the
+//! batch is assembled as the loader assembles one (its checks, transforms and copy kernels).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use voxlake_format::SampleSpec;
+use voxlake_stream::{StreamError, TableStream};
+use voxlake_table::{RowIndex, TableError};
+
+use crate::assemble::{Assembler, Row};
+use crate::counters::Counters;
+use crate::{Batch, LoaderError, LoaderStats};
+
+/// A table's rows by position or id, as [`Batch`]es (see the module docs); made by
+/// [`LoaderBuilder::build_lookup`](crate::LoaderBuilder::build_lookup).
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let data = voxlake_compact::synth::generate(dir.path(), 10, 1)?;
+/// # let table = dir.path().join("table").to_string_lossy().into_owned();
+/// # tokio::runtime::Runtime::new()?.block_on(
+/// #     voxlake_compact::Compactor::new(&table).with_labels(data.labels.to_string_lossy())
+/// #         .convert(&data.cubes.to_string_lossy()))?;
+/// use voxlake_loader::Loader;
+///
+/// let rows = Loader::builder(&table).build_lookup()?;
+/// assert_eq!(rows.len(), 10);
+/// let batch = rows.take(&[7, 0, 7])?;
+/// assert_eq!(batch.tensors.shape(), &[3, 30, 30, 10, 10]);
+/// assert_eq!(batch.ids[0], batch.ids[2]);
+/// let again = rows.take_ids(&[batch.ids[1].as_str()])?;
+/// assert_eq!(again.tensors, rows.take(&[0])?.tensors);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Lookup {
+    // Dropped first: the stream's tasks end with the runtime below.
+    stream: TableStream,
+    assembler: Assembler,
+    /// `starts[i]`: the position of file i's first row; last, the rows.
+    starts: Vec<u64>,
+    /// Per file looked up so far: the position in the file of each row group's first row.
+    groups: Mutex<locate::GroupStarts>,
+    /// The ids by position, made at the first lookup by id.
+    index: Mutex<Option<Arc<RowIndex>>>,
+    epoch: AtomicU64,
+    /// One sample's tensor bytes (the larger of the table's and the transforms' output).
+    sample_bytes: u64,
+    counters: Arc<Counters>,
+    started: Instant,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Lookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lookup")
+            .field("table", &self.stream.scan().snapshot().location())
+            .field("version", &self.version())
+            .field("rows", &self.len())
+            .finish()
+    }
+}
+
+impl Lookup {
+    pub(crate) fn new(
+        stream: TableStream,
+        assembler: Assembler,
+        sample_bytes: u64,
+        counters: Arc<Counters>,
+        runtime: tokio::runtime::Runtime,
+    ) -> Lookup {
+        let mut starts = Vec::with_capacity(stream.rows_per_file().len() + 1);
+        let mut at = 0u64;
+        for &rows in stream.rows_per_file() {
+            starts.push(at);
+            at += rows;
+        }
+        starts.push(at);
+        Lookup {
+            stream,
+            assembler,
+            starts,
+            groups: Mutex::default(),
+            index: Mutex::default(),
+            epoch: AtomicU64::new(0),
+            sample_bytes,
+            counters,
+            started: Instant::now(),
+            runtime: Some(runtime),
+        }
+    }
+
+    /// Rows of the version (those the filter selects).
+    pub fn len(&self) -> u64 {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    /// Whether the version has no row.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The table version read.
+    pub fn version(&self) -> u64 {
+        self.stream.scan().snapshot().version()
+    }
+
+    /// The samples handed out (after the transforms).
+    pub fn spec(&self) -> &SampleSpec {
+        &self.assembler.spec
+    }
+
+    /// The epoch the transforms are seeded with (as a sampler's `set_epoch`): each sample's
+    /// generator derives from the seed, this epoch and its id, a batch transform's from the
+    /// seed, this epoch and the batch's first position.
+    pub fn set_epoch(&self, epoch: u64) {
+        self.epoch.store(epoch, Ordering::Relaxed);
+    }
+
+    /// The rows at `positions` (each below [`len`](Self::len); a position may repeat), in the
+    /// order asked, as one batch: the batch's `index` is its first position. A position past
+    /// the rows is [`TableError::NoRow`] before anything is read; rows that the memory budget
+    /// cannot hold at once are a [`LoaderError::Config`] (take fewer at a time).
+    pub fn take(&self, positions: &[u64]) -> Result<Batch, LoaderError> {
+        self.on_runtime(self.take_async(positions))
+    }
+
+    /// The rows of `ids`, in the order asked, as [`take`](Self::take) gives them. The first
+    /// lookup by id reads the id column of every file once ([`ids`](Self::ids)); an id the
+    /// version has no (selected) row of is [`TableError::NoId`].
+    pub fn take_ids(&self, ids: &[&str]) -> Result<Batch, LoaderError> {
+        let positions = self.positions(ids)?;
+        self.take(&positions)
+    }
+
+    /// The position of each of `ids`; [`TableError::NoId`] for the first the version lacks.
+    pub fn positions(&self, ids: &[&str]) -> Result<Vec<u64>, LoaderError> {
+        let index = self.ids()?;
+        let scan = self.stream.scan();
+        ids.iter()
+            .map(|&id| {
+                index.position(id).ok_or_else(|| {
+                    LoaderError::Stream(StreamError::Table(TableError::NoId {
+                        location: scan.snapshot().location().to_string(),
+                        id: id.to_string(),
+                        version: scan.snapshot().version(),
+                    }))
+                })
+            })
+            .collect()
+    }
+
+    /// The version's ids in position order (`voxlake_table::Scan::row_index`), read once.
+    pub fn ids(&self) -> Result<Arc<RowIndex>, LoaderError> {
+        let mut index = self
+            .index
+            .lock()
+            .map_err(|_| LoaderError::Internal("the row index's lock".into()))?;
+        if let Some(made) = index.as_ref() {
+            return Ok(made.clone());
+        }
+        let scan = self.stream.scan().clone();
+        let made = Arc::new(self.on_runtime(async move {
+            scan.row_index()
+                .await
+                .map_err(|e| LoaderError::Stream(e.into()))
+        })?);
+        *index = Some(made.clone());
+        Ok(made)
+    }
+
+    /// What the lookups have done so far: the samples and batches handed out, the time
+    /// assembling them, and the stream's reads (`stream.bytes`: bytes of column chunks fetched).
+    pub fn stats(&self) -> LoaderStats {
+        let c = &self.counters;
+        let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
+        LoaderStats {
+            samples: c.samples.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            tensor_bytes: c.tensor_bytes.load(Ordering::Relaxed),
+            assemble: ns(&c.assemble_ns),
+            batch_transform: ns(&c.batch_transform_ns),
+            loosened_rows: c.loosened_rows.load(Ordering::Relaxed),
+            elapsed: self.started.elapsed(),
+            stream: self.stream.stats(),
+            ..LoaderStats::default()
+        }
+    }
+
+    /// Ends the lookup's threads, waiting for them (a process that forks after this hands its
+    /// child none: `voxlake_loader::live_threads`).
+    pub fn close(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(crate::loader::THREADS_WAIT);
+        }
+    }
+
+    /// Runs `work` on the lookup's runtime, from the caller's thread (from a thread of its
+    /// own where the caller is in another runtime, which cannot block on this one).
+    fn on_runtime<T: Send>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, LoaderError>> + Send,
+    ) -> Result<T, LoaderError> {
+        crate::fork::check()?;
+        let runtime = self
+            .runtime
+            .as_ref()
+            .ok_or_else(|| LoaderError::Internal("the lookup was closed".into()))?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return runtime.block_on(work);
+        }
+        std::thread::scope(|s| s.spawn(|| runtime.block_on(work)).join()).map_err(|panic| {
+            LoaderError::Panicked {
+                stage: "lookup".into(),
+                object: self.stream.scan().snapshot().location().to_string(),
+                message: voxlake_io::panic_message(panic.as_ref()),
+            }
+        })?
+    }
+
+    async fn take_async(&self, positions: &[u64]) -> Result<Batch, LoaderError> {
+        let places = self.locate(positions).await?;
+        // Each row group read once; its slot in `reads`.
+        let mut slots: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+        let mut reads: Vec<(usize, usize, Vec<u64>)> = Vec::new();
+        for p in &places {
+            let slot = *slots.entry((p.file, p.row_group)).or_insert_with(|| {
+                reads.push((p.file, p.row_group, Vec::new()));
+                reads.len() - 1
+            });
+            reads[slot].2.push(p.row);
+        }
+        let concurrency = self.check_budget(positions.len(), &reads).await?;
+        let several = reads.len() > 1;
+        let groups: Vec<Arc<crate::assemble::Group>> = futures::stream::iter(reads)
+            .map(|(file, row_group, mut rows)| async move {
+                let unit = self.unit(file, row_group).await?;
+                let whole = unit.rows;
+                let data = self.stream.read_unit(unit, 0).await?;
+                let group = Arc::new(self.assembler.group(data)?);
+                rows.sort_unstable();
+                rows.dedup();
+                // Of several row groups, only the asked rows are held while the others are
+                // read: the budget follows the rows asked, not their row groups.
+                match several && (rows.len() as u64) < whole {
+                    true => self.assembler.loosen(group, &rows),
+                    false => Ok(group),
+                }
+            })
+            .buffered(concurrency)
+            .try_collect()
+            .await?;
+        let rows = places
+            .iter()
+            .map(|p| {
+                let group = groups[slots[&(p.file, p.row_group)]].clone();
+                let index = group.index_of(p.row).ok_or_else(|| {
+                    LoaderError::Internal(format!(
+                        "row {} of row group {} of file #{} is not in its read",
+                        p.row, p.row_group, p.file
+                    ))
+                })?;
+                Ok(Row { group, index })
+            })
+            .collect::<Result<Vec<Row>, LoaderError>>()?;
+        let start = Instant::now();
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        let batch = match rows.is_empty() {
+            true => return Err(LoaderError::Config("a take of no rows".into())),
+            false => self.assembler.assemble_caught(&rows, epoch, positions[0])?,
+        };
+        let c = &self.counters;
+        c.assemble_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        c.samples.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.tensor_bytes
+            .fetch_add(batch.tensor_bytes() as u64, Ordering::Relaxed);
+        Ok(batch)
+    }
+}
+
+impl Drop for Lookup {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+mod build;
+mod locate;

@@ -1,0 +1,62 @@
+//! `LoaderBuilder::build_lookup`: the table opened at the builder's version, its stream (one
+//! shard: every row) and the assembler made as `build()` makes them.
+
+use std::sync::Arc;
+
+use voxlake_plan::plan::Shard;
+use voxlake_plan::resume::OrderSettings;
+
+use super::Lookup;
+use crate::counters::Counters;
+use crate::{LoaderBuilder, LoaderError};
+
+impl LoaderBuilder {
+    /// The table's rows by position or id ([`Lookup`]) instead of streamed: what a map-style
+    /// dataset reads, any sampler choosing the rows. It takes the table's settings (version,
+    /// store, columns, filter, cache, checks), the memory budget, the channel layout and the
+    /// transforms (seeded by the shuffle seed, where one is set); the stream's order settings
+    /// (shuffle buffer, batch size, epochs, rank) are not used: the sampler decides which rows
+    /// each rank reads. A mixture, a state, a sampling spec or a CUDA device is refused.
+    pub fn build_lookup(mut self) -> Result<Lookup, LoaderError> {
+        let refused = |what: &str| {
+            Err(LoaderError::Config(format!(
+                "a lookup reads one table's rows as asked: {what} is the streaming loader's"
+            )))
+        };
+        if self.sources.is_some() {
+            return refused("a mixture of sources");
+        }
+        if self.state.is_some() {
+            return refused("a state to resume");
+        }
+        if !self.sampling.is_plain() {
+            return refused("a sampling spec (draw the rows with a sampler)");
+        }
+        if self.device.is_some() {
+            return refused("a device for the batches");
+        }
+        crate::fork::check()?;
+        let _live = crate::fork::Live::new();
+        let versions = self.versions_to_read()?;
+        let runtime = crate::fork::tokio_runtime(self.runtime_threads, "voxlake-lookup")
+            .map_err(|e| LoaderError::Internal(format!("tokio runtime: {e}")))?;
+        let mut settings = OrderSettings {
+            seed: self.shuffle.map_or(0, |s| s.0),
+            batch_size: self.batch_size,
+            ..OrderSettings::plain()
+        };
+        self.shuffle = None;
+        let whole = Shard::new(0, 1)
+            .ok_or_else(|| LoaderError::Internal("the shard of one rank".into()))?;
+        let opened = self.open_stream(&runtime, versions, whole, &mut settings)?;
+        let counters = Arc::new(Counters::default());
+        let assembler = self.assembler(&opened, &settings, &counters, &Arc::default(), None)?;
+        Ok(Lookup::new(
+            opened.stream,
+            assembler,
+            opened.sample_bytes,
+            counters,
+            runtime,
+        ))
+    }
+}
