@@ -1,5 +1,6 @@
-"""voxlake for PyTorch: ``Dataset`` (a ``torch.utils.data.IterableDataset``), ``DataLoader``
-(a ``torch.utils.data.DataLoader`` that checkpoints), and ``to_device`` (batches into CUDA).
+"""voxlake for PyTorch: ``Dataset`` (a ``torch.utils.data.IterableDataset``), ``MapDataset``
+(samples by index or id, for any ``Sampler``), ``DataLoader`` (a ``torch.utils.data.DataLoader``
+that checkpoints), and ``to_device`` (batches into CUDA).
 
 Each pass over a ``Dataset`` reads the next epoch, in the main process and in ``DataLoader``
 workers alike (persistent or not): the copies agree on each pass's epoch through a few words
@@ -35,10 +36,11 @@ import torch.utils.data
 from . import ConfigError, Loader, Source, loader_options
 from ._voxlake import DEFAULT_MEMORY_BUDGET, STAGING_BUFFERS, live_threads
 from ._device import to_device
+from ._map import MapDataset
 from ._passes import Passes, pass_token, random_token
 from ._placement import Placement, at_boundary, compose, fit, resolve, state_versions, worker_rank
 
-__all__ = ["DataLoader", "Dataset", "STAGING_BUFFERS", "to_device"]
+__all__ = ["DataLoader", "Dataset", "MapDataset", "STAGING_BUFFERS", "to_device"]
 
 #: The key under which a worker of ``voxlake.torch.DataLoader`` sends the states around each
 #: batch (taken out before the batch reaches the training loop).

@@ -105,16 +105,7 @@ impl Loader {
     /// marks a null label). Of a mixture (whose sources all have one or none): the first
     /// source's name, nullable where any source's is.
     pub fn label_column(&self) -> Option<(&str, bool)> {
-        let name = self.stream.scan().snapshot().columns().label.as_deref()?;
-        let nullable = self.stream.sources().scans().iter().any(|s| {
-            let s = s.snapshot();
-            s.columns().label.as_deref().is_none_or(|label| {
-                s.schema()
-                    .field_with_name(label)
-                    .map_or(true, |f| f.is_nullable())
-            })
-        });
-        Some((name, nullable))
+        label_column(&self.stream)
     }
 
     /// This process's rank (from 0) and the number of ranks.
@@ -251,10 +242,7 @@ impl Loader {
     /// wherever the batch's first field ended up (another thread, an owner in another
     /// language); it outlives the loader harmlessly.
     pub fn recycler(&self) -> Recycler {
-        Recycler {
-            recycled: self.recycled.clone(),
-            max: self.recycle_max,
-        }
+        Recycler::new(self.recycled.clone(), self.recycle_max)
     }
 }
 
@@ -391,7 +379,22 @@ impl Loader {
     }
 }
 
-/// Gives a batch's first field back to its loader for refilling ([`Loader::recycler`]).
+/// [`Loader::label_column`] of `stream`'s table (or mixture).
+pub(crate) fn label_column(stream: &TableStream) -> Option<(&str, bool)> {
+    let name = stream.scan().snapshot().columns().label.as_deref()?;
+    let nullable = stream.sources().scans().iter().any(|s| {
+        let s = s.snapshot();
+        s.columns().label.as_deref().is_none_or(|label| {
+            s.schema()
+                .field_with_name(label)
+                .map_or(true, |f| f.is_nullable())
+        })
+    });
+    Some((name, nullable))
+}
+
+/// Gives a batch's first field back to its loader (or lookup) for refilling
+/// ([`Loader::recycler`]).
 #[derive(Debug, Clone)]
 pub struct Recycler {
     recycled: Arc<Mutex<Vec<Tensors>>>,
@@ -399,6 +402,10 @@ pub struct Recycler {
 }
 
 impl Recycler {
+    pub(crate) fn new(recycled: Arc<Mutex<Vec<Tensors>>>, max: usize) -> Recycler {
+        Recycler { recycled, max }
+    }
+
     /// Keeps `tensors` (a batch's first field, [`Batch::tensors`]) for a later batch, if the
     /// loader holds fewer spares than it keeps; libtorch tensors are not kept.
     pub fn recycle(&self, tensors: Tensors) {

@@ -119,6 +119,21 @@ impl Lookup {
         &self.assembler.spec
     }
 
+    /// The table's label column, if it has one, and whether it may be null (as
+    /// [`Loader::label_column`](crate::Loader::label_column)).
+    pub fn label_column(&self) -> Option<(&str, bool)> {
+        crate::loader::label_column(&self.stream)
+    }
+
+    /// Takes a batch's first field back for a later take's (as
+    /// [`Loader::recycler`](crate::Loader::recycler)).
+    pub fn recycler(&self) -> crate::Recycler {
+        crate::Recycler::new(
+            self.assembler.recycled.clone(),
+            crate::builder::RECYCLED_SPARES,
+        )
+    }
+
     /// The epoch the transforms are seeded with (as a sampler's `set_epoch`): each sample's
     /// generator derives from the seed, this epoch and its id, a batch transform's from the
     /// seed, this epoch and the batch's first position.

@@ -4,7 +4,7 @@
 //!
 //! One job per module: `options` applies the Python keyword arguments to the Rust builder
 //! (the one list of them), `loader` is the `Loader` class (iteration with the GIL released,
-//! state, epochs), `arrays` hands a batch's buffers to numpy without a copy, `batch_transform` runs a
+//! state, epochs), `lookup` the `Lookup` class (rows by position or id, for `MapDataset`), `arrays` hands a batch's buffers to numpy without a copy, `batch_transform` runs a
 //! Python callable on each batch on the loader's thread, `compact`
 //! runs `convert` and `inspect`, `cli` the console scripts, `staging` copies a batch into
 //! `voxlake.torch.to_device`'s page-locked buffers, `logs` hands the crates' `tracing` events to Python's `logging`, `shared` the
@@ -24,6 +24,7 @@ mod errors;
 mod extract;
 mod loader;
 mod logs;
+mod lookup;
 mod mixture;
 mod options;
 mod sampling;
@@ -41,6 +42,7 @@ use pyo3::prelude::*;
 fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::Loader>()?;
     m.add_class::<arrays::TensorOwner>()?;
+    m.add_class::<lookup::Lookup>()?;
     m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
     m.add_function(wrap_pyfunction!(setters::_setters, m)?)?;
     m.add_function(wrap_pyfunction!(loader::default_rank, m)?)?;

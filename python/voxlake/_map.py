@@ -1,0 +1,179 @@
+"""``voxlake.torch.MapDataset``: a table's samples by index or id, for any torch ``Sampler``.
+
+The version is resolved once, when the dataset is made, and every process reads that one (it
+pickles with the dataset into ``DataLoader`` workers, fork or spawn). Each process opens its
+own ``Lookup`` when it first reads; a fork closes the open ones first (``os.register_at_fork``),
+so that a forked worker inherits no thread of its parent's, and the parent opens again when it
+next reads.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import weakref
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from ._errors import ConfigError
+from ._voxlake import Lookup
+
+#: Options of ``voxlake.Loader`` that decide how a stream reads (its order, its batches, its
+#: rank, its draws): a map-style dataset's sampler and ``DataLoader`` decide those.
+_STREAMING = frozenset({
+    "batch_size", "epochs", "start_epoch", "shuffle", "shuffle_buffer", "drop_last", "rank",
+    "world_size", "job", "job_dir", "prefetch", "uneven", "keep_row_groups", "node_affinity",
+    "row_group_prefetch", "balance", "class_weights", "weight_column", "epoch_size", "subsample",
+    "subset_by", "split", "splits", "split_salt",
+})
+
+#: The datasets of this process with a lookup open, closed before a fork.
+_OPEN: "weakref.WeakSet[MapDataset]" = weakref.WeakSet()
+
+
+def _close_before_fork() -> None:
+    for dataset in list(_OPEN):
+        dataset.close()
+
+
+os.register_at_fork(before=_close_before_fork)
+
+
+class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
+    """The samples of ``table`` by index, ``0 <= i < len(ds)`` in the order the version fixes,
+    each a dict: every field as a torch tensor, ``label`` (an int; ``label_valid`` beside it
+    where labels may be null) and ``id``. ``ds[i]`` reads one sample; ``ds.__getitems__(list)``
+    (what ``DataLoader`` calls with a batch's indices) reads them in one batched take; ``by_id``
+    reads by id. Only the row groups holding the asked samples are read.
+
+    Takes ``voxlake.Loader``'s table options (``version``/``timestamp``, ``filter``,
+    ``fields``, ``columns``, ``storage_options``, ``cache_dir``, ``memory_budget``,
+    ``channels_first``, ``transforms``, ``batch_transform``…); ``seed`` seeds the transforms
+    (each sample's from the seed, ``set_epoch``'s epoch and its id). The streaming options
+    (batch size, shuffling, ranks, draws) are a sampler's job here and are refused.
+    """
+
+    def __init__(self, table: str, **options: Any) -> None:
+        super().__init__()
+        given = sorted(set(options) & _STREAMING)
+        if given:
+            raise ConfigError(
+                f"MapDataset: {', '.join(given)} decide how a stream reads; here a sampler and "
+                "the DataLoader decide (DistributedSampler, WeightedRandomSampler, batch_size)"
+            )
+        options = dict(options)
+        if "seed" in options:
+            options["shuffle"] = True  # the lookup takes only the seed of the shuffle settings
+        lookup = Lookup(table, **options)
+        self._version: int = lookup.version
+        self._len = len(lookup)
+        self._bf16: FrozenSet[str] = frozenset(n for n, d in lookup.fields() if d == "bf16")
+        # Every process reads the version resolved now.
+        options.pop("timestamp", None)
+        options["version"] = self._version
+        self._table, self._options = table, options
+        self._epoch = 0
+        self._ids: Optional[List[str]] = None
+        self._lookup: Optional[Lookup] = lookup
+        self._pid = os.getpid()
+        _OPEN.add(self)
+
+    def __repr__(self) -> str:
+        return f"voxlake.torch.MapDataset({self._table!r}, version={self._version})"
+
+    @property
+    def version(self) -> int:
+        """The table version every process of the dataset reads."""
+        return self._version
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index: int) -> Dict[str, Any]:
+        return self._samples(self._open().take([self._position(index)]))[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> List[Dict[str, Any]]:
+        """The samples at ``indices`` (a batch's, as ``DataLoader`` asks), read in one take."""
+        positions = [self._position(i) for i in indices]
+        if not positions:
+            return []
+        return self._samples(self._open().take(positions))
+
+    def by_id(self, id: str) -> Dict[str, Any]:
+        """The sample of ``id``; ``NotFoundError`` naming it and the version where it has none.
+        The first call reads the table's ids once."""
+        return self._samples(self._open().take_ids([id]))[0]
+
+    def index_of(self, id: str) -> int:
+        """The index of the sample ``id`` (``NotFoundError`` where the version has none)."""
+        return self._open().positions([id])[0]
+
+    def ids(self) -> List[str]:
+        """Every sample's id, in index order (read once)."""
+        if self._ids is None:
+            self._ids = self._open().ids()
+        return list(self._ids)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the transforms are seeded with (call it beside the sampler's)."""
+        self._epoch = int(epoch)
+        if self._lookup is not None and self._pid == os.getpid():
+            self._lookup.set_epoch(self._epoch)
+
+    def stats(self) -> Dict[str, Any]:
+        """What this process's reads did: samples and takes, row groups and ``bytes_read``."""
+        return self._open().stats()
+
+    def close(self) -> None:
+        """Ends this process's lookup and its threads (the next read opens one again)."""
+        lookup, self._lookup = self._lookup, None
+        _OPEN.discard(self)
+        if lookup is not None and self._pid == os.getpid():
+            lookup.close()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_lookup"] = None  # each process opens its own
+        state["_ids"] = None
+        return state
+
+    def _open(self) -> Lookup:
+        if self._lookup is None or self._pid != os.getpid():
+            # A forked copy's lookup is its parent's: forgotten, never used or closed here.
+            self._lookup = Lookup(self._table, **self._options)
+            self._pid = os.getpid()
+            if self._epoch:
+                self._lookup.set_epoch(self._epoch)
+            _OPEN.add(self)
+        return self._lookup
+
+    def _position(self, index: Any) -> int:
+        i = operator.index(index)
+        if not 0 <= i < self._len:
+            raise IndexError(f"index {i} is outside 0..{self._len} (version {self._version})")
+        return i
+
+    def _samples(self, batch: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """A batch dict as one dict per sample (views of the batch's tensors, no copy)."""
+        ids = batch.pop("id")
+        columns: Dict[str, Any] = {}
+        for name, value in batch.items():
+            if isinstance(value, np.ndarray):
+                tensor = torch.from_numpy(value)
+                columns[name] = tensor.view(torch.bfloat16) if name in self._bf16 else tensor
+            else:
+                columns[name] = value
+        out = []
+        for k, id in enumerate(ids):
+            sample: Dict[str, Any] = {}
+            for name, value in columns.items():
+                if name in ("label", "label_valid"):
+                    sample[name] = value[k].item()
+                else:
+                    sample[name] = value[k]
+            sample["id"] = id
+            out.append(sample)
+        return out
