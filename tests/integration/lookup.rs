@@ -163,3 +163,55 @@ async fn a_corrupt_row_fails_its_lookup_alone() {
     .await
     .unwrap();
 }
+
+/// One row of a row group: only its tensor's bytes are fetched (beside the row group's small
+/// columns) in voxlake's layout; a compressed table's row group is read whole, the same values.
+#[tokio::test]
+async fn one_row_fetches_its_own_bytes_where_the_layout_allows() {
+    use voxlake::compact::{Compactor, synth};
+    use voxlake::format::{Codec, Layout};
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth::generate(dir.path(), 16, 9).unwrap();
+    let mut tables = Vec::new();
+    for codec in [Codec::None, Codec::Zstd] {
+        let table = dir.path().join(format!("{codec:?}"));
+        Compactor::new(table.to_str().unwrap())
+            .with_labels(data.labels.to_str().unwrap())
+            .with_layout(Layout {
+                row_group_rows: 8,
+                compression: codec,
+                ..Layout::default()
+            })
+            .convert(data.cubes.to_str().unwrap())
+            .await
+            .unwrap();
+        tables.push(table.to_str().unwrap().to_string());
+    }
+    tokio::task::spawn_blocking(move || {
+        let sample = 30 * 30 * 10 * 10 * 4u64;
+        let mut read = Vec::new();
+        for table in &tables {
+            let lookup = Loader::builder(table).build_lookup().unwrap();
+            for p in [5u64, 12, 3] {
+                let batch = lookup.take(&[p]).unwrap();
+                assert_cubes(&batch, 9);
+            }
+            // Two rows of one row group and one of the other, in one take.
+            let batch = lookup.take(&[9, 2, 4]).unwrap();
+            assert_cubes(&batch, 9);
+            read.push(lookup.stats().stream.bytes as f64 / (6 * sample) as f64);
+        }
+        assert!(
+            read[0] < 1.1,
+            "voxlake's layout: {:.2}× the samples' bytes",
+            read[0]
+        );
+        assert!(
+            read[1] > 2.0,
+            "compressed, whole row groups: {:.2}×",
+            read[1]
+        );
+    })
+    .await
+    .unwrap();
+}

@@ -2,8 +2,10 @@
 //! map-style dataset (any torch `Sampler`) reads. The version is the builder's, fixed when it
 //! opens; the rows are numbered `0..len()` in the order the version fixes (the scan's
 //! positions: `voxlake_table::Scan::take`). Only the row groups holding an asked row are read,
-//! through the stream's reads (the memory budget, the node cache, the checksums), and the
-//! batch is assembled as the loader assembles one (its checks, transforms and copy kernels).
+//! through the stream's reads (the memory budget, the node cache, the checksums); of a row
+//! group asked for few of its rows, only those rows' tensors, where the file's layout allows
+//! (`voxlake_table::Scan::read_rows_hooked`). The batch is assembled as the loader assembles
+//! one (its checks, transforms and copy kernels).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -264,10 +266,16 @@ impl Lookup {
             .map(|(file, row_group, mut rows)| async move {
                 let unit = self.unit(file, row_group).await?;
                 let whole = unit.rows;
-                let data = self.stream.read_unit(unit, 0).await?;
-                let group = Arc::new(self.assembler.group(data)?);
                 rows.sort_unstable();
                 rows.dedup();
+                // A few rows of a row group: only their tensors fetched, where the file
+                // allows (else its read falls back to the whole row group).
+                if (rows.len() as u64) * 2 <= whole {
+                    let data = self.stream.read_unit_rows(unit, &rows, 0).await?;
+                    return Ok(Arc::new(self.assembler.group(data)?));
+                }
+                let data = self.stream.read_unit(unit, 0).await?;
+                let group = Arc::new(self.assembler.group(data)?);
                 // Of several row groups, only the asked rows are held while the others are
                 // read: the budget follows the rows asked, not their row groups.
                 match several && (rows.len() as u64) < whole {

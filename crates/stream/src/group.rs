@@ -50,6 +50,21 @@ impl RowGroupBatch {
         }
     }
 
+    /// Rows `rows` of `unit`'s row group (row `i` of `batch` is row `rows[i]`), read alone
+    /// and checked: never kept for another read.
+    pub(crate) fn of_rows(
+        batch: RecordBatch,
+        unit: Arc<Unit>,
+        position: u64,
+        permit: OwnedSemaphorePermit,
+        rows: Arc<[u64]>,
+    ) -> Self {
+        RowGroupBatch {
+            rows: Some(rows),
+            ..RowGroupBatch::new(batch, unit, position, permit)
+        }
+    }
+
     /// A row group kept since an earlier read of it, as `unit` at `position`.
     pub(crate) fn from_kept(
         group: KeptGroup,

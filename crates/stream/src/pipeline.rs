@@ -281,6 +281,25 @@ impl TableStream {
         }
     }
 
+    /// Rows `rows` (ascending, among those the unit's row group reads) within the budget:
+    /// only their tensors fetched where the file's layout allows
+    /// ([`Scan::read_rows_hooked`](voxlake_table::Scan::read_rows_hooked)), else the row
+    /// group read whole ([`read_unit`](Self::read_unit)) and the rows copied out of it.
+    pub async fn read_unit_rows(
+        &self,
+        unit: Unit,
+        rows: &[u64],
+        position: u64,
+    ) -> Result<RowGroupBatch, StreamError> {
+        let inner = &self.inner;
+        let file = unit.file;
+        let partial = inner.read_rows(unit.clone(), rows, position);
+        match inner.caught(Stage::Fetch, file, partial).await? {
+            Some(batch) => Ok(batch),
+            None => self.read_unit(unit, position).await?.take(rows),
+        }
+    }
+
     fn plan_stream(
         &self,
         epoch: u64,

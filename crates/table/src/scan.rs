@@ -27,6 +27,7 @@ use voxlake_io::location;
 mod build;
 mod files;
 mod index;
+mod ranged;
 mod take;
 
 pub use build::ScanBuilder;

@@ -228,7 +228,16 @@ impl Inner {
                 ),
             }));
         }
-        let kib = peak.div_ceil(1024).max(1);
+        Ok(Obtained::Reserved(Reserved {
+            permit: self.acquire(peak).await?,
+            projection,
+            held,
+        }))
+    }
+
+    /// `bytes` of the budget (at most all of it), letting go of kept row groups to make room.
+    async fn acquire(&self, bytes: u64) -> Result<OwnedSemaphorePermit, StreamError> {
+        let kib = bytes.div_ceil(1024).max(1);
         let kib = kib.min(self.budget_bytes / 1024).max(1) as u32;
         let start = Instant::now();
         let c = &self.counters;
@@ -246,10 +255,55 @@ impl Inner {
         let permit = permit.map_err(|e| StreamError::Internal(e.to_string()))?;
         c.budget_wait_ns
             .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(Obtained::Reserved(Reserved {
-            permit,
-            projection,
-            held,
+        Ok(permit)
+    }
+
+    /// Rows `rows` of `unit`'s row group with only their tensors fetched, within their
+    /// share of the budget (fetched and copied out); `None` where the file's layout does not
+    /// allow it ([`Scan::read_rows_hooked`](voxlake_table::Scan::read_rows_hooked)).
+    pub(super) async fn read_rows(
+        &self,
+        unit: Unit,
+        rows: &[u64],
+        position: u64,
+    ) -> Result<Option<RowGroupBatch>, StreamError> {
+        let (source, scan, file) = self.sources.locate(unit.file);
+        let bytes = 2 * rows.len() as u64 * self.sample_bytes().max(1);
+        if bytes > self.budget_bytes {
+            return Ok(None);
+        }
+        self.hooks
+            .check(Stage::Fetch, scan.files().at(file).path())
+            .map_err(StreamError::Internal)?;
+        let meta = scan.reader_metadata(file).await?;
+        let projection = scan.snapshot().projection(&meta, &self.columns[source])?;
+        let permit = self.acquire(bytes).await?;
+        let read = scan.read_rows_hooked(file, unit.row_group, rows, &projection, &self.hooks);
+        let Some((batch, timings)) = read.await? else {
+            return Ok(None);
+        };
+        let c = &self.counters;
+        c.fetch_ns
+            .fetch_add(timings.fetch.as_nanos() as u64, Ordering::Relaxed);
+        c.decode_ns
+            .fetch_add(timings.decode.as_nanos() as u64, Ordering::Relaxed);
+        c.bytes.fetch_add(timings.bytes, Ordering::Relaxed);
+        c.row_groups.fetch_add(1, Ordering::Relaxed);
+        c.rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        let file_rows = match scan.selects_rows() {
+            true => {
+                let first_row: u64 = meta.metadata().row_groups()[..unit.row_group]
+                    .iter()
+                    .map(|rg| rg.num_rows().max(0) as u64)
+                    .sum();
+                Some((first_row, scan.selected_rows(file, unit.row_group).await?))
+            }
+            false => None,
+        };
+        let batch = RowGroupBatch::of_rows(batch, Arc::new(unit), position, permit, rows.into());
+        Ok(Some(match file_rows {
+            Some((first, selected)) => batch.with_file_rows(first, selected),
+            None => batch,
         }))
     }
 

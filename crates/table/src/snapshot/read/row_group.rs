@@ -237,7 +237,7 @@ impl Snapshot {
 
     /// `ranges` of file `index`, one buffer each (object_store coalesces them), timed and
     /// counted in `timings`.
-    pub(in crate::snapshot) async fn fetch(
+    pub(crate) async fn fetch(
         &self,
         index: usize,
         ranges: Vec<Range<u64>>,
