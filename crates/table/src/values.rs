@@ -2,16 +2,22 @@
 //! what a sampler weighs or splits rows by before the first epoch. Only those columns' chunks
 //! are fetched; a partition column's values come from the log.
 
+use std::ops::Range;
+
 use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::Schema;
 use futures::{StreamExt, TryStreamExt};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ArrowReaderMetadata;
-use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::push_decoder::ParquetPushDecoderBuilder;
 
 use crate::error::TableError;
 use crate::scan::Scan;
 use crate::snapshot::{Snapshot, column_at_path, root_of};
+
+/// The most bytes of a file's chunks fetched ahead of their decode in one go; more are
+/// fetched row group by row group as the decoder asks.
+const PREFETCH_BYTES: u64 = 64 << 20;
 
 impl Scan {
     /// The values of `columns` in every row the scan reads (not deleted, selected by its
@@ -171,19 +177,36 @@ impl Snapshot {
         let perr = |e| self.file_error(index, e);
         let descr = meta.metadata().file_metadata().schema_descr();
         let mask = ProjectionMask::roots(descr, roots);
-        let reader = self.reader(index).with_metadata(meta.metadata().clone());
-        let batches: Vec<RecordBatch> =
-            ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta.clone())
-                .with_projection(mask)
-                .with_row_groups(groups)
-                .with_batch_size(8192)
-                .build()
-                .map_err(perr)?
-                .try_collect()
-                .await
-                .map_err(perr)?;
-        let batches: Vec<RecordBatch> =
-            batches.into_iter().map(|b| self.logical_batch(b)).collect();
+        // Every chunk asked for, fetched at once where they are small (object_store coalesces
+        // neighbours): a file of many small row groups is a few reads, not one a row group.
+        let ranges: Vec<Range<u64>> = groups
+            .iter()
+            .flat_map(|&g| {
+                let rg = meta.metadata().row_group(g);
+                (0..rg.num_columns())
+                    .filter(|&c| mask.leaf_included(c))
+                    .map(move |c| {
+                        let (start, length) = rg.column(c).byte_range();
+                        start..start.saturating_add(length)
+                    })
+            })
+            .collect();
+        let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+        let mut decoder = ParquetPushDecoderBuilder::new_with_metadata(meta.clone())
+            .with_projection(mask)
+            .with_row_groups(groups)
+            .with_batch_size(8192)
+            .build()
+            .map_err(perr)?;
+        let mut timings = crate::snapshot::ReadTimings::default();
+        if total <= PREFETCH_BYTES {
+            let data = self.fetch(index, ranges.clone(), &mut timings).await?;
+            decoder.push_ranges(ranges, data).map_err(perr)?;
+        }
+        let hooks = crate::hooks::Hooks::default();
+        let batches = self
+            .decode_projected(index, decoder, &hooks, &mut timings)
+            .await?;
         let schema = batches
             .first()
             .map(RecordBatch::schema)

@@ -200,7 +200,7 @@ impl Snapshot {
 
     /// Everything `decoder` decodes (on the blocking pool), fetching what it asks for beyond
     /// the data pushed into it already.
-    pub(in crate::snapshot) async fn decode_projected(
+    pub(crate) async fn decode_projected(
         &self,
         index: usize,
         mut decoder: ParquetPushDecoder,
