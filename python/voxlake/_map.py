@@ -92,7 +92,15 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
     def __len__(self) -> int:
         return self._len
 
-    def __getitem__(self, index: int) -> Dict[str, Any]:
+    def __getitem__(self, index: Any) -> Dict[str, Any]:
+        """The sample at ``index``; of a sequence of indices, their batch (each field's tensors
+        stacked, ``label`` a tensor, ``id`` a list), read in one take and handed out without a
+        copy: ``DataLoader(ds, batch_size=None, sampler=BatchSampler(...))`` asks this way."""
+        if isinstance(index, (list, tuple, range, np.ndarray, torch.Tensor)):
+            positions = [self._position(i) for i in index]
+            if not positions:
+                raise IndexError("a batch of no index")
+            return self._batch(self._open().take(positions))
         return self._samples(self._open().take([self._position(index)]))[0]
 
     def __getitems__(self, indices: Sequence[int]) -> List[Dict[str, Any]]:
@@ -156,16 +164,21 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
             raise IndexError(f"index {i} is outside 0..{self._len} (version {self._version})")
         return i
 
-    def _samples(self, batch: Dict[str, Any]) -> List[Dict[str, Any]]:
-        """A batch dict as one dict per sample (views of the batch's tensors, no copy)."""
-        ids = batch.pop("id")
-        columns: Dict[str, Any] = {}
+    def _batch(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        """A batch dict with its arrays as torch tensors (no copy)."""
+        out: Dict[str, Any] = {}
         for name, value in batch.items():
             if isinstance(value, np.ndarray):
                 tensor = torch.from_numpy(value)
-                columns[name] = tensor.view(torch.bfloat16) if name in self._bf16 else tensor
+                out[name] = tensor.view(torch.bfloat16) if name in self._bf16 else tensor
             else:
-                columns[name] = value
+                out[name] = value
+        return out
+
+    def _samples(self, batch: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """A batch dict as one dict per sample (views of the batch's tensors, no copy)."""
+        columns = self._batch(batch)
+        ids = columns.pop("id")
         out = []
         for k, id in enumerate(ids):
             sample: Dict[str, Any] = {}

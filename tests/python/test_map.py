@@ -164,6 +164,15 @@ def test_a_batch_sampler_reads_each_batch_in_one_take(table):
     got = list(dl)
     assert every_id(got) == ds.ids()
     assert ds.stats()["batches"] == len(got) == (ROWS + 9) // 10
+    # Batches by a list of indices, handed out as read (no collate): batch_size=None.
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, sampler=batches)
+    again = list(dl)
+    assert every_id(again) == ds.ids()
+    for a, b in zip(got, again):
+        assert torch.equal(a["tensor"], b["tensor"]) and torch.equal(a["label"], b["label"])
+    assert ds[np.array([3, 1])]["id"] == [ds.ids()[3], ds.ids()[1]]
+    with pytest.raises(IndexError):
+        ds[[]]
 
 
 def test_stateful_dataloader_resumes_the_sampler_exactly(table):

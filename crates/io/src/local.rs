@@ -5,7 +5,7 @@
 //! fault per 4 KiB and a copy out of the page cache on every read (most of the loader's page
 //! faults and system time; a pool of recycled buffers removes the first two, not the copy).
 //! Here a range of at least `MAPPED_MIN`
-//! bytes (the tensor chunks) is a view of the file's mapping instead (one per file, kept while
+//! bytes (the tensor chunks, a lookup's tensors) is a view of the file's mapping instead (one per file, kept while
 //! the store lives, the range's page table entries filled in one call: `maps`): the `Bytes`
 //! handed out are the page cache's pages themselves. Every other call goes to
 //! `LocalFileSystem` unchanged.
@@ -32,8 +32,9 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 
 /// Ranges smaller than this are read into fresh buffers (ids, labels, footers): mapping costs a
-/// few system calls, worth it only where a copy costs more.
-pub(crate) const MAPPED_MIN: usize = 1 << 20;
+/// few system calls, worth it only where a copy costs more. A lookup's single tensors (a
+/// reference cube is 352 KiB) are mapped: read, they took 2.5× the time (docs/benchmarks.md).
+pub(crate) const MAPPED_MIN: usize = 64 << 10;
 
 /// Reads in the pages of `bytes` that are not in memory now, as a mapped range's are when it is
 /// read (`MADV_POPULATE_READ`): memory held across epochs (a kept row group's views of a

@@ -9,6 +9,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use arrow_array::builder::BinaryViewBuilder;
 use arrow_array::{ArrayRef, BinaryViewArray, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ProjectionMask;
@@ -139,16 +140,21 @@ impl Scan {
             .snapshot
             .fetch(self.at(index)?, ranges, timings)
             .await?;
-        let mut values = Vec::with_capacity(data.len());
-        for bytes in &data {
-            let (length, value) = bytes.split_at(4.min(bytes.len()));
-            let length = <[u8; 4]>::try_from(length).map(u32::from_le_bytes).ok();
-            if length != Some(column.size as u32) || value.len() != column.size {
+        // Views into the fetched bytes: no copy.
+        let mut values = BinaryViewBuilder::with_capacity(data.len());
+        for bytes in data {
+            let length = bytes.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok());
+            if length.map(u32::from_le_bytes) != Some(column.size as u32)
+                || bytes.len() != 4 + column.size
+            {
                 return Ok(None);
             }
-            values.push(value);
+            let block = values.append_block(arrow_buffer::Buffer::from(bytes));
+            values
+                .try_append_view(block, 4, column.size as u32)
+                .map_err(|e| self.corrupt(index, e.to_string()))?;
         }
-        Ok(Some(BinaryViewArray::from_iter_values(values)))
+        Ok(Some(values.finish()))
     }
 
     fn corrupt(&self, index: usize, reason: String) -> TableError {
