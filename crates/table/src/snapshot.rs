@@ -29,7 +29,7 @@ mod schema;
 mod undeleted;
 
 pub use builder::SnapshotBuilder;
-pub(crate) use read::RowGroupRead;
+pub(crate) use read::{Ahead, RowGroupRead};
 pub use read::{FOOTER_CACHE_BYTES, ReadTimings};
 pub(crate) use schema::{column_at_path, root_of};
 

@@ -192,20 +192,23 @@ impl Snapshot {
             })
             .collect();
         let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
-        let mut decoder = ParquetPushDecoderBuilder::new_with_metadata(meta.clone())
+        let decoder = ParquetPushDecoderBuilder::new_with_metadata(meta.clone())
             .with_projection(mask)
             .with_row_groups(groups)
             .with_batch_size(8192)
             .build()
             .map_err(perr)?;
         let mut timings = crate::snapshot::ReadTimings::default();
-        if total <= PREFETCH_BYTES {
-            let data = self.fetch(index, ranges.clone(), &mut timings).await?;
-            decoder.push_ranges(ranges, data).map_err(perr)?;
-        }
+        let ahead = match total <= PREFETCH_BYTES {
+            true => {
+                let data = self.fetch(index, ranges.clone(), &mut timings).await?;
+                crate::snapshot::Ahead::new(ranges, data)
+            }
+            false => crate::snapshot::Ahead::default(),
+        };
         let hooks = crate::hooks::Hooks::default();
         let batches = self
-            .decode_projected(index, decoder, &hooks, &mut timings)
+            .decode_projected(index, decoder, &hooks, &mut timings, ahead)
             .await?;
         let schema = batches
             .first()

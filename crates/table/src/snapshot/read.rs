@@ -17,5 +17,5 @@ pub use footer_cache::FOOTER_CACHE_BYTES;
 pub(super) use footer_cache::FooterCache;
 pub(super) use pages::first_binary_value;
 pub use row_group::ReadTimings;
-pub(crate) use row_group::RowGroupRead;
+pub(crate) use row_group::{Ahead, RowGroupRead};
 pub(super) use small::SmallFiles;

@@ -142,7 +142,13 @@ impl crate::snapshot::Snapshot {
                 .push_ranges(other_ranges, other_data)
                 .map_err(|e| self.file_error(index, e))?;
             let decoded = self
-                .decode_projected(index, decoder, hooks, &mut other_timings)
+                .decode_projected(
+                    index,
+                    decoder,
+                    hooks,
+                    &mut other_timings,
+                    Default::default(),
+                )
                 .await?;
             Ok::<_, TableError>((decoded, other_timings))
         };

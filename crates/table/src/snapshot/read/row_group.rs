@@ -169,7 +169,7 @@ impl Snapshot {
         let mut timings = ReadTimings::default();
         let decoder = self.push_decoder(index, row_group, metadata, projection, batch_rows)?;
         let batches = self
-            .decode_projected(index, decoder, hooks, &mut timings)
+            .decode_projected(index, decoder, hooks, &mut timings, Ahead::default())
             .await?;
         if batches.is_empty() {
             return Err(TableError::Internal(format!(
@@ -199,13 +199,14 @@ impl Snapshot {
     }
 
     /// Everything `decoder` decodes (on the blocking pool), fetching what it asks for beyond
-    /// the data pushed into it already.
+    /// the data pushed into it already and the chunks fetched `ahead`.
     pub(crate) async fn decode_projected(
         &self,
         index: usize,
         mut decoder: ParquetPushDecoder,
         hooks: &crate::hooks::Hooks,
         timings: &mut ReadTimings,
+        mut ahead: Ahead,
     ) -> Result<Vec<RecordBatch>, TableError> {
         let mut batches = Vec::new();
         let path = self.path_of(index).to_string();
@@ -227,7 +228,13 @@ impl Snapshot {
             timings.decode += took;
             batches.extend(decoded.into_iter().map(|b| self.logical_batch(b)));
             let Some(ranges) = needs else { break };
-            let data = self.fetch(index, ranges.clone(), timings).await?;
+            let (ranges, data) = match ahead.window(&ranges) {
+                Some(window) => window,
+                None => {
+                    let data = self.fetch(index, ranges.clone(), timings).await?;
+                    (ranges, data)
+                }
+            };
             decoder
                 .push_ranges(ranges, data)
                 .map_err(|e| self.file_error(index, e))?;
@@ -369,6 +376,41 @@ pub struct ReadTimings {
     pub bytes: u64,
 }
 
+/// Chunks fetched ahead of a decode, in the order it asks for them, pushed to the decoder a
+/// window at a time: the decoder searches what it holds for each range it needs, so a file's
+/// thousands of small chunks pushed at once make every search long (a million ids: 15 s).
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    chunks: Vec<(Range<u64>, bytes::Bytes)>,
+    next: usize,
+}
+
+/// Chunks pushed to a decoder at a time from those fetched ahead.
+const AHEAD_WINDOW: usize = 256;
+
+impl Ahead {
+    /// `data[i]` holds `ranges[i]`, in the order the decoder will ask for them.
+    pub(crate) fn new(ranges: Vec<Range<u64>>, data: Vec<bytes::Bytes>) -> Ahead {
+        Ahead {
+            chunks: ranges.into_iter().zip(data).collect(),
+            next: 0,
+        }
+    }
+
+    /// The chunks `asked` and the window after them, where they are the next ones held;
+    /// `None` (fetch them) otherwise.
+    fn window(&mut self, asked: &[Range<u64>]) -> Option<(Vec<Range<u64>>, Vec<bytes::Bytes>)> {
+        let held = self.chunks.get(self.next..self.next + asked.len())?;
+        if held.iter().zip(asked).any(|((r, _), a)| r != a) {
+            return None;
+        }
+        let end = (self.next + asked.len().max(AHEAD_WINDOW)).min(self.chunks.len());
+        let window = &self.chunks[self.next..end];
+        self.next = end;
+        Some(window.iter().cloned().unzip())
+    }
+}
+
 type Decoded = (Vec<RecordBatch>, Option<Vec<Range<u64>>>);
 
 /// Decodes what the pushed data allows; returns the batches and the ranges still needed.
@@ -380,5 +422,47 @@ fn decode_until_data_needed(decoder: &mut ParquetPushDecoder) -> Result<Decoded,
             DecodeResult::NeedsData(ranges) => return Ok((batches, Some(ranges))),
             DecodeResult::Finished => return Ok((batches, None)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ahead(n: u64) -> Ahead {
+        let ranges: Vec<Range<u64>> = (0..n).map(|i| i * 10..i * 10 + 5).collect();
+        let data = ranges
+            .iter()
+            .map(|r| bytes::Bytes::from(vec![r.start as u8; 5]))
+            .collect();
+        Ahead::new(ranges, data)
+    }
+
+    #[test]
+    fn chunks_fetched_ahead_are_pushed_a_window_at_a_time_in_order() {
+        let mut a = ahead(600);
+        // The first chunk asked: it and the window after it.
+        let (ranges, data) = a.window(&[0..5]).unwrap();
+        assert_eq!(ranges.len(), AHEAD_WINDOW);
+        assert_eq!(ranges[1], 10..15);
+        assert_eq!(data[1][0], 10);
+        // The decoder then asks past the window: the next window.
+        let next = AHEAD_WINDOW as u64 * 10;
+        let (ranges, _) = a.window(&[next..next + 5, next + 10..next + 15]).unwrap();
+        assert_eq!(ranges[0], next..next + 5);
+        // The last window is short; nothing is held after it.
+        let next = 2 * AHEAD_WINDOW as u64 * 10;
+        let (ranges, _) = a.window(&[next..next + 5]).unwrap();
+        assert_eq!(ranges.len(), 600 - 2 * AHEAD_WINDOW);
+        assert!(a.window(&[6000..6005]).is_none());
+    }
+
+    #[test]
+    fn a_chunk_asked_out_of_order_or_unknown_is_fetched() {
+        let mut a = ahead(4);
+        assert!(a.window(&[10..15]).is_none(), "not the next chunk");
+        assert!(a.window(&[0..6]).is_none(), "another range");
+        assert!(Ahead::default().window(&[0..5]).is_none());
+        assert_eq!(a.window(&[0..5, 10..15]).unwrap().0.len(), 4);
     }
 }
