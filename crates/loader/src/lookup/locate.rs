@@ -15,6 +15,10 @@ use crate::LoaderError;
 /// Per file looked up so far: the position in the file of each row group's first row.
 pub(super) type GroupStarts = std::collections::HashMap<usize, Arc<[u64]>>;
 
+/// Row groups a take reads at once, at most: a remote store's round trip is hidden behind
+/// the others in flight (each within the budget at a whole row group's peak).
+const MOST_READS: u64 = 64;
+
 /// Where an asked row is: the file, its row group, the row among those the row group reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Place {
@@ -138,7 +142,7 @@ impl Lookup {
         let budget = self.stream.row_group_budget();
         match budget.checked_sub(held) {
             Some(room) if reads.len() <= 1 || room >= peak => {
-                Ok((room / peak.max(1)).clamp(1, voxlake_table::READ_CONCURRENCY as u64) as usize)
+                Ok((room / peak.max(1)).clamp(1, MOST_READS) as usize)
             }
             _ => Err(LoaderError::Config(format!(
                 "a take of {asked} rows holds {held} bytes beside a row group's read ({peak} bytes), more than the memory budget's {budget} bytes for reads: take fewer rows at a time, or raise the memory budget"

@@ -84,25 +84,41 @@ impl Scan {
             .filter(|&l| projection.leaf_included(l) && ranged.iter().all(|r| r.leaf != l))
             .collect();
         let others = ProjectionMask::leaves(schema, others);
-        let (small, mut timings) = self
-            .read_row_group_hooked(index, row_group, others, false, hooks)
-            .await?;
-        let picked = crate::rows::take_rows(&small, rows)
-            .map_err(|e| self.corrupt(index, format!("row group {row_group}: {e}")))?;
         // The rows' places in the file's row group.
         let physical: Vec<u64> = match self.selected_rows(index, row_group).await? {
-            Some(kept) => rows.iter().map(|&r| u64::from(kept[r as usize])).collect(),
+            Some(kept) => rows
+                .iter()
+                .map(|&r| kept.get(r as usize).map(|&k| u64::from(k)))
+                .collect::<Option<_>>()
+                .ok_or_else(|| {
+                    self.corrupt(
+                        index,
+                        format!(
+                            "row group {row_group}: rows {rows:?} asked of {}",
+                            kept.len()
+                        ),
+                    )
+                })?,
             None => rows.to_vec(),
         };
+        // The small columns and the tensors at once: one round trip to a remote store.
+        let small = self.read_row_group_hooked(index, row_group, others, false, hooks);
+        let tensors = futures::future::try_join_all(
+            ranged
+                .iter()
+                .map(|column| self.fetch_values(index, column, &physical)),
+        );
+        let ((small, mut timings), tensors) = futures::future::try_join(small, tensors).await?;
+        let picked = crate::rows::take_rows(&small, rows)
+            .map_err(|e| self.corrupt(index, format!("row group {row_group}: {e}")))?;
         let mut fields: Vec<Arc<Field>> = picked.schema().fields().iter().cloned().collect();
         let mut arrays: Vec<ArrayRef> = picked.columns().to_vec();
-        for column in &ranged {
-            let Some(values) = self
-                .fetch_values(index, column, &physical, &mut timings)
-                .await?
-            else {
+        for (column, fetched) in ranged.iter().zip(tensors) {
+            let Some((values, fetch)) = fetched else {
                 return Ok(None);
             };
+            timings.fetch += fetch.fetch;
+            timings.bytes += fetch.bytes;
             fields.push(Arc::new(Field::new(
                 &column.name,
                 DataType::BinaryView,
@@ -126,8 +142,8 @@ impl Scan {
         index: usize,
         column: &Ranged,
         physical: &[u64],
-        timings: &mut ReadTimings,
-    ) -> Result<Option<BinaryViewArray>, TableError> {
+    ) -> Result<Option<(BinaryViewArray, ReadTimings)>, TableError> {
+        let mut timings = ReadTimings::default();
         let stride = 4 + column.size as u64;
         let ranges: Vec<Range<u64>> = physical
             .iter()
@@ -138,7 +154,7 @@ impl Scan {
             .collect();
         let data = self
             .snapshot
-            .fetch(self.at(index)?, ranges, timings)
+            .fetch(self.at(index)?, ranges, &mut timings)
             .await?;
         // Views into the fetched bytes: no copy.
         let mut values = BinaryViewBuilder::with_capacity(data.len());
@@ -154,7 +170,7 @@ impl Scan {
                 .try_append_view(block, 4, column.size as u32)
                 .map_err(|e| self.corrupt(index, e.to_string()))?;
         }
-        Ok(Some(values.finish()))
+        Ok(Some((values.finish(), timings)))
     }
 
     fn corrupt(&self, index: usize, reason: String) -> TableError {
