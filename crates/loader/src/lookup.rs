@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt};
 use voxlake_format::SampleSpec;
@@ -198,19 +198,8 @@ impl Lookup {
     /// What the lookups have done so far: the samples and batches handed out, the time
     /// assembling them, and the stream's reads (`stream.bytes`: bytes of column chunks fetched).
     pub fn stats(&self) -> LoaderStats {
-        let c = &self.counters;
-        let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
-        LoaderStats {
-            samples: c.samples.load(Ordering::Relaxed),
-            batches: c.batches.load(Ordering::Relaxed),
-            tensor_bytes: c.tensor_bytes.load(Ordering::Relaxed),
-            assemble: ns(&c.assemble_ns),
-            batch_transform: ns(&c.batch_transform_ns),
-            loosened_rows: c.loosened_rows.load(Ordering::Relaxed),
-            elapsed: self.started.elapsed(),
-            stream: self.stream.stats(),
-            ..LoaderStats::default()
-        }
+        self.counters
+            .stats(self.started.elapsed(), self.stream.stats())
     }
 
     /// Ends the lookup's threads, waiting for them (a process that forks after this hands its
@@ -258,7 +247,7 @@ impl Lookup {
                 reads.push((p.file, p.row_group, Vec::new()));
                 reads.len() - 1
             });
-            reads[slot].2.push(p.row);
+            reads[slot].2.push(p.row as u64);
         }
         let concurrency = self.check_budget(positions.len(), &reads).await?;
         let several = reads.len() > 1;
@@ -290,7 +279,7 @@ impl Lookup {
             .iter()
             .map(|p| {
                 let group = groups[slots[&(p.file, p.row_group)]].clone();
-                let index = group.index_of(p.row).ok_or_else(|| {
+                let index = group.index_of(p.row as u64).ok_or_else(|| {
                     LoaderError::Internal(format!(
                         "row {} of row group {} of file #{} is not in its read",
                         p.row, p.row_group, p.file

@@ -58,7 +58,15 @@ impl Loader {
 
     /// What the loader has done so far.
     pub fn stats(&self) -> LoaderStats {
-        let c = &self.counters;
+        self.counters
+            .stats(self.started.elapsed(), self.stream.stats())
+    }
+}
+
+impl crate::counters::Counters {
+    /// The counts so far, with the time since the start and the stream's counters.
+    pub(crate) fn stats(&self, elapsed: Duration, stream: StreamStats) -> LoaderStats {
+        let c = self;
         let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
         LoaderStats {
             samples: c.samples.load(Ordering::Relaxed),
@@ -72,8 +80,8 @@ impl Loader {
             loosened_rows: c.loosened_rows.load(Ordering::Relaxed),
             producer_wait: ns(&c.producer_wait_ns),
             consumer_wait: ns(&c.consumer_wait_ns),
-            elapsed: self.started.elapsed(),
-            stream: self.stream.stats(),
+            elapsed,
+            stream,
         }
     }
 }

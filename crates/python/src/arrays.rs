@@ -153,7 +153,12 @@ pub(crate) struct LabelColumn {
 impl LabelColumn {
     /// The label column of `loader`'s table.
     pub(crate) fn of(loader: &voxlake_loader::Loader) -> Self {
-        match loader.label_column() {
+        Self::from_column(loader.label_column())
+    }
+
+    /// A table's label column as `label_column()` names it (name, nullable), if any.
+    pub(crate) fn from_column(column: Option<(&str, bool)>) -> Self {
+        match column {
             Some((_, nullable)) => LabelColumn {
                 present: true,
                 nullable,

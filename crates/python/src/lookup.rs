@@ -30,30 +30,29 @@ pub(crate) struct Lookup {
 }
 
 impl Lookup {
-    /// Runs `f` on the lookup, the GIL released; refused once closed or in another process.
+    /// Runs `f` on the lookup, the GIL released while its lock is waited for too (a thread
+    /// holding it may need the GIL: a batch transform); refused once closed or in another
+    /// process.
     fn with<T: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&voxlake_loader::Lookup, LabelColumn) -> T + Send,
     ) -> PyResult<T> {
-        let opened = self
-            .opened
-            .lock()
-            .map_err(|_| config("the lookup's lock was poisoned by a panic"))?;
-        match opened.as_ref() {
-            Some(o) if o.pid == std::process::id() => {
-                let (lookup, labels) = (&o.lookup, o.labels);
-                Ok(py.detach(|| f(lookup, labels)))
+        let table = voxlake::io::redact(&self.table);
+        let done = py.detach(|| {
+            let opened = self
+                .opened
+                .lock()
+                .map_err(|_| "the lookup's lock was poisoned by a panic".to_string())?;
+            match opened.as_ref() {
+                Some(o) if o.pid == std::process::id() => Ok(f(&o.lookup, o.labels)),
+                Some(_) => Err(format!(
+                    "this Lookup of {table} was opened in another process (this one was forked from it): open one here"
+                )),
+                None => Err(format!("this Lookup of {table} was closed")),
             }
-            Some(_) => Err(config(format!(
-                "this Lookup of {} was opened in another process (this one was forked from it): open one here",
-                voxlake::io::redact(&self.table)
-            ))),
-            None => Err(config(format!(
-                "this Lookup of {} was closed",
-                voxlake::io::redact(&self.table)
-            ))),
-        }
+        });
+        done.map_err(config)
     }
 
     /// `batch` (or its error) as a dict.
@@ -82,16 +81,7 @@ impl Lookup {
         let drained = crate::logs::drain(py);
         let lookup = built?.map_err(loader_error)?;
         drained?;
-        let labels = match lookup.label_column() {
-            Some((_, nullable)) => LabelColumn {
-                present: true,
-                nullable,
-            },
-            None => LabelColumn {
-                present: false,
-                nullable: false,
-            },
-        };
+        let labels = LabelColumn::from_column(lookup.label_column());
         gathered.batch_transform.built(labels);
         Ok(Lookup {
             table,
@@ -182,17 +172,20 @@ impl Lookup {
     /// Ends the lookup's threads, waiting for them, the GIL released: a process that forks
     /// next hands none on. A lookup of another process (a forked copy) is forgotten here.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self
-            .opened
-            .lock()
-            .map_err(|_| config("the lookup's lock was poisoned by a panic"))?
-            .take();
-        match taken {
-            Some(o) if o.pid == std::process::id() => py.detach(|| o.lookup.close()),
-            Some(o) => std::mem::forget(o),
-            None => {}
-        }
-        Ok(())
+        py.detach(|| {
+            let taken = self
+                .opened
+                .lock()
+                .map_err(|_| "the lookup's lock was poisoned by a panic".to_string())?
+                .take();
+            match taken {
+                Some(o) if o.pid == std::process::id() => o.lookup.close(),
+                Some(o) => std::mem::forget(o),
+                None => {}
+            }
+            Ok::<(), String>(())
+        })
+        .map_err(config)
     }
 
     fn __repr__(&self) -> String {

@@ -45,5 +45,5 @@ pub use error::TableError;
 pub use filter::FilterStats;
 pub use options::{ScanOptions, TableOptions};
 pub use row_index::{DuplicateId, RowIndex, RowIndexBuilder};
-pub use scan::{Scan, ScanBuilder};
+pub use scan::{RowPlace, Scan, ScanBuilder};
 pub use snapshot::{FOOTER_CACHE_BYTES, READ_CONCURRENCY, ReadTimings, Snapshot, SnapshotBuilder};

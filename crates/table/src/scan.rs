@@ -31,6 +31,7 @@ mod ranged;
 mod take;
 
 pub use build::ScanBuilder;
+pub use take::RowPlace;
 
 /// The rows a reader reads of a [`Snapshot`], and their reads (see the module docs).
 ///

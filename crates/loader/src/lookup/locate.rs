@@ -1,13 +1,12 @@
-//! Where a lookup's positions are (file, row group, row: the row groups' row counts from the
-//! footers, cached per file), the unit that reads a row group whole, and how many row groups
-//! a take may read at once in the memory budget.
+//! Where a lookup's positions are (the scan's places), the unit that reads a row group (its
+//! first row and rows from the footer, cached per file), and how many row groups a take may
+//! read at once in the memory budget.
 
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
 use voxlake_plan::order::Unit;
 use voxlake_stream::StreamError;
-use voxlake_table::TableError;
+use voxlake_table::RowPlace;
 
 use super::Lookup;
 use crate::LoaderError;
@@ -19,74 +18,31 @@ pub(super) type GroupStarts = std::collections::HashMap<usize, Arc<[u64]>>;
 /// the others in flight (each within the budget at a whole row group's peak).
 const MOST_READS: u64 = 64;
 
-/// Where an asked row is: the file, its row group, the row among those the row group reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Place {
-    pub file: usize,
-    pub row_group: usize,
-    pub row: u64,
-}
-
 impl Lookup {
-    /// Where each of `positions` is; [`TableError::NoRow`] for the first past the rows.
-    pub(super) async fn locate(&self, positions: &[u64]) -> Result<Vec<Place>, LoaderError> {
-        let total = self.len();
-        if let Some(&position) = positions.iter().find(|&&p| p >= total) {
-            let snapshot = self.stream.scan().snapshot();
-            return Err(LoaderError::Stream(StreamError::Table(TableError::NoRow {
-                location: snapshot.location().to_string(),
-                position,
-                rows: total,
-                version: snapshot.version(),
-            })));
-        }
-        // The last file whose first row is at or before p (a file of no rows starts where the
-        // next does); p is below the total, so never the end.
-        let starts = &self.starts;
-        let file_of = |p: u64| starts.partition_point(|&s| s <= p) - 1;
-        let mut files: Vec<usize> = positions.iter().map(|&p| file_of(p)).collect();
-        files.sort_unstable();
-        files.dedup();
-        let firsts: Vec<(usize, Arc<[u64]>)> = futures::stream::iter(files)
-            .map(|file| async move { Ok::<_, LoaderError>((file, self.group_starts(file).await?)) })
-            .buffered(voxlake_table::READ_CONCURRENCY)
-            .try_collect()
-            .await?;
-        positions
-            .iter()
-            .map(|&p| {
-                let file = file_of(p);
-                let within = p - starts[file];
-                let at = firsts.binary_search_by_key(&file, |(f, _)| *f);
-                let groups = at
-                    .map(|i| &firsts[i].1)
-                    .map_err(|_| LoaderError::Internal(format!("file #{file} was not located")))?;
-                let row_group = groups.partition_point(|&s| s <= within) - 1;
-                Ok(Place {
-                    file,
-                    row_group,
-                    row: within - groups[row_group],
-                })
-            })
-            .collect()
+    /// Where each of `positions` is (`voxlake_table::Scan::places`);
+    /// [`TableError::NoRow`](voxlake_table::TableError::NoRow) for the first past the rows.
+    pub(super) async fn locate(&self, positions: &[u64]) -> Result<Vec<RowPlace>, LoaderError> {
+        Ok(self
+            .stream
+            .scan()
+            .places(positions)
+            .await
+            .map_err(StreamError::from)?)
     }
 
-    /// The position in file `file` of each of its row groups' first row read (a row group
-    /// of no rows starts where the next does; read from the footer once).
+    /// The position in file `file` of each of its row groups' first row read (read from the
+    /// footer once).
     async fn group_starts(&self, file: usize) -> Result<Arc<[u64]>, LoaderError> {
         if let Some(known) = self.groups_lock()?.get(&file) {
             return Ok(known.clone());
         }
-        let rows = self.stream.row_group_rows(file).await?;
-        let mut at = 0u64;
-        let starts: Arc<[u64]> = rows
-            .iter()
-            .map(|&r| {
-                let start = at;
-                at += r;
-                start
-            })
-            .collect();
+        let starts: Arc<[u64]> = self
+            .stream
+            .scan()
+            .row_group_starts(file)
+            .await
+            .map_err(StreamError::from)?
+            .into();
         self.groups_lock()?.insert(file, starts.clone());
         Ok(starts)
     }

@@ -185,6 +185,18 @@ impl Inner {
         Ok(RowGroupBatch::from_kept(group, unit, position, &self.kept))
     }
 
+    /// Counts a read of `rows` rows that took `timings`.
+    fn count_read(&self, timings: &voxlake_table::ReadTimings, rows: usize) {
+        let c = &self.counters;
+        c.fetch_ns
+            .fetch_add(timings.fetch.as_nanos() as u64, Ordering::Relaxed);
+        c.decode_ns
+            .fetch_add(timings.decode.as_nanos() as u64, Ordering::Relaxed);
+        c.bytes.fetch_add(timings.bytes, Ordering::Relaxed);
+        c.row_groups.fetch_add(1, Ordering::Relaxed);
+        c.rows.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
     /// Counts a row group of `rows` delivered without a read of its own.
     fn count_reuse(&self, rows: usize) {
         let c = &self.counters;
@@ -282,14 +294,7 @@ impl Inner {
         let Some((batch, timings)) = read.await? else {
             return Ok(None);
         };
-        let c = &self.counters;
-        c.fetch_ns
-            .fetch_add(timings.fetch.as_nanos() as u64, Ordering::Relaxed);
-        c.decode_ns
-            .fetch_add(timings.decode.as_nanos() as u64, Ordering::Relaxed);
-        c.bytes.fetch_add(timings.bytes, Ordering::Relaxed);
-        c.row_groups.fetch_add(1, Ordering::Relaxed);
-        c.rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        self.count_read(&timings, batch.num_rows());
         let file_rows = match scan.selects_rows() {
             true => {
                 let first_row: u64 = meta.metadata().row_groups()[..unit.row_group]
@@ -326,14 +331,7 @@ impl Inner {
                 &self.hooks,
             )
             .await?;
-        let c = &self.counters;
-        c.fetch_ns
-            .fetch_add(timings.fetch.as_nanos() as u64, Ordering::Relaxed);
-        c.decode_ns
-            .fetch_add(timings.decode.as_nanos() as u64, Ordering::Relaxed);
-        c.bytes.fetch_add(timings.bytes, Ordering::Relaxed);
-        c.row_groups.fetch_add(1, Ordering::Relaxed);
-        c.rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        self.count_read(&timings, batch.num_rows());
         Ok(batch)
     }
 }

@@ -12,13 +12,17 @@ use futures::{StreamExt, TryStreamExt};
 use super::Scan;
 use crate::error::TableError;
 
-/// Where an asked row is: the scan's file, its row group, the row among those the row group
-/// reads.
+/// Where a row of a scan is ([`Scan::places`]): the scan's file, its row group, the row among
+/// those the row group reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Place {
-    file: usize,
-    row_group: usize,
-    row: usize,
+#[non_exhaustive]
+pub struct RowPlace {
+    /// The scan's file.
+    pub file: usize,
+    /// The row group in the file.
+    pub row_group: usize,
+    /// The row among those the row group reads ([`Scan::selected_rows`]).
+    pub row: usize,
 }
 
 impl Scan {
@@ -45,7 +49,7 @@ impl Scan {
     /// # Ok(()) }
     /// ```
     pub async fn take(&self, positions: &[u64]) -> Result<RecordBatch, TableError> {
-        let places = self.locate(positions).await?;
+        let places = self.places(positions).await?;
         // Each row group read once, its asked rows taken from it.
         let mut groups: BTreeMap<(usize, usize), usize> = BTreeMap::new();
         for place in &places {
@@ -81,8 +85,9 @@ impl Scan {
         })
     }
 
-    /// Where each of `positions` is; an error for the first past the scan's rows.
-    async fn locate(&self, positions: &[u64]) -> Result<Vec<Place>, TableError> {
+    /// Where each of `positions` is (the footers of their files read, once each while cached);
+    /// [`TableError::NoRow`] for the first past the scan's rows, before anything is read.
+    pub async fn places(&self, positions: &[u64]) -> Result<Vec<RowPlace>, TableError> {
         let (starts, total) = (&self.starts, self.num_rows());
         if let Some(&position) = positions.iter().find(|&&p| p >= total) {
             return Err(TableError::NoRow {
@@ -114,7 +119,7 @@ impl Scan {
                 let groups = &group_starts[&file];
                 let row_group = groups.partition_point(|&s| s <= within) - 1;
                 let row = within - groups[row_group];
-                Ok(Place {
+                Ok(RowPlace {
                     file,
                     row_group,
                     row: usize::try_from(row)
@@ -126,7 +131,7 @@ impl Scan {
 
     /// The position within file `index` of each of its row groups' first row read; a footer
     /// whose rows read disagree with the file's count is an error.
-    async fn row_group_starts(&self, index: usize) -> Result<Vec<u64>, TableError> {
+    pub async fn row_group_starts(&self, index: usize) -> Result<Vec<u64>, TableError> {
         let footer = self.footer(index).await?;
         let mut starts = Vec::with_capacity(footer.num_row_groups() + 1);
         let mut at = 0u64;
