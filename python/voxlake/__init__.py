@@ -4,7 +4,8 @@
 copy (the arrays look at the loader's buffers, given back to it when freed), plus ``label`` and
 ``id`` where the table has them. ``voxlake.torch.Dataset`` wraps it for ``torch.utils.data``.
 ``convert(src, table, ...)`` and ``inspect(table)`` are ``compact convert`` and ``compact inspect``
-(``inspect(table, row=ID)`` one row by its id, as ``compact inspect --row``);
+(``inspect(table, row=ID)`` one row by its id, as ``compact inspect --row``; ``show(table, ID)``
+its picture, as ``--png``);
 ``write(table, samples)`` writes samples held in memory (dicts of numpy arrays) the same way.
 A list of ``Source(table, proportion=...)`` in place of the table mixes several tables.
 The options are those of the Rust ``LoaderBuilder`` (``loader_options()`` lists them with their
@@ -35,6 +36,7 @@ from ._voxlake import (
     inspect,
     loader_options,
 )
+from ._show import show
 from ._source import Source
 from ._write import write
 
@@ -54,6 +56,7 @@ __all__ = [
     "default_rank",
     "inspect",
     "loader_options",
+    "show",
     "write",
 ]
 

@@ -119,6 +119,8 @@ def convert(
 ) -> Dict[str, Any]:
     """Convert the .npy objects under src not in table yet (compact convert); the summary."""
 
+def picture(table: str, id: str, *, storage_options: Optional[Dict[str, str]] = None) -> Tuple[int, int, bytes, bytes]:
+    """The picture of row ``id`` (``compact inspect --row ID --png``): width, height, RGB and PNG bytes."""
 def inspect(table: str, *, row: Optional[str] = None, storage_options: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Describe a table as compact inspect --json does; with row, that row (inspect --row)."""
 def write_rows(

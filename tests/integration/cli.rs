@@ -66,6 +66,41 @@ async fn json_summary_has_the_documented_keys() {
     assert_eq!(v["row_groups"], 3);
     assert_eq!(v["shape"], serde_json::json!([30, 30, 10, 10]));
     inspect_row_finds_a_row_by_its_id(&table);
+    inspect_row_draws_a_picture(&table);
+}
+
+/// `compact inspect TABLE --row ID --png FILE`: a PNG of the row (its slices in many colours,
+/// a title in the font's ink); `--png` without `--row` is refused.
+fn inspect_row_draws_a_picture(table: &Path) {
+    let batch = first_batch(table, 10);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("row.png");
+    let v = json_output(Command::new(compact_bin()).args([
+        "inspect",
+        table.to_str().unwrap(),
+        "--row",
+        &batch.ids[3],
+        "--png",
+        file.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(v["id"], batch.ids[3].as_str());
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&file).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut rgb = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut rgb).unwrap();
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    // 10 channels of three 30×30×10 slices: taller than wide.
+    assert!(info.height > info.width && info.width > 300, "{info:?}");
+    let colours: std::collections::HashSet<&[u8]> = rgb.chunks(3).collect();
+    assert!(colours.len() > 100, "{} colours", colours.len());
+    assert!(colours.contains(&[235u8, 235, 235][..]), "the title's ink");
+    let out = Command::new(compact_bin())
+        .args(["inspect", table.to_str().unwrap(), "--png", "x.png"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--row"));
 }
 
 /// The first batch of `size` rows a loader reads from `table` (on a thread of its own: the

@@ -213,3 +213,22 @@ def test_transforms_are_seeded_by_the_seed_the_epoch_and_the_id(table):
     assert any(not torch.equal(x, torch.from_numpy(cube(number(a.ids()[i])))) for i, x in enumerate(first))
     b.set_epoch(1)
     assert any(not torch.equal(x, b[i]["tensor"]) for i, x in enumerate(first))
+
+
+def test_show_is_the_picture_compact_draws(table, tmp_path):
+    """voxlake.show(table, id): the (height, width, 3) picture, the same PNG as
+    `compact inspect --row ID --png`; an id the version lacks is a NotFoundError."""
+    import subprocess
+    from test_package import TARGET
+    sample_id = MapDataset(table).ids()[5]
+    image = voxlake.show(table, sample_id)
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+    assert (image == 235).all(axis=2).any(), "the title's ink"
+    png = tmp_path / "row.png"
+    subprocess.run([os.path.join(TARGET, "debug", "compact"), "inspect", table, "--row", sample_id,
+                    "--png", str(png)], check=True, capture_output=True)
+    width, height, rgb, encoded = voxlake._voxlake.picture(table, sample_id)
+    assert png.read_bytes() == encoded and (height, width, 3) == image.shape
+    assert np.array_equal(np.frombuffer(rgb, np.uint8).reshape(image.shape), image)
+    with pytest.raises(voxlake.NotFoundError, match="nope"):
+        voxlake.show(table, "nope")

@@ -1,6 +1,7 @@
 //! `compact inspect TABLE --row ID`: one row found by its id through the scan's row index
 //! ([`voxlake_table::Scan::row_index`]) and read alone ([`voxlake_table::Scan::take_ids`]): where
-//! it lies, its label, each tensor field's shape, type and values summed up, its text fields.
+//! it lies, its label, each tensor field's shape, type and values summed up, its text fields;
+//! with `--png`, its picture ([`Picture`]).
 
 use std::time::Instant;
 
@@ -9,6 +10,7 @@ use arrow_array::{Array, RecordBatch};
 use serde::Serialize;
 use voxlake_format::{DType, FieldKind, ID_COLUMN, LABEL_COLUMN};
 
+use crate::picture::Picture;
 use crate::{CompactError, Compactor};
 
 /// One row of a table ([`Compactor::inspect_row`]).
@@ -63,6 +65,82 @@ impl Compactor {
     /// position, label and fields, read alone. An id the version has no row of is
     /// [`voxlake_table::TableError::NoId`], naming it and the version.
     pub async fn inspect_row(&self, id: &str) -> Result<RowInfo, CompactError> {
+        let read = self.read_row(id).await?;
+        let snapshot = &read.snapshot;
+        let fields = snapshot
+            .sample()
+            .fields()
+            .iter()
+            .map(|field| field_values(&read.row, &field.name, &field.kind))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| CompactError::Incompatible {
+                location: snapshot.location().to_string(),
+                reason: format!("row '{id}': {reason}"),
+            })?;
+        Ok(RowInfo {
+            location: snapshot.location().to_string(),
+            version: snapshot.version(),
+            id: read.id,
+            position: read.position,
+            rows: read.rows,
+            label: read.label,
+            fields,
+            index_bytes: read.index_bytes,
+            index_seconds: read.index_seconds,
+        })
+    }
+
+    /// A picture of the row `id` ([`Picture`]): its first field's middle slices, each
+    /// channel's, on one colour scale, a mask field of the same grid overlaid, and a title
+    /// naming the id, label and version. A first field of fewer than two axes is
+    /// [`CompactError::Incompatible`].
+    pub async fn row_picture(&self, id: &str) -> Result<Picture, CompactError> {
+        let read = self.read_row(id).await?;
+        let snapshot = &read.snapshot;
+        let refused = |reason: String| CompactError::Incompatible {
+            location: snapshot.location().to_string(),
+            reason: format!("row '{id}': {reason}"),
+        };
+        let tensors: Vec<(&str, &voxlake_format::TensorSpec)> =
+            snapshot.sample().tensors().collect();
+        let Some(&(name, spec)) = tensors.first() else {
+            return Err(refused("the sample has no tensor field".into()));
+        };
+        let values: Vec<f64> = as_f64(
+            spec.dtype(),
+            tensor_bytes(&read.row, name, spec).map_err(refused)?,
+        )
+        .collect();
+        // A mask: an integer (or bool) field of the volume's spatial grid.
+        let spatial = &spec.shape()[..spec.shape().len().min(3)];
+        let mask = tensors
+            .iter()
+            .skip(1)
+            .find(|(_, s)| is_mask(s.dtype()) && s.shape() == spatial)
+            .map(|&(n, s)| {
+                tensor_bytes(&read.row, n, s).map(|b| as_f64(s.dtype(), b).collect::<Vec<f64>>())
+            })
+            .transpose()
+            .map_err(refused)?;
+        let label = read
+            .label
+            .map_or_else(|| "-".to_string(), |l| l.to_string());
+        let title = format!(
+            "{}  label {label}  v{}  {name}",
+            read.id,
+            snapshot.version()
+        );
+        crate::picture::render(&crate::picture::Scene {
+            values: &values,
+            shape: spec.shape(),
+            mask: mask.as_deref(),
+            title,
+        })
+        .map_err(refused)
+    }
+
+    /// The row `id` of the version, read alone through the version's row index.
+    async fn read_row(&self, id: &str) -> Result<ReadRow, CompactError> {
         let (snapshot, scan) = self.open_to_inspect().await?;
         let started = Instant::now();
         let index = scan.row_index().await?;
@@ -74,17 +152,6 @@ impl Compactor {
             "row index built"
         );
         let row = scan.take_ids(&index, &[id]).await?;
-        let position = index.position(id).unwrap_or_default();
-        let fields = snapshot
-            .sample()
-            .fields()
-            .iter()
-            .map(|field| field_values(&row, &field.name, &field.kind))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|reason| CompactError::Incompatible {
-                location: snapshot.location().to_string(),
-                reason: format!("row '{id}': {reason}"),
-            })?;
         let label = row
             .column_by_name(LABEL_COLUMN)
             .and_then(|c| {
@@ -92,21 +159,54 @@ impl Compactor {
                     .cloned()
             })
             .and_then(|c| (!c.is_null(0)).then(|| c.value(0)));
-        let id = row
+        let found = row
             .column_by_name(ID_COLUMN)
             .and_then(|c| c.as_string_opt::<i32>().map(|s| s.value(0).to_string()))
             .unwrap_or_else(|| id.to_string());
-        Ok(RowInfo {
-            location: snapshot.location().to_string(),
-            version: snapshot.version(),
-            id,
-            position,
+        Ok(ReadRow {
+            position: index.position(id).unwrap_or_default(),
             rows: index.len(),
-            label,
-            fields,
             index_bytes: index.memory_size(),
             index_seconds,
+            id: found,
+            label,
+            row,
+            snapshot,
         })
+    }
+}
+
+/// A row read by its id, with where it lies and what finding it cost.
+struct ReadRow {
+    snapshot: std::sync::Arc<voxlake_table::Snapshot>,
+    row: RecordBatch,
+    id: String,
+    label: Option<i64>,
+    position: u64,
+    rows: u64,
+    index_bytes: usize,
+    index_seconds: f64,
+}
+
+/// The bytes of tensor field `name` (of `spec`) in the one row `row` holds.
+fn tensor_bytes<'a>(
+    row: &'a RecordBatch,
+    name: &str,
+    spec: &voxlake_format::TensorSpec,
+) -> Result<&'a [u8], String> {
+    let bytes = row
+        .column_by_name(name)
+        .and_then(|c| c.as_binary_view_opt())
+        .filter(|b| !b.is_null(0))
+        .map(|b| b.value(0))
+        .ok_or_else(|| format!("field '{name}' holds no tensor bytes"))?;
+    match bytes.len() == spec.nbytes() {
+        true => Ok(bytes),
+        false => Err(format!(
+            "field '{name}' holds {} bytes, its {spec} takes {}",
+            bytes.len(),
+            spec.nbytes()
+        )),
     }
 }
 
@@ -127,18 +227,7 @@ fn field_values(row: &RecordBatch, name: &str, kind: &FieldKind) -> Result<Field
     };
     match kind {
         FieldKind::Tensor(spec) => {
-            let bytes = column
-                .as_binary_view_opt()
-                .filter(|b| !b.is_null(0))
-                .map(|b| b.value(0))
-                .ok_or_else(|| format!("field '{name}' holds no tensor bytes"))?;
-            if bytes.len() != spec.nbytes() {
-                return Err(format!(
-                    "field '{name}' holds {} bytes, its {spec} takes {}",
-                    bytes.len(),
-                    spec.nbytes()
-                ));
-            }
+            let bytes = tensor_bytes(row, name, spec)?;
             values.shape = spec.shape().to_vec();
             values.dtype = spec.dtype().to_string();
             let (mut n, mut sum) = (0u64, 0f64);
@@ -161,6 +250,11 @@ fn field_values(row: &RecordBatch, name: &str, kind: &FieldKind) -> Result<Field
         }
     }
     Ok(values)
+}
+
+/// Whether a field of `dtype` can be a mask (integers and booleans).
+fn is_mask(dtype: DType) -> bool {
+    !matches!(dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
 }
 
 /// Little-endian values of `dtype` as `f64`s.

@@ -52,6 +52,7 @@ mod inspect;
 mod inspect_row;
 mod labels;
 mod optimize;
+mod picture;
 mod sink;
 mod source;
 pub mod synth;
@@ -64,6 +65,7 @@ pub use inspect::{FileInfo, TableInfo};
 pub use inspect_row::{FieldValues, RowInfo};
 pub use labels::Labels;
 pub use optimize::{OptimizeSummary, plan_bins};
+pub use picture::Picture;
 pub use sink::{ConvertSummary, ConvertTimings, Skipped};
 pub use writer::RowWriter;
 

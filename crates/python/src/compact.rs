@@ -1,4 +1,4 @@
-//! `voxlake.convert` and `voxlake.inspect`: the `compact` operations, run on a tokio runtime of
+//! `voxlake.convert`, `voxlake.inspect` and `voxlake.show`'s picture: the `compact` operations, run on a tokio runtime of
 //! their own with the GIL released and Ctrl-C looked for every 50 ms (a conversion stopped so
 //! resumes where it stood: its commits are whole). `convert` draws the `compact` CLI's progress
 //! bar on stderr when it is a terminal.
@@ -164,4 +164,30 @@ pub(crate) fn inspect<'py>(
             to_python(py, &info)
         }
     }
+}
+
+/// `voxlake.show`'s picture of the row `id` (as `compact inspect --row ID --png`): its width,
+/// height, RGB bytes (row after row) and PNG bytes.
+#[pyfunction]
+#[pyo3(signature = (table, id, *, storage_options=None))]
+pub(crate) fn picture<'py>(
+    py: Python<'py>,
+    table: String,
+    id: String,
+    storage_options: Option<HashMap<String, String>>,
+) -> PyResult<(
+    u32,
+    u32,
+    Bound<'py, pyo3::types::PyBytes>,
+    Bound<'py, pyo3::types::PyBytes>,
+)> {
+    let compactor = compactor(table, storage_options);
+    let picture = run(py, async move { compactor.row_picture(&id).await })?;
+    let png = picture.png().map_err(compact_error)?;
+    Ok((
+        picture.width,
+        picture.height,
+        pyo3::types::PyBytes::new(py, &picture.rgb),
+        pyo3::types::PyBytes::new(py, &png),
+    ))
 }

@@ -50,6 +50,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(loader::live_threads, m)?)?;
     m.add_function(wrap_pyfunction!(compact::convert, m)?)?;
     m.add_function(wrap_pyfunction!(compact::inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(compact::picture, m)?)?;
     m.add_function(wrap_pyfunction!(write::write_rows, m)?)?;
     m.add_function(wrap_pyfunction!(write::write_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(cli::run_command, m)?)?;

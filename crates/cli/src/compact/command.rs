@@ -98,6 +98,11 @@ enum Command {
         /// values summed up.
         #[arg(long, value_name = "ID")]
         row: Option<String>,
+        /// With --row: a picture of the row written to FILE (PNG): its first field's middle
+        /// slices of each channel on one colour scale, a mask field of its grid overlaid, the
+        /// id, label and version.
+        #[arg(long, value_name = "FILE", requires = "row")]
+        png: Option<PathBuf>,
         #[command(flatten)]
         sample: cli::SampleArgs,
         #[command(flatten)]
@@ -276,6 +281,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Inspect {
             table,
             row,
+            png,
             sample,
             version,
             common,
@@ -284,6 +290,11 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 .with_storage_options(common.storage.options()?)
                 .with_sample_columns(sample.hints())
                 .with_as_of(version.as_of()?);
+            if let (Some(id), Some(file)) = (&row, &png) {
+                let picture = compactor.row_picture(id).await?.png()?;
+                std::fs::write(file, picture)
+                    .map_err(|e| format!("writing the picture to {}: {e}", file.display()))?;
+            }
             match row {
                 Some(id) => print::row(&mut out, &compactor.inspect_row(&id).await?, common.json)?,
                 None => print::inspect(&mut out, &compactor.inspect().await?, common.json)?,
