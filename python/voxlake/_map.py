@@ -27,7 +27,7 @@ _STREAMING = frozenset({
     "batch_size", "epochs", "start_epoch", "shuffle", "shuffle_buffer", "drop_last", "rank",
     "world_size", "job", "job_dir", "prefetch", "uneven", "keep_row_groups", "node_affinity",
     "row_group_prefetch", "balance", "class_weights", "weight_column", "epoch_size", "subsample",
-    "subset_by", "split", "splits", "split_salt",
+    "subset_by",
 })
 
 #: The datasets of this process with a lookup open, closed before a fork.
@@ -52,8 +52,10 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
     Takes ``voxlake.Loader``'s table options (``version``/``timestamp``, ``filter``,
     ``fields``, ``columns``, ``storage_options``, ``cache_dir``, ``memory_budget``,
     ``channels_first``, ``transforms``, ``batch_transform``…); ``seed`` seeds the transforms
-    (each sample's from the seed, ``set_epoch``'s epoch and its id). The streaming options
-    (batch size, shuffling, ranks, draws) are a sampler's job here and are refused.
+    (each sample's from the seed, ``set_epoch``'s epoch and its id); ``split``, ``splits`` and
+    ``split_salt`` make the dataset that split's rows alone (indexed ``0..len`` in the version's
+    order; the same rows as the streaming Dataset's split). The streaming options (batch size,
+    shuffling, ranks, weighted draws) are a sampler's job here and are refused.
     """
 
     def __init__(self, table: str, **options: Any) -> None:

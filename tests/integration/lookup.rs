@@ -125,7 +125,7 @@ async fn a_lookup_refuses_what_it_cannot_read_before_reading() {
             .build_lookup()
             .unwrap_err()
             .to_string();
-        assert!(mixed.contains("sampling"), "{mixed}");
+        assert!(mixed.contains("weighted draws"), "{mixed}");
     })
     .await
     .unwrap();
@@ -211,6 +211,58 @@ async fn one_row_fetches_its_own_bytes_where_the_layout_allows() {
             "compressed, whole row groups: {:.2}×",
             read[1]
         );
+    })
+    .await
+    .unwrap();
+}
+
+/// A split read by position: its rows alone, the streaming loader's split's rows, in the
+/// version's order; an id of another split is not found.
+#[tokio::test]
+async fn a_split_is_its_rows_alone_numbered_in_the_versions_order() {
+    use voxlake::plan::sample::Sampling;
+    use voxlake::plan::split::Split;
+    let dir = tempfile::tempdir().unwrap();
+    let table = table_of(dir.path(), 40, 3, 4, 4_000_000).await;
+    let path = table.to_str().unwrap().to_string();
+    tokio::task::spawn_blocking(move || {
+        let shares = vec![("train".to_string(), 0.7), ("val".to_string(), 0.3)];
+        let val = Sampling::default().with_split(Split::new("val", shares.clone()));
+        let streamed: Vec<String> = collect(Loader::builder(&path).with_sampling(val.clone()))
+            .into_iter()
+            .flat_map(|b| b.ids)
+            .collect();
+        let lookup = Loader::builder(&path)
+            .with_sampling(val)
+            .build_lookup()
+            .unwrap();
+        let all: Vec<String> = Loader::builder(&path)
+            .build_lookup()
+            .unwrap()
+            .id_list()
+            .unwrap();
+        let ids = lookup.id_list().unwrap();
+        assert_eq!(lookup.len(), ids.len() as u64);
+        assert!(!ids.is_empty() && ids.len() < 40, "{}", ids.len());
+        let mut sorted = streamed.clone();
+        sorted.sort();
+        let mut mine = ids.clone();
+        mine.sort();
+        assert_eq!(mine, sorted, "the stream's split");
+        // The version's order: the split's ids as they stand among all.
+        let in_order: Vec<&String> = all.iter().filter(|id| ids.contains(id)).collect();
+        assert_eq!(in_order, ids.iter().collect::<Vec<_>>());
+        let positions: Vec<u64> = (0..lookup.len()).rev().collect();
+        let batch = lookup.take(&positions).unwrap();
+        let want: Vec<&str> = positions.iter().map(|&p| ids[p as usize].as_str()).collect();
+        assert_eq!(batch.ids, want);
+        assert_cubes(&batch, 3);
+        assert_eq!(lookup.positions(&[ids[2].as_str()]).unwrap(), [2]);
+        let train = all.iter().find(|id| !ids.contains(id)).unwrap();
+        let e = lookup.take_ids(&[train.as_str()]).unwrap_err().to_string();
+        assert!(e.contains(train.as_str()), "{e}");
+        let e = lookup.take(&[lookup.len()]).unwrap_err().to_string();
+        assert!(e.contains(&format!("{}", lookup.len())), "{e}");
     })
     .await
     .unwrap();

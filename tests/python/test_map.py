@@ -232,3 +232,21 @@ def test_show_is_the_picture_compact_draws(table, tmp_path):
     assert np.array_equal(np.frombuffer(rgb, np.uint8).reshape(image.shape), image)
     with pytest.raises(voxlake.NotFoundError, match="nope"):
         voxlake.show(table, "nope")
+
+
+def test_a_split_is_the_streaming_split_s_rows_alone(table):
+    splits = {"train": 0.8, "val": 0.2}
+    train = MapDataset(table, split="train", splits=splits)
+    val = MapDataset(table, split="val", splits=splits)
+    assert len(train) + len(val) == ROWS and 0 < len(val) < len(train)
+    assert set(train.ids()) | set(val.ids()) == set(MapDataset(table).ids())
+    streamed = [i for b in voxlake.Loader(table, batch_size=8, split="val", splits=splits) for i in b["id"]]
+    assert sorted(streamed) == sorted(val.ids())
+    assert [val[i]["id"] for i in range(len(val))] == val.ids()
+    with pytest.raises(IndexError):
+        val[len(val)]
+    with pytest.raises(voxlake.NotFoundError):
+        val.by_id(train.ids()[0])
+    assert val.index_of(val.ids()[3]) == 3
+    with pytest.raises(voxlake.ConfigError, match="balance"):
+        MapDataset(table, balance=True)

@@ -54,6 +54,9 @@ pub struct Lookup {
     groups: Mutex<locate::GroupStarts>,
     /// The ids by position, made at the first lookup by id.
     index: Mutex<Option<Arc<RowIndex>>>,
+    /// Of a split, the scan positions of its rows (ascending): position `i` of the lookup is
+    /// `rows[i]` of the scan.
+    rows: Option<Vec<u64>>,
     epoch: AtomicU64,
     /// One sample's tensor bytes (the larger of the table's and the transforms' output).
     sample_bytes: u64,
@@ -93,6 +96,7 @@ impl Lookup {
             starts,
             groups: Mutex::default(),
             index: Mutex::default(),
+            rows: None,
             epoch: AtomicU64::new(0),
             sample_bytes,
             counters,
@@ -101,9 +105,57 @@ impl Lookup {
         }
     }
 
-    /// Rows of the version (those the filter selects).
+    /// Rows of the version (those the filter selects; of a split, its rows).
     pub fn len(&self) -> u64 {
-        self.starts.last().copied().unwrap_or(0)
+        match &self.rows {
+            Some(rows) => rows.len() as u64,
+            None => self.starts.last().copied().unwrap_or(0),
+        }
+    }
+
+    /// Keeps only the rows of `split` (by their ids: the table's id column).
+    pub(crate) fn keep_split(
+        &mut self,
+        split: &voxlake_plan::split::Split,
+    ) -> Result<(), LoaderError> {
+        let snapshot = self.stream.scan().snapshot();
+        if snapshot.columns().id.is_none() {
+            return Err(LoaderError::Config(format!(
+                "{} has no id column: a split needs a stable id per row (name it with the id column option)",
+                snapshot.location()
+            )));
+        }
+        let index = self.ids()?;
+        let rows = index
+            .ids()
+            .enumerate()
+            .filter(|(_, id)| split.contains(id))
+            .map(|(p, _)| p as u64)
+            .collect();
+        self.rows = Some(rows);
+        Ok(())
+    }
+
+    /// The scan's positions of the lookup's `positions` (a split's rows); a position past
+    /// [`len`](Self::len) is [`TableError::NoRow`].
+    fn scan_positions(&self, positions: &[u64]) -> Result<Vec<u64>, LoaderError> {
+        let Some(rows) = &self.rows else {
+            return Ok(positions.to_vec());
+        };
+        positions
+            .iter()
+            .map(|&p| {
+                rows.get(p as usize).copied().ok_or_else(|| {
+                    let snapshot = self.stream.scan().snapshot();
+                    LoaderError::Stream(StreamError::Table(TableError::NoRow {
+                        location: snapshot.location().to_string(),
+                        position: p,
+                        rows: rows.len() as u64,
+                        version: snapshot.version(),
+                    }))
+                })
+            })
+            .collect()
     }
 
     /// Whether the version has no row.
@@ -148,7 +200,8 @@ impl Lookup {
     /// the rows is [`TableError::NoRow`] before anything is read; rows that the memory budget
     /// cannot hold at once are a [`LoaderError::Config`] (take fewer at a time).
     pub fn take(&self, positions: &[u64]) -> Result<Batch, LoaderError> {
-        self.on_runtime(self.take_async(positions))
+        let positions = self.scan_positions(positions)?;
+        self.on_runtime(self.take_async(&positions))
     }
 
     /// The rows of `ids`, in the order asked, as [`take`](Self::take) gives them. The first
@@ -165,7 +218,11 @@ impl Lookup {
         let scan = self.stream.scan();
         ids.iter()
             .map(|&id| {
-                index.position(id).ok_or_else(|| {
+                let at = index.position(id).and_then(|p| match &self.rows {
+                    Some(rows) => rows.binary_search(&p).ok().map(|i| i as u64),
+                    None => Some(p),
+                });
+                at.ok_or_else(|| {
                     LoaderError::Stream(StreamError::Table(TableError::NoId {
                         location: scan.snapshot().location().to_string(),
                         id: id.to_string(),
@@ -176,7 +233,20 @@ impl Lookup {
             .collect()
     }
 
-    /// The version's ids in position order (`voxlake_table::Scan::row_index`), read once.
+    /// The ids in the lookup's position order (of a split, its rows' alone).
+    pub fn id_list(&self) -> Result<Vec<String>, LoaderError> {
+        let index = self.ids()?;
+        Ok(match &self.rows {
+            Some(rows) => rows
+                .iter()
+                .filter_map(|&p| index.id(p).map(str::to_string))
+                .collect(),
+            None => index.ids().map(str::to_string).collect(),
+        })
+    }
+
+    /// The version's ids by scan position, every row's (`voxlake_table::Scan::row_index`), read
+    /// once: of a split, [`id_list`](Self::id_list) gives its rows' in the lookup's order.
     pub fn ids(&self) -> Result<Arc<RowIndex>, LoaderError> {
         let mut index = self
             .index

@@ -131,11 +131,7 @@ impl Lookup {
 
     /// Every id, in position order.
     fn ids(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        self.with(py, |l, _| {
-            l.ids()
-                .map(|index| index.ids().map(str::to_string).collect())
-        })?
-        .map_err(loader_error)
+        self.with(py, |l, _| l.id_list())?.map_err(loader_error)
     }
 
     /// The epoch the transforms are seeded with (a sampler's `set_epoch`).

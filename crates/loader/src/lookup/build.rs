@@ -16,7 +16,9 @@ impl LoaderBuilder {
     /// store, columns, filter, cache, checks), the memory budget, the channel layout and the
     /// transforms (seeded by the shuffle seed, where one is set); the stream's order settings
     /// (shuffle buffer, batch size, epochs, rank) are not used: the sampler decides which rows
-    /// each rank reads. A mixture, a state, a sampling spec or a CUDA device is refused.
+    /// each rank reads. A split (`Sampling::with_split`) is read as its rows alone, numbered
+    /// `0..len()` in the version's order; a mixture, a state, weighted draws, an epoch size, a
+    /// subset or a CUDA device is refused.
     pub fn build_lookup(mut self) -> Result<Lookup, LoaderError> {
         let refused = |what: &str| {
             Err(LoaderError::Config(format!(
@@ -29,8 +31,15 @@ impl LoaderBuilder {
         if self.state.is_some() {
             return refused("a state to resume");
         }
-        if !self.sampling.is_plain() {
-            return refused("a sampling spec (draw the rows with a sampler)");
+        // A split is a fixed subset of the rows; draws are a sampler's.
+        let split = self.sampling.split().cloned();
+        let split_only = split.as_ref().map(|s| {
+            voxlake_plan::sample::Sampling::default().with_split(s.clone()) == self.sampling
+        });
+        if !self.sampling.is_plain() && split_only != Some(true) {
+            return refused(
+                "weighted draws, an epoch size or a subset (draw the rows with a sampler)",
+            );
         }
         if self.device.is_some() {
             return refused("a device for the batches");
@@ -51,12 +60,16 @@ impl LoaderBuilder {
         let opened = self.open_stream(&runtime, versions, whole, &mut settings)?;
         let counters = Arc::new(Counters::default());
         let assembler = self.assembler(&opened, &settings, &counters, &Arc::default(), None)?;
-        Ok(Lookup::new(
+        let mut lookup = Lookup::new(
             opened.stream,
             assembler,
             opened.sample_bytes,
             counters,
             runtime,
-        ))
+        );
+        if let Some(split) = split {
+            lookup.keep_split(&split)?;
+        }
+        Ok(lookup)
     }
 }
