@@ -254,7 +254,10 @@ async fn a_split_is_its_rows_alone_numbered_in_the_versions_order() {
         assert_eq!(in_order, ids.iter().collect::<Vec<_>>());
         let positions: Vec<u64> = (0..lookup.len()).rev().collect();
         let batch = lookup.take(&positions).unwrap();
-        let want: Vec<&str> = positions.iter().map(|&p| ids[p as usize].as_str()).collect();
+        let want: Vec<&str> = positions
+            .iter()
+            .map(|&p| ids[p as usize].as_str())
+            .collect();
         assert_eq!(batch.ids, want);
         assert_cubes(&batch, 3);
         assert_eq!(lookup.positions(&[ids[2].as_str()]).unwrap(), [2]);
