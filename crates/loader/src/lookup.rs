@@ -50,8 +50,6 @@ pub struct Lookup {
     assembler: Assembler,
     /// `starts[i]`: the position of file i's first row; last, the rows.
     starts: Vec<u64>,
-    /// Per file looked up so far: the position in the file of each row group's first row.
-    groups: Mutex<locate::GroupStarts>,
     /// The ids by position, made at the first lookup by id.
     index: Mutex<Option<Arc<RowIndex>>>,
     /// Of a split, the scan positions of its rows (ascending): position `i` of the lookup is
@@ -94,7 +92,6 @@ impl Lookup {
             stream,
             assembler,
             starts,
-            groups: Mutex::default(),
             index: Mutex::default(),
             rows: None,
             epoch: AtomicU64::new(0),

@@ -172,18 +172,46 @@ impl TableStream {
 
     /// Each row group of file `file`: rows and budget shares (from its footer).
     pub async fn group_budgets(&self, file: usize) -> Result<Vec<GroupBudget>, StreamError> {
+        self.budgets_of(file, None).await
+    }
+
+    /// The budget shares of row groups `row_groups` of file `file` alone (a lookup's: not
+    /// every row group of a file of thousands, at each take).
+    pub async fn row_group_budgets(
+        &self,
+        file: usize,
+        row_groups: &[usize],
+    ) -> Result<Vec<GroupBudget>, StreamError> {
+        self.budgets_of(file, Some(row_groups)).await
+    }
+
+    async fn budgets_of(
+        &self,
+        file: usize,
+        row_groups: Option<&[usize]>,
+    ) -> Result<Vec<GroupBudget>, StreamError> {
         let inner = &self.inner;
         let (source, scan, local) = inner.sources.locate(file);
         let meta = inner
             .caught(Stage::Footer, file, scan.reader_metadata(local))
             .await?;
         let projection = scan.snapshot().projection(&meta, &inner.columns[source])?;
-        Ok(meta
-            .metadata()
-            .row_groups()
-            .iter()
-            .map(|rg| group_budget(rg, &projection, inner.sample_bytes()))
-            .collect())
+        let groups = meta.metadata().row_groups();
+        let budget = |rg| group_budget(rg, &projection, inner.sample_bytes());
+        match row_groups {
+            None => Ok(groups.iter().map(budget).collect()),
+            Some(asked) => asked
+                .iter()
+                .map(|&g| {
+                    groups.get(g).map(budget).ok_or_else(|| {
+                        StreamError::Internal(format!(
+                            "row group {g} of file #{file}, which has {}",
+                            groups.len()
+                        ))
+                    })
+                })
+                .collect(),
+        }
     }
 
     /// The row groups of this shard for `epoch`, in reading order: the shard's span of the

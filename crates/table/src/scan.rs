@@ -54,6 +54,9 @@ pub struct Scan {
     /// `starts[i]`: the position of file i's first row read; last, the rows read. Made once
     /// at build: every [`take`](Scan::take) locates its positions by them.
     starts: Vec<u64>,
+    /// Per file located so far, the position of each row group's first row read (8 bytes a
+    /// row group, kept while the scan lives: each take would walk every row group again).
+    group_starts: std::sync::Mutex<std::collections::HashMap<usize, Arc<[u64]>>>,
 }
 
 /// A filter's files and rows.

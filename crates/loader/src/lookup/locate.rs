@@ -1,8 +1,6 @@
 //! Where a lookup's positions are (the scan's places), the unit that reads a row group (its
-//! first row and rows from the footer, cached per file), and how many row groups a take may
-//! read at once in the memory budget.
-
-use std::sync::Arc;
+//! first row and rows: the scan's row group starts), and how many row groups a take may read
+//! at once in the memory budget.
 
 use voxlake_plan::order::Unit;
 use voxlake_stream::StreamError;
@@ -10,9 +8,6 @@ use voxlake_table::RowPlace;
 
 use super::Lookup;
 use crate::LoaderError;
-
-/// Per file looked up so far: the position in the file of each row group's first row.
-pub(super) type GroupStarts = std::collections::HashMap<usize, Arc<[u64]>>;
 
 /// Row groups a take reads at once, at most: a remote store's round trip is hidden behind
 /// the others in flight (each within the budget at a whole row group's peak).
@@ -30,32 +25,14 @@ impl Lookup {
             .map_err(StreamError::from)?)
     }
 
-    /// The position in file `file` of each of its row groups' first row read (read from the
-    /// footer once).
-    async fn group_starts(&self, file: usize) -> Result<Arc<[u64]>, LoaderError> {
-        if let Some(known) = self.groups_lock()?.get(&file) {
-            return Ok(known.clone());
-        }
-        let starts: Arc<[u64]> = self
+    /// The unit that reads row group `row_group` of file `file` whole.
+    pub(super) async fn unit(&self, file: usize, row_group: usize) -> Result<Unit, LoaderError> {
+        let starts = self
             .stream
             .scan()
             .row_group_starts(file)
             .await
-            .map_err(StreamError::from)?
-            .into();
-        self.groups_lock()?.insert(file, starts.clone());
-        Ok(starts)
-    }
-
-    fn groups_lock(&self) -> Result<std::sync::MutexGuard<'_, GroupStarts>, LoaderError> {
-        self.groups
-            .lock()
-            .map_err(|_| LoaderError::Internal("the row groups' lock".into()))
-    }
-
-    /// The unit that reads row group `row_group` of file `file` whole.
-    pub(super) async fn unit(&self, file: usize, row_group: usize) -> Result<Unit, LoaderError> {
-        let starts = self.group_starts(file).await?;
+            .map_err(StreamError::from)?;
         let first_row = starts.get(row_group).copied().ok_or_else(|| {
             LoaderError::Internal(format!("row group {row_group} of file #{file}"))
         })?;
@@ -88,9 +65,9 @@ impl Lookup {
         files.sort_unstable();
         files.dedup();
         for file in files {
-            let budgets = self.stream.group_budgets(file).await?;
-            for (_, row_group, _) in reads.iter().filter(|r| r.0 == file) {
-                peak = peak.max(budgets.get(*row_group).map_or(0, |b| b.peak));
+            let groups: Vec<usize> = reads.iter().filter(|r| r.0 == file).map(|r| r.1).collect();
+            for budget in self.stream.row_group_budgets(file, &groups).await? {
+                peak = peak.max(budget.peak);
             }
         }
         let sample = self.sample_bytes.max(1);

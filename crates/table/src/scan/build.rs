@@ -68,6 +68,7 @@ impl ScanBuilder {
             columns,
             narrowed,
             starts,
+            group_starts: Default::default(),
         })
     }
 }

@@ -103,7 +103,7 @@ impl Scan {
         // the next does); p is below the total, so never the end.
         let file_of = |p: u64| starts.partition_point(|&s| s <= p) - 1;
         let asked: BTreeSet<usize> = positions.iter().map(|&p| file_of(p)).collect();
-        let group_starts: BTreeMap<usize, Vec<u64>> =
+        let group_starts: BTreeMap<usize, Arc<[u64]>> =
             futures::stream::iter(asked)
                 .map(|file| async move {
                     Ok::<_, TableError>((file, self.row_group_starts(file).await?))
@@ -129,9 +129,18 @@ impl Scan {
             .collect()
     }
 
-    /// The position within file `index` of each of its row groups' first row read; a footer
-    /// whose rows read disagree with the file's count is an error.
-    pub async fn row_group_starts(&self, index: usize) -> Result<Vec<u64>, TableError> {
+    /// The position within file `index` of each of its row groups' first row read (made once
+    /// a scan); a footer whose rows read disagree with the file's count is an error.
+    pub async fn row_group_starts(&self, index: usize) -> Result<Arc<[u64]>, TableError> {
+        let known = |s: &Self| -> Result<Option<Arc<[u64]>>, TableError> {
+            let cache = s.group_starts.lock().map_err(|_| {
+                TableError::Internal("the row group starts' lock was poisoned".into())
+            })?;
+            Ok(cache.get(&index).cloned())
+        };
+        if let Some(starts) = known(self)? {
+            return Ok(starts);
+        }
         let footer = self.footer(index).await?;
         let mut starts = Vec::with_capacity(footer.num_row_groups() + 1);
         let mut at = 0u64;
@@ -152,6 +161,10 @@ impl Scan {
                     file.rows()
                 ),
             });
+        }
+        let starts: Arc<[u64]> = starts.into();
+        if let Ok(mut cache) = self.group_starts.lock() {
+            cache.insert(index, starts.clone());
         }
         Ok(starts)
     }
