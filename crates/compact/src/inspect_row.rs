@@ -65,29 +65,18 @@ impl Compactor {
     /// position, label and fields, read alone. An id the version has no row of is
     /// [`voxlake_table::TableError::NoId`], naming it and the version.
     pub async fn inspect_row(&self, id: &str) -> Result<RowInfo, CompactError> {
+        info_of(self.read_row(id).await?)
+    }
+
+    /// [`inspect_row`](Self::inspect_row) and [`row_picture`](Self::row_picture) of one read
+    /// of the row (`compact inspect --row ID --png FILE`).
+    pub async fn inspect_row_with_picture(
+        &self,
+        id: &str,
+    ) -> Result<(RowInfo, Picture), CompactError> {
         let read = self.read_row(id).await?;
-        let snapshot = &read.snapshot;
-        let fields = snapshot
-            .sample()
-            .fields()
-            .iter()
-            .map(|field| field_values(&read.row, &field.name, &field.kind))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|reason| CompactError::Incompatible {
-                location: snapshot.location().to_string(),
-                reason: format!("row '{id}': {reason}"),
-            })?;
-        Ok(RowInfo {
-            location: snapshot.location().to_string(),
-            version: snapshot.version(),
-            id: read.id,
-            position: read.position,
-            rows: read.rows,
-            label: read.label,
-            fields,
-            index_bytes: read.index_bytes,
-            index_seconds: read.index_seconds,
-        })
+        let picture = picture_of(&read)?;
+        Ok((info_of(read)?, picture))
     }
 
     /// A picture of the row `id` ([`Picture`]): its first field's middle slices, each
@@ -95,48 +84,7 @@ impl Compactor {
     /// naming the id, label and version. A first field of fewer than two axes is
     /// [`CompactError::Incompatible`].
     pub async fn row_picture(&self, id: &str) -> Result<Picture, CompactError> {
-        let read = self.read_row(id).await?;
-        let snapshot = &read.snapshot;
-        let refused = |reason: String| CompactError::Incompatible {
-            location: snapshot.location().to_string(),
-            reason: format!("row '{id}': {reason}"),
-        };
-        let tensors: Vec<(&str, &voxlake_format::TensorSpec)> =
-            snapshot.sample().tensors().collect();
-        let Some(&(name, spec)) = tensors.first() else {
-            return Err(refused("the sample has no tensor field".into()));
-        };
-        let values: Vec<f64> = as_f64(
-            spec.dtype(),
-            tensor_bytes(&read.row, name, spec).map_err(refused)?,
-        )
-        .collect();
-        // A mask: an integer (or bool) field of the volume's spatial grid.
-        let spatial = &spec.shape()[..spec.shape().len().min(3)];
-        let mask = tensors
-            .iter()
-            .skip(1)
-            .find(|(_, s)| is_mask(s.dtype()) && s.shape() == spatial)
-            .map(|&(n, s)| {
-                tensor_bytes(&read.row, n, s).map(|b| as_f64(s.dtype(), b).collect::<Vec<f64>>())
-            })
-            .transpose()
-            .map_err(refused)?;
-        let label = read
-            .label
-            .map_or_else(|| "-".to_string(), |l| l.to_string());
-        let title = format!(
-            "{}  label {label}  v{}  {name}",
-            read.id,
-            snapshot.version()
-        );
-        crate::picture::render(&crate::picture::Scene {
-            values: &values,
-            shape: spec.shape(),
-            mask: mask.as_deref(),
-            title,
-        })
-        .map_err(refused)
+        picture_of(&self.read_row(id).await?)
     }
 
     /// The row `id` of the version, read alone through the version's row index.
@@ -174,6 +122,78 @@ impl Compactor {
             snapshot,
         })
     }
+}
+
+/// The row `read` summed up.
+fn info_of(read: ReadRow) -> Result<RowInfo, CompactError> {
+    let snapshot = &read.snapshot;
+    let id = read.id.as_str();
+    let fields = snapshot
+        .sample()
+        .fields()
+        .iter()
+        .map(|field| field_values(&read.row, &field.name, &field.kind))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|reason| CompactError::Incompatible {
+            location: snapshot.location().to_string(),
+            reason: format!("row '{id}': {reason}"),
+        })?;
+    Ok(RowInfo {
+        location: snapshot.location().to_string(),
+        version: snapshot.version(),
+        id: read.id,
+        position: read.position,
+        rows: read.rows,
+        label: read.label,
+        fields,
+        index_bytes: read.index_bytes,
+        index_seconds: read.index_seconds,
+    })
+}
+
+/// The picture of the row `read` (see [`Compactor::row_picture`]).
+fn picture_of(read: &ReadRow) -> Result<Picture, CompactError> {
+    let snapshot = &read.snapshot;
+    let id = read.id.as_str();
+    let refused = |reason: String| CompactError::Incompatible {
+        location: snapshot.location().to_string(),
+        reason: format!("row '{id}': {reason}"),
+    };
+    let tensors: Vec<(&str, &voxlake_format::TensorSpec)> = snapshot.sample().tensors().collect();
+    let Some(&(name, spec)) = tensors.first() else {
+        return Err(refused("the sample has no tensor field".into()));
+    };
+    let values: Vec<f64> = as_f64(
+        spec.dtype(),
+        tensor_bytes(&read.row, name, spec).map_err(refused)?,
+    )
+    .collect();
+    // A mask: an integer (or bool) field of the volume's spatial grid.
+    let spatial = &spec.shape()[..spec.shape().len().min(3)];
+    let mask = tensors
+        .iter()
+        .skip(1)
+        .find(|(_, s)| is_mask(s.dtype()) && s.shape() == spatial)
+        .map(|&(n, s)| {
+            tensor_bytes(&read.row, n, s).map(|b| as_f64(s.dtype(), b).collect::<Vec<f64>>())
+        })
+        .transpose()
+        .map_err(refused)?;
+    let label = read
+        .label
+        .map_or_else(|| "-".to_string(), |l| l.to_string());
+    let title = format!(
+        "{}  label {label}  v{}  {name}",
+        read.id,
+        snapshot.version()
+    );
+    crate::picture::render(&crate::picture::Scene {
+        values: &values,
+        shape: spec.shape(),
+        mask: mask.as_deref(),
+        title,
+    })
+    .map_err(refused)
 }
 
 /// A row read by its id, with where it lies and what finding it cost.

@@ -194,6 +194,27 @@ fn parse_on_error(s: &str) -> Result<OnError, String> {
     }
 }
 
+/// `compact inspect`: the table, or one row (and its picture, written to `png`).
+async fn inspect(
+    out: &mut impl Write,
+    compactor: &Compactor,
+    row: Option<String>,
+    png: Option<PathBuf>,
+    json: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    match (row, png) {
+        (Some(id), Some(file)) => {
+            let (info, picture) = compactor.inspect_row_with_picture(&id).await?;
+            std::fs::write(&file, picture.png()?)
+                .map_err(|e| format!("writing the picture to {}: {e}", file.display()))?;
+            print::row(out, &info, json)?;
+        }
+        (Some(id), None) => print::row(out, &compactor.inspect_row(&id).await?, json)?,
+        _ => print::inspect(out, &compactor.inspect().await?, json)?,
+    }
+    Ok(())
+}
+
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let mut out = std::io::stdout().lock();
     match cli.command {
@@ -290,15 +311,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 .with_storage_options(common.storage.options()?)
                 .with_sample_columns(sample.hints())
                 .with_as_of(version.as_of()?);
-            if let (Some(id), Some(file)) = (&row, &png) {
-                let picture = compactor.row_picture(id).await?.png()?;
-                std::fs::write(file, picture)
-                    .map_err(|e| format!("writing the picture to {}: {e}", file.display()))?;
-            }
-            match row {
-                Some(id) => print::row(&mut out, &compactor.inspect_row(&id).await?, common.json)?,
-                None => print::inspect(&mut out, &compactor.inspect().await?, common.json)?,
-            }
+            inspect(&mut out, &compactor, row, png, common.json).await?;
         }
         Command::Generate {
             dir,
