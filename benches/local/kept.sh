@@ -12,7 +12,7 @@ epochs=${2:-3}
 rounds=${3:-3}
 run() { # extra bench arguments; prints samples/s, peak RSS MB, row groups reused
   "$bin/voxlake" bench "$table" --shuffle --seed 1 --epochs "$epochs" --json "$@" 2>/dev/null |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.0f %.0f %d" % (d["samples_per_s"], d["peak_rss_bytes"] / 1e6, d["kept_row_groups_reused"]))'
+    python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.0f %.0f %d" % (d["samples_per_s"], d["peak_rss_bytes"] / 1e6, d["row_groups_reused"]))'
 }
 cat "$table"/*.parquet >/dev/null
 for budget in 1024 "${BUDGET_MB:-4096}"; do

@@ -55,7 +55,7 @@ PY
 echo "page cache: $(huge_share) of the table's pages in huge folios"
 gbps() { # extra bench arguments; prints tensor GB/s
   "$bin/voxlake" bench "$table" --shuffle --seed 1 --json "$@" 2>/dev/null |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.2f" % (d["bytes_fetched"] / d["seconds"] / 1e9))'
+    python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.2f" % (d["bytes_read"] / d["seconds"] / 1e9))'
 }
 echo "table: $table, $((bytes / 1000000)) MB in ${#files[@]} files"
 for ((i = 0; i < rounds; i++)); do

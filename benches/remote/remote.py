@@ -142,7 +142,7 @@ def voxlake(bin_: str, table: str, env: dict, *args: str, seed: str = "1") -> di
         sys.exit(f"voxlake bench failed: {out.stderr}")
     r = json.loads(out.stdout)
     return {"samples": r["samples"], "seconds": r["seconds"], "first_batch_s": r["first_batch_s"],
-            "store_bytes": r["store_bytes_fetched"], "cache_hits": r["cache_hits"],
+            "store_bytes": r["store_bytes_read"], "cache_hits": r["cache_hits"],
             "reads_in_flight": r["reads_in_flight"], "peak_rss_mb": (r["peak_rss_bytes"] or 0) / 1e6,
             "cpu_cores": r["cpu_cores"]}
 

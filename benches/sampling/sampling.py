@@ -63,7 +63,7 @@ def main() -> None:
             if mode == "plain":
                 continue
             ratios[mode].append(rep["samples_per_s"] / plain["samples_per_s"])
-            bytes_ratio[mode].append(rep["bytes_fetched"] / plain["bytes_fetched"])
+            bytes_ratio[mode].append(rep["bytes_read"] / plain["bytes_read"])
             line.append(f"{mode} {ratios[mode][-1]:.2f}x ({rep['samples']} samples, bytes {bytes_ratio[mode][-1]:.2f})")
         print("; ".join(line), flush=True)
     for mode in ratios:

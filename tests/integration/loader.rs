@@ -583,6 +583,70 @@ async fn the_stall_meter_times_waits_and_compute_and_forecasts() {
     assert!((forecast.cost.unwrap() - forecast.total.as_secs_f64() / 1000.0).abs() < 1e-9);
 }
 
+/// The exposed wait a step (`LoaderStats::step_waits`, `consumer_wait`, the metrics) is the
+/// loop's own wall clock around `next()`: a batch transform that takes 15 ms makes every step
+/// wait, and the loop times each call.
+#[tokio::test]
+async fn the_exposed_wait_per_step_is_the_loops_wall_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 24, 11).await;
+    let path = table.to_str().unwrap().to_string();
+    let (stats, metrics, mut timed) = std::thread::spawn(move || {
+        let mut loader = Loader::builder(path)
+            .with_batch_size(4)
+            .with_epochs(2)
+            .with_batch_transform(|_, _| {
+                std::thread::sleep(Duration::from_millis(15));
+                Ok(())
+            })
+            .build()
+            .unwrap();
+        let mut timed = Vec::new();
+        loop {
+            let start = std::time::Instant::now();
+            let next = loader.next();
+            timed.push(start.elapsed());
+            match next {
+                Some(batch) => drop(batch.unwrap()),
+                None => break,
+            }
+        }
+        (loader.stats(), loader.metrics(), timed)
+    })
+    .join()
+    .unwrap();
+    let close = |exposed: Duration, clock: Duration| {
+        let (e, c) = (exposed.as_secs_f64(), clock.as_secs_f64());
+        assert!(
+            (e - c).abs() <= 0.05 * c,
+            "exposed {e} s, the loop's clock {c} s"
+        );
+    };
+    // Every call's wait is summed, the last (the end) too; the steps are the batches.
+    close(stats.consumer_wait, timed.iter().sum());
+    timed.pop();
+    let waits = stats.step_waits;
+    assert_eq!((waits.steps, stats.batches), (12, 12));
+    timed.sort();
+    close(waits.p50, timed[5]);
+    close(waits.p90, timed[10]);
+    close(waits.max, timed[11]);
+    assert!(waits.p50 >= Duration::from_millis(10), "{waits:?}");
+    assert!(stats.input_bound_fraction > 0.5, "{stats:?}");
+    let named = |name: &str| {
+        metrics
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap()
+            .value
+            .as_f64()
+    };
+    assert_eq!(named("step_wait_p50_s"), waits.p50.as_secs_f64());
+    assert_eq!(named("consumer_wait_s"), stats.consumer_wait.as_secs_f64());
+    assert_eq!(named("batches"), 12.0);
+    assert!(named("epoch_forecast_s") > 0.0 && named("steady_iteration_s") > 0.0);
+}
+
 /// `count` cubes: the first half in row groups of 2 rows, the rest in row groups of 6.
 async fn growing_groups_table(dir: &Path, count: usize) -> PathBuf {
     let data = synth::generate(dir, count, 12).unwrap();

@@ -84,7 +84,7 @@ def test_batches_are_numpy_views_of_the_rust_buffer(table):
     np.testing.assert_array_equal(arr, held)
     assert freed_and_checked == ROWS - 10
     # Freed batches were filled again (zero copy does not cost a new buffer a batch).
-    assert loader.stats()["recycled"] > 0, loader.stats()
+    assert loader.stats()["recycled_batches"] > 0, loader.stats()
     assert loader.stats()["version"] == loader.version
 
 
@@ -750,6 +750,36 @@ def offset_by_batch(batch, rng):
     place; the loader's thread and the draw noted in the batch's label column."""
     batch["tensor"] += rng.integers(1, 1000)
     assert threading.current_thread() is not threading.main_thread()
+
+
+def test_stats_hold_the_exposed_wait_the_loop_measures(table):
+    """stats(): the loop's wait inside next() a step (quantiles, sum, share) as the loop's own
+    clock measures it, a slow batch_transform making every step wait; every metric of
+    docs/usage.md's table by name, the same names as `voxlake bench --json`."""
+    def slow(batch, rng):
+        time.sleep(0.02)
+
+    loader = voxlake.Loader(table, batch_size=8, batch_transform=slow)
+    it, timed = iter(loader), []
+    while True:
+        start = time.perf_counter()
+        try:
+            next(it)
+        except StopIteration:
+            timed.append(time.perf_counter() - start)
+            break
+        timed.append(time.perf_counter() - start)
+    stats = loader.stats()
+    assert stats["consumer_wait_s"] == pytest.approx(sum(timed), rel=0.05), (stats, timed)
+    steps = sorted(timed[:-1])
+    assert stats["step_waits"] == stats["batches"] == len(steps) == (ROWS + 7) // 8
+    assert stats["step_wait_p50_s"] == pytest.approx(steps[(len(steps) + 1) // 2 - 1], rel=0.05)
+    assert stats["step_wait_max_s"] == pytest.approx(steps[-1], rel=0.05)
+    assert stats["step_wait_p50_s"] >= 0.015 and stats["input_bound_fraction"] > 0.5, stats
+    assert isinstance(stats["bytes_read"], int) and isinstance(stats["fetch_s"], float)
+    for name in ("steady_iteration_s", "epoch_forecast_s", "decode_s", "assemble_s",
+                 "producer_wait_s", "budget_wait_s", "recycled_batches", "cache_hits"):
+        assert name in stats, name
 
 
 def test_batch_transform_runs_on_the_loaders_thread_seeded_and_repeats_after_a_resume(table):

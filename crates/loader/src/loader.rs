@@ -54,6 +54,8 @@ pub struct Loader {
     /// The run ended (finished or failed): `next()` returns `None` from now on.
     pub(crate) finished: bool,
     pub(crate) meter: stall::StallMeter,
+    /// Each step's wait inside `next()`.
+    pub(crate) waits: stall::WaitHistogram,
     /// When the last batch was handed out (the training loop computes from then on).
     pub(crate) last_return: Option<Instant>,
     /// Tensor memory given back with `recycle`, for the assembler to fill again.
@@ -338,6 +340,7 @@ impl Loader {
         c.consumer_wait_ns
             .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         if let Some(Ok(batch)) = &item {
+            self.waits.record(waited);
             let m = &mut self.meter;
             m.waited += waited;
             m.samples += batch.len() as u64;

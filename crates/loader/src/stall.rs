@@ -24,6 +24,11 @@
 
 use std::time::Duration;
 
+pub use waits::StepWaits;
+pub(crate) use waits::WaitHistogram;
+
+mod waits;
+
 /// Per-step timings gathered by the loader.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StallMeter {

@@ -184,6 +184,7 @@ impl LoaderBuilder {
             state_template,
             finished: false,
             meter: stall::StallMeter::default(),
+            waits: stall::WaitHistogram::default(),
             last_return: None,
             recycled,
             recycle_max: RECYCLED_SPARES,

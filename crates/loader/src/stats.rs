@@ -7,8 +7,9 @@ use voxlake_stream::StreamStats;
 
 use crate::Loader;
 
-/// What the loader has done so far.
+/// What the loader has done so far; by name: [`metrics`](Self::metrics).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
 pub struct LoaderStats {
     /// Samples handed out.
     pub samples: u64,
@@ -37,6 +38,11 @@ pub struct LoaderStats {
     pub producer_wait: Duration,
     /// Time the training loop waited inside `next()`: input-bound time.
     pub consumer_wait: Duration,
+    /// Quantiles of the wait inside `next()`, a value a step (zero for a [`Lookup`](crate::Lookup)).
+    pub step_waits: crate::stall::StepWaits,
+    /// Of the training loop's time, the share it waited inside `next()`
+    /// ([`StallMeter::input_bound_fraction`](crate::stall::StallMeter::input_bound_fraction)).
+    pub input_bound_fraction: f64,
     /// Since `build()`.
     pub elapsed: Duration,
     /// The stream's counters (fetch, decode, budget wait).
@@ -58,8 +64,13 @@ impl Loader {
 
     /// What the loader has done so far.
     pub fn stats(&self) -> LoaderStats {
-        self.counters
-            .stats(self.started.elapsed(), self.stream.stats())
+        LoaderStats {
+            step_waits: self.waits.waits(),
+            input_bound_fraction: self.meter.input_bound_fraction(),
+            ..self
+                .counters
+                .stats(self.started.elapsed(), self.stream.stats())
+        }
     }
 }
 
@@ -80,6 +91,8 @@ impl crate::counters::Counters {
             loosened_rows: c.loosened_rows.load(Ordering::Relaxed),
             producer_wait: ns(&c.producer_wait_ns),
             consumer_wait: ns(&c.consumer_wait_ns),
+            step_waits: Default::default(),
+            input_bound_fraction: 0.0,
             elapsed,
             stream,
         }

@@ -25,6 +25,7 @@ mod extract;
 mod loader;
 mod logs;
 mod lookup;
+mod metrics;
 mod mixture;
 mod options;
 mod sampling;

@@ -317,18 +317,16 @@ impl Loader {
         })
     }
 
-    /// What the pass under way has done so far: the table version it reads, samples and
-    /// batches handed out, batches
-    /// whose buffers were given back and filled again (`recycled`), row groups delivered and how
-    /// many of them were kept in the memory budget since an earlier epoch (`row_groups_reused`:
-    /// not read again), the first batch's time and the time spent waiting for batches and in
-    /// `batch_transform` (seconds), the bytes of column chunks read (`bytes_read`), the
+    /// What the pass under way has done so far: the table version it reads (`version`), the
     /// samples handed out per label value (`labels`: a balanced run's draws of each) and, of a
-    /// mixture, per source (`sources`, a list in the sources' order).
+    /// mixture, per source (`sources`, a list in the sources' order), and every counter of
+    /// `voxlake_loader::Loader::metrics` under its name (docs/usage.md, "What `stats()` holds"):
+    /// the stages' times, the waits and the exposed wait's quantiles, bytes read, cache hits,
+    /// the forecast.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (stats, version, labels, sources) = self.with_running(py, |r| {
+        let (metrics, version, labels, sources) = self.with_running(py, |r| {
             (
-                r.loader.stats(),
+                r.loader.metrics(),
                 r.loader.version(),
                 r.loader.labels_delivered(),
                 r.loader.sources_delivered(),
@@ -336,15 +334,7 @@ impl Loader {
         })?;
         let out = PyDict::new(py);
         out.set_item("version", version)?;
-        out.set_item("samples", stats.samples)?;
-        out.set_item("batches", stats.batches)?;
-        out.set_item("recycled", stats.recycled)?;
-        out.set_item("row_groups", stats.stream.row_groups)?;
-        out.set_item("row_groups_reused", stats.stream.kept_hits)?;
-        out.set_item("first_batch_s", stats.first_batch.as_secs_f64())?;
-        out.set_item("consumer_wait_s", stats.consumer_wait.as_secs_f64())?;
-        out.set_item("batch_transform_s", stats.batch_transform.as_secs_f64())?;
-        out.set_item("bytes_read", stats.stream.bytes)?;
+        crate::metrics::put(&out, &metrics)?;
         let by_label = PyDict::new(py);
         for (label, n) in labels {
             by_label.set_item(label, n)?;

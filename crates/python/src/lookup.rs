@@ -149,19 +149,15 @@ impl Lookup {
         })
     }
 
-    /// What the lookups have done so far: the version, samples and batches (takes) handed out,
-    /// the row groups read and the bytes of column chunks read (`bytes_read`), the time
-    /// assembling (`assemble_s`) and in `batch_transform` (seconds).
+    /// What the lookups have done so far: the version, and the counters of
+    /// `voxlake_loader::LoaderStats::metrics` by name (samples and batches (takes) handed
+    /// out, row groups and `bytes_read`, `assemble_s`, `batch_transform_s`, …; the waits of
+    /// a loop are a `Loader`'s, zero here).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let (stats, version) = self.with(py, |l, _| (l.stats(), l.version()))?;
         let out = PyDict::new(py);
         out.set_item("version", version)?;
-        out.set_item("samples", stats.samples)?;
-        out.set_item("batches", stats.batches)?;
-        out.set_item("row_groups", stats.stream.row_groups)?;
-        out.set_item("bytes_read", stats.stream.bytes)?;
-        out.set_item("assemble_s", stats.assemble.as_secs_f64())?;
-        out.set_item("batch_transform_s", stats.batch_transform.as_secs_f64())?;
+        crate::metrics::put(&out, &stats.metrics())?;
         Ok(out)
     }
 

@@ -128,8 +128,7 @@ async fn processes_at_once_fetch_the_table_once(backend: Backend) {
         let b = s.spawn(|| json_output(&mut b));
         (a.join().unwrap(), b.join().unwrap())
     });
-    let fetched =
-        a["store_bytes_fetched"].as_u64().unwrap() + b["store_bytes_fetched"].as_u64().unwrap();
+    let fetched = a["store_bytes_read"].as_u64().unwrap() + b["store_bytes_read"].as_u64().unwrap();
     let plain = run(&table, backend.options(), None, 1).2.store_bytes;
     assert_eq!(
         (a["samples"].as_u64(), b["samples"].as_u64()),

@@ -58,14 +58,12 @@ pub(super) fn write(
             (f.name.clone(), kind)
         })
         .collect();
-    let report = serde_json::json!({
+    let mut report = serde_json::json!({
         "stopped_by_signal": run.stopped_by,
         "table": voxlake_io::redact(&args.tables[0]),
         "tables": args.tables.iter().map(|t| voxlake_io::redact(t)).collect::<Vec<_>>(),
         "version": loader.version(),
         "versions": loader.versions(),
-        "samples": samples,
-        "batches": stats.batches,
         "epochs": args.epochs,
         "seconds": seconds,
         "cpu_user_s": cpu_user_s,
@@ -73,33 +71,9 @@ pub(super) fn write(
         "cpu_cores": (cpu_user_s + cpu_system_s) / seconds,
         "samples_per_s": samples as f64 / seconds,
         "mb_per_s": mb / seconds,
-        "first_batch_s": run.first_batch_s.unwrap_or(0.0),
         "peak_rss_bytes": peak_rss_bytes(),
         "memory_budget_bytes": args.memory_budget_mb << 20,
         "shuffle": args.shuffle,
-        "consumer_wait_s": stats.consumer_wait.as_secs_f64(),
-        "assemble_s": stats.assemble.as_secs_f64(),
-        "producer_wait_s": stats.producer_wait.as_secs_f64(),
-        "fetch_s": stats.stream.fetch.as_secs_f64(),
-        "decode_s": stats.stream.decode.as_secs_f64(),
-        "budget_wait_s": stats.stream.budget_wait.as_secs_f64(),
-        "reads_in_flight": stats.stream.in_flight,
-        "read_latency_s": stats.stream.read_latency.as_secs_f64(),
-        "input_bound_fraction": loader.stall_meter().input_bound_fraction(),
-        "bytes_fetched": stats.stream.bytes,
-        "store_bytes_fetched": stats.stream.store_bytes,
-        "store_reads_reasked": stats.stream.reasked,
-        "cache_hits": stats.stream.cache.hits,
-        "cache_misses": stats.stream.cache.misses,
-        "cache_log_hits": stats.stream.cache.log_hits,
-        "cache_log_misses": stats.stream.cache.log_misses,
-        "cache_bytes_read": stats.stream.cache.bytes_read,
-        "cache_corrupt": stats.stream.cache.corrupt,
-        "row_groups": stats.stream.row_groups,
-        "kept_row_groups_reused": stats.stream.kept_hits,
-        "recycled_batches": stats.recycled,
-        "staging_waits": stats.staging_waits,
-        "loosened_rows": stats.loosened_rows,
         "iterations_per_epoch": loader.iterations_per_epoch(),
         "draws_per_epoch": loader.draws_per_epoch(),
         "labels_delivered": loader
@@ -120,6 +94,16 @@ pub(super) fn write(
         "filter_rows_decided": filtered.rows_decided,
         "filter_rows_selected": filtered.rows_selected,
     });
+    // The loader's counters under the names Python's stats() gives them (docs/usage.md).
+    if let Some(map) = report.as_object_mut() {
+        for m in loader.metrics() {
+            let value = match m.value {
+                voxlake_loader::MetricValue::Count(n) => serde_json::json!(n),
+                other => serde_json::json!(other.as_f64()),
+            };
+            map.insert(m.name.to_string(), value);
+        }
+    }
     if args.json {
         writeln!(out, "{report}")?;
     } else {
@@ -142,6 +126,17 @@ pub(super) fn write(
             stats.producer_wait.as_secs_f64(),
             stats.consumer_wait.as_secs_f64(),
             stats.stream.budget_wait.as_secs_f64(),
+        )?;
+        let w = &stats.step_waits;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        writeln!(
+            out,
+            "the loop's wait inside next(), a step: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms; input-bound {:.0} % of its time",
+            ms(w.p50),
+            ms(w.p90),
+            ms(w.p99),
+            ms(w.max),
+            100.0 * stats.input_bound_fraction,
         )?;
         if let Some(f) = loader.filter_stats() {
             writeln!(
