@@ -538,6 +538,40 @@ def test_labels_are_one_type_in_every_batch_of_a_table_with_null_labels(tmp_path
     assert ds_batch["label"].dtype == torch.int64 and ds_batch["label_valid"].dtype == torch.bool
 
 
+DEFAULT_RUN = """
+import sys, warnings
+import torch.utils.data
+from voxlake.torch import Dataset
+warnings.simplefilter("always")
+dataset = Dataset(sys.argv[1], **eval(sys.argv[2]))
+print([sum(1 for _ in torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
+       for _ in range(2)])
+"""
+
+
+def test_defaults_warn_nothing_under_a_plain_dataloader(tmp_path):
+    """Every option at its default, reference cubes (352 KiB: the default shuffle buffer does
+    not fit a worker's share of the budget and is fitted), torch's DataLoader with two workers,
+    two passes, in a process of its own (its workers' stderr is the process's): no warning, from
+    Python's warnings or the workers' log lines (issue 61). A buffer the user asked for that
+    does not fit is said."""
+    subprocess.run([os.path.join(TARGET, "debug", "compact"), "demo", "--dir", str(tmp_path),
+                    "--count", "200"], check=True, capture_output=True)
+
+    def run(options):
+        done = subprocess.run([sys.executable, "-c", DEFAULT_RUN, str(tmp_path / "table"), options],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        batches = eval(done.stdout.strip().splitlines()[-1])
+        assert batches[0] == batches[1] > 0, done.stdout
+        return done.stderr
+
+    err = run("{}")
+    assert "warn" not in err.lower() and "shuffle buffer" not in err, err
+    asked = run("dict(shuffle=True, shuffle_buffer=100000)")
+    assert "shuffle buffer reduced" in asked, asked
+
+
 def test_rust_warnings_reach_logging_and_warnings(table, caplog):
     caplog.set_level("WARNING", logger="voxlake")
     with pytest.warns(voxlake.VoxlakeWarning, match="ranks may read different versions"):
