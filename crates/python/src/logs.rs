@@ -1,8 +1,10 @@
 //! The Rust crates' `tracing` events in Python's `logging`: `voxlake_loader::start` logs to
 //! `logging.getLogger("voxlake.loader.start")` at the event's level, other crates' warnings to
 //! `voxlake.deps.<crate>`. An event marked `caution` (a warning about what a run reads, not
-//! how fast: ranks that may read different versions, a shuffle buffer cut to the budget) is
-//! also a `warnings.warn(..., voxlake.VoxlakeWarning)`.
+//! how fast: ranks that may read different versions, a shuffle buffer cut to the budget)
+//! reaches the user through one channel: that logger where a handler is configured for it
+//! (`hasHandlers`), else `warnings.warn(..., voxlake.VoxlakeWarning)`; once a process (a forked
+//! worker inherits what its parent said).
 //!
 //! Events come from the loader's threads, which must never wait for the GIL (the thread that
 //! holds it may be waiting for them): they are queued, and the calls a user makes (a batch, a
@@ -32,6 +34,8 @@ struct Record {
 
 static QUEUE: Mutex<VecDeque<Record>> = Mutex::new(VecDeque::new());
 static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// The cautions this process has said (a forked worker inherits its parent's): each once.
+static SAID: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// The most verbose level recorded: the `voxlake` logger's (1 error … 4 debug); warnings until
 /// Python is first asked.
 static MAX_LEVEL: AtomicU8 = AtomicU8::new(2);
@@ -152,6 +156,16 @@ fn logger_name(target: &str) -> String {
     parts.fold(head, |name, part| name + "." + part)
 }
 
+/// Whether this process says the caution `text` for the first time (and now has).
+fn first_time(text: &str) -> bool {
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said.iter().any(|s| s == text) {
+        return false;
+    }
+    said.push(text.to_string());
+    true
+}
+
 /// Hands the queued events to Python's `logging` (and the cautions to `warnings`), and reads
 /// the level the `voxlake` logger now wants.
 pub(crate) fn drain(py: Python<'_>) -> PyResult<()> {
@@ -186,13 +200,18 @@ pub(crate) fn drain(py: Python<'_>) -> PyResult<()> {
             Level::INFO => 20,
             _ => 10,
         };
-        logging
-            .call_method1("getLogger", (logger_name(&record.target),))?
-            .call_method1("log", (python_level, &record.text))?;
-        if record.caution {
+        let logger = logging.call_method1("getLogger", (logger_name(&record.target),))?;
+        // A caution reaches the user once, through one channel: `logging` where they
+        // configured a handler, else `warnings` (not also logging's last-resort line).
+        if record.caution && !first_time(&record.text) {
+            continue;
+        }
+        if record.caution && !logger.call_method0("hasHandlers")?.extract::<bool>()? {
             let class = py.import("voxlake._errors")?.getattr("VoxlakeWarning")?;
             py.import("warnings")?
                 .call_method1("warn", (&record.text, class, 2))?;
+        } else {
+            logger.call_method1("log", (python_level, &record.text))?;
         }
     }
     Ok(())
