@@ -647,6 +647,66 @@ async fn the_exposed_wait_per_step_is_the_loops_wall_clock() {
     assert!(named("epoch_forecast_s") > 0.0 && named("steady_iteration_s") > 0.0);
 }
 
+/// `with_metrics_port`: the metrics on 127.0.0.1 in Prometheus' text, as the loop left them
+/// at the run's end, every metric by its name; the port free again once the loader is gone.
+#[tokio::test]
+async fn the_metrics_endpoint_serves_the_loaders_metrics() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 24, 11).await;
+    let path = table.to_str().unwrap().to_string();
+    let (served, metrics, address) = std::thread::spawn(move || {
+        let mut loader = Loader::builder(path)
+            .with_batch_size(4)
+            .with_epochs(2)
+            .with_metrics_port(0)
+            .build()
+            .unwrap();
+        let address = loader.metrics_address().unwrap();
+        assert!(address.ip().is_loopback(), "{address}");
+        for batch in loader.by_ref() {
+            batch.unwrap();
+        }
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        write!(stream, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut served = String::new();
+        stream.read_to_string(&mut served).unwrap();
+        (served, loader.metrics(), address)
+    })
+    .join()
+    .unwrap();
+    assert!(served.starts_with("HTTP/1.1 200 OK"), "{served}");
+    let value = |name: &str| {
+        served
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("voxlake_{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {served}"))
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert_eq!(
+        (value("samples"), value("batches"), value("step_waits")),
+        (48.0, 12.0, 12.0)
+    );
+    for m in &metrics {
+        value(m.name);
+    }
+    assert_eq!(
+        value("bytes_read"),
+        metrics
+            .iter()
+            .find(|m| m.name == "bytes_read")
+            .unwrap()
+            .value
+            .as_f64()
+    );
+    assert!(served.contains("# TYPE voxlake_samples counter\n"), "{served}");
+    assert!(
+        std::net::TcpStream::connect(address).is_err(),
+        "the endpoint ends with its loader"
+    );
+}
+
 /// `count` cubes: the first half in row groups of 2 rows, the rest in row groups of 6.
 async fn growing_groups_table(dir: &Path, count: usize) -> PathBuf {
     let data = synth::generate(dir, count, 12).unwrap();

@@ -782,6 +782,35 @@ def test_stats_hold_the_exposed_wait_the_loop_measures(table):
         assert name in stats, name
 
 
+def test_metrics_port_serves_the_stats_to_prometheus(table):
+    """metrics_port=0: the loader's stats() in Prometheus' text on 127.0.0.1 while it lives,
+    each metric as voxlake_<name>; a map-style dataset refuses it (no loop to time)."""
+    import urllib.request
+
+    from voxlake.torch import MapDataset
+
+    loader = voxlake.Loader(table, batch_size=8, metrics_port=0)
+    host, port = loader.metrics_address
+    assert host == "127.0.0.1" and port > 0
+    batches = sum(1 for _ in loader)
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as reply:
+        assert reply.status == 200 and reply.headers["Content-Type"].startswith("text/plain")
+        text = reply.read().decode()
+    served = dict(line.split(" ") for line in text.splitlines() if not line.startswith("#"))
+    stats = loader.stats()
+    assert float(served["voxlake_batches"]) == stats["batches"] == batches
+    assert float(served["voxlake_bytes_read"]) == stats["bytes_read"] > 0
+    assert {k for k in stats if isinstance(stats[k], (int, float))} - {"version"} \
+        == {k.removeprefix("voxlake_") for k in served}
+    loader.close()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5)
+    with pytest.raises(voxlake.ConfigError, match="metrics_port"):
+        MapDataset(table, metrics_port=0)
+    with pytest.raises(voxlake.OptionError, match="metrics_port"):
+        voxlake.Loader(table, metrics_port=70000)
+
+
 def test_batch_transform_runs_on_the_loaders_thread_seeded_and_repeats_after_a_resume(table):
     """batch_transform=: a callable run on every batch ahead of the loop, its in-place changes
     handed out in the same zero-copy buffers, its draws the same in a second run and after a

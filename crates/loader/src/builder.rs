@@ -36,6 +36,8 @@ pub struct LoaderBuilder {
     pub(crate) prefetch: usize,
     /// Row-group reads in flight (`None`: sized to the store as it runs).
     pub(crate) row_group_prefetch: Option<usize>,
+    /// Where the metrics are served (`with_metrics_port`), if anywhere.
+    pub(crate) metrics_port: Option<u16>,
     pub(crate) runtime_threads: usize,
     pub(crate) assembly_threads: usize,
     pub(crate) state: Option<LoaderState>,
@@ -128,6 +130,7 @@ impl LoaderBuilder {
             memory_budget: DEFAULT_MEMORY_BUDGET,
             prefetch: 2,
             row_group_prefetch: None,
+            metrics_port: None,
             runtime_threads: 2,
             assembly_threads: default_assembly_threads(),
             state: None,
@@ -279,6 +282,16 @@ impl LoaderBuilder {
     /// most recently used) and the open's own peak (deltalake's replay of the log).
     pub fn with_memory_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = bytes;
+        self
+    }
+
+    /// Serves the loader's [`metrics`](crate::Loader::metrics) on `http://127.0.0.1:{port}/metrics`
+    /// in Prometheus' text format while it lives (off by default; 0: a port the system picks,
+    /// [`Loader::metrics_address`](crate::Loader::metrics_address)); rendered at most every
+    /// 100 ms from the loop's thread. A port another process holds fails `build()` naming it:
+    /// give each process (each rank, each `DataLoader` worker) its own.
+    pub fn with_metrics_port(mut self, port: u16) -> Self {
+        self.metrics_port = Some(port);
         self
     }
 

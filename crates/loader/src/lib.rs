@@ -57,6 +57,7 @@ mod builder;
 mod checks;
 mod counters;
 mod device;
+mod endpoint;
 #[cfg(feature = "tch")]
 mod feed;
 mod fork;

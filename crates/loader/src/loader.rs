@@ -56,6 +56,8 @@ pub struct Loader {
     pub(crate) meter: stall::StallMeter,
     /// Each step's wait inside `next()`.
     pub(crate) waits: stall::WaitHistogram,
+    /// Where the metrics are served (`with_metrics_port`).
+    pub(crate) endpoint: Option<crate::endpoint::Endpoint>,
     /// When the last batch was handed out (the training loop computes from then on).
     pub(crate) last_return: Option<Instant>,
     /// Tensor memory given back with `recycle`, for the assembler to fill again.
@@ -192,6 +194,12 @@ impl Loader {
             samples_in_epoch: p.samples(self.settings.batch_size),
             ..self.state_template.clone()
         }
+    }
+
+    /// Where [`with_metrics_port`](crate::LoaderBuilder::with_metrics_port) serves the
+    /// metrics (`None` without it).
+    pub fn metrics_address(&self) -> Option<std::net::SocketAddr> {
+        self.endpoint.as_ref().map(|e| e.address())
     }
 
     /// The stall meter: per-step waits and compute times of the training loop.
@@ -377,6 +385,16 @@ impl Loader {
             c.samples.fetch_add(batch.len() as u64, Ordering::Relaxed);
             c.tensor_bytes
                 .fetch_add(batch.tensor_bytes() as u64, Ordering::Relaxed);
+        }
+        if self
+            .endpoint
+            .as_ref()
+            .is_some_and(|e| e.due() || self.finished)
+        {
+            let metrics = self.metrics();
+            if let Some(endpoint) = &mut self.endpoint {
+                endpoint.publish(&metrics);
+            }
         }
         item
     }

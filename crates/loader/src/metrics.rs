@@ -16,6 +16,9 @@ pub struct Metric {
     pub help: &'static str,
     /// Its value now.
     pub value: MetricValue,
+    /// A total since the start, which only grows (a Prometheus counter), rather than a value
+    /// now (a gauge).
+    pub grows: bool,
 }
 
 /// A metric's value.
@@ -40,19 +43,33 @@ impl MetricValue {
     }
 }
 
+/// A count since the start.
 fn count(name: &'static str, help: &'static str, n: u64) -> Metric {
     Metric {
         name,
         help,
         value: MetricValue::Count(n),
+        grows: true,
     }
 }
 
+/// Seconds summed since the start.
+fn total(name: &'static str, help: &'static str, d: Duration) -> Metric {
+    Metric {
+        name,
+        help,
+        value: MetricValue::Seconds(d.as_secs_f64()),
+        grows: true,
+    }
+}
+
+/// A time as it stands now.
 fn seconds(name: &'static str, help: &'static str, d: Duration) -> Metric {
     Metric {
         name,
         help,
         value: MetricValue::Seconds(d.as_secs_f64()),
+        grows: false,
     }
 }
 
@@ -74,43 +91,43 @@ impl LoaderStats {
             count("samples", "samples handed out", self.samples),
             count("batches", "batches handed out", self.batches),
             count("tensor_bytes", "tensor bytes handed out", self.tensor_bytes),
-            seconds("elapsed_s", "since build()", self.elapsed),
+            total("elapsed_s", "since build()", self.elapsed),
             seconds(
                 "first_batch_s",
                 "from build() to the first batch",
                 self.first_batch,
             ),
-            seconds(
+            total(
                 "fetch_s",
                 "fetching row groups (summed over concurrent fetches)",
                 s.fetch,
             ),
-            seconds(
+            total(
                 "decode_s",
                 "decoding row groups (summed over threads)",
                 s.decode,
             ),
-            seconds(
+            total(
                 "assemble_s",
                 "assembling batches, the transforms included",
                 self.assemble,
             ),
-            seconds(
+            total(
                 "batch_transform_s",
                 "of assemble_s, in the batch transform",
                 self.batch_transform,
             ),
-            seconds(
+            total(
                 "consumer_wait_s",
                 "the training loop waiting inside next(): the exposed wait",
                 self.consumer_wait,
             ),
-            seconds(
+            total(
                 "producer_wait_s",
                 "the assembler waiting for row groups from the stream",
                 self.producer_wait,
             ),
-            seconds(
+            total(
                 "budget_wait_s",
                 "the stream waiting for room in its row-group budget",
                 s.budget_wait,
@@ -119,6 +136,7 @@ impl LoaderStats {
                 name: "input_bound_fraction",
                 help: "of the training loop's time, the share spent waiting inside next()",
                 value: MetricValue::Fraction(self.input_bound_fraction),
+                grows: false,
             },
             count(
                 "step_waits",
@@ -141,11 +159,14 @@ impl LoaderStats {
                 w.p99,
             ),
             seconds("step_wait_max_s", "the longest wait inside next()", w.max),
-            count(
-                "reads_in_flight",
-                "row-group reads kept in flight now",
-                s.in_flight as u64,
-            ),
+            Metric {
+                grows: false,
+                ..count(
+                    "reads_in_flight",
+                    "row-group reads kept in flight now",
+                    s.in_flight as u64,
+                )
+            },
             seconds(
                 "read_latency_s",
                 "a row-group read, request to decoded (lower quartile of the last 32)",

@@ -15,6 +15,7 @@ use voxlake_format::SampleSpec;
 use crate::assemble::Assembler;
 use crate::builder::{INTERLEAVE, LoaderBuilder, RECYCLED_SPARES, batches_outside};
 use crate::counters::Counters;
+use crate::endpoint::Endpoint;
 use crate::producer::Producer;
 use crate::state::{LoaderState, Position, STATE_FORMAT};
 use crate::{Epochs, Loader, LoaderError, Tensors, budget, stall};
@@ -166,6 +167,7 @@ impl LoaderBuilder {
             1 => Vec::new(),
             n => vec![0; n],
         };
+        let endpoint = self.metrics_port.map(Endpoint::bind).transpose()?;
         let (thread, ended) = spawn_producer(runtime, producer)?;
         Ok(Loader {
             rx,
@@ -185,6 +187,7 @@ impl LoaderBuilder {
             finished: false,
             meter: stall::StallMeter::default(),
             waits: stall::WaitHistogram::default(),
+            endpoint,
             last_return: None,
             recycled,
             recycle_max: RECYCLED_SPARES,

@@ -300,6 +300,17 @@ impl Loader {
         self.with_running(py, |r| r.loader.version())
     }
 
+    /// Where the option `metrics_port` serves the metrics, `(host, port)` (opening the table
+    /// if no pass is under way); `None` without it.
+    #[getter]
+    fn metrics_address(&self, py: Python<'_>) -> PyResult<Option<(String, u16)>> {
+        self.with_running(py, |r| {
+            r.loader
+                .metrics_address()
+                .map(|a| (a.ip().to_string(), a.port()))
+        })
+    }
+
     /// The version of each table read: the one table's, or each source's of a mixture, in
     /// order (opening the tables if no pass is under way).
     #[getter]

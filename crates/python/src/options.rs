@@ -255,6 +255,14 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
         apply: |b, _, v| Ok(b.with_memory_budget(size("memory_budget", v)?)),
     },
     LoaderOption {
+        name: "metrics_port",
+        kind: "int",
+        doc: "Serve the loader's metrics (stats()) on http://127.0.0.1:PORT/metrics in Prometheus' text format while it lives (off by default; 0: a free port, Loader.metrics_address). A port taken fails naming it: give each process its own.",
+        apply: |b, _, v| {
+            Ok(b.with_metrics_port(value("metrics_port", v, "an int from 0 to 65535")?))
+        },
+    },
+    LoaderOption {
         name: "prefetch",
         kind: "int",
         doc: "Batches assembled ahead of the training loop (default 2).",

@@ -18,7 +18,7 @@ impl LoaderBuilder {
     /// (shuffle buffer, batch size, epochs, rank) are not used: the sampler decides which rows
     /// each rank reads. A split (`Sampling::with_split`) is read as its rows alone, numbered
     /// `0..len()` in the version's order; a mixture, a state, weighted draws, an epoch size, a
-    /// subset or a CUDA device is refused.
+    /// subset, a CUDA device or a metrics endpoint is refused.
     pub fn build_lookup(mut self) -> Result<Lookup, LoaderError> {
         let refused = |what: &str| {
             Err(LoaderError::Config(format!(
@@ -43,6 +43,9 @@ impl LoaderBuilder {
         }
         if self.device.is_some() {
             return refused("a device for the batches");
+        }
+        if self.metrics_port.is_some() {
+            return refused("a metrics endpoint (of a training loop's steps)");
         }
         crate::fork::check()?;
         let _live = crate::fork::Live::new();
