@@ -700,7 +700,10 @@ async fn the_metrics_endpoint_serves_the_loaders_metrics() {
             .value
             .as_f64()
     );
-    assert!(served.contains("# TYPE voxlake_samples counter\n"), "{served}");
+    assert!(
+        served.contains("# TYPE voxlake_samples counter\n"),
+        "{served}"
+    );
     assert!(
         std::net::TcpStream::connect(address).is_err(),
         "the endpoint ends with its loader"
