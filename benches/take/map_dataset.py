@@ -8,10 +8,10 @@ usage: map_dataset.py [--rows N=4000] [--dir DIR=/tmp/voxlake-take] [--singles K
   (`stats()["bytes_read"]` over the samples, beside a sample's own bytes).
 - An epoch through `torch.utils.data.DataLoader(num_workers=0)`: the MapDataset under a
   `RandomSampler` in batches of B, collated (one `__getitems__` each, `default_collate`
-  stacking the samples: a copy) and batched (`batch_size=None` over a `BatchSampler`: the
-  take's batch as read), against the streaming Dataset shuffled in batches of B; alternated R
-  times (one dataset of each for the run, a first epoch of each untimed), samples/s of each
-  and the ratios' medians.
+  stacking the samples: a copy), collated by `voxlake.torch.collate` (the take's batch handed
+  on) and batched (`batch_size=None` over a `BatchSampler`: the take's batch as read), against
+  the streaming Dataset shuffled in batches of B; alternated R times (one dataset of each for
+  the run, a first epoch of each untimed), samples/s of each and the ratios' medians.
 
 The table is written once by `voxlake.write` (random cubes, label i % 2) and its files read
 once before timing (the page cache warm).
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 import voxlake
-from voxlake.torch import Dataset, MapDataset
+from voxlake.torch import Dataset, MapDataset, collate
 
 SHAPE = (30, 30, 10, 10)
 
@@ -68,12 +68,15 @@ def singles(table: str, k: int) -> dict:
             "bytes_read_per_sample": per, "ratio_to_own_bytes": per / sample}
 
 
-def map_epoch(ds: MapDataset, batch: int, seed: int, collate: bool) -> float:
+def map_epoch(ds: MapDataset, batch: int, seed: int, mode: str) -> float:
     """An epoch of the MapDataset in random batches: through `__getitems__` and
-    `default_collate` (`collate`), or as batches by lists of indices (`batch_size=None`)."""
+    `default_collate` (`collated`) or `voxlake.torch.collate` (`voxlake`), or as batches by
+    lists of indices (`batched`: `batch_size=None`)."""
     sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(seed))
-    if collate:
+    if mode == "collated":
         dl = torch.utils.data.DataLoader(ds, batch_size=batch, sampler=sampler)
+    elif mode == "voxlake":
+        dl = torch.utils.data.DataLoader(ds, batch_size=batch, sampler=sampler, collate_fn=collate)
     else:
         batches = torch.utils.data.BatchSampler(sampler, batch_size=batch, drop_last=False)
         dl = torch.utils.data.DataLoader(ds, batch_size=None, sampler=batches)
@@ -108,16 +111,16 @@ def main() -> None:
     mapped = MapDataset(table)
     streamed = Dataset(table, batch_size=args.batch, shuffle=True, seed=0, rank=0, world_size=1,
                        shuffle_buffer=args.batch)
-    map_epoch(mapped, args.batch, 99, collate=False)
+    map_epoch(mapped, args.batch, 99, "batched")
     stream_epoch(streamed)
-    ratios: dict = {"collated": [], "batched": []}
+    ratios: dict = {"collated": [], "voxlake": [], "batched": []}
     for r in range(args.rounds):
-        c = map_epoch(mapped, args.batch, r, collate=True)
-        b = map_epoch(mapped, args.batch, r, collate=False)
+        rates = {mode: map_epoch(mapped, args.batch, r, mode) for mode in ratios}
         s = stream_epoch(streamed)
-        ratios["collated"].append(c / s)
-        ratios["batched"].append(b / s)
-        print(f"round {r}: map collated {c:.0f}, map batched {b:.0f}, stream {s:.0f} samples/s")
+        for mode, rate in rates.items():
+            ratios[mode].append(rate / s)
+        print(f"round {r}: map " + ", ".join(f"{m} {v:.0f}" for m, v in rates.items())
+              + f", stream {s:.0f} samples/s")
     for mode, values in ratios.items():
         print(f"median ratio map ({mode}) / stream: {statistics.median(values):.2f}")
 

@@ -106,11 +106,13 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
         return self._samples(self._open().take([self._position(index)]))[0]
 
     def __getitems__(self, indices: Sequence[int]) -> List[Dict[str, Any]]:
-        """The samples at ``indices`` (a batch's, as ``DataLoader`` asks), read in one take."""
+        """The samples at ``indices`` (a batch's, as ``DataLoader`` asks), read in one take:
+        a ``Samples`` list, whose batch ``collate`` hands on without stacking a copy."""
         positions = [self._position(i) for i in indices]
         if not positions:
             return []
-        return self._samples(self._open().take(positions))
+        columns = self._batch(self._open().take(positions))
+        return Samples(self._split(columns), columns)
 
     def by_id(self, id: str) -> Dict[str, Any]:
         """The sample of ``id``; ``NotFoundError`` naming it and the version where it has none.
@@ -179,16 +181,44 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
 
     def _samples(self, batch: Dict[str, Any]) -> List[Dict[str, Any]]:
         """A batch dict as one dict per sample (views of the batch's tensors, no copy)."""
-        columns = self._batch(batch)
-        ids = columns.pop("id")
+        return self._split(self._batch(batch))
+
+    @staticmethod
+    def _split(columns: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """Torch columns as one dict per sample: each tensor's row (a view), the label an int."""
         out = []
-        for k, id in enumerate(ids):
+        for k, id in enumerate(columns["id"]):
             sample: Dict[str, Any] = {}
             for name, value in columns.items():
                 if name in ("label", "label_valid"):
                     sample[name] = value[k].item()
-                else:
+                elif name != "id":
                     sample[name] = value[k]
             sample["id"] = id
             out.append(sample)
         return out
+
+
+class Samples(List[Dict[str, Any]]):
+    """The samples of one take (``MapDataset.__getitems__``), each a dict of views of the take's
+    batch, which ``collate`` hands on whole."""
+
+    def __init__(self, samples: List[Dict[str, Any]], batch: Dict[str, Any]) -> None:
+        super().__init__(samples)
+        self.batch = batch
+        self._made = tuple(map(id, samples))
+
+    def whole(self) -> bool:
+        """Whether the list is still the take's samples, in order (none replaced or moved)."""
+        return tuple(map(id, self)) == self._made
+
+
+def collate(samples: Any) -> Any:
+    """A ``collate_fn`` for ``DataLoader(MapDataset(...), batch_size=B, collate_fn=collate)``:
+    the batch one ``__getitems__`` read, as it was read (each field's rows already one tensor,
+    ``label`` a tensor, ``id`` a list: what ``default_collate`` makes of the samples, without
+    stacking a copy of them); anything else, or a list of samples changed since, by
+    ``default_collate``."""
+    if isinstance(samples, Samples) and samples.whole():
+        return dict(samples.batch)
+    return torch.utils.data.default_collate(samples)

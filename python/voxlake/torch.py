@@ -36,11 +36,11 @@ import torch.utils.data
 from . import ConfigError, Loader, Source, loader_options
 from ._voxlake import DEFAULT_MEMORY_BUDGET, STAGING_BUFFERS, live_threads
 from ._device import to_device
-from ._map import MapDataset
+from ._map import MapDataset, Samples, collate
 from ._passes import Passes, pass_token, random_token
 from ._placement import Placement, at_boundary, compose, fit, resolve, state_versions, worker_rank
 
-__all__ = ["DataLoader", "Dataset", "MapDataset", "STAGING_BUFFERS", "to_device"]
+__all__ = ["DataLoader", "Dataset", "MapDataset", "STAGING_BUFFERS", "Samples", "collate", "to_device"]
 
 #: The key under which a worker of ``voxlake.torch.DataLoader`` sends the states around each
 #: batch (taken out before the batch reaches the training loop).

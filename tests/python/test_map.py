@@ -175,6 +175,37 @@ def test_a_batch_sampler_reads_each_batch_in_one_take(table):
         ds[[]]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_collate_hands_on_each_take_as_read(table, workers):
+    """collate_fn=voxlake.torch.collate: what default_collate makes of a take's samples, value
+    for value, without stacking a copy (the batch's own memory); a list of samples changed
+    since the take, or any other list, goes to default_collate."""
+    from torch.utils.data import DataLoader, default_collate
+
+    from voxlake.torch import Samples, collate
+
+    ds = MapDataset(table)
+    samples = ds.__getitems__([5, 1, 9, 1])
+    assert isinstance(samples, Samples)
+    got, want = collate(samples), default_collate(list(samples))
+    ids = ds.ids()
+    assert list(got) == list(want) and got["id"] == want["id"] == [ids[i] for i in (5, 1, 9, 1)]
+    for name in ("tensor", "label"):
+        assert got[name].dtype == want[name].dtype and torch.equal(got[name], want[name]), name
+    assert got["tensor"].data_ptr() == samples[0]["tensor"].data_ptr(), "no copy"
+    samples[0] = samples[2]
+    changed = collate(samples)
+    assert changed["id"][0] == ids[9] and changed["tensor"].data_ptr() != samples[0]["tensor"].data_ptr()
+    assert collate([{"x": torch.zeros(2)}] * 3)["x"].shape == (3, 2)
+
+    order = list(range(ROWS))
+    random.Random(3).shuffle(order)
+    fast = DataLoader(ds, batch_size=8, sampler=order, collate_fn=collate, num_workers=workers)
+    plain = DataLoader(ds, batch_size=8, sampler=order, num_workers=workers)
+    for a, b in zip(fast, plain, strict=True):
+        assert a["id"] == b["id"] and torch.equal(a["tensor"], b["tensor"]) and torch.equal(a["label"], b["label"])
+
+
 def test_stateful_dataloader_resumes_the_sampler_exactly(table):
     tdl = pytest.importorskip("torchdata.stateful_dataloader")
     ds = MapDataset(table)
