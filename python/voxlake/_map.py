@@ -136,7 +136,8 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
             self._lookup.set_epoch(self._epoch)
 
     def stats(self) -> Dict[str, Any]:
-        """What this process's reads did: samples and takes, row groups and ``bytes_read``."""
+        """What this process's reads did: ``voxlake.Loader.stats()``'s counters by name (samples
+        and takes as ``batches``, ``row_groups``, ``bytes_read``, ``assemble_s``…; docs/usage.md)."""
         return self._open().stats()
 
     def close(self) -> None:
