@@ -108,6 +108,8 @@ impl LoaderBuilder {
         self.sampling
             .check()
             .map_err(crate::sampling::config_error)?;
+        // A port taken fails before the table is opened.
+        let endpoint = self.metrics_port.map(Endpoint::bind).transpose()?;
         // CUDA's context is made while the table opens (`feed::Setup`).
         let warming = match self.device {
             Some(device) => crate::device::warm(device)?,
@@ -167,7 +169,6 @@ impl LoaderBuilder {
             1 => Vec::new(),
             n => vec![0; n],
         };
-        let endpoint = self.metrics_port.map(Endpoint::bind).transpose()?;
         let (thread, ended) = spawn_producer(runtime, producer)?;
         Ok(Loader {
             rx,
