@@ -87,8 +87,14 @@ impl std::fmt::Debug for Endpoint {
 impl Drop for Endpoint {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        // Dropped with the loader, which has no caller left to answer: a panic of the server
+        // (the loader's batches were unaffected) is logged, naming the address.
+        if let Some(Err(panic)) = self.thread.take().map(JoinHandle::join) {
+            tracing::error!(
+                address = %self.address,
+                "the metrics endpoint panicked: {}",
+                voxlake_io::panic_message(panic.as_ref())
+            );
         }
     }
 }

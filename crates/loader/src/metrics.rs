@@ -87,7 +87,7 @@ impl LoaderStats {
     pub fn metrics(&self) -> Vec<Metric> {
         let s = &self.stream;
         let w = &self.step_waits;
-        vec![
+        let mut metrics = vec![
             count("samples", "samples handed out", self.samples),
             count("batches", "batches handed out", self.batches),
             count("tensor_bytes", "tensor bytes handed out", self.tensor_bytes),
@@ -159,6 +159,16 @@ impl LoaderStats {
                 w.p99,
             ),
             seconds("step_wait_max_s", "the longest wait inside next()", w.max),
+        ];
+        metrics.extend(self.read_metrics());
+        metrics
+    }
+
+    /// Of [`metrics`](Self::metrics), the reads' and the batches' memory: in flight, bytes,
+    /// the cache, row groups, recycled batches.
+    fn read_metrics(&self) -> Vec<Metric> {
+        let s = &self.stream;
+        vec![
             Metric {
                 grows: false,
                 ..count(
