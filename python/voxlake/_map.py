@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 import os
 import weakref
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -207,11 +207,18 @@ class Samples(List[Dict[str, Any]]):
     def __init__(self, samples: List[Dict[str, Any]], batch: Dict[str, Any]) -> None:
         super().__init__(samples)
         self.batch = batch
-        self._made = tuple(map(id, samples))
+        self._made = [self._shape(sample) for sample in samples]
+
+    @staticmethod
+    def _shape(sample: Dict[str, Any]) -> Tuple[int, Tuple[str, ...], Tuple[int, ...]]:
+        return id(sample), tuple(sample), tuple(map(id, sample.values()))
 
     def whole(self) -> bool:
-        """Whether the list is still the take's samples, in order (none replaced or moved)."""
-        return tuple(map(id, self)) == self._made
+        """Whether the list is still the take's samples, in order, each dict holding the values
+        it was made with (none replaced, moved, added or removed; a tensor changed in place is
+        the batch's own memory, changed there too)."""
+        return len(self) == len(self._made) and all(
+            self._shape(sample) == made for sample, made in zip(self, self._made))
 
 
 def collate(samples: Any) -> Any:

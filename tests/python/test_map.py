@@ -197,6 +197,9 @@ def test_collate_hands_on_each_take_as_read(table, workers):
     changed = collate(samples)
     assert changed["id"][0] == ids[9] and changed["tensor"].data_ptr() != samples[0]["tensor"].data_ptr()
     assert collate([{"x": torch.zeros(2)}] * 3)["x"].shape == (3, 2)
+    replaced = ds.__getitems__([2, 3])
+    replaced[1]["tensor"] = torch.zeros_like(replaced[1]["tensor"])
+    assert collate(replaced)["tensor"][1].abs().sum() == 0, "a value replaced in a sample is seen"
 
     order = list(range(ROWS))
     random.Random(3).shuffle(order)
