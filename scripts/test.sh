@@ -55,9 +55,11 @@ cargo clippy --workspace --all-features --all-targets --quiet -- -D warnings
 # The API docs build without a broken or private link.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --lib --quiet
 step "fmt, walls, clippy, docs"
-# What scripts/demo.sh builds: the binaries without the `cloud` feature (local tables only).
+# What `scripts/demo.sh --release` builds: the binaries without the `cloud` feature (local
+# tables only).
 cargo clippy -p voxlake-cli --bin compact --bin voxlake --no-default-features --quiet -- -D warnings
-# The binaries the CLI and Python tests run (default features: none of them needs `--device`).
+# The binaries the CLI and Python tests run (default features: none of them needs `--device`);
+# after scripts/demo.sh, built already (the demo runs these).
 cargo build --workspace --bins
 step "the binaries"
 cargo test --workspace --all-features "$@"

@@ -305,6 +305,48 @@ fn secrets_stay_out_of_urls_and_process_lists() {
     assert!(!stderr.contains("TOPSECRET"), "{stderr}");
 }
 
+/// The report for a person: its three lines of figures, and, from a debug build (the demo's),
+/// that its pace is not the release's; `--json` says the same in `optimized`.
+#[test]
+fn the_bench_report_says_when_its_build_is_unoptimized() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = voxlake_testkit::compact_demo(&dir.path().join("demo"), 64);
+    let run = |json: bool| {
+        let mut command = Command::new(voxlake_testkit::voxlake_bin());
+        command.arg("bench").arg(demo.join("table"));
+        if json {
+            command.arg("--json");
+        }
+        let out = command.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(false);
+    assert!(text.starts_with("64 samples in "), "{text}");
+    assert!(
+        text.contains("\nstages (summed over threads): fetch "),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nthe loop's wait inside next(), a step: p50 "),
+        "{text}"
+    );
+    // The test and the binary are built in one profile.
+    let unoptimized = cfg!(debug_assertions);
+    assert_eq!(
+        text.contains("an unoptimized build (debug assertions on)"),
+        unoptimized,
+        "{text}"
+    );
+    let report: serde_json::Value = serde_json::from_str(run(true).trim()).unwrap();
+    assert_eq!(report["optimized"], !unoptimized);
+    assert_eq!(report["samples"], 64);
+}
+
 #[test]
 fn a_stopped_bench_writes_its_state_and_ids() {
     let dir = tempfile::tempdir().unwrap();

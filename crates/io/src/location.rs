@@ -148,7 +148,7 @@ pub fn to_url(location: &str, is_dir: bool) -> Result<Url, IoError> {
                 } else {
                     Err(invalid(format!(
                         "this build reads no '{remote}' stores: it was built without the \
-                         `cloud` feature (on by default; scripts/demo.sh leaves it out)"
+                         `cloud` feature (on by default; off in `demo.sh --release`)"
                     )))
                 }
             }

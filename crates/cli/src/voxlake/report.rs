@@ -7,6 +7,10 @@ use voxlake_loader::Loader;
 
 use super::args::BenchArgs;
 
+/// Whether this binary was built optimized: a debug build's pace is not the release's (the
+/// report says so; scripts/demo.sh runs the test suite's debug build).
+const OPTIMIZED: bool = !cfg!(debug_assertions);
+
 /// What the run measured besides the loader's own counters.
 pub(super) struct Run {
     /// When the run began (before the table was opened).
@@ -60,6 +64,7 @@ pub(super) fn write(
         .collect();
     let mut report = serde_json::json!({
         "stopped_by_signal": run.stopped_by,
+        "optimized": OPTIMIZED,
         "table": voxlake_io::redact(&args.tables[0]),
         "tables": args.tables.iter().map(|t| voxlake_io::redact(t)).collect::<Vec<_>>(),
         "version": loader.version(),
@@ -138,6 +143,12 @@ pub(super) fn write(
             ms(w.max),
             100.0 * stats.input_bound_fraction,
         )?;
+        if !OPTIMIZED {
+            writeln!(
+                out,
+                "an unoptimized build (debug assertions on): its pace is not the release's (`cargo build --release -p voxlake-cli`, or `scripts/demo.sh --release`)"
+            )?;
+        }
         if let Some(f) = loader.filter_stats() {
             writeln!(
                 out,
