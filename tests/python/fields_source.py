@@ -39,7 +39,11 @@ def check(table, root):
         mask = np.frombuffer(t.column("mask")[i].as_py(), np.uint8).reshape(SHAPE[:3])
         assert (x == np.load(os.path.join(root, "x", key))).all(), key
         assert (mask == np.load(os.path.join(root, "mask", key))).all(), key
-    print(t.num_rows)
+    print(t.num_rows, flush=True)
+    # deltalake-python 1.6.6 may abort in a runtime destructor at interpreter exit after
+    # to_pyarrow_table ("terminate called without an active exception", seen here on a loaded
+    # machine); every check has passed by now, so leave without running destructors.
+    os._exit(0)
 
 
 def bomb(path, mb):
