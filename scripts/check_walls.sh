@@ -71,14 +71,20 @@ fi
 
 # The libraries build no command line: argument parsing and progress bars are voxlake-cli's,
 # and so is the log subscriber (which the Delta kernel deltalake builds brings along anyway:
-# only a direct dependency on it is refused).
+# only a direct dependency on it is refused; the loader's trace, `loader/src/trace.rs`, builds
+# a registry of its own from it, and installs no subscriber).
 for lib in voxlake-compact voxlake-loader voxlake; do
   tree=$(cargo tree -p "$lib" -e normal --prefix none)
   direct=$(cargo tree -p "$lib" -e normal --prefix none --depth 1)
+  if [ "$lib" = voxlake-loader ]; then direct=""; fi
   if echo "$tree" | grep -qE '^(clap|indicatif) ' || echo "$direct" | grep -qE '^tracing-subscriber '; then
     fail "$lib depends on a command-line crate: $(echo "$tree" | grep -E '^(clap|indicatif|tracing-subscriber) ' | sort -u | tr '\n' ' ')(those are voxlake-cli's)"
   fi
 done
+# No library installs a subscriber: the process's logging is the application's.
+if grep -rnE 'set_global_default|\.try_init\(\)|\.init\(\)|tracing_subscriber::fmt' crates/{format,plan,io,delta,table,stream,kernels,compact,loader}/src src 2>/dev/null; then
+  fail "a library installs a tracing subscriber (the application's to choose)"
+fi
 
 # One public path to each item: no library crate re-exports another voxlake crate's item (the
 # facade alone gathers them), nor another crate's item but in the hidden module its macros

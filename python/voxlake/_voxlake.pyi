@@ -45,6 +45,8 @@ class Loader:
         memory_budget: Union[int, str] = ...,
         prefetch: int = ...,
         metrics_port: int = ...,
+        trace: str = ...,
+        trace_batches: int = ...,
         storage_options: Dict[str, str] = ...,
         channels_first: bool = ...,
         label_column: str = ...,

@@ -306,7 +306,8 @@ fn secrets_stay_out_of_urls_and_process_lists() {
 }
 
 /// The report for a person: its three lines of figures, and, from a debug build (the demo's),
-/// that its pace is not the release's; `--json` says the same in `optimized`.
+/// that its pace is not the release's; `--json` says the same in `optimized`; `--trace`
+/// writes the trace of the first batches.
 #[test]
 fn the_bench_report_says_when_its_build_is_unoptimized() {
     let dir = tempfile::tempdir().unwrap();
@@ -345,6 +346,30 @@ fn the_bench_report_says_when_its_build_is_unoptimized() {
     let report: serde_json::Value = serde_json::from_str(run(true).trim()).unwrap();
     assert_eq!(report["optimized"], !unoptimized);
     assert_eq!(report["samples"], 64);
+    // `--trace`: the loader's trace of the first batches.
+    let trace = dir.path().join("trace.json");
+    let out = Command::new(voxlake_testkit::voxlake_bin())
+        .arg("bench")
+        .arg(demo.join("table"))
+        .arg("--trace")
+        .arg(&trace)
+        .args(["--trace-batches", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    // The bench polls `next()` (it watches for signals): a span per poll, all for batch 0.
+    let next: std::collections::HashSet<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "B" && e["name"] == "next")
+        .map(|e| e["args"]["batch"].as_str().unwrap())
+        .collect();
+    assert_eq!(next, std::collections::HashSet::from(["0"]));
 }
 
 #[test]

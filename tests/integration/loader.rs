@@ -710,6 +710,141 @@ async fn the_metrics_endpoint_serves_the_loaders_metrics() {
     );
 }
 
+/// The events of a Chrome trace file that begin a span named `name` (`ph` "B").
+fn trace_spans(events: &[serde_json::Value], name: &str) -> Vec<serde_json::Value> {
+    events
+        .iter()
+        .filter(|e| e["ph"] == "B" && e["name"] == name)
+        .cloned()
+        .collect()
+}
+
+/// `with_trace`: a Chrome trace-event file (one JSON array) of the first batches, complete
+/// once the loop received them: a `next` span for each wait, an `assemble` span per batch
+/// naming the row groups it drew from, which `row_group`, `fetch`, `decode` and `read` spans
+/// (local files) cover; one track per thread, named. The run goes on past the trace.
+#[tokio::test]
+async fn a_trace_records_the_first_batches_stage_by_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 48, 12).await;
+    let path = table.to_str().unwrap().to_string();
+    let trace = dir.path().join("trace.json");
+    let file = trace.clone();
+    let (batches, complete) = std::thread::spawn(move || {
+        let mut loader = Loader::builder(path)
+            .with_batch_size(4)
+            .with_shuffle(1, 8)
+            .with_trace(&file)
+            .with_trace_batches(5)
+            .build()
+            .unwrap();
+        let mut batches = 0;
+        let mut complete = None;
+        for batch in loader.by_ref() {
+            batch.unwrap();
+            batches += 1;
+            if batches == 5 {
+                // Written whole as the fifth batch is handed out.
+                complete = Some(std::fs::read(&file).unwrap());
+            }
+        }
+        (batches, complete.unwrap())
+    })
+    .join()
+    .unwrap();
+    assert_eq!(batches, 12);
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&complete).unwrap();
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        complete,
+        "nothing after the trace ended"
+    );
+    let next = trace_spans(&events, "next");
+    assert_eq!(next.len(), 5, "{events:?}");
+    // tracing-chrome writes each argument as text.
+    assert_eq!(
+        next.iter()
+            .map(|e| e["args"]["batch"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["0", "1", "2", "3", "4"]
+    );
+    let assembled = trace_spans(&events, "assemble");
+    assert!((5..=5 + 8).contains(&assembled.len()), "{events:?}");
+    let read = trace_spans(&events, "row_group");
+    let named: HashSet<String> = read
+        .iter()
+        .map(|e| {
+            format!(
+                "{}#{}",
+                e["args"]["file"].as_str().unwrap(),
+                e["args"]["row_group"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for batch in &assembled[..5] {
+        let groups = batch["args"]["row_groups"].as_str().unwrap();
+        for group in groups.split(' ') {
+            assert!(
+                named.contains(group),
+                "{group} of {batch} not read in the trace"
+            );
+        }
+    }
+    for stage in ["fetch", "decode", "read"] {
+        assert!(
+            !trace_spans(&events, stage).is_empty(),
+            "no {stage} span: {events:?}"
+        );
+    }
+    let threads: HashSet<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(threads.contains("voxlake-loader"), "{threads:?}");
+    assert!(
+        threads.iter().any(|t| t.starts_with("voxlake-io")),
+        "{threads:?}"
+    );
+}
+
+/// A trace path that cannot be written fails `build()` naming it; with several ranks each
+/// writes its own file.
+#[tokio::test]
+async fn a_trace_is_one_file_a_rank_and_its_path_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 8, 13).await;
+    let path = table.to_str().unwrap().to_string();
+    let bad = dir.path().join("no-such-dir").join("trace.json");
+    let trace = dir.path().join("trace.json");
+    let builder = Loader::builder(path).with_batch_size(2);
+    let refused = builder.clone().with_trace(&bad);
+    let err = std::thread::spawn(move || refused.build().unwrap_err())
+        .join()
+        .unwrap();
+    assert!(err.to_string().contains("no-such-dir/trace.json"), "{err}");
+    // Each rank on a thread of its own (a thread that waited in one traced loader writes no
+    // `next` spans into another's trace: tracing-chrome binds it to the first).
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            let builder = builder.clone().with_rank(rank, 2).with_trace(&trace);
+            std::thread::spawn(move || {
+                let loader = builder.build().unwrap();
+                loader.map(|b| b.unwrap().len()).sum::<usize>()
+            })
+        })
+        .collect();
+    let read: Vec<usize> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
+    assert_eq!(read, [4, 4]);
+    for rank in 0..2 {
+        let file = dir.path().join(format!("trace.rank{rank}.json"));
+        let events: Vec<serde_json::Value> =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        // Two batches, and the wait that heard the run's end.
+        assert_eq!(trace_spans(&events, "next").len(), 3, "{}", file.display());
+    }
+}
+
 /// `count` cubes: the first half in row groups of 2 rows, the rest in row groups of 6.
 async fn growing_groups_table(dir: &Path, count: usize) -> PathBuf {
     let data = synth::generate(dir, count, 12).unwrap();

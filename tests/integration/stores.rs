@@ -331,6 +331,32 @@ async fn convert_and_stream(backend: Backend) {
     }
     assert_eq!(seen.len(), 30);
 
+    // A trace of the first batches (`with_trace`): a span for each ranged request.
+    let trace = dir.path().join("trace.json");
+    let builder = Loader::builder(table.clone())
+        .with_storage_options(backend.options())
+        .with_batch_size(4)
+        .with_trace(&trace)
+        .with_trace_batches(3);
+    std::thread::spawn(move || builder.build().unwrap().map(Result::unwrap).count())
+        .join()
+        .unwrap();
+    let events: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let gets: Vec<_> = events
+        .iter()
+        .filter(|e| e["ph"] == "B" && e["name"] == "get")
+        .collect();
+    assert!(!gets.is_empty(), "{events:?}");
+    for get in gets {
+        // The object as the table names its files (relative to the table).
+        let object = get["args"]["object"].as_str().unwrap();
+        assert!(object.ends_with(".parquet"), "{get}");
+        // tracing-chrome writes each argument as text.
+        let bytes: u64 = get["args"]["bytes"].as_str().unwrap().parse().unwrap();
+        assert!(bytes > 0, "{get}");
+    }
+
     // The standard object_store variables work unchanged through the CLI.
     let v = json_output(
         Command::new(compact_bin())

@@ -811,6 +811,29 @@ def test_metrics_port_serves_the_stats_to_prometheus(table):
         voxlake.Loader(table, metrics_port=70000)
 
 
+def test_trace_writes_a_chrome_trace_of_the_first_batches(table, tmp_path):
+    """trace=: a Chrome trace-event file (one JSON array) of the first trace_batches batches,
+    a span for each wait in next() and each batch's assembly, each row group's read; a path
+    that cannot be written fails naming it; a map-style dataset refuses it."""
+    from collections import Counter
+
+    from voxlake.torch import MapDataset
+
+    path = tmp_path / "trace.json"
+    loader = voxlake.Loader(table, batch_size=8, trace=str(path), trace_batches=3)
+    assert sum(1 for _ in loader) == -(-ROWS // 8)
+    events = json.loads(path.read_text())
+    begun = Counter(e["name"] for e in events if e["ph"] == "B")
+    assert begun["next"] >= 3 and begun["assemble"] >= 3, begun
+    assert begun["row_group"] >= 1 and begun["decode"] >= 1 and begun["read"] >= 1, begun
+    assert sorted({int(e["args"]["batch"]) for e in events if e["name"] == "next"}) == [0, 1, 2]
+    bad = tmp_path / "absent" / "trace.json"
+    with pytest.raises(voxlake.ConfigError, match=str(bad)):
+        next(iter(voxlake.Loader(table, trace=str(bad))))
+    with pytest.raises(voxlake.ConfigError, match="trace"):
+        MapDataset(table, trace=str(path))
+
+
 def test_batch_transform_runs_on_the_loaders_thread_seeded_and_repeats_after_a_resume(table):
     """batch_transform=: a callable run on every batch ahead of the loop, its in-place changes
     handed out in the same zero-copy buffers, its draws the same in a second run and after a

@@ -141,6 +141,18 @@ def test_a_batch_transform_runs_in_each_worker(table, context):
     every_row_once(ids, 1)
 
 
+def test_each_worker_writes_its_own_trace(table, tmp_path):
+    """trace= under DataLoader workers: each worker (a rank of its own to the loader) writes
+    its own file, the rank before the extension."""
+    ds = Dataset(table, trace=str(tmp_path / "trace.json"), trace_batches=2, **KW)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    ids = [i for b in dl for i in b["id"]]
+    every_row_once(ids, 1)
+    for worker in range(2):
+        events = json.loads((tmp_path / f"trace.rank{worker}.json").read_text())
+        assert sum(e["name"] == "assemble" and e["ph"] == "B" for e in events) >= 2, events
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_a_batch_transform_that_raises_in_a_worker_is_raised_in_the_main_process(table, context, prompt_teardown):
     ds = Dataset(table, batch_transform=failing_batch_transform, **KW)

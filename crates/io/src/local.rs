@@ -245,6 +245,10 @@ impl MappedLocalStore {
         let ranges = ranges.to_vec();
         let (pool, map, maps) = (self.pool.clone(), self.map, self.maps.clone());
         tokio::task::spawn_blocking(move || {
+            // A loader's trace (`with_trace`): one span a read of a local file's ranges.
+            let _span = tracing::trace_span!(target: "voxlake::trace", "read",
+                object = %path.display(), ranges = ranges.len())
+            .entered();
             let file = std::fs::File::open(&path).map_err(|e| io_error(&path, e))?;
             let metadata = file.metadata().map_err(|e| io_error(&path, e))?;
             let size = metadata.len();

@@ -16,6 +16,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, Result};
 use object_store::{OBJECT_STORE_COALESCE_DEFAULT, coalesce_ranges};
+use tracing::Instrument;
 
 use crate::cache::{DiskCache, EntryKey};
 use crate::local::pool::BufferPool;
@@ -168,18 +169,27 @@ impl RemoteStore {
             let rest = range.start + at as u64..range.end;
             let options = GetOptions::new().with_range(Some(rest.clone()));
             let asked = Instant::now();
-            let answer = match deadline {
-                Some(d) => tokio::time::timeout(d, self.inner.get_opts(location, options)).await,
-                None => Ok(self.inner.get_opts(location, options).await),
-            };
-            let filled = match answer {
-                Ok(answer) => {
-                    let body = answer?.into_stream();
-                    self.answered(asked.elapsed());
-                    fill(body, out, &mut at, deadline, location, &range).await?
-                }
-                Err(_) => Filled::Stalled,
-            };
+            // A loader's trace (`with_trace`): one span a request, its answer and body.
+            let span = tracing::trace_span!(target: "voxlake::trace", "get",
+                object = %location, from = rest.start, bytes = rest.end - rest.start);
+            let filled = async {
+                let answer = match deadline {
+                    Some(d) => {
+                        tokio::time::timeout(d, self.inner.get_opts(location, options)).await
+                    }
+                    None => Ok(self.inner.get_opts(location, options).await),
+                };
+                Ok::<_, object_store::Error>(match answer {
+                    Ok(answer) => {
+                        let body = answer?.into_stream();
+                        self.answered(asked.elapsed());
+                        fill(body, out, &mut at, deadline, location, &range).await?
+                    }
+                    Err(_) => Filled::Stalled,
+                })
+            }
+            .instrument(span)
+            .await?;
             match filled {
                 Filled::Whole => return Ok(()),
                 Filled::Stalled => {

@@ -24,7 +24,7 @@ mod group;
 mod on_device;
 mod transforms;
 
-pub(crate) use group::Group;
+pub(crate) use group::{Group, RowGroups};
 
 /// One row drawn for a batch: its group and its index in the group's data.
 pub(crate) struct Row {

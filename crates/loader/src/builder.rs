@@ -38,6 +38,10 @@ pub struct LoaderBuilder {
     pub(crate) row_group_prefetch: Option<usize>,
     /// Where the metrics are served (`with_metrics_port`), if anywhere.
     pub(crate) metrics_port: Option<u16>,
+    /// Where the trace of the first batches goes (`with_trace`).
+    pub(crate) trace: Option<std::path::PathBuf>,
+    /// The batches it covers.
+    pub(crate) trace_batches: u64,
     pub(crate) runtime_threads: usize,
     pub(crate) assembly_threads: usize,
     pub(crate) state: Option<LoaderState>,
@@ -60,6 +64,9 @@ pub const DEFAULT_SHUFFLE_BUFFER: usize = 1024;
 
 /// Bytes a loader holds at most unless [`LoaderBuilder::with_memory_budget`] says otherwise.
 pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
+
+/// Batches a trace covers unless [`LoaderBuilder::with_trace_batches`] says otherwise.
+pub(crate) const DEFAULT_TRACE_BATCHES: u64 = 200;
 
 /// Files whose row groups are read round-robin when shuffling.
 pub(crate) const INTERLEAVE: usize = 4;
@@ -131,6 +138,8 @@ impl LoaderBuilder {
             prefetch: 2,
             row_group_prefetch: None,
             metrics_port: None,
+            trace: None,
+            trace_batches: DEFAULT_TRACE_BATCHES,
             runtime_threads: 2,
             assembly_threads: default_assembly_threads(),
             state: None,
@@ -292,6 +301,32 @@ impl LoaderBuilder {
     /// give each process (each rank, each `DataLoader` worker) its own.
     pub fn with_metrics_port(mut self, port: u16) -> Self {
         self.metrics_port = Some(port);
+        self
+    }
+
+    /// Writes a Chrome trace-event file of the first 200 batches to `path` (opens in Perfetto
+    /// and `chrome://tracing`): a track per thread, a span for each wait inside `next()`, each
+    /// batch's assembly, each row group's fetch and decode, each store request (arguments:
+    /// the batch, the file and row group, the object and bytes). Off by default. `{rank}` in
+    /// `path` is replaced by the rank; with several ranks and no `{rank}`, the rank goes before
+    /// the extension (`trace.rank3.json`). A path that cannot be written fails `build()`.
+    ///
+    /// ```no_run
+    /// let loader = voxlake_loader::Loader::builder("az://cubes/table")
+    ///     .with_trace("trace-{rank}.json")
+    ///     .with_trace_batches(50)
+    ///     .build()?;
+    /// # Ok::<(), voxlake_loader::LoaderError>(())
+    /// ```
+    pub fn with_trace(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.trace = Some(path.into());
+        self
+    }
+
+    /// The batches [`with_trace`](Self::with_trace) covers (default 200): the file is complete
+    /// once the loop received that many (or the run ended, or the loader was dropped).
+    pub fn with_trace_batches(mut self, batches: u64) -> Self {
+        self.trace_batches = batches;
         self
     }
 

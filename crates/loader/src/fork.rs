@@ -10,10 +10,11 @@
 //! with [`LoaderError::Forked`] instead of crashing at random. A loader closed, or at the end
 //! of its run, waits for its threads: a process that forks after that hands on nothing.
 
-use std::sync::Once;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Once};
 
 use crate::LoaderError;
+use crate::trace::Trace;
 
 /// Threads of this process that may park in parking_lot's table: runtime threads, the
 /// producer's, a build's.
@@ -61,14 +62,30 @@ impl Drop for Live {
 /// blocking ones) are counted while they live, so that a process forked while they run knows
 /// it (see the module documentation). Dropping it, or `shutdown_timeout`, waits for them.
 pub fn tokio_runtime(threads: usize, name: &str) -> std::io::Result<tokio::runtime::Runtime> {
+    traced_runtime(threads, name, None)
+}
+
+/// [`tokio_runtime`], whose threads record into `trace` (a loader's `with_trace`).
+pub(crate) fn traced_runtime(
+    threads: usize,
+    name: &str,
+    trace: Option<Arc<Trace>>,
+) -> std::io::Result<tokio::runtime::Runtime> {
     install();
+    let stopping = trace.is_some();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name(name)
-        .on_thread_start(|| {
+        .on_thread_start(move || {
             LIVE.fetch_add(1, Ordering::SeqCst);
+            if let Some(trace) = &trace {
+                trace.enter_thread();
+            }
         })
-        .on_thread_stop(|| {
+        .on_thread_stop(move || {
+            if stopping {
+                crate::trace::leave_thread();
+            }
             let _ = LIVE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         })
         .enable_all()

@@ -67,6 +67,7 @@ mod metrics;
 mod mixture;
 mod open;
 mod producer;
+mod recycle;
 mod sampling;
 // The staging ring feeds the CUDA path; pure, so it is built and tested without libtorch.
 #[cfg_attr(not(feature = "tch"), allow(dead_code))]
@@ -77,6 +78,7 @@ pub mod state;
 mod stats;
 #[cfg(feature = "tch")]
 pub mod torch;
+mod trace;
 pub mod transform;
 pub mod workers;
 
@@ -84,10 +86,11 @@ pub use batch::{Batch, FieldBatch, FieldRef, RowOrigin, Tensors};
 pub use builder::{DEFAULT_MEMORY_BUDGET, DEFAULT_SHUFFLE_BUFFER, LoaderBuilder};
 pub use device::TchTensor;
 pub use fork::{live_threads, tokio_runtime};
-pub use loader::{Loader, Recycler};
+pub use loader::Loader;
 pub use lookup::Lookup;
 pub use metrics::{Metric, MetricValue};
 pub use mixture::Source;
+pub use recycle::Recycler;
 pub use start::launcher_job;
 pub use state::LoaderState;
 pub use stats::LoaderStats;

@@ -14,7 +14,7 @@ use crate::builder::LoaderBuilder;
 use crate::counters::Counters;
 use crate::producer::Msg;
 use crate::state::{LoaderState, Position, SegmentState};
-use crate::{Batch, LoaderError, Tensors, stall};
+use crate::{Batch, LoaderError, Recycler, Tensors, stall};
 
 /// Steps after which the stall meter logs its first reading.
 const STALL_LOG_AFTER: u64 = 20;
@@ -58,6 +58,8 @@ pub struct Loader {
     pub(crate) waits: stall::WaitHistogram,
     /// Where the metrics are served (`with_metrics_port`).
     pub(crate) endpoint: Option<crate::endpoint::Endpoint>,
+    /// The trace of the first batches (`with_trace`).
+    pub(crate) trace: Option<Arc<crate::trace::Trace>>,
     /// When the last batch was handed out (the training loop computes from then on).
     pub(crate) last_return: Option<Instant>,
     /// Tensor memory given back with `recycle`, for the assembler to fill again.
@@ -264,7 +266,10 @@ impl Iterator for Loader {
             return None;
         }
         let start = self.waiting_since.unwrap_or_else(Instant::now);
+        let batch = self.counters.batches.load(Ordering::Relaxed);
+        let span = self.trace.as_ref().map(|t| t.next_span(batch));
         let message = self.rx.recv().map_err(|_| ());
+        drop(span);
         self.received(message, start)
     }
 }
@@ -282,11 +287,14 @@ impl Loader {
         }
         // The wait is counted from the first ask, once the batch comes.
         let start = *self.waiting_since.get_or_insert_with(Instant::now);
+        let batch = self.counters.batches.load(Ordering::Relaxed);
+        let span = self.trace.as_ref().map(|t| t.next_span(batch));
         let message = match self.rx.recv_timeout(wait) {
             Ok(message) => Ok(message),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => return std::task::Poll::Pending,
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(()),
         };
+        drop(span);
         std::task::Poll::Ready(self.received(message, start))
     }
 
@@ -386,6 +394,12 @@ impl Loader {
             c.tensor_bytes
                 .fetch_add(batch.tensor_bytes() as u64, Ordering::Relaxed);
         }
+        if let Some(trace) = &self.trace {
+            trace.delivered(match self.finished {
+                true => u64::MAX,
+                false => c.batches.load(Ordering::Relaxed),
+            });
+        }
         if self
             .endpoint
             .as_ref()
@@ -412,34 +426,6 @@ pub(crate) fn label_column(stream: &TableStream) -> Option<(&str, bool)> {
         })
     });
     Some((name, nullable))
-}
-
-/// Gives a batch's first field back to its loader (or lookup) for refilling
-/// ([`Loader::recycler`]).
-#[derive(Debug, Clone)]
-pub struct Recycler {
-    recycled: Arc<Mutex<Vec<Tensors>>>,
-    max: usize,
-}
-
-impl Recycler {
-    pub(crate) fn new(recycled: Arc<Mutex<Vec<Tensors>>>, max: usize) -> Recycler {
-        Recycler { recycled, max }
-    }
-
-    /// Keeps `tensors` (a batch's first field, [`Batch::tensors`]) for a later batch, if the
-    /// loader holds fewer spares than it keeps; libtorch tensors are not kept.
-    pub fn recycle(&self, tensors: Tensors) {
-        if matches!(tensors, Tensors::Tch(_)) {
-            return;
-        }
-        // A poisoned lock only means a panic elsewhere, which the iterator reports.
-        if let Ok(mut recycled) = self.recycled.lock()
-            && recycled.len() < self.max
-        {
-            recycled.push(tensors);
-        }
-    }
 }
 
 impl Loader {

@@ -185,9 +185,12 @@ impl Producer {
                     Ok(Row { group, index })
                 })
                 .collect::<Result<Vec<_>, LoaderError>>()?;
-            let batch = self
-                .assembler
-                .assemble_caught(&rows, epoch, before + delivered)?;
+            let span = tracing::trace_span!(target: "voxlake::trace", "assemble",
+                epoch, batch = before + delivered, row_groups = %crate::assemble::RowGroups(&rows));
+            let batch = span.in_scope(|| {
+                self.assembler
+                    .assemble_caught(&rows, epoch, before + delivered)
+            })?;
             drop(rows); // releases row groups (and their budget) no longer buffered
             mixer.loosen(|group, kept| self.assembler.loosen(group, kept))?;
             self.counters

@@ -85,20 +85,22 @@ impl LoaderBuilder {
     /// table opens, on a runtime of its own: called on a thread that drives async tasks
     /// (tokio refuses to block one on another runtime), it opens on a thread of its own.
     pub fn build(self) -> Result<Loader, LoaderError> {
+        // A trace hands the events it does not record on to the caller's subscriber.
+        let caller = tracing::dispatcher::get_default(tracing::Dispatch::clone);
         if tokio::runtime::Handle::try_current().is_err() {
-            return self.build_here();
+            return self.build_here(caller);
         }
         let table = voxlake_io::redact(&self.table);
-        std::thread::scope(|s| s.spawn(move || self.build_here()).join()).map_err(|panic| {
-            LoaderError::Panicked {
+        std::thread::scope(|s| s.spawn(move || self.build_here(caller)).join()).map_err(
+            |panic| LoaderError::Panicked {
                 stage: "build".into(),
                 object: table,
                 message: voxlake_io::panic_message(panic.as_ref()),
-            }
-        })?
+            },
+        )?
     }
 
-    fn build_here(mut self) -> Result<Loader, LoaderError> {
+    fn build_here(mut self, caller: tracing::Dispatch) -> Result<Loader, LoaderError> {
         crate::fork::check()?;
         // This thread waits on the runtime while the table opens.
         let _live = crate::fork::Live::new();
@@ -124,8 +126,12 @@ impl LoaderBuilder {
         .map_err(LoaderError::Config)?;
         let versions = self.versions_to_read()?;
         let started = Instant::now();
-        let runtime = crate::fork::tokio_runtime(self.runtime_threads, "voxlake-io")
-            .map_err(|e| LoaderError::Internal(format!("tokio runtime: {e}")))?;
+        let trace = crate::trace::Trace::for_builder(&self, caller)?;
+        // The table opens on this thread too.
+        let _traced = trace.as_ref().map(|t| t.thread_default());
+        let runtime =
+            crate::fork::traced_runtime(self.runtime_threads, "voxlake-io", trace.clone())
+                .map_err(|e| LoaderError::Internal(format!("tokio runtime: {e}")))?;
         let mut settings = OrderSettings {
             seed: self.shuffle.map_or(0, |s| s.0),
             shuffle: self.shuffle.is_some(),
@@ -169,7 +175,7 @@ impl LoaderBuilder {
             1 => Vec::new(),
             n => vec![0; n],
         };
-        let (thread, ended) = spawn_producer(runtime, producer)?;
+        let (thread, ended) = spawn_producer(runtime, producer, trace.clone())?;
         Ok(Loader {
             rx,
             stop,
@@ -189,6 +195,7 @@ impl LoaderBuilder {
             meter: stall::StallMeter::default(),
             waits: stall::WaitHistogram::default(),
             endpoint,
+            trace,
             last_return: None,
             recycled,
             recycle_max: RECYCLED_SPARES,
@@ -466,12 +473,14 @@ pub(crate) fn files_bytes(sources: &voxlake_stream::Sources) -> u64 {
 fn spawn_producer(
     runtime: tokio::runtime::Runtime,
     producer: Producer,
+    trace: Option<Arc<crate::trace::Trace>>,
 ) -> Result<(std::thread::JoinHandle<()>, crossbeam_channel::Receiver<()>), LoaderError> {
     let (ended, ended_rx) = crossbeam_channel::bounded::<()>(0);
     let live = crate::fork::Live::new();
     let thread = std::thread::Builder::new()
         .name("voxlake-loader".into())
         .spawn(move || {
+            let _traced = trace.as_ref().map(|t| t.thread_default());
             runtime.block_on(producer.run());
             runtime.shutdown_timeout(crate::loader::THREADS_WAIT);
             drop(live);

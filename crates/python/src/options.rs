@@ -263,6 +263,18 @@ pub(crate) const OPTIONS: &[LoaderOption] = &[
         },
     },
     LoaderOption {
+        name: "trace",
+        kind: "str",
+        doc: "Write a Chrome trace-event file of the first batches (trace_batches, default 200) to this path, for Perfetto or chrome://tracing: each wait in next(), each batch's assembly, each row group's fetch and decode, each store request. `{rank}` is replaced by the rank; with several ranks or DataLoader workers and no `{rank}`, the rank goes before the extension.",
+        apply: |b, _, v| Ok(b.with_trace(value::<String>("trace", v, "a str")?)),
+    },
+    LoaderOption {
+        name: "trace_batches",
+        kind: "int",
+        doc: "The batches the option trace covers (default 200).",
+        apply: |b, _, v| Ok(b.with_trace_batches(value("trace_batches", v, "an int")?)),
+    },
+    LoaderOption {
         name: "prefetch",
         kind: "int",
         doc: "Batches assembled ahead of the training loop (default 2).",

@@ -27,6 +27,8 @@ pub(crate) const SETTERS: &[(&str, &str)] = &[
     ("with_memory_budget", "option memory_budget"),
     ("with_prefetch", "option prefetch"),
     ("with_metrics_port", "option metrics_port"),
+    ("with_trace", "option trace"),
+    ("with_trace_batches", "option trace_batches"),
     ("with_row_group_prefetch", "option row_group_prefetch"),
     ("with_storage_options", "option storage_options"),
     ("with_channels_first", "option channels_first"),

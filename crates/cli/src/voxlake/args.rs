@@ -70,6 +70,14 @@ pub(super) struct BenchArgs {
     /// Read without the disk cache, whatever VOXLAKE_CACHE_DIR says.
     #[arg(long, conflicts_with = "cache_dir")]
     pub(super) no_cache: bool,
+    /// Write a Chrome trace-event file of the first batches here (Perfetto, chrome://tracing):
+    /// each wait in next(), each batch's assembly, each row group's fetch and decode, each
+    /// store request. `{rank}` is replaced by the rank.
+    #[arg(long, value_name = "FILE")]
+    pub(super) trace: Option<std::path::PathBuf>,
+    /// The batches --trace covers.
+    #[arg(long, default_value_t = 200, requires = "trace")]
+    pub(super) trace_batches: u64,
     /// Batches assembled ahead of the training loop (default: the loader's, 2; at least 1).
     #[arg(long)]
     pub(super) prefetch: Option<usize>,

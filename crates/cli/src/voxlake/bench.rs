@@ -129,6 +129,11 @@ fn builder(args: &BenchArgs) -> Result<voxlake_loader::LoaderBuilder, Error> {
     if let Some(n) = args.prefetch {
         builder = builder.with_prefetch(n);
     }
+    if let Some(path) = &args.trace {
+        builder = builder
+            .with_trace(path)
+            .with_trace_batches(args.trace_batches);
+    }
     if let Some(n) = args.assembly_threads {
         builder = builder.with_assembly_threads(n);
     }

@@ -146,3 +146,23 @@ impl Assembler {
         Ok(Arc::new(loose))
     }
 }
+
+/// A batch's row groups as a trace names them (`file#row_group`, each once), which ties the
+/// batch's `assemble` span to the `row_group` spans that read them.
+pub(crate) struct RowGroups<'a>(pub &'a [super::Row]);
+
+impl std::fmt::Display for RowGroups<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut seen = std::collections::BTreeSet::new();
+        for row in self.0 {
+            let unit = &row.group.data.unit;
+            if seen.insert((row.group.file.clone(), unit.row_group)) {
+                if seen.len() > 1 {
+                    f.write_str(" ")?;
+                }
+                write!(f, "{}#{}", row.group.file, unit.row_group)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -47,6 +47,9 @@ impl LoaderBuilder {
         if self.metrics_port.is_some() {
             return refused("a metrics endpoint (of a training loop's steps)");
         }
+        if self.trace.is_some() {
+            return refused("a trace (of a training loop's steps)");
+        }
         crate::fork::check()?;
         let _live = crate::fork::Live::new();
         let versions = self.versions_to_read()?;

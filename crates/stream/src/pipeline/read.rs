@@ -4,6 +4,8 @@
 //! in any stage an error naming the file, and only its kept rows handed on.
 
 use super::*;
+use tracing::Instrument;
+
 use crate::Verify;
 use crate::kept::{KeptGroup, Share};
 
@@ -322,6 +324,9 @@ impl Inner {
         self.hooks
             .check(Stage::Fetch, scan.files().at(file).path())
             .map_err(StreamError::Internal)?;
+        // A loader's trace (`with_trace`): the row group named as the batches name it.
+        let span = tracing::trace_span!(target: "voxlake::trace", "row_group",
+            file = %scan.files().at(file).path(), row_group = unit.row_group);
         let (batch, timings) = scan
             .read_row_group_hooked(
                 file,
@@ -330,6 +335,7 @@ impl Inner {
                 self.verify == Verify::OnRead,
                 &self.hooks,
             )
+            .instrument(span)
             .await?;
         self.count_read(&timings, batch.num_rows());
         Ok(batch)

@@ -12,6 +12,7 @@ use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder};
 use parquet::errors::ParquetError;
+use tracing::Instrument;
 use voxlake_format::CHECKSUM_COLUMN;
 
 use crate::error::TableError;
@@ -214,6 +215,9 @@ impl Snapshot {
             let hooks = hooks.clone();
             let object = path.clone();
             let (back, step) = tokio::task::spawn_blocking(move || {
+                let _span =
+                    tracing::trace_span!(target: "voxlake::trace", "decode", file = %object)
+                        .entered();
                 let start = Instant::now();
                 if let Err(e) = hooks.check(crate::hooks::Stage::Decode, &object) {
                     return (decoder, Err(TableError::Internal(e)));
@@ -252,14 +256,20 @@ impl Snapshot {
     ) -> Result<Vec<bytes::Bytes>, TableError> {
         let asked = ranges.len();
         let start = Instant::now();
-        let data = match self.reads_whole(index) {
-            true => self.small_ranges(index, &ranges).await?,
-            false => self
-                .reader(index)
-                .get_byte_ranges(ranges)
-                .await
-                .map_err(|e| self.file_error(index, e))?,
-        };
+        let span = tracing::trace_span!(target: "voxlake::trace", "fetch",
+            file = %self.path_of(index), ranges = asked);
+        let data = async {
+            match self.reads_whole(index) {
+                true => self.small_ranges(index, &ranges).await,
+                false => self
+                    .reader(index)
+                    .get_byte_ranges(ranges)
+                    .await
+                    .map_err(|e| self.file_error(index, e)),
+            }
+        }
+        .instrument(span)
+        .await?;
         timings.fetch += start.elapsed();
         timings.bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
         // object_store's contract; a store that breaks it must not become a panic here.
