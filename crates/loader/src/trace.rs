@@ -1,13 +1,15 @@
 //! The trace a loader writes of its first batches ([`with_trace`]): a Chrome trace-event file,
 //! written by `tracing-chrome`, of the spans voxlake's crates open at target `voxlake::trace`
-//! (level TRACE): `next` (the loop waiting inside `next()`), `assemble` (a batch), `fetch` and
-//! `decode` (a row group's column chunks), `get` (a store request). One track per thread; it
-//! opens in Perfetto and `chrome://tracing`.
+//! (level TRACE): `next` (the loop waiting inside `next()`), `assemble` (a batch), `row_group`
+//! (a row group's read), `fetch` and `decode` (its column chunks), `get` and `read` (a store's
+//! request, a local file's read). One track per thread; it opens in Perfetto and
+//! `chrome://tracing` (docs/usage.md, "Where did a step's time go?").
 //!
-//! The loader's own threads (its runtime's and its producer's) take the trace's dispatcher as
-//! their default, which hands every other event on to the dispatcher the caller had when it
-//! built the loader, so its logs still reach the caller's subscriber. The caller's thread is
-//! not the loader's: `next` spans are made on the trace's dispatcher one at a time.
+//! The loader's own threads (its runtime's and its producer's, and the building thread while
+//! the table opens) take the trace's dispatcher as their default, which hands every event on
+//! to the dispatcher the caller had when it built the loader, so its logs still reach the
+//! caller's subscriber. The caller's thread is not the loader's: `next` spans are made on the
+//! trace's dispatcher one at a time.
 //!
 //! `tracing-chrome` binds each thread to the first trace it writes into, for the life of the
 //! thread: a thread that waited inside `next()` of an earlier traced loader would write this
@@ -270,9 +272,13 @@ impl Traced {
 }
 
 impl Layer<Registry> for Traced {
-    fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
-        // Asked each time: the trace ends, and the caller's filter may change.
-        Interest::sometimes()
+    fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
+        match meta.is_span() && meta.target() != TARGET {
+            // No other span is recorded (nor handed on: the caller's context is not here).
+            true => Interest::never(),
+            // Asked each time: the trace ends, and the caller's filter may change.
+            false => Interest::sometimes(),
+        }
     }
 
     fn enabled(&self, meta: &Metadata<'_>, _: Context<'_, Registry>) -> bool {
