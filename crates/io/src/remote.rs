@@ -66,6 +66,8 @@ pub struct RemoteStore {
     stalls: Mutex<ReaskClock>,
     /// Reads asked again because they stalled.
     reasked: AtomicU64,
+    /// Ranged requests made of the store (each part of a large read, each read asked again).
+    requests: AtomicU64,
     /// Buffers reads land in, recycled once their last view is dropped.
     pool: Arc<BufferPool>,
 }
@@ -99,6 +101,7 @@ impl RemoteStore {
             fetched: AtomicU64::new(0),
             stalls: Mutex::default(),
             reasked: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
             pool: Arc::default(),
         }
     }
@@ -121,6 +124,12 @@ impl RemoteStore {
     /// Reads asked again so far because they stalled.
     pub fn reasked(&self) -> u64 {
         self.reasked.load(Ordering::Relaxed)
+    }
+
+    /// Ranged requests made of the store so far: each part of a large read, each read asked
+    /// again (the cache's hits make none).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
     }
 
     /// `ranges` of `location`, coalesced as object_store does (each fetched range is whole,
@@ -169,6 +178,7 @@ impl RemoteStore {
             let rest = range.start + at as u64..range.end;
             let options = GetOptions::new().with_range(Some(rest.clone()));
             let asked = Instant::now();
+            self.requests.fetch_add(1, Ordering::Relaxed);
             // A loader's trace (`with_trace`): one span a request, its answer and body.
             let span = tracing::trace_span!(target: "voxlake::trace", "get",
                 object = %location, from = rest.start, bytes = rest.end - rest.start);
@@ -455,6 +465,7 @@ mod tests {
         let got = store.get_ranges(&path, &[10..1000]).await.unwrap();
         assert_eq!(got[0], &data[10..]);
         assert_eq!(store.reasked(), 2);
+        assert_eq!(store.requests(), 3, "the first ask and two more");
         assert_eq!(stalling.asked.load(Ordering::SeqCst), 3);
         // The first asking waited the floor, the second twice that; not the client's timeout.
         let took = started.elapsed();

@@ -193,6 +193,11 @@ impl LoaderStats {
                 s.store_bytes,
             ),
             count(
+                "store_requests",
+                "ranged requests made of a remote store for data files (parts and re-asks each one)",
+                s.store_requests,
+            ),
+            count(
                 "store_reads_reasked",
                 "store reads asked again because they stalled",
                 s.reasked,

@@ -154,6 +154,7 @@ impl TableStream {
             read_latency: self.inner.slots.read_latency().unwrap_or_default(),
             store_bytes: snapshots.iter().map(|s| s.store_bytes_fetched()).sum(),
             reasked: snapshots.iter().map(|s| s.store_reads_reasked()).sum(),
+            store_requests: snapshots.iter().map(|s| s.store_requests()).sum(),
             kept_hits: c.kept_hits.load(Ordering::Relaxed),
             cache: crate::stats::cache_stats(&snapshots),
         }

@@ -69,6 +69,9 @@ pub struct StreamStats {
     pub store_bytes: u64,
     /// Reads of the store asked again because they stalled (`voxlake_io::reask`).
     pub reasked: u64,
+    /// Ranged requests made of a remote table's store for data files (each part of a large
+    /// read, each read asked again; none for the cache's hits).
+    pub store_requests: u64,
     /// Row groups delivered from those kept in the memory budget since an earlier epoch's read
     /// of them (counted in `row_groups`, not fetched or decoded again).
     pub kept_hits: u64,

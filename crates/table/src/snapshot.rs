@@ -221,6 +221,12 @@ impl Snapshot {
         0
     }
 
+    /// Ranged requests made of a remote table's store for its data files so far (each part of
+    /// a large read, each read asked again; 0 for a local table).
+    pub fn store_requests(&self) -> u64 {
+        self.remote.as_ref().map_or(0, |r| r.requests())
+    }
+
     /// Reads of a remote table's store asked again because they stalled (see
     /// `voxlake_io::reask`; 0 for a local table).
     pub fn store_reads_reasked(&self) -> u64 {

@@ -91,6 +91,11 @@ async fn later_epochs_and_processes_read_from_the_cache(backend: Backend) {
     let files = data_reads(&proxy, before) - 8;
     // Eight row groups of four cubes; each footer and row group fetched once, in epoch one.
     assert_eq!(data_reads(&proxy, before), files + 8);
+    assert_eq!(
+        stats.store_requests as usize,
+        files + 8,
+        "each data request the store answered, counted once"
+    );
     let cache = stats.cache;
     assert_eq!(cache.misses as usize, files + 8, "{cache:?}");
     assert_eq!(cache.hits, 8, "epoch two from the cache: {cache:?}");
@@ -104,7 +109,10 @@ async fn later_epochs_and_processes_read_from_the_cache(backend: Backend) {
     let (ids, _, stats) = run(&table, opts, Some((dir.path(), 1 << 30)), 1);
     assert_eq!(ids, plain_ids[..32]);
     assert_eq!(data_reads(&proxy, before), 0);
-    assert_eq!((stats.cache.misses, stats.store_bytes), (0, 0));
+    assert_eq!(
+        (stats.cache.misses, stats.store_bytes, stats.store_requests),
+        (0, 0, 0)
+    );
 }
 
 on_every_backend!(later_epochs_and_processes_read_from_the_cache);
