@@ -312,13 +312,13 @@ fn secrets_stay_out_of_urls_and_process_lists() {
 fn the_bench_report_says_when_its_build_is_unoptimized() {
     let dir = tempfile::tempdir().unwrap();
     let demo = voxlake_testkit::compact_demo(&dir.path().join("demo"), 64);
-    let run = |json: bool| {
-        let mut command = Command::new(voxlake_testkit::voxlake_bin());
-        command.arg("bench").arg(demo.join("table"));
-        if json {
-            command.arg("--json");
-        }
-        let out = command.output().unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(voxlake_testkit::voxlake_bin())
+            .arg("bench")
+            .arg(demo.join("table"))
+            .args(args)
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -326,7 +326,7 @@ fn the_bench_report_says_when_its_build_is_unoptimized() {
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    let text = run(false);
+    let text = run(&[]);
     assert!(text.starts_with("64 samples in "), "{text}");
     assert!(
         text.contains("\nstages (summed over threads): fetch "),
@@ -343,24 +343,17 @@ fn the_bench_report_says_when_its_build_is_unoptimized() {
         unoptimized,
         "{text}"
     );
-    let report: serde_json::Value = serde_json::from_str(run(true).trim()).unwrap();
+    let report: serde_json::Value = serde_json::from_str(run(&["--json".as_ref()]).trim()).unwrap();
     assert_eq!(report["optimized"], !unoptimized);
     assert_eq!(report["samples"], 64);
     // `--trace`: the loader's trace of the first batches.
     let trace = dir.path().join("trace.json");
-    let out = Command::new(voxlake_testkit::voxlake_bin())
-        .arg("bench")
-        .arg(demo.join("table"))
-        .arg("--trace")
-        .arg(&trace)
-        .args(["--trace-batches", "1"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run(&[
+        "--trace".as_ref(),
+        trace.as_os_str(),
+        "--trace-batches".as_ref(),
+        "1".as_ref(),
+    ]);
     let events: Vec<serde_json::Value> =
         serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
     // The bench polls `next()` (it watches for signals): a span per poll, all for batch 0.

@@ -72,7 +72,7 @@ pub(crate) fn traced_runtime(
     trace: Option<Arc<Trace>>,
 ) -> std::io::Result<tokio::runtime::Runtime> {
     install();
-    let stopping = trace.is_some();
+    let traced = trace.is_some();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name(name)
@@ -83,7 +83,7 @@ pub(crate) fn traced_runtime(
             }
         })
         .on_thread_stop(move || {
-            if stopping {
+            if traced {
                 crate::trace::leave_thread();
             }
             let _ = LIVE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));

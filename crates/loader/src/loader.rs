@@ -266,8 +266,8 @@ impl Iterator for Loader {
             return None;
         }
         let start = self.waiting_since.unwrap_or_else(Instant::now);
-        let batch = self.counters.batches.load(Ordering::Relaxed);
-        let span = self.trace.as_ref().map(|t| t.next_span(batch));
+        let span = (self.trace.as_ref())
+            .map(|t| t.next_span(self.counters.batches.load(Ordering::Relaxed)));
         let message = self.rx.recv().map_err(|_| ());
         drop(span);
         self.received(message, start)
@@ -287,8 +287,8 @@ impl Loader {
         }
         // The wait is counted from the first ask, once the batch comes.
         let start = *self.waiting_since.get_or_insert_with(Instant::now);
-        let batch = self.counters.batches.load(Ordering::Relaxed);
-        let span = self.trace.as_ref().map(|t| t.next_span(batch));
+        let span = (self.trace.as_ref())
+            .map(|t| t.next_span(self.counters.batches.load(Ordering::Relaxed)));
         let message = match self.rx.recv_timeout(wait) {
             Ok(message) => Ok(message),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => return std::task::Poll::Pending,

@@ -57,6 +57,9 @@ pub(crate) struct Trace {
     /// callsite asks every registered dispatcher.
     _second: Dispatch,
     on: Arc<AtomicBool>,
+    /// Whether it said that a thread wrote no `next` spans into it (once, whichever batch or
+    /// poll of `next()` found it).
+    warned: AtomicBool,
     /// Batches it covers.
     batches: u64,
     /// Dropped to end the file (`tracing-chrome` writes its closing bracket and joins).
@@ -128,6 +131,7 @@ impl Trace {
             dispatch,
             _second: Dispatch::new(tracing::subscriber::NoSubscriber::default()),
             on,
+            warned: AtomicBool::new(false),
             batches,
             guard: Mutex::new(Some(guard)),
             failed,
@@ -169,7 +173,7 @@ impl Trace {
         let wrote = WROTE.with(|w| w.replace(self.id));
         if wrote != 0 && wrote != self.id {
             WROTE.with(|w| w.set(wrote));
-            if batch == 0 {
+            if !self.warned.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     "the trace {} holds no `next` spans: this thread waited in a loader traced \
                      before, and tracing-chrome binds a thread to its first trace (iterate from \
@@ -186,7 +190,8 @@ impl Trace {
 
     /// Says `delivered` batches were handed out: the trace ends with the last it covers.
     pub(crate) fn delivered(&self, delivered: u64) {
-        if delivered >= self.batches {
+        // Once ended, nothing to do (no lock taken a batch).
+        if delivered >= self.batches && self.on.load(Ordering::Relaxed) {
             self.finish();
         }
     }
@@ -386,7 +391,12 @@ mod tests {
                 drop(a.next_span(0));
                 drop(a);
                 let b = Trace::start(second.clone(), 5, Dispatch::none()).unwrap();
-                tracing::dispatcher::with_default(&caller, || drop(b.next_span(0)));
+                // Asked twice (a caller polling `next()`), said once.
+                tracing::dispatcher::with_default(&caller, || {
+                    drop(b.next_span(0));
+                    drop(b.next_span(0));
+                    drop(b.next_span(1));
+                });
             });
         });
         assert_eq!(seen.load(Ordering::Relaxed), 1, "one warning");
