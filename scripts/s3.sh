@@ -3,7 +3,8 @@
 # VOXLAKE_S3_ENDPOINT and VOXLAKE_S3_BUCKET, and stops it when the sourcing shell exits.
 source "$(dirname "${BASH_SOURCE[0]}")/services.sh"
 port=$(free_port)
-.venv/bin/moto_server -H 127.0.0.1 -p "$port" > "${TMPDIR:-/tmp}/voxlake-moto.log" 2>&1 &
+# Through the venv's python: a console script's #! names the clone that installed it, which may be gone.
+.venv/bin/python -m moto.server -H 127.0.0.1 -p "$port" > "${TMPDIR:-/tmp}/voxlake-moto.log" 2>&1 &
 track_service $!
 wait_port "$port" "moto S3 server"
 export VOXLAKE_S3_ENDPOINT="http://127.0.0.1:$port"

@@ -40,11 +40,13 @@ unset LIBTORCH_USE_PYTORCH
 source scripts/azurite.sh
 source scripts/s3.sh
 source scripts/gcs.sh
+# Chromium and ChromeDriver, for the report pages' browser tests.
+source scripts/chromium.sh
 
 # Each step's wall time, said as it ends (where a cold run's minutes go: CONTRIBUTING.md).
 step_start=0
 step() { echo "[test.sh] $1: $((SECONDS - step_start)) s" >&2; step_start=$SECONDS; }
-step "set-up (venv, torch wheel, store servers)"
+step "set-up (venv, torch wheel, store servers, chromium)"
 
 cargo fmt --all -- --check
 # The walls between the crates and between files (docs/architecture.md).
@@ -76,7 +78,7 @@ bash scripts/wheel.sh "$wheels" dev host >"$wheels/build.log" 2>&1 || { tail -30
 wheel=$(ls "$wheels"/voxlake-*.whl)
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 step "the wheel"
-.venv/bin/python -m pytest -q tests/python/test_package.py tests/python/test_torch.py tests/python/test_map.py
+.venv/bin/python -m pytest -q tests/python/test_package.py tests/python/test_torch.py tests/python/test_map.py tests/python/test_report.py
 .venv/bin/python -m mypy --strict examples/train_torch.py python/voxlake
 step "pytest, mypy"
 bash scripts/check_wheel.sh "$wheel"

@@ -17,7 +17,7 @@ bin="$CARGO_TARGET_DIR/release"
   -r benches/compare/requirements.txt
 # The voxlake Python package, a release build, into .venv.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements-package.txt
-.venv/bin/maturin develop --release --quiet
+.venv/bin/python -m maturin develop --release --quiet
 [ -x .venv-petastorm/bin/python ] || python3 -m venv .venv-petastorm
 .venv-petastorm/bin/python -m pip install --quiet --disable-pip-version-check \
   -r benches/compare/requirements-petastorm.txt

@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod report;
+mod series;
 
 use std::ffi::OsString;
 
@@ -22,7 +23,42 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the loader over TABLE, touch every value of every batch, and report throughput.
-    Bench(args::BenchArgs),
+    Bench(Box<args::BenchArgs>),
+    /// Tools for the pages `voxlake bench --report` writes.
+    Report(args::ReportArgs),
+}
+
+/// Runs `voxlake report merge`: the merged page written, what it found printed.
+fn merge(args: &args::MergeArgs, out: &mut impl std::io::Write) -> Result<(), bench::Error> {
+    let found = report::merge(&args.dir, args.out.as_deref())?;
+    if args.json {
+        writeln!(out, "{found}")?;
+        return Ok(());
+    }
+    for r in found["ranks"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "rank {}: {:.0} samples/s, the loop waited {:.3} s inside next() ({:.1} % of its time){}",
+            r["rank"],
+            r["samples_per_s"].as_f64().unwrap_or(0.0),
+            r["consumer_wait_s"].as_f64().unwrap_or(0.0),
+            100.0 * r["input_bound_fraction"].as_f64().unwrap_or(0.0),
+            if r["straggler"] == true {
+                ": STRAGGLER"
+            } else {
+                ""
+            },
+        )?;
+    }
+    let stragglers = found["stragglers"].as_array().map_or(0, Vec::len);
+    writeln!(
+        out,
+        "median wait {:.3} s; {stragglers} straggler(s) (waited over twice the median); missing ranks {}; merged page {}",
+        found["median_consumer_wait_s"].as_f64().unwrap_or(0.0),
+        found["missing_ranks"],
+        found["out"].as_str().unwrap_or("?"),
+    )?;
+    Ok(())
 }
 
 /// Runs `voxlake` with these arguments and returns the exit status: 0; 1 on an error (printed
@@ -46,6 +82,9 @@ where
     };
     let result = match cli.command {
         Command::Bench(args) => bench::run(&args, &mut std::io::stdout().lock()),
+        Command::Report(args) => match args.command {
+            args::ReportCommand::Merge(m) => merge(&m, &mut std::io::stdout().lock()),
+        },
     };
     match (result, bench::stopped_by()) {
         (Ok(()), None) => 0,

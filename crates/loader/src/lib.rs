@@ -96,6 +96,7 @@ pub use state::LoaderState;
 pub use stats::LoaderStats;
 #[cfg(feature = "tch")]
 pub use tch;
+pub use trace::rank_path;
 
 use voxlake_stream::StreamError;
 

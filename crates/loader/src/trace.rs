@@ -77,10 +77,20 @@ impl std::fmt::Debug for Trace {
     }
 }
 
-/// The trace's path for `rank` of `world_size`: `{rank}` in `path` replaced by the rank; with
-/// several ranks and no `{rank}`, the rank before the extension (`trace.json` →
-/// `trace.rank3.json`), so that no two ranks (or `DataLoader` workers) write one file.
-pub(crate) fn path_for(path: &Path, rank: usize, world_size: usize) -> PathBuf {
+/// The path where `rank` of `world_size` writes its own file of a run (a trace, `voxlake
+/// bench`'s report): `{rank}` in `path` replaced by the rank; with several ranks and no
+/// `{rank}`, the rank before the extension (`trace.json` → `trace.rank3.json`), so that no two
+/// ranks (or `DataLoader` workers) write one file.
+///
+/// ```
+/// use std::path::{Path, PathBuf};
+/// use voxlake_loader::rank_path;
+///
+/// assert_eq!(rank_path(Path::new("r.html"), 0, 1), PathBuf::from("r.html"));
+/// assert_eq!(rank_path(Path::new("r.html"), 3, 4), PathBuf::from("r.rank3.html"));
+/// assert_eq!(rank_path(Path::new("{rank}/r.html"), 3, 4), PathBuf::from("3/r.html"));
+/// ```
+pub fn rank_path(path: &Path, rank: usize, world_size: usize) -> PathBuf {
     let text = path.to_string_lossy();
     if text.contains("{rank}") {
         return PathBuf::from(text.replace("{rank}", &rank.to_string()));
@@ -147,7 +157,7 @@ impl Trace {
         let Some(path) = &builder.trace else {
             return Ok(None);
         };
-        let path = path_for(path, builder.rank, builder.world_size);
+        let path = rank_path(path, builder.rank, builder.world_size);
         Trace::start(path, builder.trace_batches, caller).map(|t| Some(Arc::new(t)))
     }
 
@@ -325,14 +335,14 @@ mod tests {
     #[test]
     fn each_rank_has_a_file_of_its_own() {
         let p = Path::new("/t/trace.json");
-        assert_eq!(path_for(p, 0, 1), PathBuf::from("/t/trace.json"));
-        assert_eq!(path_for(p, 3, 4), PathBuf::from("/t/trace.rank3.json"));
+        assert_eq!(rank_path(p, 0, 1), PathBuf::from("/t/trace.json"));
+        assert_eq!(rank_path(p, 3, 4), PathBuf::from("/t/trace.rank3.json"));
         assert_eq!(
-            path_for(Path::new("/t/tr"), 1, 2),
+            rank_path(Path::new("/t/tr"), 1, 2),
             PathBuf::from("/t/tr.rank1")
         );
         let asked = Path::new("/t/{rank}/trace-{rank}.json");
-        assert_eq!(path_for(asked, 2, 4), PathBuf::from("/t/2/trace-2.json"));
+        assert_eq!(rank_path(asked, 2, 4), PathBuf::from("/t/2/trace-2.json"));
     }
 
     /// Spans of the target reach the file until it ends; other events reach the caller's

@@ -122,6 +122,12 @@ pub(super) struct BenchArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub(super) json: bool,
+    /// Also write the report as one self-contained HTML page with plots (samples/s over
+    /// time, time by stage, the steps' waits, bytes and requests, the forecast). `{rank}` is
+    /// replaced by the rank; with several ranks and no `{rank}`, each writes FILE.rank<R>.html
+    /// (`voxlake report merge DIR` lines them up).
+    #[arg(long, value_name = "FILE.html")]
+    pub(super) report: Option<PathBuf>,
     /// Write the delivered ids, in order, one per line.
     #[arg(long)]
     pub(super) ids_out: Option<PathBuf>,
@@ -257,4 +263,33 @@ impl SamplingArgs {
         voxlake_plan::sample::Sampling::from_options(&pairs)
             .map_err(|e| format!("--{}: {}", e.option().replace('_', "-"), e.message()))
     }
+}
+
+/// Tools for the pages `voxlake bench --report` writes.
+#[derive(clap::Args)]
+pub(super) struct ReportArgs {
+    #[command(subcommand)]
+    pub(super) command: ReportCommand,
+}
+
+/// What `voxlake report` does.
+#[derive(clap::Subcommand)]
+pub(super) enum ReportCommand {
+    /// Line up the ranks' pages of one run (every `.html` of DIR that `voxlake bench --report`
+    /// wrote) in one page, and flag a straggler: a rank whose exposed wait (the loop's wait
+    /// inside next()) is more than twice the median and more than 1 % of its run.
+    Merge(MergeArgs),
+}
+
+/// `voxlake report merge`'s arguments.
+#[derive(clap::Args)]
+pub(super) struct MergeArgs {
+    /// The folder of the ranks' pages.
+    pub(super) dir: PathBuf,
+    /// The merged page (default: DIR/merged.html).
+    #[arg(long, short)]
+    pub(super) out: Option<PathBuf>,
+    /// Print what the merge found as one JSON object.
+    #[arg(long)]
+    pub(super) json: bool,
 }

@@ -7,6 +7,7 @@ use voxlake_loader::{Loader, LoaderState, Tensors};
 
 use super::args::BenchArgs;
 use super::report;
+use super::series::{Point, Series};
 
 /// A failed run: the table, the store, the arguments or the report's output.
 pub(super) type Error = Box<dyn std::error::Error>;
@@ -182,6 +183,8 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
     let mut first_batch_s = None;
     let mut loader = loader;
     let mut delivered = 0u64;
+    let mut series = Series::default();
+    series.push(Instant::now(), Point::of(&loader, start));
     while args.stop_after.is_none_or(|n| delivered < n) && stopped_by().is_none() {
         // A batch that does not come (a store that stops answering) does not keep a stop
         // waiting: the run ends with what was delivered.
@@ -221,7 +224,12 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
         if !args.no_recycle {
             loader.recycle(batch);
         }
+        let now = Instant::now();
+        if series.due(now) {
+            series.push(now, Point::of(&loader, start));
+        }
     }
+    series.finish(Instant::now(), Point::of(&loader, start));
     if let Some(mut out) = ids_out {
         out.flush()?;
     }
@@ -237,6 +245,7 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
         first_batch_s,
         stopped_by: stopped_by(),
         state,
+        series,
     };
     report::write(out, args, &loader, &run)
 }

@@ -26,6 +26,36 @@ pub struct StepWaits {
     pub p99: Duration,
     /// The longest wait.
     pub max: Duration,
+    /// The steps by their wait's power of two: `octaves[k]` counts the waits from
+    /// [`octave_floor(k)`](Self::octave_floor), 2^(k+9) ns (0.5 µs, 1 µs, 2 µs, …), up to the
+    /// next octave's floor; the first also counts every shorter wait, the last every
+    /// longer. What a report draws as the exposed-wait histogram.
+    pub octaves: [u64; StepWaits::OCTAVES],
+}
+
+/// Shorthand for [`StepWaits::OCTAVES`].
+const OCTAVES: usize = StepWaits::OCTAVES;
+
+/// log2 of the first octave's floor, in ns.
+const FIRST_OCTAVE_BITS: u32 = 9;
+
+impl StepWaits {
+    /// How many octaves [`octaves`](Self::octaves) counts: from 0.5 µs to 2^40 ns (about 18
+    /// minutes).
+    pub const OCTAVES: usize = 32;
+
+    /// The shortest wait `octaves[k]` counts (the first octave also counts shorter ones).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use voxlake_loader::stall::StepWaits;
+    ///
+    /// assert_eq!(StepWaits::octave_floor(1), Duration::from_nanos(1024));
+    /// assert_eq!(StepWaits::octave_floor(11), Duration::from_nanos(1 << 20));
+    /// ```
+    pub fn octave_floor(k: usize) -> Duration {
+        Duration::from_nanos(1u64 << (FIRST_OCTAVE_BITS + k.min(OCTAVES - 1) as u32))
+    }
 }
 
 /// The histogram the loader keeps of its steps' waits.
@@ -85,7 +115,19 @@ impl WaitHistogram {
             p90: self.quantile(0.9),
             p99: self.quantile(0.99),
             max: self.max,
+            octaves: self.octaves(),
         }
+    }
+
+    /// The counts by power of two; exact, as no bucket spans two of them.
+    fn octaves(&self) -> [u64; OCTAVES] {
+        let mut octaves = [0; OCTAVES];
+        for (b, &n) in self.counts.iter().enumerate().filter(|(_, n)| **n > 0) {
+            let exponent = 63 - middle(b).max(1).leading_zeros();
+            let k = exponent.saturating_sub(FIRST_OCTAVE_BITS) as usize;
+            octaves[k.min(OCTAVES - 1)] += n;
+        }
+        octaves
     }
 
     /// The wait at quantile `q` (nearest rank: the `⌈q·n⌉`-th shortest), never above the
@@ -145,6 +187,15 @@ mod tests {
             let got = h.waits();
             prop_assert_eq!(got.steps, waits.len() as u64);
             prop_assert_eq!(got.max, Duration::from_nanos(*waits.last().unwrap()));
+            for (k, &n) in got.octaves.iter().enumerate() {
+                let floor = StepWaits::octave_floor(k).as_nanos() as u64;
+                let next = StepWaits::octave_floor(k + 1).as_nanos() as u64;
+                let exact = waits
+                    .iter()
+                    .filter(|&&w| (k == 0 || w >= floor) && (k == OCTAVES - 1 || w < next))
+                    .count() as u64;
+                prop_assert_eq!(n, exact, "octave {}", k);
+            }
             for (q, value) in [(0.5, got.p50), (0.9, got.p90), (0.99, got.p99)] {
                 let rank = ((q * waits.len() as f64).ceil() as usize).clamp(1, waits.len());
                 let exact = waits[rank - 1] as f64;
