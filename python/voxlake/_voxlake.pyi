@@ -10,8 +10,14 @@ from ._source import Source
 __version__: str
 DEFAULT_MEMORY_BUDGET: int
 STAGING_BUFFERS: int
+COUNTERS: List[str]
 
 Batch = Dict[str, Union[np.ndarray, List[str]]]
+
+class WaitMeter:
+    def __init__(self) -> None: ...
+    def record(self, seconds: float) -> None: ...
+    def waits(self) -> Dict[str, Union[int, float]]: ...
 
 class TensorOwner:
     """The Rust buffer a batch's first array looks at (that array's ``base``)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import time
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -37,14 +38,20 @@ from . import ConfigError, Loader, Source, loader_options
 from ._voxlake import DEFAULT_MEMORY_BUDGET, STAGING_BUFFERS, live_threads
 from ._device import to_device
 from ._map import MapDataset, Samples, collate
+from ._monitor import TensorBoardLogger
 from ._passes import Passes, pass_token, random_token
 from ._placement import Placement, at_boundary, compose, fit, resolve, state_versions, worker_rank
+from ._stats import LoopStats
 
-__all__ = ["DataLoader", "Dataset", "MapDataset", "STAGING_BUFFERS", "Samples", "collate", "to_device"]
+__all__ = ["DataLoader", "Dataset", "MapDataset", "STAGING_BUFFERS", "Samples", "TensorBoardLogger", "collate",
+           "to_device"]
 
 #: The key under which a worker of ``voxlake.torch.DataLoader`` sends the states around each
 #: batch (taken out before the batch reaches the training loop).
 _STATE_KEY = "_voxlake_states"
+#: The key under which each batch of ``voxlake.torch.DataLoader`` carries its loader's
+#: ``stats()``, with the worker and its pass (taken out as the state is).
+_STATS_KEY = "_voxlake_stats"
 _OPTION_NAMES = frozenset(name for name, _, _ in loader_options())
 
 
@@ -75,6 +82,7 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
         self._finished_state: Optional[Dict[str, Any]] = None
         self._worker_passes = 0
         self._report_states = False
+        self._report_stats = False
         # The version of each table this job reads (one, or each source's of a mixture), where
         # it was resolved for it (a DataLoader's probe, a broadcast from rank 0); a state fixes
         # its own.
@@ -182,7 +190,9 @@ class Dataset(torch.utils.data.IterableDataset[Dict[str, Any]]):
             self._job_versions = loader.versions  # the run's later passes read them too
         self._loader = loader
         bf16 = frozenset(name for name, dtype in loader.fields() if dtype == "bf16")
-        return _Batches(loader, bf16, before if self._report_states else None, self._left)
+        # What voxlake.torch.DataLoader's stats() adds up: this worker's pass's counters.
+        source = (0 if info is None else info.id, token) if self._report_stats else None
+        return _Batches(loader, bf16, before if self._report_states else None, self._left, source)
 
     def _left(self, loader: Loader) -> None:
         """A pass left before its end (its batches freed, as a loop's ``break`` frees them): its
@@ -208,11 +218,12 @@ class _Batches:
     for ``voxlake.torch.DataLoader``."""
 
     def __init__(self, loader: Loader, bf16: FrozenSet[str], before: Optional[Dict[str, Any]],
-                 left: Callable[[Loader], None]) -> None:
+                 left: Callable[[Loader], None], source: Optional[Tuple[int, int]]) -> None:
         self._left: Optional[Callable[[Loader], None]] = None  # until the pass is under way
         self._loader = iter(loader)
         self._bf16 = bf16
         self._before = None if before is None else json.dumps(before)
+        self._source = source
         self._left = left
 
     def __del__(self) -> None:
@@ -237,6 +248,8 @@ class _Batches:
             after = json.dumps(self._loader.state_dict())
             out[_STATE_KEY] = (self._before, after)
             self._before = after
+        if self._source is not None:
+            out[_STATS_KEY] = (*self._source, self._loader.stats())
         return out
 
 
@@ -264,6 +277,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         self._states: Optional[Tuple[str, str]] = None
         self._batches_per_pass: Optional[int] = None
         self._agreed = False
+        self._stats = LoopStats()
 
     def _workers(self) -> int:
         return max(int(self.num_workers), 1)
@@ -319,6 +333,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
             self._agree()
         ds = self._voxlake_dataset
         ds._report_states = self.num_workers > 0
+        ds._report_stats = True
         self._check_fork()
         batches = super().__iter__()
         return self._strip(batches)
@@ -340,11 +355,30 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
             )
 
     def _strip(self, batches: Iterator[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
-        for batch in batches:
+        while True:
+            asked = time.perf_counter()  # the loop waits from here: the wait stats() reports
+            batch = next(batches, None)
+            if batch is None:
+                return
+            self._stats.waited(asked, time.perf_counter())
             states = batch.pop(_STATE_KEY, None)
             if states is not None:
                 self._states = states
+            stats = batch.pop(_STATS_KEY, None)
+            if stats is not None:
+                self._stats.take(*stats)
             yield batch
+
+    def stats(self) -> Dict[str, Any]:
+        """This rank's counters under ``voxlake.Loader.stats()``'s names, added up over its
+        workers' loaders and every pass so far (as of each worker's latest batch), and the wait
+        of the loop that iterates this ``DataLoader``, measured where it waits:
+        ``consumer_wait_s``, ``step_wait_p50_s`` … ``step_wait_max_s``,
+        ``input_bound_fraction``, ``first_batch_s`` and ``elapsed_s`` (from the first batch
+        asked for to the latest received). ``workers_reporting`` counts the workers heard from.
+        A worker's own latency and forecast (``read_latency_s``, ``steady_iteration_s``,
+        ``epoch_forecast_s``) are left out."""
+        return self._stats.stats()
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the run stands after the last batch handed out: load it into a new

@@ -24,8 +24,7 @@
 
 use std::time::Duration;
 
-pub use waits::StepWaits;
-pub(crate) use waits::WaitHistogram;
+pub use waits::{StepWaits, WaitHistogram};
 
 mod waits;
 

@@ -44,6 +44,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::Loader>()?;
     m.add_class::<arrays::TensorOwner>()?;
     m.add_class::<lookup::Lookup>()?;
+    m.add_class::<metrics::WaitMeter>()?;
     m.add_function(wrap_pyfunction!(options::loader_options, m)?)?;
     m.add_function(wrap_pyfunction!(setters::_setters, m)?)?;
     m.add_function(wrap_pyfunction!(loader::default_rank, m)?)?;
@@ -76,6 +77,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .call_method("register_at_fork", (), Some(&kwargs))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("STAGING_BUFFERS", voxlake_loader::STAGING_BUFFERS)?;
+    m.add("COUNTERS", metrics::counters())?;
     m.add(
         "DEFAULT_MEMORY_BUDGET",
         voxlake_loader::DEFAULT_MEMORY_BUDGET,

@@ -58,9 +58,21 @@ impl StepWaits {
     }
 }
 
-/// The histogram the loader keeps of its steps' waits.
+/// The histogram the loader keeps of its steps' waits; also for a wait measured elsewhere (a
+/// `DataLoader`'s, whose workers' loaders do not see the training loop's wait).
+///
+/// ```
+/// use std::time::Duration;
+/// use voxlake_loader::stall::WaitHistogram;
+///
+/// let mut h = WaitHistogram::default();
+/// h.record(Duration::from_millis(3));
+/// h.record(Duration::from_millis(1));
+/// assert_eq!(h.waits().steps, 2);
+/// assert_eq!(h.waits().max, Duration::from_millis(3));
+/// ```
 #[derive(Debug, Clone)]
-pub(crate) struct WaitHistogram {
+pub struct WaitHistogram {
     counts: Box<[u64; BUCKETS]>,
     steps: u64,
     max: Duration,
@@ -100,7 +112,8 @@ fn middle(b: usize) -> u64 {
 
 impl WaitHistogram {
     /// Counts one step's wait.
-    pub(crate) fn record(&mut self, wait: Duration) {
+    /// Counts one step that waited `wait`.
+    pub fn record(&mut self, wait: Duration) {
         let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
         self.counts[bucket(ns)] += 1;
         self.steps += 1;
@@ -108,7 +121,8 @@ impl WaitHistogram {
     }
 
     /// The quantiles so far.
-    pub(crate) fn waits(&self) -> StepWaits {
+    /// The quantiles and octaves of the steps counted.
+    pub fn waits(&self) -> StepWaits {
         StepWaits {
             steps: self.steps,
             p50: self.quantile(0.5),
