@@ -15,7 +15,7 @@ from ._voxlake import COUNTERS, WaitMeter
 
 #: Figures of one worker's loader that do not add up over workers (a latency, a forecast of one
 #: worker's share): left out of the combined ``stats()``.
-_PER_LOADER = frozenset({"read_latency_s", "steady_iteration_s", "epoch_forecast_s"})
+_PER_LOADER = frozenset({"read_latency_s", "steady_iteration_s", "epoch_forecast_s", "batches_ready_peak"})
 
 #: What the training loop's own wait replaces in the workers' figures.
 _LOOP = frozenset({"consumer_wait_s", "input_bound_fraction", "first_batch_s", "elapsed_s"})

@@ -376,8 +376,8 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         ``consumer_wait_s``, ``step_wait_p50_s`` … ``step_wait_max_s``,
         ``input_bound_fraction``, ``first_batch_s`` and ``elapsed_s`` (from the first batch
         asked for to the latest received). ``workers_reporting`` counts the workers heard from.
-        A worker's own latency and forecast (``read_latency_s``, ``steady_iteration_s``,
-        ``epoch_forecast_s``) are left out."""
+        A worker's own latency, forecast and queue peak (``read_latency_s``,
+        ``steady_iteration_s``, ``epoch_forecast_s``, ``batches_ready_peak``) are left out."""
         return self._stats.stats()
 
     def state_dict(self) -> Dict[str, Any]:

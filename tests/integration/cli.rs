@@ -346,6 +346,12 @@ fn the_bench_report_says_when_its_build_is_unoptimized() {
     let report: serde_json::Value = serde_json::from_str(run(&["--json".as_ref()]).trim()).unwrap();
     assert_eq!(report["optimized"], !unoptimized);
     assert_eq!(report["samples"], 64);
+    // Every row checked at its copy, timed; the batches that waited, within the prefetch bound.
+    assert!(report["check_s"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["check_s"].as_f64() < report["assemble_s"].as_f64());
+    assert_eq!(report["device_copy_s"], 0.0, "no device");
+    let peak = report["batches_ready_peak"].as_u64().unwrap();
+    assert!((1..=2).contains(&peak), "prefetch 2: {report}");
     // `--trace`: the loader's trace of the first batches.
     let trace = dir.path().join("trace.json");
     run(&[

@@ -26,6 +26,10 @@ mod transforms;
 
 pub(crate) use group::{Group, RowGroups};
 
+/// One row check in this many is timed (`check_s`, scaled up): two clock reads a row cost as
+/// much as checking a few hundred bytes, more than a small row's check.
+const TIMED_EVERY: usize = 8;
+
 /// One row drawn for a batch: its group and its index in the group's data.
 pub(crate) struct Row {
     pub group: Arc<Group>,
@@ -120,7 +124,7 @@ impl Assembler {
             let batch = self.assemble(rows, epoch, index)?;
             // Checked by the copy already (a row found whole is a bit read again): a path that
             // copied no tensor field checks here, so no batch leaves unchecked.
-            rows.iter().try_for_each(Self::check_row)?;
+            rows.iter().try_for_each(Self::verify)?;
             self.transform_batch(batch, epoch, index)
         }))
         .unwrap_or_else(|panic| {
@@ -132,8 +136,22 @@ impl Assembler {
         })
     }
 
-    /// Checks `row` against its checksum (the stream leaves that to the loader; once a row).
-    fn check_row(row: &Row) -> Result<(), LoaderError> {
+    /// Checks `row` against its checksum (the stream leaves that to the loader; once a row),
+    /// one row in [`TIMED_EVERY`] timed for `check_s`.
+    fn check_row(&self, row: &Row) -> Result<(), LoaderError> {
+        if !row.index.is_multiple_of(TIMED_EVERY) {
+            return Self::verify(row);
+        }
+        let start = std::time::Instant::now();
+        let checked = Self::verify(row);
+        let ns = start.elapsed().as_nanos() * TIMED_EVERY as u128;
+        let ns = u64::try_from(ns).unwrap_or(u64::MAX);
+        self.counters.check_ns.fetch_add(ns, Ordering::Relaxed);
+        checked
+    }
+
+    /// `row` against its checksum, untimed.
+    fn verify(row: &Row) -> Result<(), LoaderError> {
         row.group
             .data
             .check_row(row.index)
@@ -145,7 +163,7 @@ impl Assembler {
     /// copies it.
     fn row_check(&self, rows: &[Row]) -> impl Fn(usize) -> Result<(), LoaderError> + Sync {
         |i: usize| match rows.get(i) {
-            Some(r) => Self::check_row(r),
+            Some(r) => self.check_row(r),
             None => Err(LoaderError::Internal(format!(
                 "sample {i} of a batch of {} rows",
                 rows.len()
@@ -159,9 +177,9 @@ impl Assembler {
         match &self.pool {
             Some(pool) if rows.len() > 1 => {
                 use rayon::prelude::*;
-                pool.install(|| rows.par_iter().try_for_each(Self::check_row))
+                pool.install(|| rows.par_iter().try_for_each(|r| self.check_row(r)))
             }
-            _ => rows.iter().try_for_each(Self::check_row),
+            _ => rows.iter().try_for_each(|r| self.check_row(r)),
         }
     }
 

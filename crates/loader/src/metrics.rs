@@ -118,6 +118,16 @@ impl LoaderStats {
                 self.batch_transform,
             ),
             total(
+                "check_s",
+                "of assemble_s, checking rows against their checksums (one row in 8 timed)",
+                self.check,
+            ),
+            total(
+                "device_copy_s",
+                "of assemble_s, staging batches for a CUDA device and queueing their copies",
+                self.device_copy,
+            ),
+            total(
                 "consumer_wait_s",
                 "the training loop waiting inside next(): the exposed wait",
                 self.consumer_wait,
@@ -238,6 +248,22 @@ impl LoaderStats {
                 "of row_groups, kept in the memory budget since an earlier epoch (not read again)",
                 s.kept_hits,
             ),
+            Metric {
+                grows: false,
+                ..count(
+                    "batches_ready",
+                    "batches assembled and waiting for the training loop now",
+                    self.batches_ready,
+                )
+            },
+            Metric {
+                grows: false,
+                ..count(
+                    "batches_ready_peak",
+                    "the most batches that waited for the training loop at once",
+                    self.batches_ready_peak,
+                )
+            },
             count(
                 "recycled_batches",
                 "batches assembled into memory given back (recycle)",

@@ -209,7 +209,11 @@ impl Producer {
                     ahead: at.ahead,
                 }
             };
-            if self.tx.send(Msg::Batch(Box::new(batch), position)).is_err() {
+            let sent = self.tx.send(Msg::Batch(Box::new(batch), position));
+            self.counters
+                .batches_ready_peak
+                .fetch_max(self.tx.len() as u64, Ordering::Relaxed);
+            if sent.is_err() {
                 return Ok(false);
             }
         }

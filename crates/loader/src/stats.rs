@@ -25,6 +25,18 @@ pub struct LoaderStats {
     /// Of `assemble`, the time in the per-batch transform
     /// ([`with_batch_transform`](crate::LoaderBuilder::with_batch_transform)).
     pub batch_transform: Duration,
+    /// Of `assemble`, the time checking rows against their checksums (summed over threads;
+    /// one row in 8 timed, scaled up: two clock reads cost as much as a small row's check).
+    pub check: Duration,
+    /// Of `assemble`, the time staging batches for a CUDA device and queueing their copies
+    /// (zero on the CPU).
+    pub device_copy: Duration,
+    /// Batches assembled and waiting for the training loop now (the queue the loader fills
+    /// ahead: [`with_prefetch`](crate::LoaderBuilder::with_prefetch)).
+    pub batches_ready: u64,
+    /// The most batches that ever waited for the loop at once: at the prefetch bound, the
+    /// loader ran ahead; near 0 with waits inside `next()`, the loop waited on it.
+    pub batches_ready_peak: u64,
     /// Batches assembled into memory given back with [`Loader::recycle`].
     pub recycled: u64,
     /// Batches for a CUDA device that found their staging buffer still being copied from
@@ -67,6 +79,7 @@ impl Loader {
         LoaderStats {
             step_waits: self.waits.waits(),
             input_bound_fraction: self.meter.input_bound_fraction(),
+            batches_ready: self.rx.len() as u64,
             ..self
                 .counters
                 .stats(self.started.elapsed(), self.stream.stats())
@@ -86,6 +99,10 @@ impl crate::counters::Counters {
             first_batch: ns(&c.first_batch_ns),
             assemble: ns(&c.assemble_ns),
             batch_transform: ns(&c.batch_transform_ns),
+            check: ns(&c.check_ns),
+            device_copy: ns(&c.device_copy_ns),
+            batches_ready: 0,
+            batches_ready_peak: c.batches_ready_peak.load(Ordering::Relaxed),
             recycled: c.recycled.load(Ordering::Relaxed),
             staging_waits: c.staging_waits.load(Ordering::Relaxed),
             loosened_rows: c.loosened_rows.load(Ordering::Relaxed),

@@ -192,10 +192,11 @@ fn lines(
     )?;
     writeln!(
         out,
-        "stages (summed over threads): fetch {:.2} s, decode {:.2} s, assemble {:.2} s; waits: assembler on stream {:.2} s, consumer on loader {:.2} s, budget {:.2} s",
+        "stages (summed over threads): fetch {:.2} s, decode {:.2} s, assemble {:.2} s (of which the row checks {:.2} s); waits: assembler on stream {:.2} s, consumer on loader {:.2} s, budget {:.2} s",
         stats.stream.fetch.as_secs_f64(),
         stats.stream.decode.as_secs_f64(),
         stats.assemble.as_secs_f64(),
+        stats.check.as_secs_f64(),
         stats.producer_wait.as_secs_f64(),
         stats.consumer_wait.as_secs_f64(),
         stats.stream.budget_wait.as_secs_f64(),

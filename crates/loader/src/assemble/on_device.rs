@@ -81,9 +81,14 @@ impl Assembler {
                     failed("the staging ring was poisoned by an earlier panic".into())
                 })?;
                 let feed = setup.ready().map_err(failed)?;
+                let copy = std::time::Instant::now();
                 let sent = feed
                     .send(&staged, &labels, self.pool.as_deref())
                     .map_err(failed)?;
+                let ns = u64::try_from(copy.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                self.counters
+                    .device_copy_ns
+                    .fetch_add(ns, Ordering::Relaxed);
                 self.counters
                     .staging_waits
                     .store(feed.waits(), Ordering::Relaxed);

@@ -16,10 +16,12 @@ pub(super) fn num(report: &Value, key: &str) -> f64 {
 }
 
 /// The stage parts [`stage_stacks`] draws, busy then waiting.
-pub(super) const STAGES: [&str; 7] = [
+pub(super) const STAGES: [&str; 9] = [
     "fetch",
     "decode",
-    "assemble",
+    "check",
+    "device copy",
+    "assemble (the rest)",
     "batch transform",
     "loop in next()",
     "assembler on stream",
@@ -28,17 +30,23 @@ pub(super) const STAGES: [&str; 7] = [
 
 /// A rank's time by stage: a bar of busy time (summed over threads) and one of waits.
 pub(super) fn stage_stacks(label: &str, report: &Value) -> [Stack; 2] {
+    // Of assemble_s: the row checks, the device copies, the batch transform.
+    let (check, copy) = (num(report, "check_s"), num(report, "device_copy_s"));
     let transform = num(report, "batch_transform_s");
     let busy = vec![
         num(report, "fetch_s"),
         num(report, "decode_s"),
-        (num(report, "assemble_s") - transform).max(0.0),
+        check,
+        copy,
+        (num(report, "assemble_s") - check - copy - transform).max(0.0),
         transform,
         0.0,
         0.0,
         0.0,
     ];
     let waits = vec![
+        0.0,
+        0.0,
         0.0,
         0.0,
         0.0,
@@ -150,6 +158,10 @@ fn summary(report: &Value) -> String {
         (
             "input-bound share",
             format!("{:.1} %", 100.0 * num(report, "input_bound_fraction")),
+        ),
+        (
+            "batches ready for the loop, at most",
+            n("batches_ready_peak"),
         ),
         ("bytes read", n("bytes_read")),
         ("store requests", n("store_requests")),
