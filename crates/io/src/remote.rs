@@ -111,6 +111,11 @@ impl RemoteStore {
         let _ = self.cache.set(cache);
     }
 
+    /// The table's identity in cache keys (its store and location; `new`'s `table`).
+    pub fn identity(&self) -> &str {
+        &self.table
+    }
+
     /// The cache its reads go through, if one was set.
     pub fn cache(&self) -> Option<&Arc<DiskCache>> {
         self.cache.get()

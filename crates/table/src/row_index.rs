@@ -103,7 +103,50 @@ impl RowIndexBuilder {
     }
 }
 
+impl RowIndexBuilder {
+    /// The ids `encoded` holds ([`RowIndex::encode`]), checked before anything is copied:
+    /// `None` where the bytes are not such an encoding (sizes past the bytes given, ends that
+    /// go back or cut a character, text that is not UTF-8).
+    pub fn decode(encoded: &[u8]) -> Option<RowIndexBuilder> {
+        let (count, rest) = encoded.split_first_chunk::<8>()?;
+        let count = usize::try_from(u64::from_le_bytes(*count)).ok()?;
+        let (ends, text) = rest.split_at_checked(count.checked_mul(8)?)?;
+        let text = std::str::from_utf8(text).ok()?;
+        let ends: Vec<u64> = ends
+            .chunks_exact(8)
+            .map(|e| u64::from_le_bytes(e.try_into().unwrap_or_default()))
+            .collect();
+        let mut start = 0;
+        for &end in &ends {
+            let end_at = usize::try_from(end).ok()?;
+            if end < start || end_at > text.len() || !text.is_char_boundary(end_at) {
+                return None;
+            }
+            start = end;
+        }
+        if start != text.len() as u64 {
+            return None;
+        }
+        Some(RowIndexBuilder {
+            text: text.to_string(),
+            ends,
+        })
+    }
+}
+
 impl RowIndex {
+    /// The ids in position order as bytes ([`RowIndexBuilder::decode`] reads them back): their
+    /// count, where each ends (little-endian u64s), their text.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + 8 * self.ends.len() + self.text.len());
+        out.extend_from_slice(&(self.ends.len() as u64).to_le_bytes());
+        for end in &self.ends {
+            out.extend_from_slice(&end.to_le_bytes());
+        }
+        out.extend_from_slice(self.text.as_bytes());
+        out
+    }
+
     /// An empty builder.
     pub fn builder() -> RowIndexBuilder {
         RowIndexBuilder::default()
@@ -202,6 +245,43 @@ mod tests {
             let unique = ids.iter().collect::<std::collections::HashSet<_>>().len() == ids.len();
             prop_assert_eq!(index_of(&ids).is_ok(), unique);
         }
+    }
+
+    proptest! {
+        /// An index's encoding decodes to the same ids; bytes cut or changed decode to ids
+        /// that are whole (or to none), never past the bytes given.
+        #[test]
+        fn encodings_round_trip_and_damage_is_refused(
+            ids in prop::collection::vec("[a-cé]{0,4}", 0..40),
+            cut in 0usize..400,
+            flip in (0usize..400, 1u8..=255),
+        ) {
+            let mut unique = ids.clone();
+            unique.sort();
+            unique.dedup();
+            let index = index_of(&unique).unwrap();
+            let bytes = index.encode();
+            let back = RowIndexBuilder::decode(&bytes).unwrap().finish().unwrap();
+            prop_assert_eq!(back.ids().collect::<Vec<_>>(), index.ids().collect::<Vec<_>>());
+            if cut < bytes.len() {
+                prop_assert!(RowIndexBuilder::decode(&bytes[..cut]).is_none());
+            }
+            let mut changed = bytes.clone();
+            if let Some(b) = changed.get_mut(flip.0) {
+                *b ^= flip.1;
+                if let Some(decoded) = RowIndexBuilder::decode(&changed) {
+                    let text: usize = decoded.text.len();
+                    prop_assert_eq!(decoded.ends.last().copied().unwrap_or(0), text as u64);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_count_is_refused_before_memory_is_taken() {
+        let mut bytes = u64::MAX.to_le_bytes().to_vec();
+        bytes.extend_from_slice(b"abc");
+        assert!(RowIndexBuilder::decode(&bytes).is_none());
     }
 
     #[test]

@@ -27,6 +27,7 @@ use voxlake_io::location;
 mod build;
 mod files;
 mod index;
+mod index_cache;
 mod ranged;
 mod take;
 

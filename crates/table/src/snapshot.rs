@@ -200,6 +200,12 @@ impl Snapshot {
         self
     }
 
+    /// The disk cache serving this snapshot's reads, with the table's identity in its keys.
+    pub(crate) fn cache_and_identity(&self) -> Option<(&Arc<voxlake_io::cache::DiskCache>, &str)> {
+        let remote = self.remote.as_ref()?;
+        Some((remote.cache()?, remote.identity()))
+    }
+
     /// The disk cache serving this snapshot's reads, if any.
     pub fn cache(&self) -> Option<&Arc<voxlake_io::cache::DiskCache>> {
         self.remote.as_ref().and_then(|r| r.cache())

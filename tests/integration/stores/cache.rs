@@ -674,3 +674,49 @@ async fn a_version_is_replayed_once_a_node_and_a_corrupt_list_made_again(backend
 }
 
 on_every_backend!(a_version_is_replayed_once_a_node_and_a_corrupt_list_made_again);
+
+/// A version's row index kept in the node's cache: the first lookup by id reads the id
+/// column (through the cache, as every read of a data file) and writes the index; a second
+/// lookup of the node (another process, a DataLoader worker) reads the index's one entry and
+/// no id column at all, not even from the cache, and finds the same ids at the same
+/// positions.
+async fn the_row_index_is_kept_in_the_nodes_cache(backend: Backend) {
+    let table = remote_table(backend, "cache-index", 24, 47).await.table;
+    let proxy = FaultProxy::start(backend.addr(), FaultPlan::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A lookup of the node: its ids, and the data reads (from the cache or the store) and
+    // the made entries read (`log_hits`) of its `ids()`.
+    let lookup_ids = || {
+        let builder = Loader::builder(table.clone())
+            .with_storage_options(backend.through(&proxy))
+            .with_cache(dir.path(), 1 << 30);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let lookup = builder.build_lookup().unwrap();
+                let before = lookup.stats().stream.cache;
+                let index = lookup.ids().unwrap();
+                let after = lookup.stats().stream.cache;
+                let ids: Vec<String> = index.ids().map(str::to_string).collect();
+                assert_eq!(lookup.positions(&[ids[5].as_str()]).unwrap(), vec![5]);
+                let data = (after.hits + after.misses) - (before.hits + before.misses);
+                (ids, data, after.log_hits - before.log_hits)
+            })
+            .join()
+            .unwrap()
+        })
+    };
+    let (first, first_data, _) = lookup_ids();
+    assert_eq!(first.len(), 24);
+    assert!(first_data > 0, "the id column read");
+    let (again, again_data, made_read) = lookup_ids();
+    assert_eq!(again, first);
+    assert_eq!(
+        (again_data, made_read),
+        (0, 1),
+        "the row index from the node's cache"
+    );
+}
+
+on_every_backend!(the_row_index_is_kept_in_the_nodes_cache);

@@ -15,8 +15,18 @@ impl Scan {
     /// The index of the scan's rows by id: the id column of every file read (that column
     /// only, the files at once), or, where the table has no id column, the ids the reads make
     /// (`{file}#{row}`). A row's id is what a read of it says. An id that two rows share is
-    /// an error naming it and both positions: rows asked by id need unique ids.
+    /// an error naming it and both positions: rows asked by id need unique ids. A remote
+    /// table read through the node's disk cache keeps the index there: the node's other
+    /// processes, and a later lookup of the version, read it instead of the ids.
     pub async fn row_index(&self) -> Result<RowIndex, TableError> {
+        match self.snapshot.cache_and_identity() {
+            Some((cache, identity)) => self.row_index_through(cache, identity).await,
+            None => self.read_row_index().await,
+        }
+    }
+
+    /// [`row_index`](Self::row_index) read from the table.
+    pub(super) async fn read_row_index(&self) -> Result<RowIndex, TableError> {
         let mut index = RowIndex::builder();
         match self.snapshot.columns().id.clone() {
             Some(column) => {
