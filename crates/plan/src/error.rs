@@ -18,8 +18,8 @@ impl SamplingError {
     }
 
     /// The option at fault: `balance`, `class_weights`, `weight_column`, `epoch_size`,
-    /// `subsample`, `subset_by`, `split`, `splits`, `split_salt`, `sources`, `proportion` or
-    /// `repeat`.
+    /// `subsample`, `subset_by`, `split`, `splits`, `split_salt`, `sources`, `proportion`,
+    /// `repeat`; of patches ([`crate::patch`]): `brick`, `pad` or `overlap`.
     pub fn option(&self) -> &'static str {
         self.option
     }

@@ -10,6 +10,8 @@
 //! - [`order`]: the epoch's draws dealt to ranks (equal counts, pad or drop), as units of reading.
 //! - [`mixer`]: the shuffle buffer as a pure state machine.
 //! - [`resume`]: where an epoch stands after some batches, for exact and elastic resume.
+//! - [`patch`]: patches of volumes larger than a sample: bricks, pieces, padding, the
+//!   inference grid, draws keyed by (seed, epoch, volume, k).
 //!
 //! ```
 //! use voxlake_plan::{Planner, Shard};
@@ -31,6 +33,7 @@ pub mod launch;
 pub mod mixer;
 pub mod mixture;
 pub mod order;
+pub mod patch;
 pub mod plan;
 pub mod resume;
 pub mod sample;
