@@ -10,6 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source benches/release_bins.sh
+source benches/machine.sh
+machine
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r benches/remote/requirements.txt
 source scripts/services.sh
 rounds=${1:-5}

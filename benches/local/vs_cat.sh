@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source benches/release_bins.sh
+source benches/machine.sh
 table=${1:-}
 if [ -z "$table" ]; then
   data="${VOXLAKE_BENCH_DIR:-$HOME/.cache/voxlake/bench}/demo4000"
@@ -52,6 +53,7 @@ for f in sys.argv[1:]:
 print("%.2f" % (huge / max(total, 1)))
 PY
 }
+machine
 echo "page cache: $(huge_share) of the table's pages in huge folios"
 gbps() { # extra bench arguments; prints tensor GB/s
   "$bin/voxlake" bench "$table" --shuffle --seed 1 --json "$@" 2>/dev/null |
