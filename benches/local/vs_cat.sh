@@ -7,6 +7,9 @@
 # but one per 2 MiB huge folio): the share of the table's pages in huge folios is printed. With
 # EVICT=1 the table's pages are dropped from the page cache first and read back by one untimed
 # voxlake epoch, as a job's first epoch reads them from disk.
+# PERF_STAT=1 then runs each (cat and the three epochs) once more under `perf stat` (software
+# events, which a VM without hardware counters still has): CPU ms, user and system seconds,
+# page faults, context switches.
 #   benches/local/vs_cat.sh [TABLE=the 4,000-cube demo table] [ROUNDS=5]   (BIN: release binaries)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -71,3 +74,31 @@ for ((i = 0; i < rounds; i++)); do
   ratio() { awk "BEGIN {printf \"%.2f\", $1 / $cat_gbps}"; }
   echo "round $i: cat $cat_gbps GB/s; bench verified $verified ($(ratio "$verified")), --no-verify $unverified ($(ratio "$unverified")), --no-touch $untouched ($(ratio "$untouched"))"
 done
+if [ "${PERF_STAT:-0}" = 1 ]; then
+  stat() { # label, command...: one line of the command's counts (perf stat) and CPU split
+    python3 - "$@" <<'PY'
+import os, resource, subprocess, sys, tempfile
+label, command = sys.argv[1], sys.argv[2:]
+out = tempfile.mktemp()
+subprocess.run(["perf", "stat", "-x,", "-e", "task-clock,page-faults,context-switches", "-o", out,
+                "--", *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+counts = {}
+for line in open(out):
+    parts = line.strip().split(",")
+    if len(parts) > 2 and parts[2]:
+        try:
+            counts[parts[2]] = float(parts[0])
+        except ValueError:
+            pass
+os.remove(out)
+print(f"perf {label}: CPU {counts.get('task-clock', 0):.0f} ms (user {usage.ru_utime:.2f} s, system "
+      f"{usage.ru_stime:.2f} s), page faults {counts.get('page-faults', 0):.0f}, context switches "
+      f"{counts.get('context-switches', 0):.0f}")
+PY
+  }
+  stat cat cat "${files[@]}"
+  stat verified "$bin/voxlake" bench "$table" --shuffle --seed 1
+  stat no-verify "$bin/voxlake" bench "$table" --shuffle --seed 1 --no-verify
+  stat no-touch "$bin/voxlake" bench "$table" --shuffle --seed 1 --no-touch
+fi

@@ -371,6 +371,29 @@ fn the_bench_report_says_when_its_build_is_unoptimized() {
     assert_eq!(next, std::collections::HashSet::from(["0"]));
 }
 
+/// A report page that cannot be written fails the run before its first batch, naming it.
+#[test]
+fn an_unwritable_report_fails_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = voxlake_testkit::compact_demo(&dir.path().join("demo"), 16);
+    let page = dir.path().join("no-such-folder").join("run.html");
+    let out = Command::new(voxlake_testkit::voxlake_bin())
+        .arg("bench")
+        .arg(demo.join("table"))
+        .arg("--json")
+        .arg("--report")
+        .arg(&page)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("the report {}", page.display())),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "no run, no figures");
+}
+
 #[test]
 fn a_stopped_bench_writes_its_state_and_ids() {
     let dir = tempfile::tempdir().unwrap();

@@ -173,6 +173,10 @@ pub(super) fn run(args: &BenchArgs, out: &mut impl Write) -> Result<(), Error> {
     stop_on_signals();
     let start = Instant::now();
     let loader = build_unless_stopped(builder(args)?)?;
+    // A page that cannot be written fails now, not after the run.
+    if let Some(path) = report::page_path(args, &loader) {
+        std::fs::File::create(&path).map_err(|e| format!("the report {}: {e}", path.display()))?;
+    }
     let mut ids_out = match &args.ids_out {
         Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
         None => None,

@@ -49,22 +49,27 @@ pub(super) fn write(
     run: &Run,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let report = json(args, loader, run);
-    if let Some(path) = &args.report {
-        let (rank, world_size) = loader.rank();
-        let path = voxlake_loader::rank_path(path, rank, world_size);
-        let mut data = report.clone();
+    if args.json {
+        writeln!(out, "{report}")?;
+    } else {
+        lines(out, args, loader, run, &report)?;
+    }
+    if let Some(path) = page_path(args, loader) {
+        let mut data = report;
         data["report"] = "bench".into();
         data["series"] = run.series.to_json();
         let page = rank::page(&data)?;
         std::fs::write(&path, page)
             .map_err(|e| format!("writing the report {}: {e}", path.display()))?;
     }
-    if args.json {
-        writeln!(out, "{report}")?;
-    } else {
-        lines(out, args, loader, run, &report)?;
-    }
     Ok(())
+}
+
+/// Where this rank's page goes (`--report`, the rank put in where there are several).
+pub(super) fn page_path(args: &BenchArgs, loader: &Loader) -> Option<std::path::PathBuf> {
+    let (rank, world_size) = loader.rank();
+    let path = args.report.as_ref()?;
+    Some(voxlake_loader::rank_path(path, rank, world_size))
 }
 
 /// The steps by their wait's power of two, from the first octave that holds one to the last.
