@@ -28,7 +28,7 @@ cache=$(mktemp -d)
 # Both removed when this shell exits (stop_services).
 voxlake_service_dirs="${voxlake_service_dirs:-} $store $cache"
 "$bin/voxlake" bench s3://bench/table --shuffle --seed 1 --cache-dir $cache --json > /dev/null 2>&1
-run() { "${voxlake:-$bin/voxlake}" bench "$@" --shuffle --seed 1 --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.0f %.3f %.4f %s %s" % (d["samples_per_s"], d.get("first_batch_s", -1), 1000*(d["cpu_user_s"]+d["cpu_system_s"])/d["samples"], d.get("cache_hits"), d.get("store_bytes_fetched")))'; }
+run() { "${voxlake:-$bin/voxlake}" bench "$@" --shuffle --seed 1 --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print("%.0f %.3f %.4f %s %s" % (d["samples_per_s"], d.get("first_batch_s", -1), 1000*(d["cpu_user_s"]+d["cpu_system_s"])/d["samples"], d.get("cache_hits"), d.get("store_bytes_read")))'; }
 for ((i = 0; i < rounds; i++)); do
   find "$data/table" "$cache" -type f -exec cat {} + > /dev/null
   echo "round $i local: $(run $data/table)   warm: $(run s3://bench/table --cache-dir $cache)"
