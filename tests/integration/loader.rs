@@ -719,6 +719,36 @@ fn trace_spans(events: &[serde_json::Value], name: &str) -> Vec<serde_json::Valu
         .collect()
 }
 
+/// A trace that cannot be written (a disk that filled: `/dev/full`) is an error from the
+/// `next()` after the batch that ended it, naming the file; the run goes on, no batch lost.
+#[tokio::test]
+async fn a_trace_that_cannot_be_written_is_an_error_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = table(dir.path(), 16, 14).await;
+    let path = table.to_str().unwrap().to_string();
+    let items = std::thread::spawn(move || {
+        let loader = Loader::builder(path)
+            .with_batch_size(4)
+            .with_trace("/dev/full")
+            .with_trace_batches(2)
+            .build()
+            .unwrap();
+        loader
+            .map(|b| b.map(|b| b.len()).map_err(|e| e.to_string()))
+            .collect::<Vec<_>>()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(items.len(), 5, "{items:?}");
+    assert_eq!(items[..2], [Ok(4), Ok(4)]);
+    let err = items[2].as_ref().unwrap_err();
+    assert!(
+        err.starts_with("the trace /dev/full could not be written: "),
+        "{err}"
+    );
+    assert_eq!(items[3..], [Ok(4), Ok(4)]);
+}
+
 /// `with_trace`: a Chrome trace-event file (one JSON array) of the first batches, complete
 /// once the loop received them: a `next` span for each wait, an `assemble` span per batch
 /// naming the row groups it drew from, which `row_group`, `fetch`, `decode` and `read` spans

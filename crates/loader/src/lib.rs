@@ -174,6 +174,16 @@ pub enum LoaderError {
     /// The background thread or runtime failed.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The trace asked for ([`LoaderBuilder::with_trace`]) could not be written (a disk that
+    /// filled while it was written): said once, by the `next()` after the batch that ended
+    /// it; the run goes on.
+    #[error("the trace {path} could not be written: {message}")]
+    Trace {
+        /// The trace's file.
+        path: String,
+        /// Why.
+        message: String,
+    },
     /// This process was forked while loaders of its parent ran: their threads' entries in the
     /// lock table tokio shares are left dangling here, and a loader could crash on them.
     #[error(

@@ -60,6 +60,9 @@ pub struct Loader {
     pub(crate) endpoint: Option<crate::endpoint::Endpoint>,
     /// The trace of the first batches (`with_trace`).
     pub(crate) trace: Option<Arc<crate::trace::Trace>>,
+    /// The trace's write failure, for the next call to answer with (the batch that ended the
+    /// trace was delivered).
+    pub(crate) trace_failed: Option<LoaderError>,
     /// When the last batch was handed out (the training loop computes from then on).
     pub(crate) last_return: Option<Instant>,
     /// Tensor memory given back with `recycle`, for the assembler to fill again.
@@ -262,6 +265,9 @@ impl Iterator for Loader {
     type Item = Result<Batch, LoaderError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.trace_failed.take() {
+            return Some(Err(e));
+        }
         if self.finished {
             return None;
         }
@@ -282,6 +288,9 @@ impl Loader {
         &mut self,
         wait: Duration,
     ) -> std::task::Poll<Option<Result<Batch, LoaderError>>> {
+        if let Some(e) = self.trace_failed.take() {
+            return std::task::Poll::Ready(Some(Err(e)));
+        }
         if self.finished {
             return std::task::Poll::Ready(None);
         }
@@ -394,11 +403,13 @@ impl Loader {
             c.tensor_bytes
                 .fetch_add(batch.tensor_bytes() as u64, Ordering::Relaxed);
         }
-        if let Some(trace) = &self.trace {
-            trace.delivered(match self.finished {
+        if let Some(trace) = &self.trace
+            && let Err(e) = trace.delivered(match self.finished {
                 true => u64::MAX,
                 false => c.batches.load(Ordering::Relaxed),
-            });
+            })
+        {
+            self.trace_failed = Some(e);
         }
         if self
             .endpoint
@@ -410,7 +421,11 @@ impl Loader {
                 endpoint.publish(&metrics);
             }
         }
-        item
+        match item {
+            // The run's end: the failure is this call's answer (the next says the end).
+            None => self.trace_failed.take().map(Err),
+            item => item,
+        }
     }
 }
 

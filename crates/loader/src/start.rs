@@ -196,6 +196,7 @@ impl LoaderBuilder {
             waits: stall::WaitHistogram::default(),
             endpoint,
             trace,
+            trace_failed: None,
             last_return: None,
             recycled,
             recycle_max: RECYCLED_SPARES,

@@ -198,35 +198,44 @@ impl Trace {
         })
     }
 
-    /// Says `delivered` batches were handed out: the trace ends with the last it covers.
-    pub(crate) fn delivered(&self, delivered: u64) {
+    /// Says `delivered` batches were handed out: the trace ends with the last it covers; a
+    /// file that could not be written is the error returned.
+    pub(crate) fn delivered(&self, delivered: u64) -> Result<(), LoaderError> {
         // Once ended, nothing to do (no lock taken a batch).
         if delivered >= self.batches && self.on.load(Ordering::Relaxed) {
-            self.finish();
+            return self.finish();
         }
+        Ok(())
     }
 
-    /// Ends the file (once): spans stop being made, `tracing-chrome` closes the JSON array. A
-    /// write that failed is logged, naming the file.
-    pub(crate) fn finish(&self) {
+    /// Ends the file (once): spans stop being made, `tracing-chrome` closes the JSON array;
+    /// the first write that failed, naming the file.
+    pub(crate) fn finish(&self) -> Result<(), LoaderError> {
         self.on.store(false, Ordering::Relaxed);
         let Some(guard) = self.guard.lock().ok().and_then(|mut g| g.take()) else {
-            return;
+            return Ok(());
         };
         drop(guard);
         match self.failed.lock().ok().and_then(|mut f| f.take()) {
-            Some(e) => tracing::error!(
-                "the trace {} could not be written: {e}",
-                self.path.display()
-            ),
-            None => tracing::debug!("trace written: {}", self.path.display()),
+            Some(e) => Err(LoaderError::Trace {
+                path: self.path.display().to_string(),
+                message: e.to_string(),
+            }),
+            None => {
+                tracing::debug!("trace written: {}", self.path.display());
+                Ok(())
+            }
         }
     }
 }
 
 impl Drop for Trace {
     fn drop(&mut self) {
-        self.finish();
+        // Dropped before the batches it covers came (a loop that stopped early): no call is
+        // left to answer with the failure.
+        if let Err(e) = self.finish() {
+            tracing::error!("{e}");
+        }
     }
 }
 
