@@ -375,9 +375,9 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 drop(trace.next_span(0));
-                trace.delivered(1);
+                trace.delivered(1).unwrap();
                 drop(trace.next_span(1));
-                trace.delivered(2);
+                trace.delivered(2).unwrap();
                 // Ended: no more spans.
                 drop(trace.next_span(2));
             });
