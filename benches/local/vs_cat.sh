@@ -79,7 +79,8 @@ if [ "${PERF_STAT:-0}" = 1 ]; then
     python3 - "$@" <<'PY'
 import os, resource, subprocess, sys, tempfile
 label, command = sys.argv[1], sys.argv[2:]
-out = tempfile.mktemp()
+fd, out = tempfile.mkstemp()
+os.close(fd)
 subprocess.run(["perf", "stat", "-x,", "-e", "task-clock,page-faults,context-switches", "-o", out,
                 "--", *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)

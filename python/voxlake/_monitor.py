@@ -26,7 +26,8 @@ def scalars(stats: Dict[str, Any], prefix: str) -> Dict[str, float]:
 
 
 class Rates:
-    """``samples_per_s`` and ``bytes_read_per_s`` between one log and the next."""
+    """``window_samples_per_s`` and ``window_bytes_read_per_s``: the rates between one log and
+    the next (``voxlake bench``'s ``samples_per_s`` is the whole run's)."""
 
     def __init__(self) -> None:
         self._last: Optional[Tuple[float, float, float]] = None
@@ -36,8 +37,8 @@ class Rates:
         samples, read = float(stats.get("samples", 0)), float(stats.get("bytes_read", 0))
         if self._last is not None and now > self._last[0] and samples >= self._last[1]:
             dt = now - self._last[0]
-            out[prefix + "samples_per_s"] = (samples - self._last[1]) / dt
-            out[prefix + "bytes_read_per_s"] = (read - self._last[2]) / dt
+            out[prefix + "window_samples_per_s"] = (samples - self._last[1]) / dt
+            out[prefix + "window_bytes_read_per_s"] = (read - self._last[2]) / dt
         self._last = (now, samples, read)
 
 
@@ -57,8 +58,8 @@ def stats_of(loader: Any) -> Dict[str, Any]:
 class TensorBoardLogger:
     """Writes a loader's ``stats()`` to a TensorBoard ``SummaryWriter`` every
     ``every_n_steps`` steps: each counter as a scalar under ``prefix + name`` (the names of
-    docs/usage.md's table), ``labels/<label>`` counts, and ``samples_per_s`` and
-    ``bytes_read_per_s`` since the last write.
+    docs/usage.md's table), ``labels/<label>`` counts, and ``window_samples_per_s`` and
+    ``window_bytes_read_per_s`` since the last write.
 
     ``writer`` is a ``torch.utils.tensorboard.SummaryWriter`` (or anything with its
     ``add_scalar(tag, value, step)``); ``log(loader, step)`` takes a

@@ -9,7 +9,8 @@ that only grow) are those added up over every pass and worker so far. The wait i
 ``next()`` is measured here, where the loop waits (``WaitMeter``: the loader's histogram).
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+import copy
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ._voxlake import COUNTERS, WaitMeter
 
@@ -21,14 +22,28 @@ _PER_LOADER = frozenset({"read_latency_s", "steady_iteration_s", "epoch_forecast
 _LOOP = frozenset({"consumer_wait_s", "input_bound_fraction", "first_batch_s", "elapsed_s"})
 
 
+def _add(total: Dict[str, Any], stats: Dict[str, Any], numbers: Callable[[str], bool]) -> None:
+    """``stats`` added into ``total``: each label's and each source's count, the version, and
+    the numbers ``numbers`` keeps."""
+    for name, value in stats.items():
+        if name == "labels":
+            labels = total.setdefault("labels", {})
+            for label, n in value.items():
+                labels[label] = labels.get(label, 0) + n
+        elif name == "sources":  # samples of each source of a mixture
+            total[name] = [a + b for a, b in zip(total.get(name, [0] * len(value)), value)]
+        elif name == "version":
+            total[name] = value
+        elif numbers(name) and isinstance(value, (int, float)):
+            total[name] = total.get(name, 0) + value
+
+
 class LoopStats:
     """The counters of a ``DataLoader``'s workers and the wait of the loop that iterates it."""
 
     def __init__(self) -> None:
         self._latest: Dict[int, Tuple[int, Dict[str, Any]]] = {}
-        self._ended: Dict[str, float] = {name: 0 for name in COUNTERS}
-        self._labels: Dict[Any, int] = {}
-        self._sources: Optional[List[int]] = None
+        self._ended: Dict[str, Any] = {name: 0 for name in COUNTERS}
         self._meter = WaitMeter()
         self._started: Optional[float] = None
         self._first: Optional[float] = None
@@ -48,42 +63,18 @@ class LoopStats:
         whose counters are kept."""
         before = self._latest.get(worker)
         if before is not None and before[0] != token:
-            self._close(before[1])
+            _add(self._ended, before[1], lambda name: name in COUNTERS)
         self._latest[worker] = (token, stats)
-
-    def _close(self, stats: Dict[str, Any]) -> None:
-        for name in COUNTERS:
-            self._ended[name] += stats.get(name, 0)
-        for label, n in stats.get("labels", {}).items():
-            self._labels[label] = self._labels.get(label, 0) + n
-        sources = stats.get("sources")
-        if sources is not None:
-            ended = self._sources or [0] * len(sources)
-            self._sources = [a + b for a, b in zip(ended, sources)]
 
     def stats(self) -> Dict[str, Any]:
         """The counters added up over every worker and pass, the gauges of the workers' loaders
-        added up (``reads_in_flight``), and the loop's wait: ``consumer_wait_s``,
-        ``step_wait_*``, ``input_bound_fraction``, ``first_batch_s``, ``elapsed_s`` (from the
-        loop's first ask to its latest batch)."""
-        out: Dict[str, Any] = dict(self._ended)
-        labels = dict(self._labels)
-        if self._sources is not None:
-            out["sources"] = list(self._sources)
+        added up (``reads_in_flight``, ``batches_ready``), and the loop's wait:
+        ``consumer_wait_s``, ``step_wait_*``, ``input_bound_fraction``, ``first_batch_s``,
+        ``elapsed_s`` (from the loop's first ask to its latest batch)."""
+        out = copy.deepcopy(self._ended)
+        out.setdefault("labels", {})
         for _, stats in self._latest.values():
-            for name, value in stats.items():
-                if name in _PER_LOADER or name in _LOOP or name.startswith("step_wait"):
-                    continue
-                if name == "labels":
-                    for label, n in value.items():
-                        labels[label] = labels.get(label, 0) + n
-                elif name == "sources":  # samples of each source of a mixture
-                    out[name] = [a + b for a, b in zip(out.get(name, [0] * len(value)), value)]
-                elif name == "version":
-                    out[name] = value
-                elif isinstance(value, (int, float)):
-                    out[name] = out.get(name, 0) + value
-        out["labels"] = labels
+            _add(out, stats, _added)
         out.update(self._meter.waits())
         elapsed = 0.0 if self._started is None else self._last - self._started
         out["elapsed_s"] = elapsed
@@ -91,3 +82,9 @@ class LoopStats:
         out["input_bound_fraction"] = out["consumer_wait_s"] / elapsed if elapsed > 0 else 0.0
         out["workers_reporting"] = len(self._latest)
         return out
+
+
+def _added(name: str) -> bool:
+    """Whether a worker's figure ``name`` adds up over workers (not its own latency or forecast,
+    not what the loop's own wait replaces)."""
+    return not (name in _PER_LOADER or name in _LOOP or name.startswith("step_wait"))

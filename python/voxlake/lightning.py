@@ -36,10 +36,10 @@ class LoaderMonitor(Callback):
     """Every ``every_n_steps`` optimizer steps, the training dataloader's ``stats()`` (a
     ``voxlake.torch.DataLoader``: its workers' counters added up, and the wait of the
     Trainer's loop inside ``next()``) goes to each of the Trainer's loggers under
-    ``prefix + name`` (``labels/<label>`` counts; ``samples_per_s`` and ``bytes_read_per_s``
-    since the last write). With several training dataloaders, each under
-    ``prefix + "<i>/"``. Lightning's loggers write rank 0's figures; ``voxlake bench
-    --report`` and ``voxlake report merge`` compare ranks.
+    ``prefix + name`` (``labels/<label>`` counts; ``window_samples_per_s`` and
+    ``window_bytes_read_per_s`` since the last write). With several training dataloaders,
+    each under ``prefix + "<i>/"``. Lightning's loggers write rank 0's figures; ``voxlake
+    bench --report`` and ``voxlake report merge`` compare ranks.
 
     A training dataloader with no ``stats()`` (a plain ``torch.utils.data.DataLoader``) is a
     ``ConfigError`` when training starts.

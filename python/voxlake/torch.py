@@ -355,19 +355,25 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
             )
 
     def _strip(self, batches: Iterator[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
-        while True:
-            asked = time.perf_counter()  # the loop waits from here: the wait stats() reports
-            batch = next(batches, None)
-            if batch is None:
-                return
-            self._stats.waited(asked, time.perf_counter())
-            states = batch.pop(_STATE_KEY, None)
-            if states is not None:
-                self._states = states
-            stats = batch.pop(_STATS_KEY, None)
-            if stats is not None:
-                self._stats.take(*stats)
-            yield batch
+        try:
+            while True:
+                asked = time.perf_counter()  # the loop waits from here: what stats() reports
+                batch = next(batches, None)
+                if batch is None:
+                    return
+                self._stats.waited(asked, time.perf_counter())
+                states = batch.pop(_STATE_KEY, None)
+                if states is not None:
+                    self._states = states
+                stats = batch.pop(_STATS_KEY, None)
+                if stats is not None:
+                    self._stats.take(*stats)
+                yield batch
+        finally:
+            # What this pass's copies carry (workers forked or pickled already have it): a
+            # plain DataLoader over the same dataset later gets batches without those keys.
+            ds = self._voxlake_dataset
+            ds._report_states = ds._report_stats = False
 
     def stats(self) -> Dict[str, Any]:
         """This rank's counters under ``voxlake.Loader.stats()``'s names, added up over its

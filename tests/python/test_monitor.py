@@ -59,7 +59,7 @@ def test_tensorboard_reads_back_the_figures(table, tmp_path):
     events.Reload()
     tags = set(events.Tags()["scalars"])
     for tag in ("voxlake/samples", "voxlake/bytes_read", "voxlake/step_wait_p99_s",
-                "voxlake/input_bound_fraction", "voxlake/samples_per_s", "voxlake/labels/1"):
+                "voxlake/input_bound_fraction", "voxlake/window_samples_per_s", "voxlake/labels/1"):
         assert tag in tags, sorted(tags)
     samples = events.Scalars("voxlake/samples")
     assert [s.step for s in samples] == written
@@ -129,3 +129,15 @@ def test_lightnings_loggers_get_the_figures(table, tmp_path, plain):
     samples = [float(r["voxlake/samples"]) for r in rows]
     assert samples == sorted(samples) and samples[-1] > ROWS  # into the second epoch
     assert all(float(r["voxlake/step_waits"]) > 0 for r in rows)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_plain_dataloader_after_ours_gets_plain_batches(table, workers):
+    """The keys our DataLoader's batches carry (the workers' states and counters) are its own:
+    the same Dataset under torch's DataLoader afterwards hands out batches without them."""
+    from voxlake.torch import Dataset
+
+    ds = Dataset(table, **KW)
+    assert sum(1 for _ in DataLoader(ds, num_workers=workers)) > 0
+    for batch in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers):
+        assert not [k for k in batch if k.startswith("_voxlake")], sorted(batch)

@@ -53,9 +53,10 @@ fn merge(args: &args::MergeArgs, out: &mut impl std::io::Write) -> Result<(), be
     let stragglers = found["stragglers"].as_array().map_or(0, Vec::len);
     writeln!(
         out,
-        "median wait {:.3} s; {stragglers} straggler(s) (waited over twice the median); missing ranks {}; merged page {}",
+        "median wait {:.3} s; {stragglers} straggler(s) (waited over twice the median); missing ranks {}; pages that are no rank's {}; merged page {}",
         found["median_consumer_wait_s"].as_f64().unwrap_or(0.0),
         found["missing_ranks"],
+        found["not_reports"],
         found["out"].as_str().unwrap_or("?"),
     )?;
     Ok(())

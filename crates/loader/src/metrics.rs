@@ -53,6 +53,14 @@ fn count(name: &'static str, help: &'static str, n: u64) -> Metric {
     }
 }
 
+/// A count as it stands now (a gauge).
+fn level(name: &'static str, help: &'static str, n: u64) -> Metric {
+    Metric {
+        grows: false,
+        ..count(name, help, n)
+    }
+}
+
 /// Seconds summed since the start.
 fn total(name: &'static str, help: &'static str, d: Duration) -> Metric {
     Metric {
@@ -179,14 +187,11 @@ impl LoaderStats {
     fn read_metrics(&self) -> Vec<Metric> {
         let s = &self.stream;
         vec![
-            Metric {
-                grows: false,
-                ..count(
-                    "reads_in_flight",
-                    "row-group reads kept in flight now",
-                    s.in_flight as u64,
-                )
-            },
+            level(
+                "reads_in_flight",
+                "row-group reads kept in flight now",
+                s.in_flight as u64,
+            ),
             seconds(
                 "read_latency_s",
                 "a row-group read, request to decoded (lower quartile of the last 32)",
@@ -224,12 +229,12 @@ impl LoaderStats {
             ),
             count(
                 "cache_log_hits",
-                "Delta log reads the node cache answered",
+                "Delta log reads and entries made of the table (a version's file list, a row index) the node cache answered",
                 s.cache.log_hits,
             ),
             count(
                 "cache_log_misses",
-                "Delta log reads the node cache passed to the store",
+                "Delta log reads and made entries the node cache did not hold",
                 s.cache.log_misses,
             ),
             count(
@@ -248,22 +253,16 @@ impl LoaderStats {
                 "of row_groups, kept in the memory budget since an earlier epoch (not read again)",
                 s.kept_hits,
             ),
-            Metric {
-                grows: false,
-                ..count(
-                    "batches_ready",
-                    "batches assembled and waiting for the training loop now",
-                    self.batches_ready,
-                )
-            },
-            Metric {
-                grows: false,
-                ..count(
-                    "batches_ready_peak",
-                    "the most batches that waited for the training loop at once",
-                    self.batches_ready_peak,
-                )
-            },
+            level(
+                "batches_ready",
+                "batches assembled and waiting for the training loop now",
+                self.batches_ready,
+            ),
+            level(
+                "batches_ready_peak",
+                "the most batches in the queue ahead of the training loop at once",
+                self.batches_ready_peak,
+            ),
             count(
                 "recycled_batches",
                 "batches assembled into memory given back (recycle)",

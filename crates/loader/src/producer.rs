@@ -209,13 +209,13 @@ impl Producer {
                     ahead: at.ahead,
                 }
             };
-            let sent = self.tx.send(Msg::Batch(Box::new(batch), position));
-            self.counters
-                .batches_ready_peak
-                .fetch_max(self.tx.len() as u64, Ordering::Relaxed);
-            if sent.is_err() {
+            if self.tx.send(Msg::Batch(Box::new(batch), position)).is_err() {
                 return Ok(false);
             }
+            // The batch was in the queue, if only until the waiting loop took it.
+            self.counters
+                .batches_ready_peak
+                .fetch_max(self.tx.len().max(1) as u64, Ordering::Relaxed);
         }
         if delivered != total {
             return Err(LoaderError::Internal(format!(

@@ -34,8 +34,8 @@ pub struct LoaderStats {
     /// Batches assembled and waiting for the training loop now (the queue the loader fills
     /// ahead: [`with_prefetch`](crate::LoaderBuilder::with_prefetch)).
     pub batches_ready: u64,
-    /// The most batches that ever waited for the loop at once: at the prefetch bound, the
-    /// loader ran ahead; near 0 with waits inside `next()`, the loop waited on it.
+    /// The most batches in that queue at once (1 once a batch came): at the prefetch bound,
+    /// the loader ran ahead; at 1 with waits inside `next()`, the loop waited on it.
     pub batches_ready_peak: u64,
     /// Batches assembled into memory given back with [`Loader::recycle`].
     pub recycled: u64,

@@ -30,11 +30,11 @@ fn colour(i: usize) -> RGBColor {
     RGBColor(r, g, b)
 }
 
-/// The highest value a chart's axis shows for data up to `max`: a tenth more, and never an
-/// empty range.
-fn top(max: f64) -> f64 {
+/// The highest value an axis shows for data up to `max`: `headroom` times it (1.1 above a bar
+/// or line, 1 along time), and never an empty range.
+fn top(max: f64, headroom: f64) -> f64 {
     if max.is_finite() && max > 0.0 {
-        max * 1.1
+        max * headroom
     } else {
         1.0
     }
@@ -78,8 +78,8 @@ pub(super) struct Line {
 /// Lines over a shared x axis (time, in the report), a legend when there are several.
 pub(super) fn lines(x_desc: &str, y_desc: &str, lines: &[Line]) -> Result<String, Error> {
     let all = || lines.iter().flat_map(|l| l.points.iter());
-    let x_max = top(all().map(|p| p.0).fold(0.0, f64::max) / 1.1);
-    let y_max = top(all().map(|p| p.1).fold(0.0, f64::max));
+    let x_max = top(all().map(|p| p.0).fold(0.0, f64::max), 1.0);
+    let y_max = top(all().map(|p| p.1).fold(0.0, f64::max), 1.1);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -124,10 +124,13 @@ pub(super) fn stacked_bars(
     stacks: &[Stack],
     y_desc: &str,
 ) -> Result<String, Error> {
-    let y_max = top(stacks
-        .iter()
-        .map(|s| s.parts.iter().sum::<f64>())
-        .fold(0.0, f64::max));
+    let y_max = top(
+        stacks
+            .iter()
+            .map(|s| s.parts.iter().sum::<f64>())
+            .fold(0.0, f64::max),
+        1.1,
+    );
     let labels: Vec<&str> = stacks.iter().map(|s| s.label.as_str()).collect();
     let mut svg = String::new();
     {
@@ -172,11 +175,14 @@ pub(super) fn bars(
     rules: &[Rule],
     (x_desc, y_desc): (&str, &str),
 ) -> Result<String, Error> {
-    let y_max = top(values
-        .iter()
-        .chain(rules.iter().map(|r| &r.value))
-        .copied()
-        .fold(0.0, f64::max));
+    let y_max = top(
+        values
+            .iter()
+            .chain(rules.iter().map(|r| &r.value))
+            .copied()
+            .fold(0.0, f64::max),
+        1.1,
+    );
     let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
     let mut svg = String::new();
     {
