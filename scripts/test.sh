@@ -79,7 +79,7 @@ wheel=$(ls "$wheels"/voxlake-*.whl)
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 step "the wheel"
 .venv/bin/python -m pytest -q tests/python/test_package.py tests/python/test_torch.py tests/python/test_map.py tests/python/test_report.py \
-  tests/python/test_monitor.py
+  tests/python/test_monitor.py tests/python/test_volumes.py
 .venv/bin/python -m mypy --strict examples/train_torch.py python/voxlake
 step "pytest, mypy"
 bash scripts/check_wheel.sh "$wheel"

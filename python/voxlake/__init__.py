@@ -6,7 +6,8 @@ copy (the arrays look at the loader's buffers, given back to it when freed), plu
 ``convert(src, table, ...)`` and ``inspect(table)`` are ``compact convert`` and ``compact inspect``
 (``inspect(table, row=ID)`` one row by its id, as ``compact inspect --row``; ``show(table, ID)``
 its picture, as ``--png``);
-``write(table, samples)`` writes samples held in memory (dicts of numpy arrays) the same way.
+``write(table, samples)`` writes samples held in memory (dicts of numpy arrays) the same way;
+``write_volumes(table, volumes, brick=...)`` volumes larger than a sample, as bricks.
 A list of ``Source(table, proportion=...)`` in place of the table mixes several tables.
 The options are those of the Rust ``LoaderBuilder`` (``loader_options()`` lists them with their
 defaults); errors are ``VoxlakeError``s carrying the Rust error's message, which pickle (an
@@ -38,7 +39,7 @@ from ._voxlake import (
 )
 from ._show import show
 from ._source import Source
-from ._write import write
+from ._write import write, write_volumes
 
 __all__ = [
     "ConfigError",
@@ -58,6 +59,7 @@ __all__ = [
     "loader_options",
     "show",
     "write",
+    "write_volumes",
 ]
 
 

@@ -152,6 +152,18 @@ def write_arrow(
     progress: Optional[Callable[[int], None]] = None,
 ) -> Dict[str, Any]:
     """Write Arrow data (an object with __arrow_c_stream__) into table: id, label, a field a column."""
+def write_volumes(
+    table: str,
+    fields: List[Tuple[str, str, Optional[int]]],
+    brick: List[int],
+    volumes: Iterable[Tuple[str, Optional[int], List[int], Optional[List[float]], List[bytes]]],
+    *,
+    class_fields: Optional[List[str]] = None,
+    class_coords: Optional[int] = None,
+    storage_options: Optional[Dict[str, str]] = None,
+    progress: Optional[Callable[[int], None]] = None,
+) -> Dict[str, Any]:
+    """Write volumes (id, label, shape, spacing, field bytes) of fields (name, dtype, channels) as bricks."""
 def default_rank() -> Tuple[int, int]: ...
 def default_job() -> Optional[str]: ...
 def live_threads() -> int: ...

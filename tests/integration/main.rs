@@ -15,3 +15,4 @@ mod mixture;
 mod sampling;
 mod stores;
 mod transform;
+mod volumes;

@@ -166,7 +166,7 @@ impl Compactor {
             }
             None => {
                 let (sample, layout) = self.infer_sample(src, samples, layout, skipped).await?;
-                let table = Table::create(url, display, options, &sample).await?;
+                let table = Table::create(url, display, options, &sample, None).await?;
                 (table, sample, layout)
             }
         })

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use voxlake_format::SampleSpec;
 use voxlake_format::sample::{ColumnHints, FieldHint};
+use voxlake_format::volume::BrickSpec;
 use voxlake_format::{ID_COLUMN, LABEL_COLUMN};
 use voxlake_io::cache::CacheChoice;
 use voxlake_io::location;
@@ -52,7 +53,17 @@ impl Compactor {
                 reason: "a table's labels come from its label column (--label-column), not a labels file".into(),
             });
         }
-        let (mut table, present, table_display) = self.destination(&spec).await?;
+        // A bricked table's layout goes with all its fields (a volume's bricks and info).
+        let bricks = snapshot
+            .bricks()
+            .filter(|b| b.sample().is_ok_and(|s| s == spec));
+        if bricks.is_some() && self.shard.is_some() {
+            return Err(CompactError::Incompatible {
+                location: source_display,
+                reason: "a bricked table is copied whole (--shard splits rows, not volumes)".into(),
+            });
+        }
+        let (mut table, present, table_display) = self.destination(&spec, bricks).await?;
         tracing::info!(
             source = %source_display,
             table = %table_display,
@@ -167,6 +178,7 @@ impl Compactor {
     pub(crate) async fn destination(
         &self,
         spec: &SampleSpec,
+        bricks: Option<&BrickSpec>,
     ) -> Result<(Table, HashSet<String>, String), CompactError> {
         let options = location::storage_options(&self.storage_options);
         let table_url = location::table_url(&self.table)?;
@@ -179,11 +191,31 @@ impl Compactor {
                         reason: format!("holds {} tensors, the source {spec}", table.sample()?),
                     });
                 }
+                let held = table.bricks()?;
+                if held.as_ref() != bricks {
+                    let said = |b: Option<&BrickSpec>| match b {
+                        Some(b) => format!(
+                            "volumes in bricks of {:?}, classes of {:?}",
+                            b.brick(),
+                            b.class_fields()
+                        ),
+                        None => "rows that are not bricks".to_string(),
+                    };
+                    return Err(CompactError::Incompatible {
+                        location: table_display,
+                        reason: format!(
+                            "holds {}, the source {}",
+                            said(held.as_ref()),
+                            said(bricks)
+                        ),
+                    });
+                }
                 let present = read_ids(&mut table).await?;
                 Ok((table, present, table_display))
             }
             None => {
-                let table = Table::create(&table_url, &table_display, &options, spec).await?;
+                let table =
+                    Table::create(&table_url, &table_display, &options, spec, bricks).await?;
                 Ok((table, HashSet::new(), table_display))
             }
         }

@@ -57,6 +57,7 @@ mod sink;
 mod source;
 pub mod synth;
 mod table;
+mod volumes;
 mod writer;
 
 pub use error::CompactError;
@@ -67,6 +68,7 @@ pub use labels::Labels;
 pub use optimize::{OptimizeSummary, plan_bins};
 pub use picture::Picture;
 pub use sink::{ConvertSummary, ConvertTimings, Skipped};
+pub use volumes::{Volume, VolumeWriter};
 pub use writer::RowWriter;
 
 /// What to do with a source object that cannot be converted.

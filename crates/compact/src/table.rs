@@ -8,6 +8,7 @@ use deltalake::operations::create::CreateBuilder;
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use url::Url;
 use voxlake_delta::stores;
+use voxlake_format::volume::BrickSpec;
 use voxlake_format::{Layout, SampleSpec};
 use voxlake_io::cache::CacheChoice;
 use voxlake_io::redact;
@@ -101,13 +102,15 @@ impl Table {
         }
     }
 
-    /// Creates the table for samples of `spec` (version 0); if another writer created it
-    /// first, opens theirs and checks it holds the same fields.
+    /// Creates the table for samples of `spec` (version 0; of `bricks` where it holds bricked
+    /// volumes); if another writer created it first, opens theirs and checks it holds the same
+    /// fields.
     pub(crate) async fn create(
         url: &Url,
         display: &str,
         options: &HashMap<String, String>,
         spec: &SampleSpec,
+        bricks: Option<&BrickSpec>,
     ) -> Result<Table, CompactError> {
         stores::register_handlers();
         let err = |source| CompactError::Table {
@@ -123,8 +126,11 @@ impl Table {
             location: display.to_string(),
             reason: e.to_string(),
         };
-        let mut configuration: HashMap<String, Option<String>> = spec
-            .table_configuration()
+        let stored = match bricks {
+            Some(bricks) => bricks.table_configuration(),
+            None => spec.table_configuration(),
+        };
+        let mut configuration: HashMap<String, Option<String>> = stored
             .map_err(incompatible)?
             .into_iter()
             .map(|(k, v)| (k, Some(v)))
@@ -154,7 +160,11 @@ impl Table {
             Err(e) => {
                 // A concurrent `--shard` run may have created it: use theirs if it fits.
                 match Table::open(url, display, options).await? {
-                    Some(table) if table.sample()? == *spec => Ok(table),
+                    Some(table)
+                        if table.sample()? == *spec && table.bricks()?.as_ref() == bricks =>
+                    {
+                        Ok(table)
+                    }
                     Some(table) => Err(CompactError::Incompatible {
                         location: display.to_string(),
                         reason: format!(
@@ -172,6 +182,17 @@ impl Table {
     pub(crate) fn sample(&self) -> Result<SampleSpec, CompactError> {
         let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
         SampleSpec::from_table_configuration(snapshot.metadata().configuration()).map_err(|e| {
+            CompactError::Incompatible {
+                location: self.display.clone(),
+                reason: e.to_string(),
+            }
+        })
+    }
+
+    /// A bricked table's layout recorded in the table configuration.
+    pub(crate) fn bricks(&self) -> Result<Option<BrickSpec>, CompactError> {
+        let snapshot = self.table.snapshot().map_err(|e| self.error(e))?;
+        BrickSpec::from_table_configuration(snapshot.metadata().configuration()).map_err(|e| {
             CompactError::Incompatible {
                 location: self.display.clone(),
                 reason: e.to_string(),

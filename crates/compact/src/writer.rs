@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use bytes::Bytes;
+use voxlake_format::volume::BrickSpec;
 use voxlake_format::{FieldKind, SampleSpec};
 
 use crate::sink::{ConvertSummary, RowSink};
@@ -64,6 +65,15 @@ impl Compactor {
     /// # Ok(()) }
     /// ```
     pub async fn writer(&self, sample: SampleSpec) -> Result<RowWriter<'_>, CompactError> {
+        self.writer_of(sample, None).await
+    }
+
+    /// [`writer`](Self::writer) of a table of `bricks` where given.
+    pub(crate) async fn writer_of(
+        &self,
+        sample: SampleSpec,
+        bricks: Option<&BrickSpec>,
+    ) -> Result<RowWriter<'_>, CompactError> {
         let start = Instant::now();
         if self.labels.is_some() {
             return Err(CompactError::Incompatible {
@@ -71,7 +81,7 @@ impl Compactor {
                 reason: "rows pushed carry their labels: a labels file is for convert".into(),
             });
         }
-        let (table, present, location) = self.destination(&sample).await?;
+        let (table, present, location) = self.destination(&sample, bricks).await?;
         let sink = self.row_sink(&table, &sample)?;
         let summary = ConvertSummary::starting(
             table.version(),
@@ -105,12 +115,23 @@ impl RowWriter<'_> {
         label: Option<i64>,
         fields: impl IntoIterator<Item = impl Into<Bytes>>,
     ) -> Result<bool, CompactError> {
-        let fields: Vec<Bytes> = fields.into_iter().map(Into::into).collect();
-        if self.present.contains(id) {
-            self.summary.already_present += 1;
+        if !self.compactor.in_shard(id) && !self.present.contains(id) {
             return Ok(false);
         }
-        if !self.compactor.in_shard(id) {
+        self.push_unsharded(id, label, fields.into_iter().map(Into::into).collect())
+            .await
+    }
+
+    /// [`push`](Self::push) whatever the shard (the caller shards: a volume's bricks go
+    /// together).
+    pub(crate) async fn push_unsharded(
+        &mut self,
+        id: &str,
+        label: Option<i64>,
+        fields: Vec<Bytes>,
+    ) -> Result<bool, CompactError> {
+        if self.present.contains(id) {
+            self.summary.already_present += 1;
             return Ok(false);
         }
         if fields.len() != self.sample.fields().len() {
@@ -163,7 +184,17 @@ impl RowWriter<'_> {
         Ok(compactor.summarized(self.summary, &self.table, self.start, total))
     }
 
-    fn refused(&self, reason: String) -> CompactError {
+    /// The compactor writing.
+    pub(crate) fn compactor(&self) -> &Compactor {
+        self.compactor
+    }
+
+    /// Whether the table held row `id` when the writer opened it.
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.present.contains(id)
+    }
+
+    pub(crate) fn refused(&self, reason: String) -> CompactError {
         CompactError::Incompatible {
             location: self.location.clone(),
             reason,

@@ -39,6 +39,7 @@ mod dtype;
 mod fields;
 pub mod npy;
 pub mod sample;
+pub mod volume;
 
 pub use dtype::{Casting, DType};
 pub use fields::{FIELDS_KEY, FieldKind, SampleField, SampleSpec, TEXT_FORMAT_VERSION};

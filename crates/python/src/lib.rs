@@ -33,6 +33,7 @@ mod setters;
 mod shared;
 mod staging;
 mod transforms;
+mod volumes;
 mod workers;
 mod write;
 
@@ -55,6 +56,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compact::picture, m)?)?;
     m.add_function(wrap_pyfunction!(write::write_rows, m)?)?;
     m.add_function(wrap_pyfunction!(write::write_arrow, m)?)?;
+    m.add_function(wrap_pyfunction!(volumes::write_volumes, m)?)?;
     m.add_function(wrap_pyfunction!(cli::run_command, m)?)?;
     m.add_function(wrap_pyfunction!(staging::copy_into, m)?)?;
     m.add_function(wrap_pyfunction!(shared::compare_exchange, m)?)?;

@@ -81,7 +81,7 @@ pub(crate) fn write_rows<'py>(
 /// Ends a write: rows that failed (`fed`) abort the writer while it still waits for more (the
 /// sender alive), so nothing of its open window is committed; else, without the sender, it
 /// commits the rest. The summary, or the first error.
-fn finish<'py, T>(
+pub(crate) fn finish<'py, T>(
     py: Python<'py>,
     runtime: tokio::runtime::Runtime,
     writing: tokio::task::JoinHandle<

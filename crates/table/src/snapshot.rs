@@ -46,6 +46,8 @@ pub struct Snapshot {
     columns: SampleColumns,
     /// A voxlake table's stored fields (its configuration's).
     stored: Option<voxlake_format::SampleSpec>,
+    /// A bricked voxlake table's layout (its configuration's).
+    bricks: Option<voxlake_format::volume::BrickSpec>,
     /// The table's columns at this version under their logical names: the Delta schema of the
     /// version (a file's footer only refines how a column it holds is encoded), or for a folder
     /// of Parquet files the first file's columns and its hive partitions.
@@ -156,6 +158,12 @@ impl Snapshot {
     /// The fields a voxlake table stores (its configuration's), whatever of them is read.
     pub fn stored_sample(&self) -> Option<&voxlake_format::SampleSpec> {
         self.stored.as_ref()
+    }
+
+    /// A bricked table's layout: each row a brick of a volume (docs/format.md, "Bricked
+    /// volumes").
+    pub fn bricks(&self) -> Option<&voxlake_format::volume::BrickSpec> {
+        self.bricks.as_ref()
     }
 
     /// How samples are read: the tensor column and its encoding, the label and id columns.

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use parquet::arrow::async_reader::AsyncFileReader;
 use voxlake_format::SampleSpec;
 use voxlake_format::sample::{ColumnHints, SampleColumns};
+use voxlake_format::volume::BrickSpec;
 
 use super::read::first_binary_value;
 use super::{Snapshot, schema};
@@ -32,6 +33,7 @@ impl Snapshot {
         let voxlake = config.contains_key(voxlake_format::FORMAT_VERSION_KEY);
         if voxlake {
             self.stored = Some(SampleSpec::from_table_configuration(config).map_err(incompatible)?);
+            self.bricks = BrickSpec::from_table_configuration(config).map_err(incompatible)?;
         }
         if let (Some(stored), true, Some(_)) = (&self.stored, hints.is_empty(), &self.delta) {
             // The configuration says how samples are read: no footer needed.

@@ -65,6 +65,7 @@ impl Snapshot {
                 &TensorSpec::new(Vec::new(), voxlake_format::DType::U8).into(),
             ),
             stored: None,
+            bricks: None,
             schema: Arc::new(arrow_schema::Schema::empty()),
             delta: None,
             partition_types: HashMap::new(),
