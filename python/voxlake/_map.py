@@ -79,6 +79,7 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
         self._table, self._options = table, options
         self._epoch = 0
         self._ids: Optional[List[str]] = None
+        self._volumes: Optional[List[Dict[str, Any]]] = None
         self._lookup: Optional[Lookup] = lookup
         self._pid = os.getpid()
         _OPEN.add(self)
@@ -129,6 +130,31 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
             self._ids = self._open().ids()
         return list(self._ids)
 
+    def volumes(self) -> List[Dict[str, Any]]:
+        """A bricked table's volumes (``voxlake.write_volumes``), in their numbers' order: each
+        a dict of ``id``, ``label``, ``shape`` (z, y, x), ``spacing`` where known and
+        ``classes`` (per class field, each class's ``count`` and voxel ``coords``). Read once,
+        from three small columns; a table that is not bricked raises ``TableError``."""
+        if self._volumes is None:
+            self._volumes = self._open().volumes()
+        return list(self._volumes)
+
+    def patches(self, at: Sequence[Tuple[int, Sequence[int]]], size: Sequence[int],
+                pad: str = "zero") -> Dict[str, Any]:
+        """Patches of ``size`` voxels (z, y, x) of a bricked table's volumes as one batch:
+        ``at`` lists each patch's volume (its number in ``volumes()``) and origin (z, y, x;
+        below 0 or past the edge where padded: ``pad="zero"`` or ``"edge"``; ``"none"``
+        refuses a patch past the edge). Each volume field as a tensor ``[B, C?, *size]``,
+        ``origin`` (int64 ``[B, 3]``), ``label`` and ``id`` (the volumes'). Only the bricks
+        the patches overlap are read, each once."""
+        if len(size) != 3:
+            raise ConfigError(f"size={tuple(size)}: three ints (z, y, x)")
+        asked = [(operator.index(v), (int(o[0]), int(o[1]), int(o[2]))) for v, o in at]
+        if not asked:
+            raise IndexError("no patch asked")
+        z, y, x = (int(s) for s in size)
+        return self._batch(self._open().patches((z, y, x), asked, pad))
+
     def set_epoch(self, epoch: int) -> None:
         """The epoch the transforms are seeded with (call it beside the sampler's)."""
         self._epoch = int(epoch)
@@ -151,6 +177,7 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
         state = self.__dict__.copy()
         state["_lookup"] = None  # each process opens its own
         state["_ids"] = None
+        state["_volumes"] = None
         return state
 
     def _open(self) -> Lookup:

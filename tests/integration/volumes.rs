@@ -289,3 +289,154 @@ async fn bad_volumes_and_mismatched_tables_are_refused_by_name() {
     let e = e.to_string();
     assert!(e.contains(r#"holds volumes in bricks of [8, 8, 4], classes of ["mask"], the source volumes in bricks of [8, 8, 4], classes of []"#), "{e}");
 }
+
+/// numpy's crop of channel-first `values` (`channels` × `shape`) at `origin`, zero- or
+/// edge-padded.
+fn crop<T: Copy + Default>(
+    values: &[T],
+    channels: u64,
+    shape: [u64; 3],
+    origin: [i64; 3],
+    size: [u64; 3],
+    edge: bool,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    for c in 0..channels {
+        for z in 0..size[0] {
+            for y in 0..size[1] {
+                for x in 0..size[2] {
+                    let p = [
+                        origin[0] + z as i64,
+                        origin[1] + y as i64,
+                        origin[2] + x as i64,
+                    ];
+                    let inside = (0..3).all(|a| p[a] >= 0 && p[a] < shape[a] as i64);
+                    if !inside && !edge {
+                        out.push(T::default());
+                        continue;
+                    }
+                    let q: Vec<u64> = (0..3)
+                        .map(|a| p[a].clamp(0, shape[a] as i64 - 1) as u64)
+                        .collect();
+                    out.push(
+                        values[(((c * shape[0] + q[0]) * shape[1] + q[1]) * shape[2] + q[2])
+                            as usize],
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patches_equal_the_crops_of_their_volumes_and_read_only_their_bricks() {
+    use voxlake::plan::patch::Pad;
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t").to_string_lossy().into_owned();
+    let shapes = [[19u64, 8, 9], [40, 40, 16]];
+    let made: Vec<_> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| volume(&format!("v{i}"), s, i as u64))
+        .collect();
+    write(&table, made.iter().map(|m| m.0.clone()).collect())
+        .await
+        .unwrap();
+    tokio::task::spawn_blocking(move || {
+        let rows = Loader::builder(&table).build_lookup().unwrap();
+        let volumes = rows.volumes().unwrap();
+        assert_eq!(
+            volumes
+                .volumes()
+                .iter()
+                .map(|v| v.id.as_str())
+                .collect::<Vec<_>>(),
+            ["v0", "v1"]
+        );
+        let mut rng = SeededRng::new(7);
+        let size = [6u64, 5, 7];
+        for pad in [Pad::Zero, Pad::Edge, Pad::None] {
+            let at: Vec<(usize, [i64; 3])> = (0..12)
+                .map(|k| {
+                    let v = k % 2;
+                    let shape = shapes[v];
+                    let origin = std::array::from_fn(|a| match pad {
+                        Pad::None => rng.below((shape[a] - size[a] + 1) as usize) as i64,
+                        // Overlapping the volume by at least a voxel.
+                        _ => {
+                            rng.below((shape[a] + size[a] - 1) as usize) as i64
+                                - (size[a] as i64 - 1)
+                        }
+                    });
+                    (v, origin)
+                })
+                .collect();
+            let batch = rows.patches(size, pad, &at).unwrap();
+            assert_eq!(batch.tensors.shape(), [12, 2, 6, 5, 7]);
+            let image = batch.field("image").unwrap().as_bytes().unwrap();
+            let mask = batch.field("mask").unwrap().as_bytes().unwrap();
+            let origins = batch.field("origin").unwrap().as_bytes().unwrap();
+            let per = 6 * 5 * 7;
+            for (k, &(v, origin)) in at.iter().enumerate() {
+                let (_, want_image, want_mask) = &made[v];
+                let edge = pad == Pad::Edge;
+                let got: Vec<f32> = image[k * 2 * per * 4..(k + 1) * 2 * per * 4]
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                    .collect();
+                assert_eq!(
+                    got,
+                    crop(want_image, 2, shapes[v], origin, size, edge),
+                    "{pad:?} patch {k}"
+                );
+                assert_eq!(
+                    mask[k * per..(k + 1) * per],
+                    crop(want_mask, 1, shapes[v], origin, size, edge)[..]
+                );
+                let o: Vec<i64> = origins[k * 24..(k + 1) * 24]
+                    .chunks_exact(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+                    .collect();
+                assert_eq!(o, origin);
+                assert_eq!(batch.ids[k], format!("v{v}"));
+                assert_eq!(batch.labels[k], Some(v as i64));
+            }
+        }
+        // One patch inside one brick of the 40×40×16 volume (100 bricks) reads one brick row.
+        let fresh = Loader::builder(&table).build_lookup().unwrap();
+        let v1 = fresh.volumes().unwrap().find("v1").unwrap();
+        let before = fresh.stats().stream.bytes;
+        fresh
+            .patches([8, 8, 4], Pad::None, &[(v1, [16, 8, 4])])
+            .unwrap();
+        let read = fresh.stats().stream.bytes - before;
+        let brick = 8 * 8 * 4 * (2 * 4 + 1);
+        let whole = 40 * 40 * 16 * (2 * 4 + 1);
+        assert!(
+            read >= brick as u64 && read < 2 * brick as u64,
+            "{read} bytes for a brick of {brick} (the volume is {whole})"
+        );
+        // Bad asks, by name.
+        let e = rows
+            .patches([8, 8, 8], Pad::None, &[(0, [15, 0, 0])])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("reaches past the edge of volume 'v0' of [19, 8, 9] (pad=\"none\")"),
+            "{e}"
+        );
+        let e = rows
+            .patches([8, 8, 8], Pad::Zero, &[(2, [0, 0, 0])])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no volume #2: the table has 2"), "{e}");
+        let e = rows
+            .patches([2, 2, 2], Pad::Edge, &[(0, [-2, 0, 0])])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("overlaps no voxel of volume 'v0'"), "{e}");
+    })
+    .await
+    .unwrap();
+}

@@ -109,3 +109,103 @@ def test_bad_volumes_are_refused_naming_the_volume_and_the_field(tmp_path):
         voxlake.write_volumes(str(tmp_path / "b"), [good], brick=(8, 8), progress=False)  # type: ignore[arg-type]
     with pytest.raises(voxlake.ConfigError, match="has shape \\(8, 8\\)"):
         voxlake.write_volumes(str(tmp_path / "d"), [{"id": "v", "image": np.zeros((8, 8))}], progress=False)
+
+
+def crop(array, origin, size, pad):
+    """numpy's crop of the last three axes of ``array`` at ``origin``, zero- or edge-padded."""
+    spatial = array.shape[-3:]
+    lo = [max(0, -o) for o in origin]
+    hi = [min(s, sp - o) for s, sp, o in zip(size, spatial, origin)]
+    inside = array[(..., *[slice(o + a, o + b) for o, a, b in zip(origin, lo, hi)])]
+    widths = [(0, 0)] * (array.ndim - 3) + [(a, s - b) for a, b, s in zip(lo, hi, size)]
+    return np.pad(inside, widths, mode="edge" if pad == "edge" else "constant")
+
+
+class Patches:
+    """A map-style dataset of given patches (what a patch sampler of one's own looks like)."""
+
+    def __init__(self, ds, at, size):
+        self.ds, self.at, self.size = ds, at, size
+
+    def __len__(self):
+        return len(self.at)
+
+    def __getitem__(self, i):
+        return self.ds.patches([self.at[i]], self.size, pad="edge")
+
+
+def test_patches_of_a_bricked_table_equal_numpy_crops_under_dataloader_workers(tmp_path):
+    """MapDataset.patches: patches of several volumes, zero- and edge-padded, equal numpy's
+    crops (np.pad), in the main process and in two spawned DataLoader workers; a patch of one
+    brick reads about one brick's bytes; bad asks are refused by name."""
+    import torch.utils.data
+    from voxlake.torch import MapDataset
+
+    table = str(tmp_path / "bricked")
+    shapes = [(19, 9, 7), (40, 40, 16)]
+    voxlake.write_volumes(table, (volume(i, s) for i, s in enumerate(shapes)), brick=BRICK, progress=False)
+    ds = MapDataset(table)
+    listed = ds.volumes()
+    assert [v["id"] for v in listed] == ["vol_0", "vol_1"] and listed[1]["shape"] == [40, 40, 16]
+    rng = np.random.default_rng(3)
+    size = (6, 5, 7)
+    for pad in ("zero", "edge", "none"):
+        at = []
+        for k in range(10):
+            v = k % 2
+            if pad == "none":
+                origin = [int(rng.integers(0, s - p + 1)) for s, p in zip(shapes[v], size)]
+            else:
+                origin = [int(rng.integers(-p + 1, s)) for s, p in zip(shapes[v], size)]
+            at.append((v, origin))
+        batch = ds.patches(at, size, pad=pad)
+        assert batch["image"].shape == (10, 2, *size) and batch["mask"].shape == (10, *size)
+        for k, (v, origin) in enumerate(at):
+            want = volume(v, shapes[v])
+            np.testing.assert_array_equal(batch["image"][k].numpy(), crop(want["image"], origin, size, pad))
+            np.testing.assert_array_equal(batch["mask"][k].numpy(), crop(want["mask"], origin, size, pad))
+            assert batch["origin"][k].tolist() == origin and batch["id"][k] == f"vol_{v}"
+            assert batch["label"][k].item() == v
+    # One brick's patch of the larger volume: about one brick read (its 100 bricks untouched).
+    fresh = MapDataset(table)
+    before = fresh.stats()["bytes_read"]
+    fresh.patches([(1, (8, 16, 4))], BRICK, pad="none")
+    brick_bytes = np.prod(BRICK) * (2 * 4 + 1)
+    read = fresh.stats()["bytes_read"] - before
+    assert brick_bytes <= read < 2 * brick_bytes, read
+    # The same patches from spawned workers: each opens its own lookup.
+    at = [(1, (30, -3, 12)), (0, (15, 4, 3)), (1, (0, 0, 0))]
+    loader = torch.utils.data.DataLoader(Patches(ds, at, size), batch_size=None, num_workers=2,
+                                         multiprocessing_context="spawn")
+    for (v, origin), batch in zip(at, loader):
+        np.testing.assert_array_equal(batch["image"][0].numpy(), crop(volume(v, shapes[v])["image"], origin, size, "edge"))
+    with pytest.raises(voxlake.ConfigError, match="reaches past the edge of volume 'vol_0'"):
+        ds.patches([(0, (15, 0, 0))], (8, 8, 8), pad="none")
+    with pytest.raises(voxlake.ConfigError, match="no volume #5: the table has 2"):
+        ds.patches([(5, (0, 0, 0))], size)
+    with pytest.raises(voxlake.ConfigError, match="pad=\"mirror\""):
+        ds.patches([(0, (0, 0, 0))], size, pad="mirror")
+
+
+def test_a_volume_missing_a_brick_is_refused_and_one_without_its_info_left_out(tmp_path, caplog):
+    """Bricks deleted by deltalake-python: a volume short of a brick is a TableError naming it
+    and its bricks; a volume whose last brick (its info) is gone, as a writer stopped mid-volume
+    leaves it, is left out with a warning naming it."""
+    from deltalake import DeltaTable
+    from voxlake.torch import MapDataset
+
+    shape = (16, 8, 8)  # 2×1×2 bricks
+    for n, (deleted, outcome) in enumerate([("vol_0#1", "refused"), ("vol_1#3", "left out")]):
+        table = str(tmp_path / f"t{n}")
+        voxlake.write_volumes(table, (volume(i, shape) for i in range(3)), brick=BRICK, progress=False)
+        DeltaTable(table).delete(f"id = '{deleted}'")
+        ds = MapDataset(table)
+        caplog.clear()
+        if outcome == "refused":
+            with pytest.raises(voxlake.TableError, match=r"volume 'vol_0' of \[16, 8, 8\] voxels takes 4 bricks of "
+                                                         r"\[8, 8, 4\]; the scan holds 3"):
+                ds.volumes()
+            continue
+        assert [v["id"] for v in ds.volumes()] == ["vol_0", "vol_2"]
+        said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any("left out" in m and "vol_1" in m for m in said), said

@@ -32,6 +32,10 @@ pub const VOLUME_FIELD: &str = "volume";
 /// its last brick, and nothing (empty text) in its other rows.
 pub const VOLUME_INFO_FIELD: &str = "volume_info";
 
+/// The field of a batch of patches holding each patch's origin in its volume (z, y, x; int64),
+/// so no field of a volume may have this name.
+pub const ORIGIN_FIELD: &str = "origin";
+
 /// Voxels a side of a brick unless told otherwise.
 pub const DEFAULT_BRICK: [u64; 3] = [32, 32, 32];
 
@@ -158,9 +162,9 @@ impl BrickSpec {
             ));
         }
         for field in &self.fields {
-            if [VOLUME_FIELD, VOLUME_INFO_FIELD].contains(&field.name.as_str()) {
+            if [VOLUME_FIELD, VOLUME_INFO_FIELD, ORIGIN_FIELD].contains(&field.name.as_str()) {
                 return bad(format!(
-                    "'{}' cannot name a volume's field (a bricked table's own column)",
+                    "'{}' cannot name a volume's field (volume, volume_info and origin are voxlake's)",
                     field.name
                 ));
             }

@@ -66,6 +66,7 @@ mod lookup;
 mod metrics;
 mod mixture;
 mod open;
+mod patches;
 mod producer;
 mod recycle;
 mod sampling;

@@ -52,6 +52,8 @@ pub struct Lookup {
     starts: Vec<u64>,
     /// The ids by position, made at the first lookup by id.
     index: Mutex<Option<Arc<RowIndex>>>,
+    /// A bricked table's volumes, read at the first lookup of a patch.
+    volumes: Mutex<Option<Arc<voxlake_table::Volumes>>>,
     /// Of a split, the scan positions of its rows (ascending): position `i` of the lookup is
     /// `rows[i]` of the scan.
     rows: Option<Vec<u64>>,
@@ -93,6 +95,7 @@ impl Lookup {
             assembler,
             starts,
             index: Mutex::default(),
+            volumes: Mutex::default(),
             rows: None,
             epoch: AtomicU64::new(0),
             sample_bytes,
@@ -305,6 +308,31 @@ impl Lookup {
     }
 
     async fn take_async(&self, positions: &[u64]) -> Result<Batch, LoaderError> {
+        let rows = self.read_rows(positions).await?;
+        let start = Instant::now();
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        let batch = match rows.is_empty() {
+            true => return Err(LoaderError::Config("a take of no rows".into())),
+            false => self.assembler.assemble_caught(&rows, epoch, positions[0])?,
+        };
+        self.count(&batch, start);
+        Ok(batch)
+    }
+
+    /// Counts a batch handed out, assembled since `start`.
+    fn count(&self, batch: &Batch, start: Instant) {
+        let c = &self.counters;
+        c.assemble_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        c.samples.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.tensor_bytes
+            .fetch_add(batch.tensor_bytes() as u64, Ordering::Relaxed);
+    }
+
+    /// The rows at the scan's `positions`, read (each row group once, only the asked rows'
+    /// tensors of a row group asked for few) and checked, in the order asked.
+    async fn read_rows(&self, positions: &[u64]) -> Result<Vec<Row>, LoaderError> {
         let places = self.locate(positions).await?;
         // Each row group read once; its slot in `reads`.
         let mut slots: BTreeMap<(usize, usize), usize> = BTreeMap::new();
@@ -342,7 +370,7 @@ impl Lookup {
             .buffered(concurrency)
             .try_collect()
             .await?;
-        let rows = places
+        places
             .iter()
             .map(|p| {
                 let group = groups[slots[&(p.file, p.row_group)]].clone();
@@ -354,21 +382,7 @@ impl Lookup {
                 })?;
                 Ok(Row { group, index })
             })
-            .collect::<Result<Vec<Row>, LoaderError>>()?;
-        let start = Instant::now();
-        let epoch = self.epoch.load(Ordering::Relaxed);
-        let batch = match rows.is_empty() {
-            true => return Err(LoaderError::Config("a take of no rows".into())),
-            false => self.assembler.assemble_caught(&rows, epoch, positions[0])?,
-        };
-        let c = &self.counters;
-        c.assemble_ns
-            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        c.samples.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        c.batches.fetch_add(1, Ordering::Relaxed);
-        c.tensor_bytes
-            .fetch_add(batch.tensor_bytes() as u64, Ordering::Relaxed);
-        Ok(batch)
+            .collect()
     }
 }
 
@@ -380,3 +394,4 @@ impl Drop for Lookup {
 
 mod build;
 mod locate;
+mod patches;

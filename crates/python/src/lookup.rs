@@ -129,6 +129,61 @@ impl Lookup {
         .map_err(loader_error)
     }
 
+    /// A bricked table's volumes, in their numbers' order: each a dict of `id`, `label` and
+    /// its info (`shape`, `spacing` where known, `classes`: per class field, each class's
+    /// `count` and voxel `coords`).
+    fn volumes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        #[derive(serde::Serialize)]
+        struct Listed<'a> {
+            id: &'a str,
+            label: Option<i64>,
+            #[serde(flatten)]
+            info: &'a voxlake::format::volume::VolumeInfo,
+        }
+        let volumes = self.with(py, |l, _| l.volumes())?;
+        // A volume left out is said (a warning) through Python's logging.
+        crate::logs::drain(py)?;
+        let volumes = volumes.map_err(loader_error)?;
+        let listed: Vec<Listed<'_>> = volumes
+            .volumes()
+            .iter()
+            .map(|v| Listed {
+                id: &v.id,
+                label: v.label,
+                info: &v.info,
+            })
+            .collect();
+        crate::compact::to_python(py, &listed)
+    }
+
+    /// Patches of `size` voxels at `at` (each a volume's number and the patch's origin, z, y,
+    /// x), padded as `pad` says (`"zero"`, `"edge"`, `"none"`), as one batch dict: each volume
+    /// field `[B, C?, pz, py, px]`, `origin`, `label`, `id` (the volumes').
+    #[pyo3(signature = (size, at, pad="zero"))]
+    fn patches<'py>(
+        &self,
+        py: Python<'py>,
+        size: [u64; 3],
+        at: Vec<(usize, [i64; 3])>,
+        pad: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        use voxlake::plan::patch::Pad;
+        let pad = match pad {
+            "zero" => Pad::Zero,
+            "edge" => Pad::Edge,
+            "none" => Pad::None,
+            other => {
+                return Err(config(format!(
+                    "pad={other:?}: one of \"zero\", \"edge\", \"none\""
+                )));
+            }
+        };
+        let (batch, recycler, labels) = self.with(py, |l, labels| {
+            (l.patches(size, pad, &at), l.recycler(), labels)
+        })?;
+        Self::dict(py, batch, recycler, labels)
+    }
+
     /// Every id, in position order.
     fn ids(&self, py: Python<'_>) -> PyResult<Vec<String>> {
         self.with(py, |l, _| l.id_list())?.map_err(loader_error)

@@ -40,6 +40,7 @@ mod scan;
 mod select;
 mod snapshot;
 mod values;
+mod volumes;
 
 pub use error::TableError;
 pub use filter::FilterStats;
@@ -47,3 +48,4 @@ pub use options::{ScanOptions, TableOptions};
 pub use row_index::{DuplicateId, RowIndex, RowIndexBuilder};
 pub use scan::{RowPlace, Scan, ScanBuilder};
 pub use snapshot::{FOOTER_CACHE_BYTES, READ_CONCURRENCY, ReadTimings, Snapshot, SnapshotBuilder};
+pub use volumes::{Volume, Volumes};

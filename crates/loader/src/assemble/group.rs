@@ -43,7 +43,7 @@ impl Group {
     }
 
     /// Field `field`'s bytes in row `index` (empty where not read or not a tensor).
-    pub(super) fn bytes(&self, field: usize, index: usize) -> &[u8] {
+    pub(crate) fn bytes(&self, field: usize, index: usize) -> &[u8] {
         match self.fields.get(field) {
             Some(Some(Column::Tensors(t))) => t.value(index),
             _ => &[],
