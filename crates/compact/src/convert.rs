@@ -23,8 +23,13 @@ use voxlake_io::location;
 
 mod read;
 
+pub(crate) use read::list;
+
 impl Compactor {
     pub(crate) async fn run_convert(&self, source: &str) -> Result<ConvertSummary, CompactError> {
+        if let Some(brick) = self.bricks {
+            return self.run_convert_volumes(source, brick).await;
+        }
         if !self.hints.is_empty() {
             return self.run_convert_table(source).await;
         }
@@ -174,7 +179,7 @@ impl Compactor {
 
     /// How the listed `objects` of source `display` hold samples; `None` for a table's files
     /// (Parquet files or a Delta log, and no `.npy` or `.npz` object).
-    fn layout_of(
+    pub(crate) fn layout_of(
         &self,
         objects: &[SourceObject],
         display: &str,
@@ -192,7 +197,9 @@ impl Compactor {
             (None, true) => SourceLayout::Npz(Vec::new()),
             (None, false) => SourceLayout::Npy,
         };
-        if layout != SourceLayout::Npy && (self.shape.is_some() || self.dtype.is_some()) {
+        // A bricked conversion's --dtype is its first field's (the image's).
+        let dtype = self.dtype.is_some() && self.bricks.is_none();
+        if layout != SourceLayout::Npy && (self.shape.is_some() || dtype) {
             return Err(CompactError::Incompatible {
                 location: display.to_string(),
                 reason: "--shape and --dtype are for a source of one field (.npy objects); each field's shape and type come from its arrays".into(),
@@ -202,7 +209,7 @@ impl Compactor {
     }
 
     /// The samples missing a field: an error, or skipped with `--on-error skip`.
-    fn skip_incomplete(
+    pub(crate) fn skip_incomplete(
         &self,
         incomplete: Vec<(String, String, String)>,
     ) -> Result<Vec<Skipped>, CompactError> {

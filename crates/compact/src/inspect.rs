@@ -92,6 +92,78 @@ pub struct TableInfo {
     pub labels: BTreeMap<String, u64>,
     /// Every data file.
     pub file_list: Vec<FileInfo>,
+    /// A bricked table's volumes (`None` for a table of samples).
+    pub volumes: Option<VolumesInfo>,
+}
+
+/// A bricked table's volumes, as `inspect` shows them.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct VolumesInfo {
+    /// Voxels of a brick along z, y, x.
+    pub brick: [u64; 3],
+    /// The label maps whose classes are counted.
+    pub class_fields: Vec<String>,
+    /// Of each class field, voxels per class over every volume.
+    pub class_voxels: BTreeMap<String, BTreeMap<i64, u64>>,
+    /// Each volume: its id, label, shape and spacing, and its class counts (no coordinates).
+    pub list: Vec<VolumeSummary>,
+    /// Volumes whose bricks are there but not their info (left out by readers).
+    pub unfinished: Vec<String>,
+}
+
+/// One volume of a bricked table, as `inspect` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct VolumeSummary {
+    /// Its id.
+    pub id: String,
+    /// Its label.
+    pub label: Option<i64>,
+    /// Voxels along z, y, x.
+    pub shape: [u64; 3],
+    /// The voxels' spacing, where known.
+    pub spacing: Option<[f64; 3]>,
+    /// Of each class field, voxels per class.
+    pub classes: BTreeMap<String, BTreeMap<i64, u64>>,
+}
+
+/// What `scan`'s table says of its volumes, where it is bricked.
+async fn volumes_info(scan: &Scan) -> Result<Option<VolumesInfo>, CompactError> {
+    if scan.snapshot().bricks().is_none() {
+        return Ok(None);
+    }
+    let volumes = scan.volumes().await?;
+    let mut class_voxels: BTreeMap<String, BTreeMap<i64, u64>> = BTreeMap::new();
+    let list = volumes
+        .volumes()
+        .iter()
+        .map(|v| {
+            let mut classes = BTreeMap::new();
+            for (field, counted) in &v.info.classes {
+                let total = class_voxels.entry(field.clone()).or_default();
+                let mine: BTreeMap<i64, u64> = counted.iter().map(|c| (c.class, c.count)).collect();
+                for (class, count) in &mine {
+                    *total.entry(*class).or_default() += count;
+                }
+                classes.insert(field.clone(), mine);
+            }
+            VolumeSummary {
+                id: v.id.clone(),
+                label: v.label,
+                shape: v.info.shape,
+                spacing: v.info.spacing,
+                classes,
+            }
+        })
+        .collect();
+    Ok(Some(VolumesInfo {
+        brick: volumes.spec().brick(),
+        class_fields: volumes.spec().class_fields().to_vec(),
+        class_voxels,
+        list,
+        unfinished: volumes.unfinished().to_vec(),
+    }))
 }
 
 impl Compactor {
@@ -135,6 +207,7 @@ impl Compactor {
 
         let (file_list, row_group_rows) = file_infos(&scan).await?;
         let labels = label_counts(&scan, &columns, &file_list).await?;
+        let volumes = volumes_info(&scan).await?;
 
         Ok(TableInfo {
             location: snapshot.location().to_string(),
@@ -163,6 +236,7 @@ impl Compactor {
             id_column: columns.id.clone(),
             labels,
             file_list,
+            volumes,
         })
     }
 }

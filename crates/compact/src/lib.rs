@@ -62,7 +62,7 @@ mod writer;
 
 pub use error::CompactError;
 pub use from_arrow::{ArrowRow, ArrowSamples};
-pub use inspect::{FileInfo, TableInfo};
+pub use inspect::{FileInfo, TableInfo, VolumeSummary, VolumesInfo};
 pub use inspect_row::{FieldValues, RowInfo};
 pub use labels::Labels;
 pub use optimize::{OptimizeSummary, plan_bins};
@@ -119,6 +119,10 @@ pub struct Compactor {
     concurrency: Option<usize>,
     files_per_commit: usize,
     progress: Option<ProgressFn>,
+    /// Convert volumes into bricks of this many voxels (z, y, x).
+    bricks: Option<[u64; 3]>,
+    /// The label maps whose classes a bricked conversion counts (`None`: the default).
+    class_fields: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for Compactor {
@@ -139,6 +143,8 @@ impl std::fmt::Debug for Compactor {
             .field("on_error", &self.on_error)
             .field("concurrency", &self.concurrency)
             .field("files_per_commit", &self.files_per_commit)
+            .field("bricks", &self.bricks)
+            .field("class_fields", &self.class_fields)
             .finish()
     }
 }
@@ -162,6 +168,8 @@ impl Compactor {
             concurrency: None,
             files_per_commit: 8,
             progress: None,
+            bricks: None,
+            class_fields: None,
         }
     }
 
@@ -169,6 +177,21 @@ impl Compactor {
     /// the standard environment variables. Used for the source, the labels and the table.
     pub fn with_storage_options(mut self, options: HashMap<String, String>) -> Self {
         self.storage_options = options;
+        self
+    }
+
+    /// Converts `.npy` volumes (3-D, or 4-D with channels first; shapes may differ) into a
+    /// bricked table of bricks of `brick` voxels (z, y, x) instead of a row a sample
+    /// (docs/format.md, "Bricked volumes"); each field of a volume is cut on one grid.
+    pub fn with_bricks(mut self, brick: [u64; 3]) -> Self {
+        self.bricks = Some(brick);
+        self
+    }
+
+    /// With [`with_bricks`](Self::with_bricks): the label maps whose classes each volume's
+    /// info counts (default: the fields after the first whose values are one byte).
+    pub fn with_class_fields(mut self, names: Vec<String>) -> Self {
+        self.class_fields = Some(names);
         self
     }
 

@@ -18,6 +18,7 @@ use crate::{CompactError, Compactor};
 
 mod bricks;
 mod classes;
+mod convert;
 
 /// One volume to write: its id, label, spatial shape, spacing, and each field's values
 /// (little-endian, C order, channels first where the field has them) in the layout's order.
@@ -99,6 +100,15 @@ impl Compactor {
     /// # Ok(()) }
     /// ```
     pub async fn volume_writer(&self, spec: BrickSpec) -> Result<VolumeWriter<'_>, CompactError> {
+        self.no_labels_file()?;
+        self.open_volume_writer(spec).await
+    }
+
+    /// [`volume_writer`](Self::volume_writer) for a conversion (its labels file read by it).
+    pub(crate) async fn open_volume_writer(
+        &self,
+        spec: BrickSpec,
+    ) -> Result<VolumeWriter<'_>, CompactError> {
         let sample = spec.sample().map_err(|e| CompactError::Incompatible {
             location: voxlake_io::redact(&self.table),
             reason: e.to_string(),

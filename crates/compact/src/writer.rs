@@ -65,7 +65,19 @@ impl Compactor {
     /// # Ok(()) }
     /// ```
     pub async fn writer(&self, sample: SampleSpec) -> Result<RowWriter<'_>, CompactError> {
+        self.no_labels_file()?;
         self.writer_of(sample, None).await
+    }
+
+    /// Refuses a labels file where rows pushed carry their labels.
+    pub(crate) fn no_labels_file(&self) -> Result<(), CompactError> {
+        match self.labels {
+            Some(_) => Err(CompactError::Incompatible {
+                location: voxlake_io::redact(&self.table),
+                reason: "rows pushed carry their labels: a labels file is for convert".into(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// [`writer`](Self::writer) of a table of `bricks` where given.
@@ -75,12 +87,6 @@ impl Compactor {
         bricks: Option<&BrickSpec>,
     ) -> Result<RowWriter<'_>, CompactError> {
         let start = Instant::now();
-        if self.labels.is_some() {
-            return Err(CompactError::Incompatible {
-                location: voxlake_io::redact(&self.table),
-                reason: "rows pushed carry their labels: a labels file is for convert".into(),
-            });
-        }
         let (table, present, location) = self.destination(&sample, bricks).await?;
         let sink = self.row_sink(&table, &sample)?;
         let summary = ConvertSummary::starting(

@@ -72,6 +72,15 @@ enum Command {
         /// Commit after about this many full files.
         #[arg(long, default_value_t = 8)]
         files_per_commit: usize,
+        /// Volumes larger than a sample (3-D, or 4-D with channels first; shapes may differ):
+        /// each cut into bricks of Z,Y,X voxels, a row a brick (docs/format.md, "Bricked
+        /// volumes").
+        #[arg(long, value_delimiter = ',', value_name = "Z,Y,X", conflicts_with_all = ["shape", "field"])]
+        brick: Option<Vec<u64>>,
+        /// With --brick: a label map whose classes each volume's info counts (repeatable;
+        /// default: the fields after the first whose values are one byte).
+        #[arg(long = "class-field", value_name = "FIELD", requires = "brick")]
+        class_field: Vec<String>,
         #[command(flatten)]
         layout: LayoutArgs,
         #[command(flatten)]
@@ -233,6 +242,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             on_error,
             concurrency,
             files_per_commit,
+            brick,
+            class_field,
             layout,
             common,
         } => {
@@ -266,6 +277,15 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
             if let Some((i, n)) = shard {
                 compactor = compactor.with_shard(i, n);
+            }
+            if let Some(brick) = brick {
+                let [z, y, x] = brick[..] else {
+                    return Err(format!("--brick {brick:?}: three sizes, Z,Y,X").into());
+                };
+                compactor = compactor.with_bricks([z, y, x]);
+                if !class_field.is_empty() {
+                    compactor = compactor.with_class_fields(class_field);
+                }
             }
             let bar = cli::progress_bar();
             let summary = cli::with_progress_bar(compactor, &bar).convert(&src).await;

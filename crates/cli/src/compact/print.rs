@@ -140,6 +140,47 @@ pub(super) fn inspect(out: &mut impl Write, info: &TableInfo, json: bool) -> Res
         .map(|(k, v)| format!("{k}: {v}"))
         .collect();
     writeln!(out, "labels    {}", labels.join(", "))?;
+    if let Some(volumes) = &info.volumes {
+        print_volumes(out, volumes)?;
+    }
+    Ok(())
+}
+
+/// A bricked table's volumes: how many, their shapes, each class field's voxels by class.
+fn print_volumes(out: &mut impl Write, v: &voxlake_compact::VolumesInfo) -> Result<(), Error> {
+    let (low, high) = v.list.iter().fold(([u64::MAX; 3], [0; 3]), |(lo, hi), s| {
+        (
+            std::array::from_fn(|a| lo[a].min(s.shape[a])),
+            std::array::from_fn(|a| hi[a].max(s.shape[a])),
+        )
+    });
+    let shapes = match v.list.is_empty() {
+        true => String::new(),
+        false if low == high => format!(", each {low:?}"),
+        false => format!(", from {low:?} to {high:?}"),
+    };
+    writeln!(
+        out,
+        "volumes   {} in bricks of {:?}{shapes}",
+        v.list.len(),
+        v.brick
+    )?;
+    for (field, classes) in &v.class_voxels {
+        let total: u64 = classes.values().sum::<u64>().max(1);
+        let said: Vec<String> = classes
+            .iter()
+            .map(|(c, n)| format!("{c}: {n} ({:.2} %)", *n as f64 * 100.0 / total as f64))
+            .collect();
+        writeln!(out, "classes   {field}: {}", said.join(", "))?;
+    }
+    if !v.unfinished.is_empty() {
+        writeln!(
+            out,
+            "unfinished {} volumes without their info (left out): {}",
+            v.unfinished.len(),
+            v.unfinished[..v.unfinished.len().min(5)].join(", ")
+        )?;
+    }
     Ok(())
 }
 

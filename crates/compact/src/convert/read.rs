@@ -30,7 +30,7 @@ pub(super) type Rows =
     BoxStream<'static, Result<(String, Result<Row, CompactError>), CompactError>>;
 
 /// The source's objects under its prefix, each keyed by its path below it.
-pub(super) async fn list(src: &Location) -> Result<Vec<SourceObject>, CompactError> {
+pub(crate) async fn list(src: &Location) -> Result<Vec<SourceObject>, CompactError> {
     src.store
         .list(Some(&src.prefix))
         .map_ok(|meta| {
