@@ -19,7 +19,7 @@ import torch
 import torch.utils.data
 
 from ._errors import ConfigError
-from ._voxlake import Lookup
+from ._voxlake import Lookup, grid_origins
 
 #: Options of ``voxlake.Loader`` that decide how a stream reads (its order, its batches, its
 #: rank, its draws): a map-style dataset's sampler and ``DataLoader`` decide those.
@@ -155,6 +155,16 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
         z, y, x = (int(s) for s in size)
         return self._batch(self._open().patches((z, y, x), asked, pad))
 
+    def grid(self, volume: int, size: Sequence[int],
+             overlap: Sequence[int] = (0, 0, 0)) -> List[Tuple[int, Tuple[int, int, int]]]:
+        """The patches of ``size`` that cover volume ``volume``, ``overlap`` voxels apart, in C
+        order (along each axis from 0 in steps of ``size - overlap``, the last at the far edge;
+        a patch larger than the volume at 0, padded): ``(volume, origin)`` pairs for
+        ``patches``, whose outputs ``GridAggregator`` puts back together."""
+        shape = self.volumes()[operator.index(volume)]["shape"]
+        origins = grid_origins(tuple(shape), _three(size, "size"), _three(overlap, "overlap"))
+        return [(volume, (o[0], o[1], o[2])) for o in origins]
+
     def set_epoch(self, epoch: int) -> None:
         """The epoch the transforms are seeded with (call it beside the sampler's)."""
         self._epoch = int(epoch)
@@ -225,6 +235,12 @@ class MapDataset(torch.utils.data.Dataset[Dict[str, Any]]):
             sample["id"] = id
             out.append(sample)
         return out
+
+
+def _three(value: Sequence[int], name: str) -> Tuple[int, int, int]:
+    if len(value) != 3:
+        raise ConfigError(f"{name}={tuple(value)}: three ints (z, y, x)")
+    return (int(value[0]), int(value[1]), int(value[2]))
 
 
 class Samples(List[Dict[str, Any]]):

@@ -167,6 +167,9 @@ def write_volumes(
     progress: Optional[Callable[[int], None]] = None,
 ) -> Dict[str, Any]:
     """Write volumes (id, label, shape, spacing, field bytes) of fields (name, dtype, channels) as bricks."""
+def grid_origins(shape: Tuple[int, int, int], size: Tuple[int, int, int],
+                 overlap: Tuple[int, int, int]) -> List[Tuple[int, int, int]]:
+    """The origins of the patches of size, overlap apart, that cover a volume of shape."""
 def default_rank() -> Tuple[int, int]: ...
 def default_job() -> Optional[str]: ...
 def live_threads() -> int: ...

@@ -37,13 +37,14 @@ import torch.utils.data
 from . import ConfigError, Loader, Source, loader_options
 from ._voxlake import DEFAULT_MEMORY_BUDGET, STAGING_BUFFERS, live_threads
 from ._device import to_device
+from ._grid import GridAggregator
 from ._map import MapDataset, Samples, collate
 from ._monitor import TensorBoardLogger
 from ._passes import Passes, pass_token, random_token
 from ._placement import Placement, at_boundary, compose, fit, resolve, state_versions, worker_rank
 from ._stats import LoopStats
 
-__all__ = ["DataLoader", "Dataset", "MapDataset", "STAGING_BUFFERS", "Samples", "TensorBoardLogger", "collate",
+__all__ = ["DataLoader", "Dataset", "GridAggregator", "MapDataset", "STAGING_BUFFERS", "Samples", "TensorBoardLogger", "collate",
            "to_device"]
 
 #: The key under which a worker of ``voxlake.torch.DataLoader`` sends the states around each

@@ -264,3 +264,38 @@ def test_compact_converts_npy_volumes_into_bricks_and_inspect_shows_them(tmp_pat
     bad = convert()
     assert bad.returncode != 0 and "is not a volume: (z, y, x) or (channels, z, y, x)" in bad.stderr, bad.stderr
     assert "image/vol_9.npy" in bad.stderr, bad.stderr
+
+
+def test_grid_patches_cover_a_volume_and_the_aggregator_puts_a_model_output_back(tmp_path):
+    """MapDataset.grid: overlapping patches that cover the volume (the last at the edge); a
+    model's outputs (here the image itself, times 2, and a 1-channel map) averaged back by
+    GridAggregator equal the volume; an uncovered voxel and bad outputs are errors."""
+    from voxlake.torch import GridAggregator, MapDataset
+
+    table = str(tmp_path / "bricked")
+    shape = (19, 30, 11)
+    voxlake.write_volumes(table, [volume(0, shape)], brick=BRICK, progress=False)
+    ds = MapDataset(table)
+    size, overlap = (8, 12, 6), (2, 4, 3)
+    at = ds.grid(0, size, overlap)
+    starts = [sorted({o[a] for _, o in at}) for a in range(3)]
+    assert starts == [[0, 6, 11], [0, 8, 16, 18], [0, 3, 5]]
+    image = volume(0, shape)["image"]
+    doubled, single = GridAggregator(shape), GridAggregator(shape)
+    for k in range(0, len(at), 7):
+        batch = ds.patches(at[k:k + 7], size, pad="none")
+        doubled.add(batch["image"] * 2, batch["origin"])
+        single.add(batch["image"][:, 0].numpy(), batch["origin"].numpy())
+    np.testing.assert_allclose(doubled.result().numpy(), image * 2, rtol=1e-6)
+    got = single.result()
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, image[0], rtol=1e-6)
+    partial = GridAggregator(shape)
+    batch = ds.patches(at[:3], size, pad="none")
+    partial.add(batch["image"], batch["origin"])
+    with pytest.raises(ValueError, match="voxels of \\(19, 30, 11\\) are in no patch added"):
+        partial.result()
+    with pytest.raises(ValueError, match="outputs of \\(3, 2, 6\\) and origins"):
+        partial.add(batch["image"][:, :, 0, 0], batch["origin"])
+    with pytest.raises(voxlake.ConfigError, match="overlap"):
+        ds.grid(0, size, (8, 0, 0))

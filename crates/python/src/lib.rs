@@ -57,6 +57,7 @@ fn _voxlake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write::write_rows, m)?)?;
     m.add_function(wrap_pyfunction!(write::write_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(volumes::write_volumes, m)?)?;
+    m.add_function(wrap_pyfunction!(volumes::grid_origins, m)?)?;
     m.add_function(wrap_pyfunction!(cli::run_command, m)?)?;
     m.add_function(wrap_pyfunction!(staging::copy_into, m)?)?;
     m.add_function(wrap_pyfunction!(shared::compare_exchange, m)?)?;

@@ -1,6 +1,6 @@
-//! `voxlake.write_volumes`: volumes a program holds (dicts of numpy arrays) written as bricks
-//! by `compact`'s volume writer, fed from the caller's thread with the GIL released, as
-//! `voxlake.write` feeds rows.
+//! Bricked volumes from Python: `voxlake.write_volumes` (volumes a program holds, dicts of
+//! numpy arrays, written as bricks by `compact`'s volume writer, fed from the caller's thread
+//! with the GIL released, as `voxlake.write` feeds rows) and the inference grid's origins.
 
 use std::collections::HashMap;
 
@@ -99,4 +99,16 @@ pub(crate) fn write_volumes<'py>(
         Ok(())
     })();
     finish(py, runtime, writing, tx, fed)
+}
+
+/// The origins of the patches of `size` voxels, `overlap` apart, that cover a volume of
+/// `shape` (z, y, x) in C order, the last of each axis at the far edge
+/// (`voxlake_plan::patch::grid_origins`): what `MapDataset.grid` reads for inference.
+#[pyfunction]
+pub(crate) fn grid_origins(
+    shape: [u64; 3],
+    size: [u64; 3],
+    overlap: [u64; 3],
+) -> PyResult<Vec<[u64; 3]>> {
+    voxlake::plan::patch::grid_origins(shape, size, overlap).map_err(|e| config(e.to_string()))
 }
