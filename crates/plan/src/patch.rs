@@ -4,7 +4,7 @@
 //! centre and an edge policy ([`Pad`], [`origin_for_centre`]), the overlapping grid of patches
 //! that covers a volume for inference ([`grid_origins`]), and a patch's draws as a function of
 //! (seed, epoch, volume, k) alone ([`PatchDraws`]), so a resume on any world size draws the
-//! same patches.
+//! same patches; an epoch's draws in order, volumes dealt to ranks ([`PatchOrder`]).
 //!
 //! ```
 //! use voxlake_plan::patch::{BrickGrid, Patch};
@@ -22,6 +22,10 @@
 
 use crate::error::SamplingError;
 use crate::plan::SeededRng;
+
+mod epoch;
+
+pub use epoch::{Draw, PatchOrder};
 
 /// Voxels along the three spatial axes (z, y, x: C order, the last the fastest).
 pub type Dims = [u64; 3];
@@ -265,6 +269,40 @@ impl PatchDraws {
         last
     }
 
+    /// The centre of patch `k` of a volume of `shape`: uniform over its voxels without
+    /// `weights`; else a class drawn by its weight (`weights`: class and relative
+    /// probability) among those the volume holds (`classes`: each class and some of its
+    /// voxels), then one of that class's voxels. A volume holding none of the weighted
+    /// classes is drawn uniformly.
+    pub fn centre(
+        &self,
+        epoch: u64,
+        volume: u64,
+        k: u64,
+        shape: Dims,
+        weights: &[(i64, f64)],
+        classes: &[(i64, &[Dims])],
+    ) -> Dims {
+        let of: Vec<f64> = classes
+            .iter()
+            .map(|(class, voxels)| match voxels.is_empty() {
+                true => 0.0,
+                false => weights
+                    .iter()
+                    .find(|(c, _)| c == class)
+                    .map_or(0.0, |(_, w)| *w),
+            })
+            .collect();
+        let Some(i) = self.class(epoch, volume, k, &of) else {
+            return self.uniform(epoch, volume, k, shape);
+        };
+        let voxels = classes[i].1;
+        match self.pick(epoch, volume, k, voxels.len()) {
+            Some(j) => voxels[j],
+            None => self.uniform(epoch, volume, k, shape),
+        }
+    }
+
     /// Which of `n` things (a class's kept voxel coordinates) the draw takes, independent of
     /// [`class`](Self::class)'s draw: `None` where `n` is 0.
     pub fn pick(&self, epoch: u64, volume: u64, k: u64, n: usize) -> Option<usize> {
@@ -278,6 +316,43 @@ impl PatchDraws {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn centres_follow_the_class_weights_among_the_classes_a_volume_holds() {
+        let draws = PatchDraws::new(5);
+        let rare: Vec<Dims> = (0..10).map(|i| [i, 0, 0]).collect();
+        let common: Vec<Dims> = (0..100).map(|i| [i, 9, 9]).collect();
+        let classes = [(0i64, common.as_slice()), (1, rare.as_slice())];
+        let weights = [(0i64, 1.0), (1, 1.0)];
+        let centres: Vec<Dims> = (0..10_000)
+            .map(|k| draws.centre(0, 3, k, [100, 10, 10], &weights, &classes))
+            .collect();
+        let on_rare = centres.iter().filter(|c| rare.contains(c)).count();
+        assert!((4_800..5_200).contains(&on_rare), "{on_rare}");
+        assert!(
+            centres
+                .iter()
+                .all(|c| rare.contains(c) || common.contains(c))
+        );
+        // Only class 1 asked, or a class the volume lacks: uniform for the latter.
+        let only = [(1i64, 1.0)];
+        assert!((0..50).all(|k| rare.contains(&draws.centre(
+            0,
+            3,
+            k,
+            [100, 10, 10],
+            &only,
+            &classes
+        ))));
+        let absent = [(7i64, 1.0)];
+        let c = draws.centre(0, 3, 1, [100, 10, 10], &absent, &classes);
+        assert_eq!(c, draws.uniform(0, 3, 1, [100, 10, 10]));
+        // A function of (seed, epoch, volume, k).
+        assert_eq!(
+            draws.centre(2, 3, 4, [100, 10, 10], &weights, &classes),
+            draws.centre(2, 3, 4, [100, 10, 10], &weights, &classes)
+        );
+    }
 
     fn dims(max: u64) -> impl Strategy<Value = Dims> {
         [1..=max, 1..=max, 1..=max]
