@@ -27,7 +27,8 @@ _STREAMING = frozenset({
     "batch_size", "epochs", "start_epoch", "shuffle", "shuffle_buffer", "drop_last", "rank",
     "world_size", "job", "job_dir", "prefetch", "uneven", "keep_row_groups", "node_affinity",
     "row_group_prefetch", "balance", "class_weights", "weight_column", "epoch_size", "subsample",
-    "subset_by", "metrics_port", "trace", "trace_batches",
+    "subset_by", "metrics_port", "trace", "trace_batches", "patch", "patches_per_volume", "label_field",
+    "label_probabilities", "pad", "patch_window",
 })
 
 #: The datasets of this process with a lookup open, closed before a fork.

@@ -78,6 +78,12 @@ class Loader:
         split: str = ...,
         splits: Dict[str, float] = ...,
         split_salt: str = ...,
+        patch: Tuple[int, int, int] = ...,
+        patches_per_volume: int = ...,
+        label_field: str = ...,
+        label_probabilities: Dict[int, float] = ...,
+        pad: str = ...,
+        patch_window: int = ...,
     ) -> None: ...
     def __iter__(self) -> Loader: ...
     def __next__(self) -> Batch: ...

@@ -440,3 +440,212 @@ async fn patches_equal_the_crops_of_their_volumes_and_read_only_their_bricks() {
     .await
     .unwrap();
 }
+
+/// A loader of patches of `table`: `per` patches a volume, half the centres on the rare
+/// class 2, batches of 4, shuffled, one epoch.
+fn patch_loader(
+    table: &str,
+    per: u64,
+    rank: usize,
+    world: usize,
+) -> voxlake::loader::LoaderBuilder {
+    patch_loader_of(table, per, 4, rank, world)
+}
+
+/// [`patch_loader`] with batches of `batch`.
+fn patch_loader_of(
+    table: &str,
+    per: u64,
+    batch: usize,
+    rank: usize,
+    world: usize,
+) -> voxlake::loader::LoaderBuilder {
+    use voxlake::plan::patch::PatchSampling;
+    use voxlake::plan::sample::Sampling;
+    let patches = PatchSampling::new([6, 5, 7])
+        .with_per_volume(per)
+        .with_label_probabilities("mask", vec![(0, 1.0), (2, 1.0)])
+        .with_window(2);
+    Loader::builder(table)
+        .with_sampling(Sampling::default().with_patches(patches))
+        .with_batch_size(batch)
+        .with_shuffle(9, 64)
+        .with_epochs(1)
+        .with_rank(rank, world)
+}
+
+/// Each patch of `batches` as (volume id, origin, image values).
+fn patches_of(batches: &[voxlake::loader::Batch]) -> Vec<(String, Vec<i64>, Vec<u8>)> {
+    let mut out = Vec::new();
+    for b in batches {
+        let image = b.field("image").unwrap().as_bytes().unwrap();
+        let origins = b.field("origin").unwrap().as_bytes().unwrap();
+        let per = image.len() / b.len();
+        for k in 0..b.len() {
+            let o = origins[k * 24..(k + 1) * 24]
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            out.push((b.ids[k].clone(), o, image[k * per..(k + 1) * per].to_vec()));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loader_of_patches_balances_classes_and_resumes_on_another_world_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t").to_string_lossy().into_owned();
+    let shapes = [
+        [19u64, 8, 9],
+        [12, 12, 12],
+        [9, 20, 8],
+        [16, 8, 8],
+        [10, 10, 10],
+    ];
+    let made: Vec<_> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| volume(&format!("v{i}"), s, i as u64))
+        .collect();
+    write(&table, made.iter().map(|m| m.0.clone()).collect())
+        .await
+        .unwrap();
+    tokio::task::spawn_blocking(move || {
+        let by_id = |id: &str| {
+            let i: usize = id[1..].parse().unwrap();
+            (&made[i], shapes[i])
+        };
+        // Two ranks, 40 patches a volume: 5 volumes dealt 3 and 2, padded to 30 batches each.
+        let ranks: Vec<Vec<voxlake::loader::Batch>> = (0..2)
+            .map(|r| {
+                let loader = patch_loader(&table, 40, r, 2).build().unwrap();
+                assert_eq!(loader.iterations_per_epoch(), 30);
+                loader.map(Result::unwrap).collect()
+            })
+            .collect();
+        assert!(ranks.iter().all(|r| r.len() == 30));
+        let all: Vec<_> = ranks.iter().flat_map(|r| patches_of(r)).collect();
+        let mut on_rare = 0;
+        for (id, origin, image) in &all {
+            let ((_, want_image, want_mask), shape) = by_id(id);
+            let o: [i64; 3] = [origin[0], origin[1], origin[2]];
+            let want: Vec<u8> = crop(want_image, 2, shape, o, [6, 5, 7], false)
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            assert_eq!(image, &want, "patch of {id} at {origin:?}");
+            let c: Vec<u64> = (0..3).map(|a| (o[a] + [3, 2, 3][a]) as u64).collect();
+            if want_mask[((c[0] * shape[1] + c[1]) * shape[2] + c[2]) as usize] == 2 {
+                on_rare += 1;
+            }
+        }
+        // Class 2 is 3 voxels a volume: about half the 200 draws centre on it.
+        let drawn = 200;
+        assert!(
+            (70..130).contains(&on_rare),
+            "{on_rare} of {drawn} centres on the rare class"
+        );
+        let full: std::collections::BTreeSet<(String, Vec<i64>)> =
+            all.iter().map(|(i, o, _)| (i.clone(), o.clone())).collect();
+
+        // Rank 0 stopped after 7 batches: its state, resumed on 3 ranks, then delivers the
+        // rest: together every draw of the epoch, each patch as the first run drew it.
+        let mut first = patch_loader(&table, 40, 0, 2).build().unwrap();
+        let head: Vec<_> = (&mut first).take(7).map(Result::unwrap).collect();
+        let state = first.state();
+        assert_eq!(patches_of(&head), patches_of(&ranks[0][..7]));
+        let mut delivered: std::collections::BTreeSet<(String, Vec<i64>)> = ranks
+            .iter()
+            .flat_map(|r| patches_of(&r[..7]))
+            .map(|(i, o, _)| (i, o))
+            .collect();
+        let mut rest = 0;
+        for r in 0..3 {
+            let resumed = patch_loader(&table, 40, r, 3)
+                .with_state(state.clone())
+                .build()
+                .unwrap();
+            let batches: Vec<_> = resumed.map(Result::unwrap).collect();
+            rest += batches.len();
+            for (i, o, image) in patches_of(&batches) {
+                let ((_, want_image, _), shape) = by_id(&i);
+                let want: Vec<u8> =
+                    crop(want_image, 2, shape, [o[0], o[1], o[2]], [6, 5, 7], false)
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect();
+                assert_eq!(image, want);
+                delivered.insert((i, o));
+            }
+        }
+        assert!(rest > 0);
+        assert_eq!(
+            delivered, full,
+            "the resumed run delivers the epoch's draws"
+        );
+        // Without pads, exactly: 5 ranks (a volume each, 2 batches of 2) stopped after one
+        // batch, resumed on one rank, deliver the uninterrupted epoch's patches once each.
+        type Tally = std::collections::BTreeMap<(String, Vec<i64>), i32>;
+        let count = |batches: &[voxlake::loader::Batch], into: &mut Tally, by: i32| {
+            for (i, o, _) in patches_of(batches) {
+                *into.entry((i, o)).or_default() += by;
+            }
+        };
+        let mut tally = Tally::new();
+        let mut state = None;
+        for r in 0..5 {
+            let whole: Vec<_> = patch_loader_of(&table, 4, 2, r, 5)
+                .build()
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert_eq!(whole.len(), 2);
+            count(&whole, &mut tally, 1);
+            let mut part = patch_loader_of(&table, 4, 2, r, 5).build().unwrap();
+            let one: Vec<_> = (&mut part).take(1).map(Result::unwrap).collect();
+            count(&one, &mut tally, -1);
+            state = Some(part.state());
+        }
+        let resumed: Vec<_> = patch_loader_of(&table, 4, 2, 0, 1)
+            .with_state(state.unwrap())
+            .build()
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(resumed.len(), 5);
+        count(&resumed, &mut tally, -1);
+        assert!(tally.values().all(|&n| n == 0), "{tally:?}");
+        // Bad options are named before anything is read.
+        use voxlake::plan::patch::PatchSampling;
+        use voxlake::plan::sample::Sampling;
+        let with = |p: PatchSampling| {
+            Loader::builder(&table)
+                .with_sampling(Sampling::default().with_patches(p))
+                .build()
+                .unwrap_err()
+                .to_string()
+        };
+        let e =
+            with(PatchSampling::new([4, 4, 4]).with_label_probabilities("mask", vec![(5, 1.0)]));
+        assert!(
+            e.contains("option label_probabilities: class 5 is in no volume's 'mask'"),
+            "{e}"
+        );
+        let e =
+            with(PatchSampling::new([4, 4, 4]).with_label_probabilities("image", vec![(0, 1.0)]));
+        assert!(
+            e.contains("option label_field: 'image' is not a label field"),
+            "{e}"
+        );
+        let e = with(PatchSampling::new([20, 4, 4]).with_pad(voxlake::plan::patch::Pad::None));
+        assert!(
+            e.contains(
+                "option pad: a patch of [20, 4, 4] is larger than volume 'v0' of [19, 8, 9]"
+            ),
+            "{e}"
+        );
+    })
+    .await
+    .unwrap();
+}

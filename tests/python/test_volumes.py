@@ -299,3 +299,52 @@ def test_grid_patches_cover_a_volume_and_the_aggregator_puts_a_model_output_back
         partial.add(batch["image"][:, :, 0, 0], batch["origin"])
     with pytest.raises(voxlake.ConfigError, match="overlap"):
         ds.grid(0, size, (8, 0, 0))
+
+
+def test_a_loader_of_patches_under_dataloader_workers_resumes_exactly(tmp_path):
+    """voxlake.Loader and voxlake.torch.DataLoader with patch=: every patch equals numpy's crop
+    at its origin, about half the centres on the rare class asked for, two workers together
+    give one process's patches, and state_dict mid-epoch resumes with the very next batches."""
+    from voxlake.torch import DataLoader
+
+    table = str(tmp_path / "bricked")
+    shapes = [(19, 9, 7), (8, 16, 6), (12, 12, 12), (10, 20, 9)]
+    voxlake.write_volumes(table, (volume(i, s) for i, s in enumerate(shapes)), brick=BRICK, progress=False)
+    options = dict(patch=(6, 5, 4), patches_per_volume=30, label_field="mask", label_probabilities={0: 1, 3: 1},
+                   pad="edge", batch_size=4, shuffle=True, seed=5, epochs=1)
+    batches = list(voxlake.Loader(table, **options))
+    assert len(batches) == 30 and all(b["image"].shape == (4, 2, 6, 5, 4) for b in batches)
+    centres_on_3 = 0
+    for b in batches:
+        for k, vid in enumerate(b["id"]):
+            i = int(vid.split("_")[1])
+            want = volume(i, shapes[i])
+            origin = b["origin"][k].tolist()
+            np.testing.assert_array_equal(b["image"][k], crop(want["image"], origin, (6, 5, 4), "edge"))
+            np.testing.assert_array_equal(b["mask"][k], crop(want["mask"], origin, (6, 5, 4), "edge"))
+            centre = [o + s // 2 for o, s in zip(origin, (6, 5, 4))]
+            centres_on_3 += int(want["mask"][tuple(min(max(c, 0), n - 1) for c, n in zip(centre, shapes[i]))] == 3)
+    assert 35 <= centres_on_3 <= 85, centres_on_3  # of 120, half asked
+    seen = sorted((v, tuple(o)) for b in batches for v, o in zip(b["id"], b["origin"].tolist()))
+    # Two workers: together the same patches.
+    loader = DataLoader(table, num_workers=2, **options)
+    assert len(loader) == 30
+    got = sorted((v, tuple(o)) for b in loader for v, o in zip(b["id"], b["origin"].tolist()))
+    assert got == seen
+    # Resume after 11 batches: the next batches are the uninterrupted run's.
+    first = voxlake.Loader(table, **options)
+    it = iter(first)
+    for _ in range(11):
+        next(it)
+    state = first.state_dict()
+    resumed = voxlake.Loader(table, **options)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(rest) == 19
+    for a, b in zip(rest, batches[11:]):
+        assert a["id"] == b["id"]
+        np.testing.assert_array_equal(a["origin"], b["origin"])
+    with pytest.raises(voxlake.ConfigError, match="options pad: they go with patch"):
+        voxlake.Loader(table, pad="edge")
+    with pytest.raises(voxlake.ConfigError, match="class 9 is in no volume's 'mask'"):
+        next(iter(voxlake.Loader(table, patch=(4, 4, 4), label_field="mask", label_probabilities={9: 1.0})))

@@ -74,6 +74,8 @@ pub struct Loader {
     pub(crate) labels: std::collections::BTreeMap<Option<i64>, u64>,
     /// Of a mixture, samples handed out per source.
     pub(crate) sources_delivered: Vec<u64>,
+    /// A loader of patches: its order and volumes (a rank's batches follow its volumes).
+    pub(crate) patch_order: Option<(voxlake_plan::patch::PatchOrder, u64)>,
 }
 
 impl Loader {
@@ -114,7 +116,7 @@ impl Loader {
     /// marks a null label). Of a mixture (whose sources all have one or none): the first
     /// source's name, nullable where any source's is.
     pub fn label_column(&self) -> Option<(&str, bool)> {
-        label_column(&self.stream)
+        crate::open::label_column(&self.stream)
     }
 
     /// This process's rank (from 0) and the number of ranks.
@@ -153,8 +155,12 @@ impl Loader {
     /// Batches per epoch each rank would get over `world_size` ranks (a front end that splits
     /// a rank into workers counts theirs from the rank's loader).
     pub fn iterations_per_epoch_over(&self, world_size: usize) -> u64 {
-        self.settings
-            .batches(self.draws_per_epoch, world_size.max(1))
+        match &self.patch_order {
+            Some((order, volumes)) => order.batches(*volumes, 0, &[], world_size.max(1)),
+            None => self
+                .settings
+                .batches(self.draws_per_epoch, world_size.max(1)),
+        }
     }
 
     /// Rows an epoch draws over all ranks: the table's rows (those its filter keeps), or what
@@ -427,20 +433,6 @@ impl Loader {
             item => item,
         }
     }
-}
-
-/// [`Loader::label_column`] of `stream`'s table (or mixture).
-pub(crate) fn label_column(stream: &TableStream) -> Option<(&str, bool)> {
-    let name = stream.scan().snapshot().columns().label.as_deref()?;
-    let nullable = stream.sources().scans().iter().any(|s| {
-        let s = s.snapshot();
-        s.columns().label.as_deref().is_none_or(|label| {
-            s.schema()
-                .field_with_name(label)
-                .map_or(true, |f| f.is_nullable())
-        })
-    });
-    Some((name, nullable))
 }
 
 impl Loader {

@@ -105,6 +105,21 @@ impl Lookup {
         }
     }
 
+    /// The stream the lookup reads through.
+    pub(crate) fn stream(&self) -> &TableStream {
+        &self.stream
+    }
+
+    /// Bytes of one sample's tensors.
+    pub(crate) fn sample_bytes(&self) -> u64 {
+        self.sample_bytes
+    }
+
+    /// The lookup's counters.
+    pub(crate) fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
     /// Rows of the version (those the filter selects; of a split, its rows).
     pub fn len(&self) -> u64 {
         match &self.rows {
@@ -176,7 +191,7 @@ impl Lookup {
     /// The table's label column, if it has one, and whether it may be null (as
     /// [`Loader::label_column`](crate::Loader::label_column)).
     pub fn label_column(&self) -> Option<(&str, bool)> {
-        crate::loader::label_column(&self.stream)
+        crate::open::label_column(&self.stream)
     }
 
     /// Takes a batch's first field back for a later take's (as

@@ -161,3 +161,17 @@ impl LoaderBuilder {
         )))
     }
 }
+
+/// [`Loader::label_column`](crate::Loader::label_column) of `stream`'s table (or mixture).
+pub(crate) fn label_column(stream: &voxlake_stream::TableStream) -> Option<(&str, bool)> {
+    let name = stream.scan().snapshot().columns().label.as_deref()?;
+    let nullable = stream.sources().scans().iter().any(|s| {
+        let s = s.snapshot();
+        s.columns().label.as_deref().is_none_or(|label| {
+            s.schema()
+                .field_with_name(label)
+                .map_or(true, |f| f.is_nullable())
+        })
+    });
+    Some((name, nullable))
+}

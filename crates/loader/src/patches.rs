@@ -16,6 +16,7 @@ use crate::assemble::Row;
 use crate::batch::{Batch, FieldBatch, Tensors};
 
 pub(crate) mod place;
+mod run;
 
 use place::Boxed;
 

@@ -32,7 +32,7 @@ impl LoaderBuilder {
     /// The epoch the run ends before (`None`: never) when it starts at `start`. A state
     /// decides where the run is; the run still ends where it would have, but never before the
     /// state's epoch is done, unless the state is that end itself.
-    fn end_epoch(&self, start: &Position) -> Option<u64> {
+    pub(crate) fn end_epoch(&self, start: &Position) -> Option<u64> {
         let Epochs::Count(n) = self.epochs else {
             return None;
         };
@@ -110,6 +110,9 @@ impl LoaderBuilder {
         self.sampling
             .check()
             .map_err(crate::sampling::config_error)?;
+        if self.sampling.patches().is_some() {
+            return self.build_patches(Instant::now());
+        }
         // A port taken fails before the table is opened.
         let endpoint = self.metrics_port.map(Endpoint::bind).transpose()?;
         // CUDA's context is made while the table opens (`feed::Setup`).
@@ -203,6 +206,7 @@ impl LoaderBuilder {
             waiting_since: None,
             labels: Default::default(),
             sources_delivered,
+            patch_order: None,
         })
     }
 
@@ -411,7 +415,7 @@ impl LoaderBuilder {
     }
 
     /// The state at `start` before any batch: what every state of the run shares.
-    fn state_template(
+    pub(crate) fn state_template(
         &self,
         stream: &TableStream,
         settings: &OrderSettings,

@@ -24,8 +24,10 @@ use crate::error::SamplingError;
 use crate::plan::SeededRng;
 
 mod epoch;
+mod sampling;
 
 pub use epoch::{Draw, PatchOrder};
+pub use sampling::{DEFAULT_PATCH_WINDOW, PatchSampling};
 
 /// Voxels along the three spatial axes (z, y, x: C order, the last the fastest).
 pub type Dims = [u64; 3];

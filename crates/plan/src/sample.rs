@@ -100,9 +100,21 @@ pub struct Sampling {
     subset_by: SubsetBy,
     split: Option<Split>,
     shares: Vec<Share>,
+    patches: Option<crate::patch::PatchSampling>,
 }
 
 impl Sampling {
+    /// Patches of a bricked table's volumes instead of rows ([`crate::patch`]).
+    pub fn with_patches(mut self, patches: crate::patch::PatchSampling) -> Self {
+        self.patches = Some(patches);
+        self
+    }
+
+    /// The patch sampler's settings, where the epochs draw patches.
+    pub fn patches(&self) -> Option<&crate::patch::PatchSampling> {
+        self.patches.as_ref()
+    }
+
     /// Every label value an equal share of the draws.
     pub fn with_balance_labels(mut self) -> Self {
         self.weights = Weights::BalanceLabels;
@@ -208,6 +220,23 @@ impl Sampling {
     /// Checks the spec alone (the table's rows are checked by the sampler): an error names the
     /// option and the value.
     pub fn check(&self) -> Result<(), SamplingError> {
+        if let Some(patches) = &self.patches {
+            patches.check()?;
+            let rows = Sampling {
+                patches: None,
+                ..self.clone()
+            };
+            if !rows.is_plain() {
+                let names: Vec<String> = rows.options().into_iter().map(|(k, _)| k).collect();
+                return Err(SamplingError::new(
+                    "patch",
+                    format!(
+                        "patches are drawn per volume: {} draw rows (not with patch)",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
         if let Weights::Classes(classes) = &self.weights {
             if classes.is_empty() {
                 return Err(SamplingError::new(
@@ -320,6 +349,9 @@ impl Sampling {
             let text: Vec<String> = self.shares.iter().map(|s| s.to_text()).collect();
             out.push(("sources", text.join(",")));
         }
+        if let Some(patches) = &self.patches {
+            patches.options(&mut out);
+        }
         out.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
 
@@ -360,6 +392,7 @@ impl Sampling {
                         value.split(',').map(Share::from_text).collect();
                     spec = spec.with_shares(shares.ok_or_else(|| bad("sources"))?);
                 }
+                _ if crate::patch::PatchSampling::set(&mut spec.patches, key, value)? => {}
                 _ => {
                     return Err(SamplingError::new(
                         "sampling",

@@ -5,6 +5,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use voxlake::plan::patch::PatchSampling;
 use voxlake::plan::sample::Sampling;
 use voxlake::plan::split::Split;
 
@@ -32,6 +33,12 @@ pub(crate) struct SamplingOptions {
     split: Option<String>,
     splits: Option<Vec<(String, f64)>>,
     split_salt: Option<String>,
+    patch: Option<[u64; 3]>,
+    patches_per_volume: Option<u64>,
+    label_field: Option<String>,
+    label_probabilities: Option<Vec<(i64, f64)>>,
+    pad: Option<String>,
+    patch_window: Option<usize>,
 }
 
 /// A dict's items in its order, keys and values typed, or an error naming `name`.
@@ -131,11 +138,115 @@ pub(crate) const OPTIONS: &[SamplingOption] = &[
             Ok(())
         },
     },
+    SamplingOption {
+        name: "patch",
+        kind: "tuple[int, int, int]",
+        doc: "Patches of this many voxels (z, y, x) of a bricked table's volumes (voxlake.write_volumes) instead of rows: each batch holds every volume field as [B, C?, z, y, x], origin (int64 [B, 3]) and the volumes' ids.",
+        apply: |o, v| {
+            o.patch = Some(value("patch", v, "three ints")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "patches_per_volume",
+        kind: "int",
+        doc: "With patch: patches drawn of each volume an epoch (default 1).",
+        apply: |o, v| {
+            o.patches_per_volume = Some(value("patches_per_volume", v, "an int")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "label_field",
+        kind: "str",
+        doc: "With patch and label_probabilities: the label map whose classes the centres are drawn by (a class field of the table).",
+        apply: |o, v| {
+            o.label_field = Some(value("label_field", v, "a str")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "label_probabilities",
+        kind: "dict[int, float]",
+        doc: "With patch: each class's relative probability of a patch's centre voxel in label_field: {0: 1, 1: 1} centres half the patches on class 1.",
+        apply: |o, v| {
+            o.label_probabilities =
+                Some(items("label_probabilities", v, "a dict of int to float")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "pad",
+        kind: "str",
+        doc: "With patch: a patch past a volume's edge is filled with \"zero\" (default) or the \"edge\" voxels, or kept inside (\"none\").",
+        apply: |o, v| {
+            o.pad = Some(value("pad", v, "a str")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "patch_window",
+        kind: "int",
+        doc: "With patch: volumes whose patches are mixed together before batching (default 8).",
+        apply: |o, v| {
+            o.patch_window = Some(value("patch_window", v, "an int")?);
+            Ok(())
+        },
+    },
 ];
 
+/// The patch sampler the keywords make (`None` without `patch`; its other keywords alone
+/// are an error naming them).
+fn patches(o: &mut SamplingOptions) -> PyResult<Option<PatchSampling>> {
+    let Some(size) = o.patch else {
+        let given: Vec<&str> = [
+            ("patches_per_volume", o.patches_per_volume.is_some()),
+            ("label_field", o.label_field.is_some()),
+            ("label_probabilities", o.label_probabilities.is_some()),
+            ("pad", o.pad.is_some()),
+            ("patch_window", o.patch_window.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        if given.is_empty() {
+            return Ok(None);
+        }
+        return Err(config(format!(
+            "options {}: they go with patch",
+            given.join(", ")
+        )));
+    };
+    let mut p = PatchSampling::new(size);
+    if let Some(n) = o.patches_per_volume {
+        p = p.with_per_volume(n);
+    }
+    if let Some(pad) = o.pad.take() {
+        p = p.with_pad(pad.parse().map_err(|e| config(format!("option {e}")))?);
+    }
+    if let Some(n) = o.patch_window {
+        p = p.with_window(n);
+    }
+    match (o.label_field.take(), o.label_probabilities.take()) {
+        (Some(field), Some(probabilities)) => {
+            p = p.with_label_probabilities(field, probabilities);
+        }
+        (None, None) => {}
+        _ => {
+            return Err(config(
+                "options label_field and label_probabilities go together: the label map, and each class's probability",
+            ));
+        }
+    }
+    Ok(Some(p))
+}
+
 /// The spec the keywords make, checked.
-pub(crate) fn spec(o: SamplingOptions) -> PyResult<Sampling> {
+pub(crate) fn spec(mut o: SamplingOptions) -> PyResult<Sampling> {
     let mut spec = Sampling::default();
+    if let Some(p) = patches(&mut o)? {
+        spec = spec.with_patches(p);
+    }
     match o.balance.as_deref() {
         None => {}
         Some("label") => spec = spec.with_balance_labels(),
