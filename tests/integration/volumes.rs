@@ -649,3 +649,36 @@ async fn a_loader_of_patches_balances_classes_and_resumes_on_another_world_size(
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_brick_is_an_error_naming_its_file_not_a_wrong_patch() {
+    use voxlake::plan::patch::Pad;
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t").to_string_lossy().into_owned();
+    let (v, _, _) = volume("ct", [16, 16, 8], 0);
+    write(&table, vec![v]).await.unwrap();
+    // One byte of the image's values flipped in the middle of the data file.
+    let file = std::fs::read_dir(&table)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&file, bytes).unwrap();
+    let name = file.file_name().unwrap().to_string_lossy().into_owned();
+    tokio::task::spawn_blocking(move || {
+        let rows = Loader::builder(&table).build_lookup().unwrap();
+        let e = rows
+            .patches([16, 16, 8], Pad::None, &[(0, [0, 0, 0])])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&name) && e.contains("(ct#") && e.contains("its CRC-32 is"),
+            "{e}"
+        );
+    })
+    .await
+    .unwrap();
+}

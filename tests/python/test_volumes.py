@@ -88,7 +88,7 @@ def test_volumes_written_as_bricks_read_back_voxel_for_voxel(tmp_path):
     # Again with one more: only that one is written.
     again = voxlake.write_volumes(table, (volume(i, s) for i, s in enumerate([*shapes, (4, 4, 4)])),
                                   brick=BRICK, progress=False)
-    assert again["rows"] == 1
+    assert again["rows"] == 1 and again["already_present"] == bricks
 
 
 def test_bad_volumes_are_refused_naming_the_volume_and_the_field(tmp_path):

@@ -146,7 +146,11 @@ impl VolumeWriter<'_> {
         let grid = BrickGrid::new(volume.shape, self.spec.brick())
             .map_err(|e| self.refused(&volume.id, e.to_string()))?;
         let last = brick_id(&volume.id, grid.len().saturating_sub(1));
-        if self.rows.holds(&last) || !self.rows.compactor().in_shard(&volume.id) {
+        if !self.rows.compactor().in_shard(&volume.id) {
+            return Ok(false);
+        }
+        if self.rows.holds(&last) {
+            self.rows.skipped_present(grid.len());
             return Ok(false);
         }
         let info = self.info(&volume, &grid)?;

@@ -200,6 +200,11 @@ impl RowWriter<'_> {
         self.present.contains(id)
     }
 
+    /// Counts `rows` the table held as skipped (a volume written whole before).
+    pub(crate) fn skipped_present(&mut self, rows: u64) {
+        self.summary.already_present += rows as usize;
+    }
+
     pub(crate) fn refused(&self, reason: String) -> CompactError {
         CompactError::Incompatible {
             location: self.location.clone(),

@@ -172,8 +172,8 @@ impl Assembler {
     }
 
     /// Checks every row on the pool's threads: before a copy that does not check each row
-    /// itself (a per-sample transform's, a device's staging).
-    fn check_rows(&self, rows: &[Row]) -> Result<(), LoaderError> {
+    /// itself (a per-sample transform's, a device's staging, a patch's pieces).
+    pub(crate) fn check_rows(&self, rows: &[Row]) -> Result<(), LoaderError> {
         match &self.pool {
             Some(pool) if rows.len() > 1 => {
                 use rayon::prelude::*;

@@ -187,6 +187,26 @@ pub(super) struct SamplingArgs {
     /// share is given by another flag).
     #[arg(long, value_name = "N,...")]
     pub(super) choose: Option<String>,
+    /// Patches of Z,Y,X voxels of a bricked table's volumes instead of rows (docs/usage.md,
+    /// "How do I read patches of volumes larger than a sample?").
+    #[arg(long, value_name = "Z,Y,X")]
+    pub(super) patch: Option<String>,
+    /// With --patch: patches of each volume an epoch (default 1).
+    #[arg(long, requires = "patch")]
+    pub(super) patches_per_volume: Option<u64>,
+    /// With --patch: the label map whose classes the centres are drawn by.
+    #[arg(long, requires_all = ["patch", "label_probabilities"])]
+    pub(super) label_field: Option<String>,
+    /// With --label-field: each class's relative probability of a centre, e.g. `0:1,1:1`.
+    #[arg(long, value_name = "CLASS:P,...", requires = "label_field")]
+    pub(super) label_probabilities: Option<String>,
+    /// With --patch: a patch past an edge filled with `zero` (default) or `edge` voxels, or
+    /// kept inside (`none`).
+    #[arg(long, value_name = "zero|edge|none", requires = "patch")]
+    pub(super) pad: Option<String>,
+    /// With --patch: volumes whose patches mix before batching (default 8).
+    #[arg(long, requires = "patch")]
+    pub(super) patch_window: Option<usize>,
 }
 
 impl SamplingArgs {
@@ -246,6 +266,8 @@ impl SamplingArgs {
     pub(super) fn spec(&self) -> Result<voxlake_plan::sample::Sampling, String> {
         let subsample = self.subsample.map(|f| f.to_string());
         let epoch_size = self.epoch_size.map(|n| n.to_string());
+        let per_volume = self.patches_per_volume.map(|n| n.to_string());
+        let window = self.patch_window.map(|n| n.to_string());
         let pairs: Vec<(String, String)> = [
             ("balance", &self.balance),
             ("class_weights", &self.class_weights),
@@ -256,6 +278,12 @@ impl SamplingArgs {
             ("split", &self.split),
             ("splits", &self.splits),
             ("split_salt", &self.split_salt),
+            ("patch", &self.patch),
+            ("patches_per_volume", &per_volume),
+            ("label_field", &self.label_field),
+            ("label_probabilities", &self.label_probabilities),
+            ("pad", &self.pad),
+            ("patch_window", &window),
         ]
         .into_iter()
         .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))

@@ -94,6 +94,8 @@ impl Lookup {
             .collect::<Result<Vec<u64>, LoaderError>>()?;
         let rows = self.on_runtime(self.read_rows(&positions))?;
         let start = Instant::now();
+        // The stream leaves the rows' checksums to the loader: each brick once.
+        self.assembler.check_rows(&rows)?;
         let read = &self.assembler.input_spec;
         let fields: Vec<Option<usize>> = volumes
             .spec()
