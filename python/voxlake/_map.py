@@ -28,7 +28,7 @@ _STREAMING = frozenset({
     "world_size", "job", "job_dir", "prefetch", "uneven", "keep_row_groups", "node_affinity",
     "row_group_prefetch", "balance", "class_weights", "weight_column", "epoch_size", "subsample",
     "subset_by", "metrics_port", "trace", "trace_batches", "patch", "patches_per_volume", "label_field",
-    "label_probabilities", "pad", "patch_window",
+    "label_probabilities", "pad", "patch_window", "sampler", "overlap",
 })
 
 #: The datasets of this process with a lookup open, closed before a fork.

@@ -682,3 +682,68 @@ async fn a_corrupt_brick_is_an_error_naming_its_file_not_a_wrong_patch() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grid_loader_gives_every_patch_of_every_volume_in_order() {
+    use voxlake::plan::patch::{PatchSampling, grid_origins};
+    use voxlake::plan::sample::Sampling;
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t").to_string_lossy().into_owned();
+    let shapes = [[19u64, 8, 9], [12, 12, 12], [9, 20, 8]];
+    let made: Vec<_> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| volume(&format!("v{i}"), s, i as u64))
+        .collect();
+    write(&table, made.iter().map(|m| m.0.clone()).collect())
+        .await
+        .unwrap();
+    tokio::task::spawn_blocking(move || {
+        let size = [6u64, 5, 7];
+        let grid = |rank, world| {
+            let patches = PatchSampling::new(size).with_grid([2, 1, 3]);
+            Loader::builder(&table)
+                .with_sampling(Sampling::default().with_patches(patches))
+                .with_batch_size(3)
+                .with_shuffle(4, 64)
+                .with_epochs(1)
+                .with_rank(rank, world)
+                .build()
+                .unwrap()
+        };
+        let mut got: Vec<(String, Vec<i64>)> = Vec::new();
+        for r in 0..2 {
+            let batches: Vec<_> = grid(r, 2).map(Result::unwrap).collect();
+            let mine: Vec<(String, Vec<i64>)> = patches_of(&batches)
+                .into_iter()
+                .map(|(i, o, _)| (i, o))
+                .collect();
+            // A volume's patches come in the grid's order (pads repeat from the start).
+            for w in mine.windows(2).filter(|w| w[0].0 == w[1].0) {
+                assert!(
+                    w[0].1 < w[1].1 || w[1].1 == mine.iter().find(|m| m.0 == w[1].0).unwrap().1
+                );
+            }
+            got.extend(mine);
+        }
+        let mut want: Vec<(String, Vec<i64>)> = Vec::new();
+        for (i, shape) in shapes.iter().enumerate() {
+            for o in grid_origins(*shape, size, [2, 1, 3]).unwrap() {
+                want.push((format!("v{i}"), o.iter().map(|&v| v as i64).collect()));
+            }
+        }
+        let distinct: std::collections::BTreeSet<_> = got.iter().cloned().collect();
+        assert_eq!(
+            distinct,
+            want.iter().cloned().collect(),
+            "every grid patch, none else"
+        );
+        // Volumes in order, dealt whole (v0 and v2 to rank 0, v1 to rank 1): each rank pads
+        // to the longer's whole batches.
+        let count = |i: usize| grid_origins(shapes[i], size, [2, 1, 3]).unwrap().len();
+        let longest = (count(0) + count(2)).max(count(1));
+        assert_eq!(got.len(), 2 * longest.div_ceil(3) * 3);
+    })
+    .await
+    .unwrap();
+}

@@ -348,3 +348,26 @@ def test_a_loader_of_patches_under_dataloader_workers_resumes_exactly(tmp_path):
         voxlake.Loader(table, pad="edge")
     with pytest.raises(voxlake.ConfigError, match="class 9 is in no volume's 'mask'"):
         next(iter(voxlake.Loader(table, patch=(4, 4, 4), label_field="mask", label_probabilities={9: 1.0})))
+
+
+def test_a_grid_loader_and_the_aggregator_rebuild_each_volume(tmp_path):
+    """sampler="grid": every patch of every volume's grid streamed (two workers), the outputs
+    of an identity model averaged back per volume equal the volumes."""
+    from voxlake.torch import DataLoader, GridAggregator
+
+    table = str(tmp_path / "bricked")
+    shapes = [(19, 9, 7), (8, 16, 6), (12, 12, 12)]
+    voxlake.write_volumes(table, (volume(i, s) for i, s in enumerate(shapes)), brick=BRICK, progress=False)
+    loader = DataLoader(table, patch=(6, 5, 4), sampler="grid", overlap=(2, 1, 1), batch_size=4, epochs=1,
+                        num_workers=2)
+    aggregators = {f"vol_{i}": GridAggregator(s) for i, s in enumerate(shapes)}
+    for batch in loader:
+        for k, vid in enumerate(batch["id"]):
+            aggregators[vid].add(batch["image"][k:k + 1], batch["origin"][k:k + 1])
+    for i, shape in enumerate(shapes):
+        np.testing.assert_allclose(aggregators[f"vol_{i}"].result().numpy(), volume(i, shape)["image"], rtol=1e-6)
+    with pytest.raises(voxlake.ConfigError, match="option overlap: it goes with sampler=\"grid\""):
+        next(iter(voxlake.Loader(table, patch=(6, 5, 4), overlap=(1, 1, 1))))
+    with pytest.raises(voxlake.ConfigError, match="a grid takes every patch"):
+        next(iter(voxlake.Loader(table, patch=(6, 5, 4), sampler="grid", label_field="mask",
+                                 label_probabilities={3: 1.0})))

@@ -75,7 +75,7 @@ pub struct Loader {
     /// Of a mixture, samples handed out per source.
     pub(crate) sources_delivered: Vec<u64>,
     /// A loader of patches: its order and volumes (a rank's batches follow its volumes).
-    pub(crate) patch_order: Option<(voxlake_plan::patch::PatchOrder, u64)>,
+    pub(crate) patch_order: Option<(voxlake_plan::patch::PatchOrder, Vec<u64>)>,
 }
 
 impl Loader {
@@ -156,7 +156,7 @@ impl Loader {
     /// a rank into workers counts theirs from the rank's loader).
     pub fn iterations_per_epoch_over(&self, world_size: usize) -> u64 {
         match &self.patch_order {
-            Some((order, volumes)) => order.batches(*volumes, 0, &[], world_size.max(1)),
+            Some((order, counts)) => order.batches(counts, 0, &[], world_size.max(1)),
             None => self
                 .settings
                 .batches(self.draws_per_epoch, world_size.max(1)),

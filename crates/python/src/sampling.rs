@@ -39,6 +39,8 @@ pub(crate) struct SamplingOptions {
     label_probabilities: Option<Vec<(i64, f64)>>,
     pad: Option<String>,
     patch_window: Option<usize>,
+    sampler: Option<String>,
+    overlap: Option<[u64; 3]>,
 }
 
 /// A dict's items in its order, keys and values typed, or an error naming `name`.
@@ -193,6 +195,24 @@ pub(crate) const OPTIONS: &[SamplingOption] = &[
             Ok(())
         },
     },
+    SamplingOption {
+        name: "sampler",
+        kind: "str",
+        doc: "With patch: \"random\" (default: patches_per_volume drawn of each volume) or \"grid\" (every patch of each volume's grid, overlap apart, in order: validation and inference, with voxlake.torch.GridAggregator).",
+        apply: |o, v| {
+            o.sampler = Some(value("sampler", v, "a str")?);
+            Ok(())
+        },
+    },
+    SamplingOption {
+        name: "overlap",
+        kind: "tuple[int, int, int]",
+        doc: "With sampler=\"grid\": voxels the grid's neighbouring patches share (z, y, x; default 0).",
+        apply: |o, v| {
+            o.overlap = Some(value("overlap", v, "three ints")?);
+            Ok(())
+        },
+    },
 ];
 
 /// The patch sampler the keywords make (`None` without `patch`; its other keywords alone
@@ -205,6 +225,8 @@ fn patches(o: &mut SamplingOptions) -> PyResult<Option<PatchSampling>> {
             ("label_probabilities", o.label_probabilities.is_some()),
             ("pad", o.pad.is_some()),
             ("patch_window", o.patch_window.is_some()),
+            ("sampler", o.sampler.is_some()),
+            ("overlap", o.overlap.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
@@ -226,6 +248,18 @@ fn patches(o: &mut SamplingOptions) -> PyResult<Option<PatchSampling>> {
     }
     if let Some(n) = o.patch_window {
         p = p.with_window(n);
+    }
+    match (o.sampler.as_deref(), o.overlap) {
+        (None | Some("random"), None) => {}
+        (Some("grid"), overlap) => p = p.with_grid(overlap.unwrap_or_default()),
+        (None | Some("random"), Some(_)) => {
+            return Err(config("option overlap: it goes with sampler=\"grid\""));
+        }
+        (Some(other), _) => {
+            return Err(config(format!(
+                "option sampler: {other:?} is not \"random\" or \"grid\""
+            )));
+        }
     }
     match (o.label_field.take(), o.label_probabilities.take()) {
         (Some(field), Some(probabilities)) => {

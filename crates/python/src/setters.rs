@@ -47,7 +47,7 @@ pub(crate) const SETTERS: &[(&str, &str)] = &[
     ("with_runtime_threads", "option runtime_threads"),
     (
         "with_sampling",
-        "option balance, class_weights, weight_column, epoch_size, subsample, subset_by, split, splits, split_salt, patch, patches_per_volume, label_field, label_probabilities, pad, patch_window",
+        "option balance, class_weights, weight_column, epoch_size, subsample, subset_by, split, splits, split_salt, patch, patches_per_volume, label_field, label_probabilities, pad, patch_window, sampler, overlap",
     ),
     (
         "with_sample_columns",

@@ -207,6 +207,13 @@ pub(super) struct SamplingArgs {
     /// With --patch: volumes whose patches mix before batching (default 8).
     #[arg(long, requires = "patch")]
     pub(super) patch_window: Option<usize>,
+    /// With --patch: `random` (default) or `grid` (every patch of each volume's grid, in
+    /// order).
+    #[arg(long, value_name = "random|grid", requires = "patch")]
+    pub(super) sampler: Option<String>,
+    /// With --sampler grid: voxels neighbouring patches share, Z,Y,X.
+    #[arg(long, value_name = "Z,Y,X", requires = "sampler")]
+    pub(super) overlap: Option<String>,
 }
 
 impl SamplingArgs {
@@ -266,6 +273,9 @@ impl SamplingArgs {
     pub(super) fn spec(&self) -> Result<voxlake_plan::sample::Sampling, String> {
         let subsample = self.subsample.map(|f| f.to_string());
         let epoch_size = self.epoch_size.map(|n| n.to_string());
+        if self.overlap.is_some() && self.sampler.as_deref() != Some("grid") {
+            return Err("--overlap goes with --sampler grid".into());
+        }
         let per_volume = self.patches_per_volume.map(|n| n.to_string());
         let window = self.patch_window.map(|n| n.to_string());
         let pairs: Vec<(String, String)> = [
@@ -284,6 +294,8 @@ impl SamplingArgs {
             ("label_probabilities", &self.label_probabilities),
             ("pad", &self.pad),
             ("patch_window", &window),
+            ("sampler", &self.sampler.clone().filter(|s| s != "random")),
+            ("overlap", &self.overlap),
         ]
         .into_iter()
         .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))

@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use voxlake_format::{DType, FieldKind, SampleSpec, TensorSpec};
-use voxlake_plan::patch::{Dims, Pad, PatchDraws, PatchOrder, PatchSampling, origin_for_centre};
+use voxlake_plan::patch::{
+    Dims, Pad, PatchDraws, PatchOrder, PatchSampling, grid_origins, origin_for_centre,
+};
 use voxlake_plan::resume::OrderSettings;
 use voxlake_table::Volumes;
 
@@ -25,6 +27,10 @@ struct PatchProducer {
     volumes: Arc<Volumes>,
     patches: PatchSampling,
     order: PatchOrder,
+    /// Each volume's draws an epoch.
+    counts: Vec<u64>,
+    /// Of a grid, each volume's patches' origins.
+    grids: Vec<Vec<Dims>>,
     draws: PatchDraws,
     rank: usize,
     world_size: usize,
@@ -80,16 +86,20 @@ impl LoaderBuilder {
             interleave: INTERLEAVE,
             ..OrderSettings::plain()
         };
+        let grids = grids(&volumes, &patches)?;
         let order = PatchOrder {
             seed: settings.seed,
-            shuffle: settings.shuffle,
-            patches_per_volume: patches.per_volume(),
+            // A grid's patches in order.
+            shuffle: settings.shuffle && patches.grid().is_none(),
             window: patches.window(),
             batch_size: self.batch_size,
             uneven: settings.uneven,
         };
-        let count = volumes.volumes().len() as u64;
-        let draws_per_epoch = count * patches.per_volume();
+        let counts: Vec<u64> = match patches.grid() {
+            Some(_) => grids.iter().map(|g| g.len() as u64).collect(),
+            None => vec![patches.per_volume(); volumes.volumes().len()],
+        };
+        let draws_per_epoch = counts.iter().sum();
         let stream = lookup.stream().clone();
         let mut checked = settings;
         let start = match &self.state {
@@ -100,10 +110,10 @@ impl LoaderBuilder {
             }
             None => Position::start(self.start_epoch, self.world_size),
         };
-        if self.epochs == Epochs::Infinite && order.batches(count, 0, &[], self.world_size) == 0 {
+        if self.epochs == Epochs::Infinite && order.batches(&counts, 0, &[], self.world_size) == 0 {
             return Err(LoaderError::Config(format!(
-                "endless epochs of no batch: {count} volumes of {} patches over {} ranks, batches of {}",
-                patches.per_volume(),
+                "endless epochs of no batch: {draws_per_epoch} patches of {} volumes over {} ranks, batches of {}",
+                counts.len(),
                 self.world_size,
                 self.batch_size
             )));
@@ -118,6 +128,8 @@ impl LoaderBuilder {
             volumes,
             patches,
             order,
+            counts: counts.clone(),
+            grids,
             draws: voxlake_plan::patch::PatchDraws::new(settings.seed),
             rank: self.rank,
             world_size: self.world_size,
@@ -154,7 +166,7 @@ impl LoaderBuilder {
             waiting_since: None,
             labels: Default::default(),
             sources_delivered: Vec::new(),
-            patch_order: Some((order, count)),
+            patch_order: Some((order, counts)),
         })
     }
 }
@@ -202,6 +214,21 @@ fn check_volumes(volumes: &Volumes, patches: &PatchSampling) -> Result<(), Loade
         }
     }
     Ok(())
+}
+
+/// Of a grid, each volume's patches' origins (else none).
+fn grids(volumes: &Volumes, patches: &PatchSampling) -> Result<Vec<Vec<Dims>>, LoaderError> {
+    let Some(overlap) = patches.grid() else {
+        return Ok(Vec::new());
+    };
+    volumes
+        .volumes()
+        .iter()
+        .map(|v| {
+            grid_origins(v.info.shape, patches.size(), overlap)
+                .map_err(|e| LoaderError::Config(format!("volume '{}': option {e}", v.id)))
+        })
+        .collect()
 }
 
 /// What a batch of patches holds: each volume field over the patch (channels first), then
@@ -272,10 +299,9 @@ impl PatchProducer {
     /// The rest of an epoch from `at`; `Ok(false)` when the caller is gone.
     fn run_epoch(&self, at: &Position) -> Result<bool, LoaderError> {
         let epoch = at.epoch;
-        let count = self.volumes.volumes().len() as u64;
         let draws = self
             .order
-            .draws(count, epoch, &at.closed, self.world_size, self.rank);
+            .draws(&self.counts, epoch, &at.closed, self.world_size, self.rank);
         let batch = self.order.batch_size.max(1);
         let total = (draws.len() / batch) as u64;
         let before = at.batches_before(self.rank);
@@ -316,6 +342,13 @@ impl PatchProducer {
     /// Where draw `k` of volume `volume` sits: its centre (uniform, or by its voxel's class)
     /// and the origin the padding makes of it.
     fn place(&self, epoch: u64, volume: u64, k: u64) -> Result<(usize, [i64; 3]), LoaderError> {
+        if let Some(origin) = self
+            .grids
+            .get(volume as usize)
+            .and_then(|g| g.get(k as usize))
+        {
+            return Ok((volume as usize, origin.map(|o| o as i64)));
+        }
         let v = &self.volumes.volumes()[volume as usize];
         let shape = v.info.shape;
         let classes: Vec<(i64, &[Dims])> = match self.patches.label_field() {

@@ -1,22 +1,24 @@
-//! An epoch of patches in order: each volume's `patches_per_volume` draws `(volume, k)`, the
-//! volumes shuffled and dealt to ranks (a volume's patches all on one rank), each rank's
-//! draws mixed a window of volumes at a time, every rank the same batches; and where an epoch
-//! stands after segments on other world sizes (the draws no rank delivered, dealt again).
+//! An epoch of patches in order: each volume's draws `(volume, k)` (as many as its count: the
+//! patches drawn of it, or its grid's), the volumes shuffled and dealt to ranks (a volume's
+//! patches all on one rank), each rank's draws mixed a window of volumes at a time, every rank
+//! the same batches; and where an epoch stands after segments on other world sizes (the
+//! draws no rank delivered, dealt again).
 //!
 //! ```
 //! use voxlake_plan::order::Uneven;
 //! use voxlake_plan::patch::PatchOrder;
 //! use voxlake_plan::resume::Segment;
 //!
-//! let order = PatchOrder { patches_per_volume: 4, batch_size: 2, ..PatchOrder::new(7) };
+//! let order = PatchOrder { batch_size: 2, ..PatchOrder::new(7) };
+//! let counts = [4; 5]; // 4 patches of each of 5 volumes
 //! // 5 volumes over 2 ranks: 3 and 2 volumes, padded to 6 batches each.
-//! let rank0 = order.draws(5, 0, &[], 2, 0);
-//! let rank1 = order.draws(5, 0, &[], 2, 1);
+//! let rank0 = order.draws(&counts, 0, &[], 2, 0);
+//! let rank1 = order.draws(&counts, 0, &[], 2, 1);
 //! assert_eq!((rank0.len(), rank1.len()), (12, 12));
 //! assert_eq!(rank1.iter().filter(|d| d.pad).count(), 4);
 //! // After 3 batches each on 2 ranks, 3 ranks share what is left: 20 − 12 draws.
 //! let closed = [Segment { world_size: 2, batches: 3, ahead: 0 }];
-//! let left: usize = (0..3).map(|r| order.draws(5, 0, &closed, 3, r).iter().filter(|d| !d.pad).count()).sum();
+//! let left: usize = (0..3).map(|r| order.draws(&counts, 0, &closed, 3, r).iter().filter(|d| !d.pad).count()).sum();
 //! assert_eq!(left, 8);
 //! ```
 
@@ -37,8 +39,6 @@ pub struct PatchOrder {
     /// Shuffle the volumes and mix each window's patches (else volumes in order, each
     /// volume's patches in order).
     pub shuffle: bool,
-    /// Patches drawn of each volume an epoch.
-    pub patches_per_volume: u64,
     /// Volumes whose patches are mixed together (the shuffle buffer's reach, in volumes).
     pub window: usize,
     /// Patches a batch.
@@ -63,29 +63,29 @@ pub struct Draw {
 type Left = Vec<(u64, Vec<u64>)>;
 
 impl PatchOrder {
-    /// Shuffled, one patch a volume, windows of 8 volumes, batches of 1, padded.
+    /// Shuffled, windows of 8 volumes, batches of 1, padded.
     pub fn new(seed: u64) -> PatchOrder {
         PatchOrder {
             seed,
             shuffle: true,
-            patches_per_volume: 1,
             window: 8,
             batch_size: 1,
             uneven: Uneven::Pad,
         }
     }
 
-    /// Rank `rank`'s draws (of `world_size`) of epoch `epoch` of `volumes` volumes, after
-    /// `closed` segments: a multiple of the batch size, the same number on every rank.
+    /// Rank `rank`'s draws (of `world_size`) of epoch `epoch` of volumes of `counts` draws
+    /// each, after `closed` segments: a multiple of the batch size, the same number on every
+    /// rank.
     pub fn draws(
         &self,
-        volumes: u64,
+        counts: &[u64],
         epoch: u64,
         closed: &[Segment],
         world_size: usize,
         rank: usize,
     ) -> Vec<Draw> {
-        let left = self.left(volumes, epoch, closed);
+        let left = self.left(counts, epoch, closed);
         let mut ranks = self.deal(&left, epoch, world_size.max(1));
         match rank < ranks.len() {
             true => ranks.swap_remove(rank),
@@ -94,8 +94,14 @@ impl PatchOrder {
     }
 
     /// Batches each rank delivers in a segment of `world_size` ranks after `closed`.
-    pub fn batches(&self, volumes: u64, epoch: u64, closed: &[Segment], world_size: usize) -> u64 {
-        let left = self.left(volumes, epoch, closed);
+    pub fn batches(
+        &self,
+        counts: &[u64],
+        epoch: u64,
+        closed: &[Segment],
+        world_size: usize,
+    ) -> u64 {
+        let left = self.left(counts, epoch, closed);
         let ranks = self.deal(&left, epoch, world_size.max(1));
         ranks
             .first()
@@ -103,8 +109,8 @@ impl PatchOrder {
     }
 
     /// The draws no rank delivered in `closed`.
-    fn left(&self, volumes: u64, epoch: u64, closed: &[Segment]) -> Left {
-        let mut order: Vec<u64> = (0..volumes).collect();
+    fn left(&self, counts: &[u64], epoch: u64, closed: &[Segment]) -> Left {
+        let mut order: Vec<u64> = (0..counts.len() as u64).collect();
         if self.shuffle {
             shuffle(
                 &mut order,
@@ -113,7 +119,8 @@ impl PatchOrder {
         }
         let mut left: Left = order
             .into_iter()
-            .map(|v| (v, (0..self.patches_per_volume).collect()))
+            .map(|v| (v, (0..counts[v as usize]).collect()))
+            .filter(|(_, ks): &(u64, Vec<u64>)| !ks.is_empty())
             .collect();
         for segment in closed {
             let ranks = self.deal(&left, epoch, segment.world_size.max(1));
@@ -211,11 +218,10 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashMap;
 
-    fn order(n: u64, batch: usize, window: usize, drop: bool, shuffle: bool) -> PatchOrder {
+    fn order(batch: usize, window: usize, drop: bool, shuffle: bool) -> PatchOrder {
         PatchOrder {
             seed: 11,
             shuffle,
-            patches_per_volume: n,
             window,
             batch_size: batch,
             uneven: if drop { Uneven::Drop } else { Uneven::Pad },
@@ -228,8 +234,7 @@ mod tests {
         /// rank's volumes are its own, and a padded epoch delivers every draw.
         #[test]
         fn every_draw_once_over_any_world_sizes(
-            volumes in 0u64..30,
-            n in 1u64..5,
+            counts in prop::collection::vec(0u64..5, 0..30),
             batch in 1usize..6,
             window in 1usize..5,
             drop in any::<bool>(),
@@ -237,13 +242,14 @@ mod tests {
             worlds in prop::collection::vec((1usize..6, 0u64..6, 0usize..6), 0..4),
             last in 1usize..6,
         ) {
-            let o = order(n, batch, window, drop, shuffle);
+            let o = order(batch, window, drop, shuffle);
+            let volumes = counts.len() as u64;
             let mut closed: Vec<Segment> = Vec::new();
             let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
             let segments = worlds.iter().map(|&(w, b, a)| (w, Some((b, a)))).chain([(last, None)]);
             for (world, stop) in segments {
-                let ranks: Vec<Vec<Draw>> = (0..world).map(|r| o.draws(volumes, 3, &closed, world, r)).collect();
-                let batches = o.batches(volumes, 3, &closed, world);
+                let ranks: Vec<Vec<Draw>> = (0..world).map(|r| o.draws(&counts, 3, &closed, world, r)).collect();
+                let batches = o.batches(&counts, 3, &closed, world);
                 prop_assert!(ranks.iter().all(|r| r.len() as u64 == batches * batch as u64));
                 let (b, ahead) = match stop {
                     Some((b, a)) => (b.min(batches), a.min(world - 1)),
@@ -265,36 +271,36 @@ mod tests {
                 closed.push(segment);
             }
             prop_assert!(seen.values().all(|&c| c == 1), "a draw delivered twice");
-            prop_assert!(seen.keys().all(|&(v, k)| v < volumes && k < n));
-            if !drop && volumes > 0 {
-                prop_assert_eq!(seen.len() as u64, volumes * n, "a padded epoch delivers every draw");
+            prop_assert!(seen.keys().all(|&(v, k)| v < volumes && k < counts[v as usize]));
+            if !drop {
+                prop_assert_eq!(seen.len() as u64, counts.iter().sum::<u64>(), "a padded epoch delivers every draw");
             }
         }
     }
 
     #[test]
     fn windows_mix_their_volumes_and_epochs_differ() {
-        let o = order(4, 4, 2, false, true);
-        let draws = o.draws(10, 0, &[], 1, 0);
+        let o = order(4, 2, false, true);
+        let draws = o.draws(&[4; 10], 0, &[], 1, 0);
         assert_eq!(draws.len(), 40);
         // The first 8 draws are the first window's 2 volumes, mixed.
         let first: HashSet<u64> = draws[..8].iter().map(|d| d.volume).collect();
         assert_eq!(first.len(), 2);
         assert!(draws[..8].windows(2).any(|w| w[0].volume != w[1].volume));
-        assert_ne!(o.draws(10, 1, &[], 1, 0), draws);
-        assert_eq!(o.draws(10, 0, &[], 1, 0), draws);
-        // In order without shuffle.
-        let plain = order(2, 1, 3, false, false).draws(2, 0, &[], 1, 0);
+        assert_ne!(o.draws(&[4; 10], 1, &[], 1, 0), draws);
+        assert_eq!(o.draws(&[4; 10], 0, &[], 1, 0), draws);
+        // In order without shuffle (a grid's order), volumes of their own counts.
+        let plain = order(1, 3, false, false).draws(&[2, 0, 3], 0, &[], 1, 0);
         let pairs: Vec<(u64, u64)> = plain.iter().map(|d| (d.volume, d.k)).collect();
-        assert_eq!(pairs, [(0, 0), (0, 1), (1, 0), (1, 1)]);
+        assert_eq!(pairs, [(0, 0), (0, 1), (2, 0), (2, 1), (2, 2)]);
     }
 
     #[test]
     fn more_ranks_than_volumes_pad_from_every_rank() {
-        let o = order(2, 2, 1, false, true);
-        let ranks: Vec<Vec<Draw>> = (0..4).map(|r| o.draws(1, 0, &[], 4, r)).collect();
+        let o = order(2, 1, false, true);
+        let ranks: Vec<Vec<Draw>> = (0..4).map(|r| o.draws(&[2], 0, &[], 4, r)).collect();
         assert!(ranks.iter().all(|r| r.len() == 2));
         assert_eq!(ranks.iter().flatten().filter(|d| !d.pad).count(), 2);
-        assert_eq!(order(2, 2, 1, true, true).batches(1, 0, &[], 4), 0);
+        assert_eq!(order(2, 1, true, true).batches(&[2], 0, &[], 4), 0);
     }
 }

@@ -11,7 +11,8 @@ pub const DEFAULT_PATCH_WINDOW: usize = 8;
 
 /// Patches of `size` voxels drawn from each volume of a bricked table an epoch: how many,
 /// where their centres fall (uniformly, or by the class of the centre voxel in a label
-/// field), how a patch past an edge is filled, and how many volumes' patches mix.
+/// field), how a patch past an edge is filled, and how many volumes' patches mix; or, for
+/// validation and inference, every patch of each volume's grid ([`with_grid`](Self::with_grid)).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PatchSampling {
     size: Dims,
@@ -20,6 +21,7 @@ pub struct PatchSampling {
     label_field: Option<String>,
     label_probabilities: Vec<(i64, f64)>,
     window: usize,
+    grid: Option<Dims>,
 }
 
 impl PatchSampling {
@@ -33,7 +35,15 @@ impl PatchSampling {
             label_field: None,
             label_probabilities: Vec::new(),
             window: DEFAULT_PATCH_WINDOW,
+            grid: None,
         }
+    }
+
+    /// Every patch of each volume's grid, `overlap` voxels apart, in order (volumes in
+    /// order too), instead of drawn ones (`voxlake_plan::patch::grid_origins`).
+    pub fn with_grid(mut self, overlap: Dims) -> Self {
+        self.grid = Some(overlap);
+        self
     }
 
     /// Patches drawn of each volume an epoch.
@@ -97,6 +107,11 @@ impl PatchSampling {
         self.window
     }
 
+    /// The grid's overlap, where the patches are each volume's grid.
+    pub fn grid(&self) -> Option<Dims> {
+        self.grid
+    }
+
     /// Checks the settings alone (the volumes are checked by the loader): an error names the
     /// option.
     pub fn check(&self) -> Result<(), SamplingError> {
@@ -114,6 +129,23 @@ impl PatchSampling {
         }
         if self.window == 0 {
             return Err(SamplingError::new("patch_window", "a window of 0 volumes"));
+        }
+        if let Some(overlap) = self.grid {
+            if (0..3).any(|a| overlap[a] >= self.size[a]) {
+                return Err(SamplingError::new(
+                    "overlap",
+                    format!(
+                        "{overlap:?} for patches of {:?}: each below the patch's size",
+                        self.size
+                    ),
+                ));
+            }
+            if self.label_field.is_some() {
+                return Err(SamplingError::new(
+                    "sampler",
+                    "a grid takes every patch: label_probabilities draws centres",
+                ));
+            }
         }
         if self.label_field.is_some() {
             let p = &self.label_probabilities;
@@ -163,6 +195,10 @@ impl PatchSampling {
             out.push(("label_probabilities", text.join(",")));
         }
         out.push(("patch_window", self.window.to_string()));
+        if let Some([z, y, x]) = self.grid {
+            out.push(("sampler", "grid".to_string()));
+            out.push(("overlap", format!("{z},{y},{x}")));
+        }
     }
 
     /// Sets option `key` from a state's `value`; `false` for a key that is not a patch
@@ -209,6 +245,24 @@ impl PatchSampling {
                 }
             }
             "patch_window" => patch().with_window(value.parse().map_err(|_| bad("patch_window"))?),
+            "sampler" if value == "grid" => {
+                let p = patch();
+                PatchSampling {
+                    grid: Some(p.grid.unwrap_or_default()),
+                    ..p
+                }
+            }
+            "sampler" => return Err(bad("sampler")),
+            "overlap" => {
+                let o: Vec<u64> = value
+                    .split(',')
+                    .map(|v| v.parse().map_err(|_| bad("overlap")))
+                    .collect::<Result<_, _>>()?;
+                PatchSampling {
+                    grid: Some(o.try_into().map_err(|_| bad("overlap"))?),
+                    ..patch()
+                }
+            }
             _ => return Ok(false),
         };
         *this = Some(set);
@@ -263,6 +317,14 @@ mod tests {
         assert_eq!(back.patches(), Some(&patches));
         let plain = Sampling::default().with_patches(PatchSampling::new([8, 8, 8]));
         assert_eq!(Sampling::from_options(&plain.options()).unwrap(), plain);
+        let grid =
+            Sampling::default().with_patches(PatchSampling::new([8, 8, 8]).with_grid([2, 0, 4]));
+        assert_eq!(Sampling::from_options(&grid.options()).unwrap(), grid);
+        let e = PatchSampling::new([8, 8, 8])
+            .with_grid([8, 0, 0])
+            .check()
+            .unwrap_err();
+        assert_eq!(e.option(), "overlap");
     }
 
     #[test]
