@@ -48,6 +48,24 @@ fn volume(id: &str, shape: [u64; 3], seed: u64) -> (Volume, Vec<f32>, Vec<u8>) {
     (v, image, mask)
 }
 
+/// A table of volumes of `shapes` (`v0`, `v1`, …, labelled by their number): its folder, its
+/// path, and each volume as `volume` made it.
+async fn table_of(
+    shapes: &[[u64; 3]],
+) -> (tempfile::TempDir, String, Vec<(Volume, Vec<f32>, Vec<u8>)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("t").to_string_lossy().into_owned();
+    let made: Vec<_> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| volume(&format!("v{i}"), s, i as u64))
+        .collect();
+    write(&table, made.iter().map(|m| m.0.clone()).collect())
+        .await
+        .unwrap();
+    (dir, table, made)
+}
+
 fn layout() -> Layout {
     Layout {
         row_group_rows: 5,
@@ -332,17 +350,8 @@ fn crop<T: Copy + Default>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn patches_equal_the_crops_of_their_volumes_and_read_only_their_bricks() {
     use voxlake::plan::patch::Pad;
-    let dir = tempfile::tempdir().unwrap();
-    let table = dir.path().join("t").to_string_lossy().into_owned();
     let shapes = [[19u64, 8, 9], [40, 40, 16]];
-    let made: Vec<_> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| volume(&format!("v{i}"), s, i as u64))
-        .collect();
-    write(&table, made.iter().map(|m| m.0.clone()).collect())
-        .await
-        .unwrap();
+    let (_dir, table, made) = table_of(&shapes).await;
     tokio::task::spawn_blocking(move || {
         let rows = Loader::builder(&table).build_lookup().unwrap();
         let volumes = rows.volumes().unwrap();
@@ -494,8 +503,6 @@ fn patches_of(batches: &[voxlake::loader::Batch]) -> Vec<(String, Vec<i64>, Vec<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loader_of_patches_balances_classes_and_resumes_on_another_world_size() {
-    let dir = tempfile::tempdir().unwrap();
-    let table = dir.path().join("t").to_string_lossy().into_owned();
     let shapes = [
         [19u64, 8, 9],
         [12, 12, 12],
@@ -503,14 +510,7 @@ async fn a_loader_of_patches_balances_classes_and_resumes_on_another_world_size(
         [16, 8, 8],
         [10, 10, 10],
     ];
-    let made: Vec<_> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| volume(&format!("v{i}"), s, i as u64))
-        .collect();
-    write(&table, made.iter().map(|m| m.0.clone()).collect())
-        .await
-        .unwrap();
+    let (_dir, table, made) = table_of(&shapes).await;
     tokio::task::spawn_blocking(move || {
         let by_id = |id: &str| {
             let i: usize = id[1..].parse().unwrap();
@@ -687,17 +687,8 @@ async fn a_corrupt_brick_is_an_error_naming_its_file_not_a_wrong_patch() {
 async fn a_grid_loader_gives_every_patch_of_every_volume_in_order() {
     use voxlake::plan::patch::{PatchSampling, grid_origins};
     use voxlake::plan::sample::Sampling;
-    let dir = tempfile::tempdir().unwrap();
-    let table = dir.path().join("t").to_string_lossy().into_owned();
     let shapes = [[19u64, 8, 9], [12, 12, 12], [9, 20, 8]];
-    let made: Vec<_> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| volume(&format!("v{i}"), s, i as u64))
-        .collect();
-    write(&table, made.iter().map(|m| m.0.clone()).collect())
-        .await
-        .unwrap();
+    let (_dir, table, _) = table_of(&shapes).await;
     tokio::task::spawn_blocking(move || {
         let size = [6u64, 5, 7];
         let grid = |rank, world| {

@@ -34,14 +34,7 @@ impl Compactor {
             return self.run_convert_table(source).await;
         }
         let start = Instant::now();
-        let options = location::storage_options(&self.storage_options);
-        let src = stores::open_store(source, true, &options)?;
-        stores::ensure_reachable(source, &options).await?;
-        let labels = match &self.labels {
-            Some(l) => Some(Arc::new(Labels::read(l, &options).await?)),
-            None => None,
-        };
-
+        let (src, options, labels) = self.open_source(source).await?;
         let objects = read::list(&src).await?;
         // No `.npy` or `.npz` objects but Parquet files (or a Delta log): a table to rewrite.
         let Some(layout) = self.layout_of(&objects, &src.display)? else {
@@ -120,6 +113,28 @@ impl Compactor {
         summary.timings.read_s = reader.read_ns.load(Ordering::Relaxed) as f64 / 1e9;
         summary.timings.decode_s = reader.decode_ns.load(Ordering::Relaxed) as f64 / 1e9;
         Ok(self.summarized(summary, &table, start, total))
+    }
+
+    /// The source's store (checked reachable), the store settings, and the labels file read.
+    pub(crate) async fn open_source(
+        &self,
+        source: &str,
+    ) -> Result<
+        (
+            location::Location,
+            std::collections::HashMap<String, String>,
+            Option<Arc<Labels>>,
+        ),
+        CompactError,
+    > {
+        let options = location::storage_options(&self.storage_options);
+        let src = stores::open_store(source, true, &options)?;
+        stores::ensure_reachable(source, &options).await?;
+        let labels = match &self.labels {
+            Some(l) => Some(Arc::new(Labels::read(l, &options).await?)),
+            None => None,
+        };
+        Ok((src, options, labels))
     }
 
     /// Leaves out of `samples` those `existing` holds already (re-runs are exactly-once), and

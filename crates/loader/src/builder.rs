@@ -83,6 +83,21 @@ pub(crate) fn batches_outside(prefetch: usize) -> u64 {
 }
 
 impl LoaderBuilder {
+    /// The order settings the builder's options make (the shuffle buffer at a batch until the
+    /// budget sizes it; no node affinity).
+    pub(crate) fn order_settings(&self) -> voxlake_plan::resume::OrderSettings {
+        voxlake_plan::resume::OrderSettings {
+            seed: self.shuffle.map_or(0, |s| s.0),
+            shuffle: self.shuffle.is_some(),
+            buffer_rows: self.batch_size,
+            batch_size: self.batch_size,
+            drop_last: self.drop_last,
+            uneven: self.read.uneven,
+            interleave: INTERLEAVE,
+            ..voxlake_plan::resume::OrderSettings::plain()
+        }
+    }
+
     /// Host bytes the loader holds outside the stream: [`batches_outside`] batches, or for a
     /// CUDA device (whose queued batches are in device memory) the staging ring's buffers of
     /// a batch and its labels, whichever is more.

@@ -136,16 +136,10 @@ impl LoaderBuilder {
             crate::fork::traced_runtime(self.runtime_threads, "voxlake-io", trace.clone())
                 .map_err(|e| LoaderError::Internal(format!("tokio runtime: {e}")))?;
         let mut settings = OrderSettings {
-            seed: self.shuffle.map_or(0, |s| s.0),
-            shuffle: self.shuffle.is_some(),
-            buffer_rows: self.batch_size,
-            batch_size: self.batch_size,
-            drop_last: self.drop_last,
-            uneven: self.read.uneven,
-            interleave: INTERLEAVE,
             // Node affinity only changes a shuffled order.
             affinity: affinity.filter(|_| self.shuffle.is_some()),
             loosen: voxlake_plan::mixer::Loosen::for_epochs(!self.sampling.is_plain()),
+            ..self.order_settings()
         };
         let opened = self.open_stream(&runtime, versions, shard, &mut settings)?;
         let sampler = Arc::new(runtime.block_on(crate::sampling::sampler(

@@ -13,7 +13,7 @@ use voxlake_format::volume::{BrickSpec, VolumeField};
 
 use crate::compact::{compactor, runtime};
 use crate::errors::config;
-use crate::write::finish;
+use crate::write::{feed, finish};
 
 /// A volume for [`write_volumes`]: id, label, spatial shape (z, y, x), spacing, and each
 /// field's little-endian C-order bytes (channels first).
@@ -82,22 +82,7 @@ pub(crate) fn write_volumes<'py>(
         }
         writer.finish().await
     });
-    let mut taken = 0u64;
-    let fed: PyResult<()> = (|| {
-        for volume in volumes.try_iter()? {
-            let volume: PyVolume = volume?.extract()?;
-            // The writer's error, if it stopped, is raised by `finish`.
-            if py.detach(|| tx.blocking_send(volume)).is_err() {
-                return Ok(());
-            }
-            taken += 1;
-            if let Some(progress) = &progress {
-                progress.call1((taken,))?;
-            }
-            py.check_signals()?;
-        }
-        Ok(())
-    })();
+    let fed = feed::<PyVolume>(py, &volumes, &tx, progress.as_ref());
     finish(py, runtime, writing, tx, fed)
 }
 

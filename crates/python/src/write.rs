@@ -59,23 +59,35 @@ pub(crate) fn write_rows<'py>(
         }
         writer.finish().await
     });
-    let mut taken = 0u64;
-    let fed: PyResult<()> = (|| {
-        for row in rows.try_iter()? {
-            let row: PyRow = row?.extract()?;
-            // The writer's error, if it stopped, is raised below.
-            if py.detach(|| tx.blocking_send(row)).is_err() {
-                return Ok(());
-            }
-            taken += 1;
-            if let Some(progress) = &progress {
-                progress.call1((taken,))?;
-            }
-            py.check_signals()?;
-        }
-        Ok(())
-    })();
+    let fed = feed::<PyRow>(py, &rows, &tx, progress.as_ref());
     finish(py, runtime, writing, tx, fed)
+}
+
+/// Sends what `items` yields, each extracted as a `T`, to the writer's task through `tx` with
+/// the GIL released while it waits, calling `progress` with the count taken so far; a writer
+/// that stopped ends the feed (its error is `finish`'s to raise).
+pub(crate) fn feed<'py, T>(
+    py: Python<'py>,
+    items: &Bound<'py, PyAny>,
+    tx: &tokio::sync::mpsc::Sender<T>,
+    progress: Option<&Bound<'py, PyAny>>,
+) -> PyResult<()>
+where
+    T: for<'a> FromPyObject<'a, 'py> + Send,
+{
+    let mut taken = 0u64;
+    for item in items.try_iter()? {
+        let item: T = item?.extract().map_err(Into::into)?;
+        if py.detach(|| tx.blocking_send(item)).is_err() {
+            return Ok(());
+        }
+        taken += 1;
+        if let Some(progress) = progress {
+            progress.call1((taken,))?;
+        }
+        py.check_signals()?;
+    }
+    Ok(())
 }
 
 /// Ends a write: rows that failed (`fed`) abort the writer while it still waits for more (the

@@ -2,17 +2,15 @@
 //! archives, as a conversion of samples pairs them) written as bricks by the volume writer,
 //! one volume at a time with the next one's objects fetched meanwhile.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
-use voxlake_delta::stores;
 use voxlake_format::npy::NpyArray;
 use voxlake_format::volume::{BrickSpec, VolumeField};
 use voxlake_format::{Casting, TENSOR_COLUMN};
-use voxlake_io::location::{self, Location};
+use voxlake_io::location::Location;
 
 use super::Volume;
 use crate::labels::Labels;
@@ -31,13 +29,7 @@ impl Compactor {
         brick: [u64; 3],
     ) -> Result<ConvertSummary, CompactError> {
         let start = Instant::now();
-        let options = location::storage_options(&self.storage_options);
-        let src = stores::open_store(source, true, &options)?;
-        stores::ensure_reachable(source, &options).await?;
-        let labels = match &self.labels {
-            Some(l) => Some(Arc::new(Labels::read(l, &options).await?)),
-            None => None,
-        };
+        let (src, _, labels) = self.open_source(source).await?;
         let objects = crate::convert::list(&src).await?;
         let Some(layout) = self.layout_of(&objects, &src.display)? else {
             return Err(CompactError::Incompatible {

@@ -13,10 +13,8 @@ use voxlake_format::{DType, FieldKind, SampleSpec, TensorSpec};
 use voxlake_plan::patch::{
     Dims, Pad, PatchDraws, PatchOrder, PatchSampling, grid_origins, origin_for_centre,
 };
-use voxlake_plan::resume::OrderSettings;
 use voxlake_table::Volumes;
 
-use crate::builder::INTERLEAVE;
 use crate::producer::Msg;
 use crate::state::Position;
 use crate::{Batch, Epochs, Loader, LoaderBuilder, LoaderError, Lookup, stall};
@@ -76,16 +74,7 @@ impl LoaderBuilder {
         let lookup = reads.build_lookup()?;
         let volumes = lookup.volumes()?;
         check_volumes(&volumes, &patches)?;
-        let settings = OrderSettings {
-            seed: self.shuffle.map_or(0, |s| s.0),
-            shuffle: self.shuffle.is_some(),
-            buffer_rows: self.batch_size,
-            batch_size: self.batch_size,
-            drop_last: self.drop_last,
-            uneven: self.read.uneven,
-            interleave: INTERLEAVE,
-            ..OrderSettings::plain()
-        };
+        let settings = self.order_settings();
         let grids = grids(&volumes, &patches)?;
         let order = PatchOrder {
             seed: settings.seed,
