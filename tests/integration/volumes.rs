@@ -731,6 +731,25 @@ async fn a_grid_loader_gives_every_patch_of_every_volume_in_order() {
         );
         // Volumes in order, dealt whole (v0 and v2 to rank 0, v1 to rank 1): each rank pads
         // to the longer's whole batches.
+        // Rank 1 stopped before its last batch (its pads past the checks' slack of a batch a
+        // rank) resumes with that batch.
+        let all: Vec<_> = grid(1, 2).map(Result::unwrap).collect();
+        let mut part = grid(1, 2);
+        let n = all.len() - 1;
+        assert_eq!((&mut part).take(n).count(), n);
+        let patches = PatchSampling::new(size).with_grid([2, 1, 3]);
+        let resumed: Vec<_> = Loader::builder(&table)
+            .with_sampling(Sampling::default().with_patches(patches))
+            .with_batch_size(3)
+            .with_shuffle(4, 64)
+            .with_epochs(1)
+            .with_rank(1, 2)
+            .with_state(part.state())
+            .build()
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(patches_of(&resumed), patches_of(&all[n..]));
         let count = |i: usize| grid_origins(shapes[i], size, [2, 1, 3]).unwrap().len();
         let longest = (count(0) + count(2)).max(count(1));
         assert_eq!(got.len(), 2 * longest.div_ceil(3) * 3);

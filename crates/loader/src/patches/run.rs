@@ -95,7 +95,19 @@ impl LoaderBuilder {
             Some(state) => {
                 let files = stream.scan().file_set_hash();
                 let bytes = lookup.sample_bytes();
-                self.check_state(state, &mut checked, &files, bytes, draws_per_epoch)?
+                // Ranks dealt whole volumes pad more than a batch: each segment may deliver
+                // up to its world's padded epoch.
+                let padded: u64 = state
+                    .closed
+                    .iter()
+                    .map(|s| s.world_size)
+                    .chain([state.world_size])
+                    // A world no run could have is refused by the check, not dealt here.
+                    .map(|w| w.min(crate::state::MAX_RANKS))
+                    .map(|w| order.batches(&counts, 0, &[], w) * (w * self.batch_size) as u64)
+                    .sum();
+                let most = padded.max(draws_per_epoch);
+                self.check_state(state, &mut checked, &files, bytes, most)?
             }
             None => Position::start(self.start_epoch, self.world_size),
         };
