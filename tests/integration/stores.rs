@@ -42,6 +42,7 @@ macro_rules! on_every_backend {
 
 mod cache;
 mod identity;
+mod patches;
 mod report;
 
 /// The documented Azurite development key (public, emulator only).
