@@ -295,6 +295,17 @@ impl Lookup {
 
     fn shut_down(&mut self) {
         if let Some(runtime) = self.runtime.take() {
+            // The node cache's entries written in the background (the row index, rows read)
+            // in place first: the runtime's end drops the writes not yet begun.
+            if let Some(cache) = self.stream.scan().snapshot().cache().cloned() {
+                let flush = || runtime.block_on(cache.flush());
+                match tokio::runtime::Handle::try_current() {
+                    Err(_) => flush(),
+                    Ok(_) => std::thread::scope(|s| {
+                        s.spawn(flush);
+                    }),
+                }
+            }
             runtime.shutdown_timeout(crate::loader::THREADS_WAIT);
         }
     }
