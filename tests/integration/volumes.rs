@@ -757,3 +757,38 @@ async fn a_grid_loader_gives_every_patch_of_every_volume_in_order() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_of_a_patch_loader_splits_volumes() {
+    use voxlake::plan::patch::PatchSampling;
+    use voxlake::plan::sample::Sampling;
+    use voxlake::plan::split::Split;
+    let shapes = [[8u64, 8, 8]; 8];
+    let (_dir, table, _) = table_of(&shapes).await;
+    tokio::task::spawn_blocking(move || {
+        let of = |name: &str| {
+            let split = Split::new(name, vec![("train".into(), 0.5), ("val".into(), 0.5)]);
+            let sampling = Sampling::default()
+                .with_split(split.clone())
+                .with_patches(PatchSampling::new([4, 4, 4]).with_per_volume(3));
+            let batches: Vec<_> = Loader::builder(&table)
+                .with_sampling(sampling)
+                .with_batch_size(1)
+                .with_epochs(1)
+                .build()
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let ids: std::collections::BTreeSet<String> =
+                batches.iter().flat_map(|b| b.ids.clone()).collect();
+            assert!(ids.iter().all(|id| split.contains(id)), "{name}: {ids:?}");
+            assert_eq!(batches.len(), 3 * ids.len());
+            ids
+        };
+        let (train, val) = (of("train"), of("val"));
+        assert!(train.is_disjoint(&val));
+        assert_eq!(train.len() + val.len(), 8, "{train:?} {val:?}");
+    })
+    .await
+    .unwrap();
+}

@@ -344,6 +344,11 @@ def test_a_loader_of_patches_under_dataloader_workers_resumes_exactly(tmp_path):
     for a, b in zip(rest, batches[11:]):
         assert a["id"] == b["id"]
         np.testing.assert_array_equal(a["origin"], b["origin"])
+    # A split of volumes: train and val patches come from disjoint volumes, together all.
+    split = dict(patch=(4, 4, 4), patches_per_volume=2, batch_size=2, epochs=1, splits={"train": 0.5, "val": 0.5})
+    train = {v for b in voxlake.Loader(table, split="train", **split) for v in b["id"]}
+    val = {v for b in voxlake.Loader(table, split="val", **split) for v in b["id"]}
+    assert not train & val and len(train | val) == len(shapes)
     with pytest.raises(voxlake.ConfigError, match="options pad: they go with patch"):
         voxlake.Loader(table, pad="edge")
     with pytest.raises(voxlake.ConfigError, match="class 9 is in no volume's 'mask'"):

@@ -222,8 +222,10 @@ impl Sampling {
     pub fn check(&self) -> Result<(), SamplingError> {
         if let Some(patches) = &self.patches {
             patches.check()?;
+            // A split splits volumes (by their ids); the rest draws rows.
             let rows = Sampling {
                 patches: None,
+                split: None,
                 ..self.clone()
             };
             if !rows.is_plain() {

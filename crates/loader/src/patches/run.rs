@@ -84,10 +84,18 @@ impl LoaderBuilder {
             batch_size: self.batch_size,
             uneven: settings.uneven,
         };
-        let counts: Vec<u64> = match patches.grid() {
+        let mut counts: Vec<u64> = match patches.grid() {
             Some(_) => grids.iter().map(|g| g.len() as u64).collect(),
             None => vec![patches.per_volume(); volumes.volumes().len()],
         };
+        // A split keeps the volumes whose ids it holds (a volume's patches all in one split).
+        if let Some(split) = self.sampling.split() {
+            for (count, v) in counts.iter_mut().zip(volumes.volumes()) {
+                if !split.contains(&v.id) {
+                    *count = 0;
+                }
+            }
+        }
         let draws_per_epoch = counts.iter().sum();
         let stream = lookup.stream().clone();
         let mut checked = settings;

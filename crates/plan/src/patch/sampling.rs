@@ -363,6 +363,16 @@ mod tests {
             assert_eq!(e.option(), option);
             assert!(e.to_string().contains(says), "{e}");
         }
+        let split =
+            crate::split::Split::new("train", vec![("train".into(), 0.8), ("val".into(), 0.2)]);
+        let by_volume = Sampling::default()
+            .with_split(split)
+            .with_patches(PatchSampling::new([8, 8, 8]));
+        by_volume.check().unwrap();
+        assert_eq!(
+            Sampling::from_options(&by_volume.options()).unwrap(),
+            by_volume
+        );
         let e = Sampling::default()
             .with_balance_labels()
             .with_patches(PatchSampling::new([8, 8, 8]))
