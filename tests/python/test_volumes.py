@@ -248,8 +248,13 @@ def test_compact_converts_npy_volumes_into_bricks_and_inspect_shows_them(tmp_pat
         want = volume(i, shape)
         np.testing.assert_array_equal(image, want["image"])
         np.testing.assert_array_equal(mask, want["mask"])
+    # A converted volume's source is not read again (junk now: a read of it would fail).
+    (src / "image" / "vol_0.npy").write_bytes(b"junk")
     again = convert()
-    assert again.returncode == 0 and json.loads(again.stdout.strip().splitlines()[-1])["rows"] == 0, again.stderr
+    assert again.returncode == 0, again.stderr
+    again = json.loads(again.stdout.strip().splitlines()[-1])
+    # Nothing downloaded again: the volumes the table holds whole are left out before.
+    assert (again["rows"], again["already_present"], again["bytes_read"]) == (0, summary["rows"], 0), again
     shown = subprocess.run([compact, "inspect", table], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "volumes   3 in bricks of [8, 8, 4], from [5, 9, 4] to [19, 30, 11]" in shown.stdout, shown.stdout

@@ -153,8 +153,9 @@ impl VolumeWriter<'_> {
             self.rows.skipped_present(grid.len());
             return Ok(false);
         }
-        let info = self.info(&volume, &grid)?;
+        // Sizes checked before the classes are counted over the values.
         let fields = self.fields(&volume)?;
+        let info = self.info(&volume, &grid)?;
         let counts = grid.counts();
         let mut number = 0u64;
         for z in 0..counts[0] {
@@ -242,7 +243,7 @@ impl VolumeWriter<'_> {
             };
             let field = &self.spec.fields()[i];
             let Some(bytes) = volume.fields.get(i) else {
-                continue; // `fields` says the count is wrong.
+                continue; // never: `fields` checked the count
             };
             let start = Instant::now();
             let found = classes::classes(bytes, field.dtype, volume.shape, self.class_coords, seed)

@@ -224,6 +224,23 @@ async fn inspect(
     Ok(())
 }
 
+/// `compactor` converting volumes into bricks of `brick` (`--brick Z,Y,X`), counting the
+/// classes of `class_fields` where given.
+fn bricked(
+    compactor: Compactor,
+    brick: &[u64],
+    class_fields: Vec<String>,
+) -> Result<Compactor, String> {
+    let [z, y, x] = brick[..] else {
+        return Err(format!("--brick {brick:?}: three sizes, Z,Y,X"));
+    };
+    let compactor = compactor.with_bricks([z, y, x]);
+    Ok(match class_fields.is_empty() {
+        true => compactor,
+        false => compactor.with_class_fields(class_fields),
+    })
+}
+
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let mut out = std::io::stdout().lock();
     match cli.command {
@@ -279,13 +296,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 compactor = compactor.with_shard(i, n);
             }
             if let Some(brick) = brick {
-                let [z, y, x] = brick[..] else {
-                    return Err(format!("--brick {brick:?}: three sizes, Z,Y,X").into());
-                };
-                compactor = compactor.with_bricks([z, y, x]);
-                if !class_field.is_empty() {
-                    compactor = compactor.with_class_fields(class_field);
-                }
+                compactor = bricked(compactor, &brick, class_field)?;
             }
             let bar = cli::progress_bar();
             let summary = cli::with_progress_bar(compactor, &bar).convert(&src).await;

@@ -56,14 +56,31 @@ pub(crate) fn classes(
             tallies.len()
         ));
     }
-    for (&class, tally) in tallies.iter_mut() {
-        tally.keep = ranks(tally.count, max_coords, &[seed, class as u64]);
+    let mut tallies: Vec<(i64, Tally)> = tallies.into_iter().collect();
+    for (class, tally) in tallies.iter_mut() {
+        tally.keep = ranks(tally.count, max_coords, &[seed, *class as u64]);
         tally.coords.reserve(tally.keep.len());
         tally.count = 0;
     }
+    // Each voxel's tally found by a table for one-byte classes (the map's lookup a voxel
+    // costs more than the rest of the pass).
+    let mut small_slot = [usize::MAX; 256];
+    let mut big_slot: BTreeMap<i64, usize> = BTreeMap::new();
+    for (slot, (class, _)) in tallies.iter().enumerate() {
+        match u8::try_from(*class) {
+            Ok(b) => small_slot[b as usize] = slot,
+            Err(_) => {
+                big_slot.insert(*class, slot);
+            }
+        }
+    }
     let plane = shape[1] * shape[2];
     let Ok(()) = for_each_value(bytes, dtype, |i, v| {
-        if let Some(t) = tallies.get_mut(&v) {
+        let slot = match u8::try_from(v) {
+            Ok(b) => Some(small_slot[b as usize]).filter(|&s| s != usize::MAX),
+            Err(_) => big_slot.get(&v).copied(),
+        };
+        if let Some((_, t)) = slot.and_then(|s| tallies.get_mut(s)) {
             if t.keep.get(t.next) == Some(&t.count) {
                 let i = i as u64;
                 t.coords

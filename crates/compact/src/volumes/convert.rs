@@ -29,7 +29,7 @@ impl Compactor {
         brick: [u64; 3],
     ) -> Result<ConvertSummary, CompactError> {
         let start = Instant::now();
-        let (src, _, labels) = self.open_source(source).await?;
+        let (src, options, labels) = self.open_source(source).await?;
         let objects = crate::convert::list(&src).await?;
         let Some(layout) = self.layout_of(&objects, &src.display)? else {
             return Err(CompactError::Incompatible {
@@ -40,12 +40,30 @@ impl Compactor {
         let (mut samples, incomplete) = source::group(objects, &layout);
         let mut skipped = self.skip_incomplete(incomplete)?;
         samples.retain(|s| self.in_shard(&s.key));
-        if samples.is_empty() {
+        // A re-run downloads only the volumes the table does not hold whole.
+        let (written, version) = self.written_volumes(&options).await?;
+        let mut already = 0u64; // bricks, as the writer counts rows it holds
+        samples.retain(|s| match written.get(&s.key) {
+            Some(bricks) => {
+                already += bricks;
+                false
+            }
+            None => true,
+        });
+        if samples.is_empty() && already == 0 {
             return Err(CompactError::EmptySource {
                 location: src.display.clone(),
                 detail: String::new(),
             });
         }
+        let names: Vec<String> = match layout.fields() {
+            Some(f) if !f.is_empty() => f.to_vec(),
+            _ => vec![TENSOR_COLUMN.to_string()],
+        };
+        let casting = match self.dtype {
+            Some(_) => Casting::SameKind,
+            None => Casting::Safe,
+        };
         let fetched = fetch(&src, samples);
         futures::pin_mut!(fetched);
         let mut writer = None;
@@ -53,17 +71,9 @@ impl Compactor {
         while let Some((key, parts)) = fetched.try_next().await? {
             let arrays =
                 source::arrays(&key, &parts, &layout, voxlake_format::npy::NPZ_DEFAULT_CAP)?;
-            let names: Vec<String> = match layout.fields() {
-                Some(f) if !f.is_empty() => f.to_vec(),
-                _ => vec![TENSOR_COLUMN.to_string()],
-            };
             let layout_spec = match &spec {
                 Some(s) => s,
                 None => spec.insert(self.brick_spec(brick, &names, &arrays)?),
-            };
-            let casting = match self.dtype {
-                Some(_) => Casting::SameKind,
-                None => Casting::Safe,
             };
             let volume = match volume_of(&key, &arrays, layout_spec, casting, labels.as_deref()) {
                 Ok(v) => v,
@@ -83,16 +93,47 @@ impl Compactor {
             };
             writer.push(volume).await?;
         }
-        let Some(writer) = writer else {
-            return Err(CompactError::EmptySource {
-                location: src.display.clone(),
-                detail: " (every volume was skipped)".into(),
-            });
+        let mut summary = match writer {
+            Some(writer) => writer.finish().await?,
+            None if already > 0 => {
+                ConvertSummary::starting(version, String::new(), start.elapsed().as_secs_f64())
+            }
+            None => {
+                return Err(CompactError::EmptySource {
+                    location: src.display.clone(),
+                    detail: " (every volume was skipped)".into(),
+                });
+            }
         };
-        let mut summary = writer.finish().await?;
         summary.skipped.extend(skipped);
+        summary.already_present += already as usize;
         tracing::info!(seconds = start.elapsed().as_secs_f64(), "volumes converted");
         Ok(summary)
+    }
+
+    /// The volumes the table holds whole (their info written) and their bricks, where it is a
+    /// bricked table, and its version.
+    async fn written_volumes(
+        &self,
+        options: &std::collections::HashMap<String, String>,
+    ) -> Result<(std::collections::HashMap<String, u64>, u64), CompactError> {
+        let url = voxlake_io::location::table_url(&self.table)?;
+        let display = crate::table::redact_url(&url);
+        let Some(table) = crate::table::Table::open(&url, &display, options).await? else {
+            return Ok(Default::default());
+        };
+        if table.bricks()?.is_none() {
+            // Not bricked: the writer says so, naming the table.
+            return Ok(Default::default());
+        }
+        let volumes = table.scan().await?.volumes().await?;
+        let spec = volumes.spec();
+        let ids = volumes
+            .volumes()
+            .iter()
+            .map(|v| (v.id.clone(), v.info.bricks(spec)))
+            .collect();
+        Ok((ids, table.version()))
     }
 
     /// The layout of the first volume's arrays: each field's type (`--dtype` for the first)

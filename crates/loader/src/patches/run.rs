@@ -267,7 +267,13 @@ fn spawn(
         .name("voxlake-patches".into())
         .spawn(move || {
             let tx = producer.tx.clone();
-            let location = producer.volumes.spec().brick();
+            let location = producer
+                .lookup
+                .stream()
+                .scan()
+                .snapshot()
+                .location()
+                .to_string();
             let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| producer.run()));
             let msg = match run {
                 Ok(Ok(true)) => Some(Msg::Done),
@@ -275,7 +281,7 @@ fn spawn(
                 Ok(Err(e)) => Some(Msg::Failed(e)),
                 Err(panic) => Some(Msg::Failed(LoaderError::Panicked {
                     stage: "patches".into(),
-                    object: format!("bricks of {location:?}"),
+                    object: location,
                     message: voxlake_io::panic_message(panic.as_ref()),
                 })),
             };
